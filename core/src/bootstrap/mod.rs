@@ -1,0 +1,1 @@
+//! Bootstrap (being written).

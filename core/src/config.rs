@@ -1,0 +1,79 @@
+//! Settings read from the environment (`docs/ENV.md` lists every variable).
+
+use crate::error::{Error, Result};
+use std::time::Duration;
+
+/// Default bound for every wait: long enough for slow starts, short enough that a hang is visible.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Parse a duration: plain seconds (`30`, `0.5`) or with a unit (`500ms`, `30s`, `2m`).
+pub fn parse_duration(var: &str, text: &str) -> Result<Duration> {
+    let t = text.trim();
+    let bad = || Error::Config {
+        var: var.into(),
+        message: format!("'{text}' is not a duration (examples: 30, 0.5, 500ms, 30s, 2m)"),
+    };
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+/// `FERROCX_TIMEOUT`, or the default.
+pub fn timeout_from_env() -> Result<Duration> {
+    match std::env::var("FERROCX_TIMEOUT") {
+        Ok(v) if !v.trim().is_empty() => parse_duration("FERROCX_TIMEOUT", &v),
+        _ => Ok(DEFAULT_TIMEOUT),
+    }
+}
+
+/// A boolean variable: `1/true/yes/on` or `0/false/no/off`.
+pub fn env_bool(var: &str, default: bool) -> Result<bool> {
+    match std::env::var(var) {
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "" => Ok(default),
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err(Error::Config { var: var.into(), message: format!("'{v}' is not a boolean (use 1 or 0)") }),
+        },
+        Err(_) => Ok(default),
+    }
+}
+
+/// An unsigned integer variable.
+pub fn env_usize(var: &str, default: usize) -> Result<usize> {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .map_err(|_| Error::Config { var: var.into(), message: format!("'{v}' is not a non-negative integer") }),
+        _ => Ok(default),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("X", "30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("X", "500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("X", "2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("X", "0.5s").unwrap(), Duration::from_millis(500));
+        let e = parse_duration("FERROCX_TIMEOUT", "soon").unwrap_err();
+        assert!(e.to_string().contains("FERROCX_TIMEOUT"), "{e}");
+        assert!(parse_duration("X", "-1").is_err());
+        assert!(parse_duration("X", "0").is_err());
+    }
+}

@@ -1,0 +1,118 @@
+//! `ferrocx::Error`: says what happened, to which peer, in which plugin hook.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Every failure the core reports. Messages name the plugin, peer and hook involved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The caller passed something invalid (null or short buffer, rank out of range, …).
+    InvalidArgument(String),
+    /// An environment variable or explicit setting is malformed.
+    Config {
+        /// Variable or setting name.
+        var: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Rendezvous or out-of-band exchange failed.
+    Bootstrap(String),
+    /// A bounded wait expired (`FERROCX_TIMEOUT`).
+    Timeout {
+        /// What was being waited for.
+        what: String,
+        /// The peer waited on, when there is one.
+        peer: Option<usize>,
+        /// How long it waited.
+        after: Duration,
+    },
+    /// A peer process died or reported a failure.
+    PeerFailed {
+        /// The failed rank.
+        rank: usize,
+        /// What is known about it.
+        detail: String,
+    },
+    /// A plugin hook returned an error.
+    Plugin {
+        /// Plugin name.
+        plugin: String,
+        /// Hook name (`setup`, `isend`, …).
+        hook: &'static str,
+        /// Peer of the connection, when the hook concerns one.
+        peer: Option<usize>,
+        /// `FX_*` code.
+        code: i32,
+        /// The plugin's last-error text.
+        message: String,
+    },
+    /// A plugin library could not be loaded or was rejected.
+    PluginLoad {
+        /// File (or built-in name).
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// No loaded transport can reach a peer.
+    NoTransport {
+        /// The unreachable peer.
+        peer: usize,
+        /// Candidates and their answers.
+        detail: String,
+    },
+    /// The communicator was destroyed or aborted.
+    Destroyed(String),
+    /// The operation is not supported (memory kind, transport feature, …).
+    Unsupported(String),
+    /// An operating-system error outside any plugin.
+    Io(String),
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            Error::Config { var, message } => write!(f, "bad configuration {var}: {message}"),
+            Error::Bootstrap(m) => write!(f, "bootstrap failed: {m}"),
+            Error::Timeout { what, peer, after } => match peer {
+                Some(p) => write!(f, "timed out after {:.1}s waiting for rank {p}: {what} (FERROCX_TIMEOUT)", after.as_secs_f64()),
+                None => write!(f, "timed out after {:.1}s: {what} (FERROCX_TIMEOUT)", after.as_secs_f64()),
+            },
+            Error::PeerFailed { rank, detail } => write!(f, "rank {rank} failed: {detail}"),
+            Error::Plugin { plugin, hook, peer, code, message } => {
+                write!(f, "plugin '{plugin}' {hook}")?;
+                if let Some(p) = peer {
+                    write!(f, " (peer rank {p})")?;
+                }
+                write!(f, " failed with {}: {message}", ferrocx_sdk::abi::code_name(*code))
+            }
+            Error::PluginLoad { path, message } => write!(f, "cannot load plugin {path}: {message}"),
+            Error::NoTransport { peer, detail } => write!(f, "no transport can reach rank {peer}: {detail}"),
+            Error::Destroyed(m) => write!(f, "communicator is no longer usable: {m}"),
+            Error::Unsupported(m) => write!(f, "unsupported: {m}"),
+            Error::Io(m) => write!(f, "I/O error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl Error {
+    /// The peer rank this error is about, when there is one.
+    pub fn peer(&self) -> Option<usize> {
+        match self {
+            Error::Timeout { peer, .. } | Error::Plugin { peer, .. } => *peer,
+            Error::PeerFailed { rank, .. } => Some(*rank),
+            Error::NoTransport { peer, .. } => Some(*peer),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+}

@@ -1,0 +1,1 @@
+//! shm transport (being written).
