@@ -1,0 +1,417 @@
+//! Compiles `include/ferrocx_plugin.h` into a small C program that prints the
+//! size and alignment of every struct, the offset and size of every field and
+//! the value of every `#define`, and compares each number with the Rust ABI in
+//! `ferrocx_sdk::abi`. Any difference fails the test with the full list.
+//!
+//! Completeness is enforced too: the Rust structs are destructured
+//! exhaustively (a new field breaks the build of this test until it is listed
+//! here), and every `#define FX_*`, every `typedef struct` of the header and
+//! every `pub const FX_*` / `pub struct` of `abi.rs` must be covered.
+
+mod common;
+
+use ferrocx_sdk::abi::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::mem::{align_of, offset_of, size_of};
+use std::path::Path;
+
+/// One number (or string) to compare.
+struct Check {
+    /// Printed name, also the key of the C program's output line.
+    key: String,
+    /// C expression printing the value.
+    c_expr: String,
+    /// `printf` conversion for the value.
+    c_fmt: &'static str,
+    /// Expected text, from Rust.
+    rust: String,
+}
+
+impl Check {
+    fn num(key: String, c_expr: String, rust: impl Into<i128>) -> Check {
+        Check {
+            key,
+            c_expr: format!("(long long)({c_expr})"),
+            c_fmt: "%lld",
+            rust: rust.into().to_string(),
+        }
+    }
+}
+
+fn field_size<T, F>(_: fn(&T) -> &F) -> usize {
+    size_of::<F>()
+}
+
+fn usize_i128(v: usize) -> i128 {
+    v as i128
+}
+
+/// Size, alignment, and per field offset and size of one struct.
+macro_rules! layout {
+    ($out:ident, $structs:ident, $cty:literal, $rty:ident { $($cf:ident => $rf:ident),* $(,)? }) => {{
+        // Exhaustive on purpose: a field added to the Rust struct must be added here.
+        #[allow(dead_code)]
+        fn exhaustive(v: &$rty) {
+            let $rty { $($rf: _),* } = v;
+        }
+        $structs.push(($cty, stringify!($rty)));
+        $out.push(Check::num(format!("sizeof({})", $cty), format!("sizeof({})", $cty), usize_i128(size_of::<$rty>())));
+        $out.push(Check::num(
+            format!("alignof({})", $cty),
+            format!("offsetof(struct {{ char c; {} t; }}, t)", $cty),
+            usize_i128(align_of::<$rty>()),
+        ));
+        $(
+            $out.push(Check::num(
+                format!("offsetof({}, {})", $cty, stringify!($cf)),
+                format!("offsetof({}, {})", $cty, stringify!($cf)),
+                usize_i128(offset_of!($rty, $rf)),
+            ));
+            $out.push(Check::num(
+                format!("sizeof({}.{})", $cty, stringify!($cf)),
+                format!("sizeof((({} *)0)->{})", $cty, stringify!($cf)),
+                usize_i128(field_size(|s: &$rty| &s.$rf)),
+            ));
+        )*
+    }};
+}
+
+/// A `#define` compared by value.
+macro_rules! konst {
+    ($out:ident, $names:ident, $name:ident) => {{
+        $names.push(stringify!($name));
+        $out.push(Check::num(
+            stringify!($name).into(),
+            stringify!($name).into(),
+            $name as i128,
+        ));
+    }};
+    // Also compare the width of the C constant's type with the Rust type.
+    ($out:ident, $names:ident, $name:ident, typed) => {{
+        konst!($out, $names, $name);
+        $out.push(Check::num(
+            format!("sizeof({})", stringify!($name)),
+            format!("sizeof({})", stringify!($name)),
+            usize_i128(std::mem::size_of_val(&$name)),
+        ));
+    }};
+}
+
+struct Expected {
+    checks: Vec<Check>,
+    /// (C typedef, Rust struct) pairs covered.
+    structs: Vec<(&'static str, &'static str)>,
+    /// Constants covered (C macro names, equal to the Rust names).
+    constants: Vec<&'static str>,
+    /// Rust-only constants, checked against C expressions.
+    rust_only: Vec<&'static str>,
+}
+
+fn expected() -> Expected {
+    let mut out: Vec<Check> = Vec::new();
+    let mut structs = Vec::new();
+    let mut names = Vec::new();
+
+    layout!(out, structs, "fx_blob_t", FxBlob { len => len, reserved => reserved, bytes => bytes });
+    layout!(out, structs, "fx_peer_info_t", FxPeerInfo {
+        rank => rank,
+        nranks => nranks,
+        local_rank => local_rank,
+        pid => pid,
+        host_hash => host_hash,
+        comm_hash => comm_hash,
+        cuda_device => cuda_device,
+        reserved => reserved,
+        host_name => host_name,
+    });
+    layout!(out, structs, "fx_conn_req_t", FxConnReq {
+        me => me,
+        peer => peer,
+        direction => direction,
+        channel => channel,
+        conn_id => conn_id,
+    });
+    layout!(out, structs, "fx_host_v1_t", FxHostV1 {
+        abi_version => abi_version,
+        struct_size => struct_size,
+        host_ctx => host_ctx,
+        log => log,
+        getenv => getenv,
+        timeout_ms => timeout_ms,
+        abort_flag => abort_flag,
+    });
+    layout!(out, structs, "fx_transport_v1_t", FxTransportV1 {
+        abi_version => abi_version,
+        struct_size => struct_size,
+        name => name,
+        caps => caps,
+        init => init,
+        finalize => finalize,
+        can_connect => can_connect,
+        setup => setup,
+        connect => connect,
+        proxy_setup => proxy_setup,
+        proxy_connect => proxy_connect,
+        proxy_progress => proxy_progress,
+        reg => register,
+        deregister => deregister,
+        isend => isend,
+        irecv => irecv,
+        test => test,
+        free => free,
+        last_error => last_error,
+    });
+
+    konst!(out, names, FX_ABI_VERSION_1, typed);
+    konst!(out, names, FX_NAME_BYTES);
+    konst!(out, names, FX_BLOB_BYTES);
+    konst!(out, names, FX_HOST_NAME_BYTES);
+    konst!(out, names, FX_OK, typed);
+    konst!(out, names, FX_IN_PROGRESS, typed);
+    konst!(out, names, FX_INVALID_ARGUMENT, typed);
+    konst!(out, names, FX_UNSUPPORTED, typed);
+    konst!(out, names, FX_SYSTEM, typed);
+    konst!(out, names, FX_REMOTE, typed);
+    konst!(out, names, FX_TIMEOUT, typed);
+    konst!(out, names, FX_INTERNAL, typed);
+    konst!(out, names, FX_DIR_SEND, typed);
+    konst!(out, names, FX_DIR_RECV, typed);
+    konst!(out, names, FX_MEM_HOST, typed);
+    konst!(out, names, FX_MEM_CUDA, typed);
+    konst!(out, names, FX_CAP_HOST_MEM, typed);
+    konst!(out, names, FX_CAP_CUDA_MEM, typed);
+    konst!(out, names, FX_CAP_REGISTER, typed);
+    konst!(out, names, FX_CAP_CROSS_HOST, typed);
+    konst!(out, names, FX_LOG_ERROR, typed);
+    konst!(out, names, FX_LOG_WARN, typed);
+    konst!(out, names, FX_LOG_INFO, typed);
+    konst!(out, names, FX_LOG_DEBUG, typed);
+    konst!(out, names, FX_LOG_TRACE, typed);
+
+    names.push("FX_SYMBOL_V1");
+    out.push(Check {
+        key: "FX_SYMBOL_V1".into(),
+        c_expr: "FX_SYMBOL_V1".into(),
+        c_fmt: "%s",
+        rust: FX_SYMBOL_V1.into(),
+    });
+
+    // Rust-only constants that describe C sizes.
+    out.push(Check::num(
+        "FX_TRANSPORT_V1_MIN_SIZE".into(),
+        "sizeof(fx_transport_v1_t)".into(),
+        usize_i128(FX_TRANSPORT_V1_MIN_SIZE),
+    ));
+    out.push(Check::num(
+        "FX_HOST_V1_MIN_SIZE".into(),
+        "sizeof(fx_host_v1_t)".into(),
+        usize_i128(FX_HOST_V1_MIN_SIZE),
+    ));
+
+    Expected {
+        checks: out,
+        structs,
+        constants: names,
+        rust_only: vec!["FX_TRANSPORT_V1_MIN_SIZE", "FX_HOST_V1_MIN_SIZE"],
+    }
+}
+
+fn c_program(checks: &[Check]) -> String {
+    let mut s = String::from(
+        "/* generated by sdk/tests/header_layout.rs */\n\
+         #include <stddef.h>\n#include <stdio.h>\n#include \"ferrocx_plugin.h\"\n\n\
+         int main(void) {\n",
+    );
+    for c in checks {
+        s.push_str(&format!(
+            "  printf(\"%s\\t{}\\n\", \"{}\", {});\n",
+            c.c_fmt, c.key, c.c_expr
+        ));
+    }
+    s.push_str("  return 0;\n}\n");
+    s
+}
+
+/// Words following `prefix` at the start of lines (after trimming), up to a non-identifier char.
+fn idents_after(text: &str, prefix: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.trim_start().strip_prefix(prefix))
+        .map(|rest| {
+            rest.chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect::<String>()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Names closing `typedef struct ... { ... } name;` in the header.
+fn header_typedefs(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix('}'))
+        .filter_map(|rest| rest.trim().strip_suffix(';'))
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+fn coverage_problems(e: &Expected, header: &str, abi_rs: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let constants: BTreeSet<&str> = e.constants.iter().copied().collect();
+    for d in idents_after(header, "#define ") {
+        if d.starts_with("FX_") && !constants.contains(d.as_str()) {
+            problems.push(format!(
+                "header #define {d} is not checked against Rust (add it to header_layout.rs)"
+            ));
+        }
+    }
+    for c in idents_after(abi_rs, "pub const ") {
+        if !constants.contains(c.as_str()) && !e.rust_only.contains(&c.as_str()) {
+            problems.push(format!("abi.rs constant {c} is not checked against the header (add it to header_layout.rs)"));
+        }
+    }
+    let c_structs: BTreeSet<&str> = e.structs.iter().map(|(c, _)| *c).collect();
+    for t in header_typedefs(header) {
+        if !c_structs.contains(t.as_str()) {
+            problems.push(format!(
+                "header struct {t} is not checked against Rust (add it to header_layout.rs)"
+            ));
+        }
+    }
+    let rust_structs: BTreeSet<&str> = e.structs.iter().map(|(_, r)| *r).collect();
+    for s in idents_after(abi_rs, "pub struct ") {
+        if !rust_structs.contains(s.as_str()) {
+            problems.push(format!(
+                "abi.rs struct {s} is not checked against the header (add it to header_layout.rs)"
+            ));
+        }
+    }
+    problems
+}
+
+/// Compile the C program against the header in `include_dir` and return every
+/// difference from Rust (empty = all match).
+fn compare_with_c(cc: &common::CCompiler, e: &Expected, include_dir: &Path) -> Vec<String> {
+    let dir = common::TempDir::new("header-layout");
+    let src = dir.path().join("layout.c");
+    let exe = dir.path().join("layout");
+    std::fs::write(&src, c_program(&e.checks)).expect("writing layout.c");
+    let include = format!("-I{}", include_dir.display());
+    // -pedantic: the header must be plain C99 that a vendor's strict build accepts.
+    cc.run(&[
+        "-std=c99",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-pedantic",
+        &include,
+        "-o",
+        exe.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let out = std::process::Command::new(&exe)
+        .output()
+        .expect("running the layout program");
+    assert!(out.status.success(), "layout program failed: {out:?}");
+    let stdout = String::from_utf8(out.stdout).expect("layout output is UTF-8");
+    let c_values: BTreeMap<&str, &str> =
+        stdout.lines().filter_map(|l| l.split_once('\t')).collect();
+    let mut problems = Vec::new();
+    for c in &e.checks {
+        match c_values.get(c.key.as_str()) {
+            None => problems.push(format!("{}: missing from the C program's output", c.key)),
+            Some(v) if *v != c.rust => problems.push(format!("{}: C {v}, Rust {}", c.key, c.rust)),
+            Some(_) => {}
+        }
+    }
+    problems
+}
+
+fn read_sources() -> (String, String) {
+    let header = std::fs::read_to_string(common::include_dir().join("ferrocx_plugin.h"))
+        .expect("reading ferrocx_plugin.h");
+    let abi_rs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/abi.rs"))
+        .expect("reading src/abi.rs");
+    (header, abi_rs)
+}
+
+#[test]
+fn header_matches_rust_abi() {
+    let (header, abi_rs) = read_sources();
+    let e = expected();
+    let mut problems = coverage_problems(&e, &header, &abi_rs);
+    let Some(cc) = common::CCompiler::find() else {
+        assert!(
+            problems.is_empty(),
+            "header/ABI coverage problems:\n  {}",
+            problems.join("\n  ")
+        );
+        common::skip_no_compiler("header_matches_rust_abi");
+        return;
+    };
+    problems.extend(compare_with_c(&cc, &e, &common::include_dir()));
+    assert!(
+        problems.is_empty(),
+        "ferrocx_plugin.h and ferrocx_sdk::abi differ ({} problems):\n  {}",
+        problems.len(),
+        problems.join("\n  ")
+    );
+    println!("header_layout: {} items match", e.checks.len());
+}
+
+#[test]
+fn a_drifted_header_is_reported_item_by_item() {
+    // Prove the comparison really fails, and names each item, on a header that drifted.
+    let Some(cc) = common::CCompiler::find() else {
+        common::skip_no_compiler("a_drifted_header_is_reported_item_by_item");
+        return;
+    };
+    let (header, _) = read_sources();
+    let drifted = header
+        .replacen(
+            "  uint32_t reserved;\n  uint8_t bytes[FX_BLOB_BYTES];",
+            "  uint64_t reserved;\n  uint8_t bytes[FX_BLOB_BYTES];",
+            1,
+        )
+        .replacen("#define FX_REMOTE 5", "#define FX_REMOTE 9", 1);
+    assert_ne!(
+        drifted, header,
+        "the header changed shape: update this test's edits"
+    );
+    let dir = common::TempDir::new("header-drift");
+    std::fs::write(dir.path().join("ferrocx_plugin.h"), drifted).unwrap();
+    let problems = compare_with_c(&cc, &expected(), dir.path());
+    let text = problems.join("\n");
+    for needle in [
+        "sizeof(fx_blob_t.reserved): C 8, Rust 4",
+        "offsetof(fx_blob_t, bytes): C 16, Rust 8",
+        "sizeof(fx_blob_t): C 272, Rust 264",
+        "FX_REMOTE: C 9, Rust 5",
+    ] {
+        assert!(text.contains(needle), "expected '{needle}' among:\n{text}");
+    }
+}
+
+#[test]
+fn coverage_scanner_sees_everything() {
+    // The text scanners above must actually find the items, or the coverage check is vacuous.
+    let (header, abi_rs) = read_sources();
+    let defines = idents_after(&header, "#define ");
+    assert!(
+        defines.iter().any(|d| d == "FX_CAP_CROSS_HOST"),
+        "{defines:?}"
+    );
+    assert!(header_typedefs(&header)
+        .iter()
+        .any(|t| t == "fx_transport_v1_t"));
+    assert!(idents_after(&abi_rs, "pub const ")
+        .iter()
+        .any(|c| c == "FX_LOG_TRACE"));
+    assert!(idents_after(&abi_rs, "pub struct ")
+        .iter()
+        .any(|s| s == "FxHostV1"));
+    let e = expected();
+    let fake_header = format!("{header}\n#define FX_NEW_THING 9\n");
+    let p = coverage_problems(&e, &fake_header, &abi_rs);
+    assert!(p.len() == 1 && p[0].contains("FX_NEW_THING"), "{p:?}");
+}
