@@ -1,0 +1,157 @@
+//! Socket helpers shared by the rendezvous and the mesh: resolving the root, bounded
+//! connects and accepts, reads with a deadline.
+
+use super::wire::{self, Frame, WireError};
+use crate::error::{Error, Result};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest single connect attempt: a black-holed address is retried rather than waited on
+/// for the whole timeout, so a route that appears later is still picked up.
+const CONNECT_ATTEMPT: Duration = Duration::from_secs(5);
+const RETRY_FIRST: Duration = Duration::from_millis(10);
+const RETRY_MAX: Duration = Duration::from_millis(500);
+/// Accept polling: short naps, growing while nothing comes.
+const ACCEPT_NAP_MAX: Duration = Duration::from_millis(20);
+
+/// `now + d`, saturating instead of panicking on absurd durations.
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
+}
+
+/// Resolve `host:port` (IPv4, `[IPv6]:port` or a host name) to its addresses.
+pub(crate) fn resolve(root: &str) -> Result<Vec<SocketAddr>> {
+    if let Ok(a) = root.parse::<SocketAddr>() {
+        return Ok(vec![a]);
+    }
+    super::launch::split_host_port(root)
+        .map_err(|why| Error::InvalidArgument(format!("bootstrap root address '{root}' {why}")))?;
+    let addrs: Vec<SocketAddr> = root
+        .to_socket_addrs()
+        .map_err(|e| Error::Bootstrap(format!("cannot resolve the bootstrap root '{root}': {e}")))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(Error::Bootstrap(format!(
+            "the bootstrap root '{root}' resolves to no address"
+        )));
+    }
+    Ok(addrs)
+}
+
+/// Listen on `root`'s port on every interface of its family: the root name may resolve to
+/// an address other than the one peers use to reach this host. (std sets SO_REUSEADDR on
+/// Unix, so a port left in TIME_WAIT by a previous run can be reused at once.)
+pub(crate) fn bind_root(root: &str, addr: SocketAddr) -> Result<TcpListener> {
+    let any = match addr {
+        SocketAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), addr.port()),
+        SocketAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), addr.port()),
+    };
+    TcpListener::bind(any).map_err(|e| {
+        let hint = if e.kind() == io::ErrorKind::AddrInUse {
+            ": another process (maybe an earlier job) holds this port; pick another port in FERROCX_COMM_ID"
+        } else {
+            ""
+        };
+        Error::Bootstrap(format!("rank 0 cannot listen on {any} for the bootstrap root {root}: {e}{hint}"))
+    })
+}
+
+/// Options every bootstrap connection gets: no Nagle delay (small request/answer frames),
+/// and writes bounded by the timeout so a wedged peer cannot block a sender forever.
+pub(crate) fn configure(s: &TcpStream, timeout: Duration) -> io::Result<()> {
+    s.set_nodelay(true)?;
+    s.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))
+}
+
+/// Connect to any of `addrs`, retrying refusals (the listener may not be up yet) with
+/// backoff until `deadline`. On expiry: `Error::Timeout` about `what`, with the last error.
+pub(crate) fn connect_retry(
+    addrs: &[SocketAddr],
+    deadline: Instant,
+    timeout: Duration,
+    what: &str,
+    peer: Option<usize>,
+) -> Result<TcpStream> {
+    let mut backoff = RETRY_FIRST;
+    let mut last = String::from("no attempt made");
+    let mut attempts = 0u32;
+    loop {
+        for a in addrs {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            attempts += 1;
+            match TcpStream::connect_timeout(a, left.min(CONNECT_ATTEMPT)) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = format!("{a}: {e}"),
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout {
+                what: format!("{what} ({attempts} attempts; last error: {last})"),
+                peer,
+                after: timeout,
+            });
+        }
+        std::thread::sleep(backoff.min(left));
+        backoff = (backoff * 2).min(RETRY_MAX);
+    }
+}
+
+/// Accept one connection on a non-blocking `listener`, or `None` once `deadline` passes or
+/// `stop` is raised. Polls with short naps: std has no accept timeout, and this runs only
+/// while a communicator is being set up.
+pub(crate) fn accept_until(
+    listener: &TcpListener,
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> io::Result<Option<(TcpStream, SocketAddr)>> {
+    let mut nap = Duration::from_millis(1);
+    loop {
+        match listener.accept() {
+            Ok((s, from)) => {
+                // Accepted sockets must block: callers rely on read timeouts, not polling.
+                s.set_nonblocking(false)?;
+                return Ok(Some((s, from)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // The client gave up between SYN and accept, or a signal: try again.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(e),
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stop.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        std::thread::sleep(nap.min(left));
+        nap = (nap * 2).min(ACCEPT_NAP_MAX);
+    }
+}
+
+/// Read one frame, giving up at `deadline`.
+pub(crate) fn read_frame_by(
+    s: &TcpStream,
+    deadline: Instant,
+    max_len: u64,
+) -> Result<Frame, WireError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(WireError::Timeout);
+    }
+    s.set_read_timeout(Some(left))?;
+    let mut r = s;
+    wire::read_frame(&mut r, max_len)
+}

@@ -1,0 +1,437 @@
+//! Multi-rank tests: each rank is a thread with its own `Bootstrap` on loopback. Rank 0
+//! binds port 0 and hands the port to the others, so parallel tests never collide.
+
+use super::*;
+use std::net::TcpListener;
+use std::sync::atomic::AtomicUsize;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Generous for the success paths: the machine may be busy running other tests.
+const SLOW: Duration = Duration::from_secs(20);
+
+/// Run `body` on `n` ranks rendezvousing at `host` (port chosen by rank 0); results by rank.
+fn run_ranks_at<T: Send + 'static>(
+    host: &str,
+    n: usize,
+    timeout: Duration,
+    body: impl Fn(Bootstrap) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    let body = Arc::new(body);
+    let (tx, rx) = mpsc::channel::<SocketAddr>();
+    let rx = Arc::new(std::sync::Mutex::new(rx));
+    let mut handles = Vec::new();
+    for rank in 0..n {
+        let (body, tx, rx, host) = (body.clone(), tx.clone(), rx.clone(), host.to_string());
+        handles.push(std::thread::spawn(move || {
+            let boot = if rank == 0 {
+                let report = move |addr: SocketAddr| {
+                    for _ in 1..n {
+                        tx.send(addr).unwrap();
+                    }
+                };
+                Bootstrap::init_with(&format!("{host}:0"), 0, n, 0, timeout, Some(&report))
+            } else {
+                let addr = rx
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(SLOW)
+                    .expect("rank 0 reports its port");
+                Bootstrap::init(&addr.to_string(), rank, n, rank as i32, timeout)
+            };
+            body(boot.unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}")))
+        }));
+    }
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("rank thread panicked"))
+        .collect()
+}
+
+fn run_ranks<T: Send + 'static>(
+    n: usize,
+    body: impl Fn(Bootstrap) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    run_ranks_at("127.0.0.1", n, SLOW, body)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn init_one_two_four_ranks_with_consistent_tables() {
+    for n in [1, 2, 4] {
+        let out = run_ranks(n, |b| {
+            assert_eq!(b.me().rank, b.rank());
+            assert_eq!(b.me().pid, std::process::id());
+            assert_eq!(b.me().cuda_device, b.rank() as i32);
+            (b.rank(), b.nranks(), b.peers().to_vec(), b.comm_hash())
+        });
+        for (r, (rank, nranks, peers, hash)) in out.iter().enumerate() {
+            assert_eq!((*rank, *nranks), (r, n));
+            assert_eq!(peers, &out[0].2, "rank {r} has a different table");
+            assert_eq!(*hash, out[0].3, "comm_hash differs on rank {r}");
+        }
+        let peers = &out[0].2;
+        for (i, p) in peers.iter().enumerate() {
+            assert_eq!(p.rank, i);
+            assert_eq!(p.host_hash, host_hash());
+            assert_eq!(p.local_rank, i, "one host: local rank == rank");
+            assert!(p.addr.ip().is_loopback(), "{}", p.addr);
+        }
+    }
+}
+
+#[test]
+fn ipv6_loopback() {
+    if TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback here; skipping");
+        return;
+    }
+    let out = run_ranks_at("[::1]", 3, SLOW, |b| {
+        b.barrier().unwrap();
+        let all = b.all_gather(&[b.rank() as u8]).unwrap();
+        (b.me().addr, all)
+    });
+    for (r, (addr, all)) in out.iter().enumerate() {
+        assert!(addr.is_ipv6(), "rank {r} listens on {addr}");
+        assert_eq!(all, &vec![vec![0], vec![1], vec![2]]);
+    }
+}
+
+#[test]
+fn send_recv_is_fifo_per_tag() {
+    run_ranks(3, |b| {
+        match b.rank() {
+            0 => {
+                for m in [&b"a"[..], b"b", b"c"] {
+                    b.send(1, 1, m).unwrap();
+                }
+                b.send(1, 2, b"x").unwrap();
+                b.send(1, 3, &[]).unwrap();
+                let big: Vec<u8> = (0..(3 << 20)).map(|i| (i % 251) as u8).collect();
+                b.send(2, 1, &big).unwrap();
+                b.send(0, 9, b"to myself").unwrap();
+                assert_eq!(b.recv(0, 9).unwrap(), b"to myself");
+            }
+            1 => {
+                // A later tag can be taken first; each tag keeps its order.
+                assert_eq!(b.recv(0, 2).unwrap(), b"x");
+                assert_eq!(b.recv(0, 1).unwrap(), b"a");
+                assert_eq!(b.recv(0, 3).unwrap(), b"");
+                assert_eq!(b.recv(0, 1).unwrap(), b"b");
+                assert_eq!(b.recv(0, 1).unwrap(), b"c");
+            }
+            _ => {
+                let big = b.recv(0, 1).unwrap();
+                assert_eq!(big.len(), 3 << 20);
+                assert!(big.iter().enumerate().all(|(i, &v)| v == (i % 251) as u8));
+            }
+        }
+        // Misuse is an error, not a panic.
+        assert!(matches!(b.send(7, 0, b""), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            b.send(0, RESERVED_TAG_BIT | 1, b""),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            b.recv(0, u64::MAX),
+            Err(Error::InvalidArgument(_))
+        ));
+        b.barrier().unwrap();
+    });
+}
+
+#[test]
+fn all_gather_and_barrier() {
+    let out = run_ranks(4, |b| {
+        let mut results = Vec::new();
+        for round in 0..3u8 {
+            let mine = vec![round; b.rank() * 3 + round as usize];
+            results.push(b.all_gather(&mine).unwrap());
+            b.barrier().unwrap();
+        }
+        b.barrier().unwrap();
+        results
+    });
+    for (r, results) in out.iter().enumerate() {
+        for (round, all) in results.iter().enumerate() {
+            let expect: Vec<Vec<u8>> = (0..4).map(|p| vec![round as u8; p * 3 + round]).collect();
+            assert_eq!(all, &expect, "rank {r} round {round}");
+        }
+    }
+}
+
+#[test]
+fn barrier_waits_for_the_last_rank() {
+    let out = run_ranks(3, |b| {
+        if b.rank() == 2 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let t = Instant::now();
+        b.barrier().unwrap();
+        t.elapsed()
+    });
+    assert!(
+        out[0] >= Duration::from_millis(250),
+        "rank 0 left the barrier after {:?}",
+        out[0]
+    );
+}
+
+#[test]
+fn recv_timeout_is_bounded_and_names_the_peer() {
+    let timeout = Duration::from_secs(2);
+    run_ranks_at("127.0.0.1", 2, timeout, move |b| {
+        if b.rank() == 0 {
+            let t = Instant::now();
+            let e = b.recv(1, 42).unwrap_err();
+            let waited = t.elapsed();
+            match &e {
+                Error::Timeout {
+                    peer: Some(1),
+                    after,
+                    ..
+                } => assert_eq!(*after, timeout),
+                e => panic!("expected a timeout naming rank 1, got {e}"),
+            }
+            assert!(
+                e.to_string().contains("rank 1") && e.to_string().contains("tag 42"),
+                "{e}"
+            );
+            assert!(
+                waited >= timeout - Duration::from_millis(20)
+                    && waited < timeout + Duration::from_secs(2),
+                "{waited:?}"
+            );
+            // Explicit deadline.
+            let t = Instant::now();
+            let e = b
+                .recv_deadline(1, 43, Instant::now() + Duration::from_millis(200))
+                .unwrap_err();
+            assert!(matches!(e, Error::Timeout { peer: Some(1), .. }), "{e}");
+            assert!(t.elapsed() < Duration::from_secs(2));
+            b.send(1, 0, b"done").unwrap();
+        } else {
+            // Stay alive (and silent on tag 42) until rank 0 is done.
+            b.recv_deadline(0, 0, Instant::now() + SLOW).unwrap();
+        }
+    });
+}
+
+#[test]
+fn crash_is_reported_promptly_but_clean_close_is_not_a_death() {
+    run_ranks(3, |b| {
+        b.barrier().unwrap();
+        match b.rank() {
+            0 => {
+                let t = Instant::now();
+                // Rank 2 crashes while we wait: we must hear of it long before the timeout.
+                let e = b.recv(2, 5).unwrap_err();
+                assert!(
+                    t.elapsed() < Duration::from_secs(5),
+                    "took {:?}",
+                    t.elapsed()
+                );
+                match &e {
+                    Error::PeerFailed { rank: 2, detail } => {
+                        assert!(detail.contains("without saying goodbye"), "{detail}");
+                        assert!(
+                            detail.contains(&format!("pid {}", std::process::id())),
+                            "{detail}"
+                        );
+                    }
+                    e => panic!("expected rank 2 to be reported failed, got {e}"),
+                }
+                let (dead, what) = b.dead_peer().expect("rank 2 is dead");
+                assert_eq!(dead, 2, "{what}");
+                // Rank 1 closed cleanly: a recv from it fails at once, but it is no death.
+                let e = b.recv(1, 5).unwrap_err();
+                assert!(
+                    matches!(&e, Error::PeerFailed { rank: 1, detail } if detail.contains("said goodbye")),
+                    "{e}"
+                );
+                assert_eq!(b.dead_peer().map(|d| d.0), Some(2));
+                assert!(matches!(
+                    b.send(2, 0, b"x"),
+                    Err(Error::PeerFailed { rank: 2, .. })
+                ));
+                // Dropped with a dead peer and a departed one: must not hang.
+            }
+            1 => b.close(),
+            _ => {
+                std::thread::sleep(Duration::from_millis(300));
+                b.kill_for_test();
+            }
+        }
+    });
+}
+
+#[test]
+fn abort_notice_reaches_every_rank_and_wakes_waiters() {
+    // Test-level sync: once aborted, bootstrap receives fail by design.
+    let done = Arc::new(std::sync::Barrier::new(3));
+    run_ranks(3, move |b| {
+        let fired = Arc::new(AtomicUsize::new(0));
+        let f = fired.clone();
+        b.set_event_hook(Box::new(move || {
+            f.fetch_add(1, Ordering::SeqCst);
+        }));
+        b.barrier().unwrap();
+        if b.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(200));
+            b.broadcast_abort("CUDA error: out of memory");
+            assert_eq!(
+                b.abort_notice(),
+                None,
+                "our own abort is not a notice from a peer"
+            );
+            // Keep the connections up until the others have seen it.
+            done.wait();
+            return;
+        }
+        // Wait on a rank that is alive and silent: the abort must end the wait.
+        let other = if b.rank() == 0 { 2 } else { 0 };
+        let t = Instant::now();
+        let e = b.recv(other, 7).unwrap_err();
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            t.elapsed()
+        );
+        match &e {
+            Error::PeerFailed { rank: 1, detail } => {
+                assert!(detail.contains("out of memory"), "{detail}")
+            }
+            e => panic!("expected the abort from rank 1, got {e}"),
+        }
+        assert_eq!(
+            b.abort_notice(),
+            Some((1, "CUDA error: out of memory".to_string()))
+        );
+        // The hook runs on the reader thread; it may trail the wake-up slightly.
+        let t = Instant::now();
+        while fired.load(Ordering::SeqCst) == 0 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(fired.load(Ordering::SeqCst) >= 1, "the event hook fired");
+        assert_eq!(b.dead_peer(), None);
+        done.wait();
+    });
+}
+
+#[test]
+fn root_that_does_not_exist_times_out_naming_the_address() {
+    let root = format!("127.0.0.1:{}", free_port());
+    let timeout = Duration::from_secs(1);
+    let t = Instant::now();
+    let e = Bootstrap::init(&root, 1, 2, 0, timeout)
+        .err()
+        .expect("no root, no bootstrap");
+    let took = t.elapsed();
+    assert!(matches!(e, Error::Timeout { peer: Some(0), .. }), "{e}");
+    assert!(e.to_string().contains(&root), "{e}");
+    assert!(
+        took >= timeout - Duration::from_millis(20) && took < timeout + Duration::from_secs(2),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn silent_root_times_out_waiting_for_the_table() {
+    // Something listens but never answers (a hung rank 0, or another program).
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let root = silent.local_addr().unwrap().to_string();
+    let t = Instant::now();
+    let e = Bootstrap::init(&root, 1, 2, 0, Duration::from_millis(800))
+        .err()
+        .expect("no table, no bootstrap");
+    assert!(matches!(e, Error::Timeout { peer: Some(0), .. }), "{e}");
+    assert!(e.to_string().contains(&root), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}
+
+#[test]
+fn root_rejects_strays_and_wrong_sizes_but_completes() {
+    use std::io::Write;
+    let (tx, rx) = mpsc::channel();
+    let root = std::thread::spawn(move || {
+        let report = move |a: SocketAddr| tx.send(a).unwrap();
+        Bootstrap::init_with("127.0.0.1:0", 0, 2, 0, SLOW, Some(&report))
+    });
+    let addr = rx.recv_timeout(SLOW).unwrap();
+    // Garbage (an HTTP probe), then a ferrocx rank that believes in another size.
+    let mut probe = std::net::TcpStream::connect(addr).unwrap();
+    probe
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let e = Bootstrap::init(&addr.to_string(), 1, 3, 0, SLOW)
+        .err()
+        .expect("size mismatch is rejected");
+    assert!(
+        matches!(&e, Error::Bootstrap(m) if m.contains("expects 3 ranks")),
+        "{e}"
+    );
+    // The real rank 1 still gets in.
+    let one = Bootstrap::init(&addr.to_string(), 1, 2, 0, SLOW).unwrap();
+    let zero = root.join().unwrap().unwrap();
+    assert_eq!(zero.comm_hash(), one.comm_hash());
+    zero.send(1, 3, b"hi").unwrap();
+    assert_eq!(one.recv(0, 3).unwrap(), b"hi");
+}
+
+#[test]
+fn bad_arguments() {
+    assert!(matches!(
+        Bootstrap::init("127.0.0.1:1", 0, 0, 0, SLOW),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Bootstrap::init("127.0.0.1:1", 2, 2, 0, SLOW),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Bootstrap::init("no-port", 1, 2, 0, SLOW),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn close_is_idempotent_and_ends_waits() {
+    run_ranks(2, |b| {
+        let b = Arc::new(b);
+        b.barrier().unwrap();
+        if b.rank() == 0 {
+            let waiter = {
+                let b = b.clone();
+                std::thread::spawn(move || b.recv(1, 1))
+            };
+            std::thread::sleep(Duration::from_millis(100));
+            b.close();
+            b.close();
+            let r = waiter.join().unwrap();
+            assert!(
+                matches!(
+                    r,
+                    Err(Error::Destroyed(_)) | Err(Error::PeerFailed { rank: 1, .. })
+                ),
+                "{r:?}"
+            );
+        } else {
+            // Outlive rank 0's close so its waiter ends because of the close.
+            let r = b.recv(0, 1);
+            assert!(matches!(r, Err(Error::PeerFailed { rank: 0, .. })), "{r:?}");
+        }
+    });
+}
+
+#[test]
+fn bootstrap_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Bootstrap>();
+}
