@@ -44,7 +44,10 @@ pub fn env_bool(var: &str, default: bool) -> Result<bool> {
             "" => Ok(default),
             "1" | "true" | "yes" | "on" => Ok(true),
             "0" | "false" | "no" | "off" => Ok(false),
-            _ => Err(Error::Config { var: var.into(), message: format!("'{v}' is not a boolean (use 1 or 0)") }),
+            _ => Err(Error::Config {
+                var: var.into(),
+                message: format!("'{v}' is not a boolean (use 1 or 0)"),
+            }),
         },
         Err(_) => Ok(default),
     }
@@ -53,13 +56,99 @@ pub fn env_bool(var: &str, default: bool) -> Result<bool> {
 /// An unsigned integer variable.
 pub fn env_usize(var: &str, default: usize) -> Result<usize> {
     match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .parse()
-            .map_err(|_| Error::Config { var: var.into(), message: format!("'{v}' is not a non-negative integer") }),
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| Error::Config {
+            var: var.into(),
+            message: format!("'{v}' is not a non-negative integer"),
+        }),
         _ => Ok(default),
     }
 }
+
+/// Every variable ferrocx reads: (name, default, meaning). `fxinfo` prints
+/// them with their effective values; `docs/ENV.md` explains them at length.
+pub const VARIABLES: &[(&str, &str, &str)] = &[
+    (
+        "FERROCX_COMM_ID",
+        "(none)",
+        "rendezvous address host:port; rank 0 listens there",
+    ),
+    (
+        "FERROCX_RANK",
+        "(none)",
+        "this rank (set by fxrun); else OMPI_COMM_WORLD_RANK, SLURM_PROCID, RANK",
+    ),
+    (
+        "FERROCX_NRANKS",
+        "(none)",
+        "number of ranks (set by fxrun); else OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, WORLD_SIZE",
+    ),
+    (
+        "FERROCX_LOCAL_RANK",
+        "(none)",
+        "rank on this host (set by fxrun); else the launcher's, else computed",
+    ),
+    (
+        "FERROCX_PORT",
+        "MASTER_PORT+1",
+        "rendezvous port when only MASTER_ADDR is given (torchrun)",
+    ),
+    (
+        "FERROCX_TIMEOUT",
+        "300",
+        "bound for every wait, seconds (or 500ms, 2m)",
+    ),
+    (
+        "FERROCX_DEBUG",
+        "warn",
+        "log filter (EnvFilter syntax: info, info,ferrocx::select=debug)",
+    ),
+    (
+        "FERROCX_DEBUG_FILE",
+        "(stderr)",
+        "log file; %h = host, %p = pid",
+    ),
+    (
+        "FERROCX_PLUGINS",
+        "(none)",
+        "plugin .so files to load, comma or colon separated",
+    ),
+    (
+        "FERROCX_PLUGIN_PATH",
+        "(none)",
+        "directories scanned for libferrocx_plugin_*.so, colon separated",
+    ),
+    (
+        "FERROCX_BUILTIN_PLUGINS",
+        "1",
+        "0 disables the plugins linked into the binary",
+    ),
+    (
+        "FERROCX_TRANSPORTS",
+        "(all)",
+        "a,b: only these, first listed wins; ^a,b: all but these",
+    ),
+    (
+        "FERROCX_SHM_DISABLE",
+        "0",
+        "1 makes the shm transport decline every peer",
+    ),
+    (
+        "FERROCX_SHM_CHUNK_SIZE",
+        "524288",
+        "shm ring slot size in bytes",
+    ),
+    ("FERROCX_SHM_NSLOTS", "8", "shm ring slots per connection"),
+    (
+        "FERROCX_SHM_SINGLE_COPY",
+        "1",
+        "0 disables the process_vm_writev single-copy path",
+    ),
+    (
+        "FERROCX_SHM_SINGLE_COPY_MIN",
+        "65536",
+        "smallest message (bytes) sent by single copy into a registered buffer",
+    ),
+];
 
 #[cfg(test)]
 mod tests {
@@ -68,9 +157,15 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_duration("X", "30").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("X", "500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(
+            parse_duration("X", "500ms").unwrap(),
+            Duration::from_millis(500)
+        );
         assert_eq!(parse_duration("X", "2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("X", "0.5s").unwrap(), Duration::from_millis(500));
+        assert_eq!(
+            parse_duration("X", "0.5s").unwrap(),
+            Duration::from_millis(500)
+        );
         let e = parse_duration("FERROCX_TIMEOUT", "soon").unwrap_err();
         assert!(e.to_string().contains("FERROCX_TIMEOUT"), "{e}");
         assert!(parse_duration("X", "-1").is_err());

@@ -3,11 +3,30 @@
 //! The core: bootstrap (rendezvous and out-of-band exchange), the plugin
 //! registry (built-ins and `.so` files) and per-peer transport selection,
 //! the proxy service and progress threads, and the [`Communicator`] API.
+//!
+//! ```no_run
+//! // Launched with: fxrun -n 2 -- ./my_program
+//! let comm = ferrocx::Communicator::from_env()?;
+//! let peer = 1 - comm.rank();
+//! let out = vec![comm.rank() as u8; 4096];
+//! let mut inp = vec![0u8; 4096];
+//! let mut g = comm.group_start();
+//! g.send(&out, peer)?;
+//! g.recv(&mut inp, peer)?;
+//! g.group_end()?;
+//! comm.destroy()?;
+//! # Ok::<(), ferrocx::Error>(())
+//! ```
 
 pub mod bootstrap;
+mod comm;
 pub mod config;
 mod error;
+pub mod log;
+pub mod plugin;
+pub mod proxy;
 
+pub use comm::{CommConfig, Communicator, Dir, Group, RegHandle};
 pub use error::{Error, Result};
 
 #[cfg(feature = "builtin-shm")]

@@ -1,1 +1,224 @@
-//! test helpers
+//! Helpers for the multi-process integration tests: start N real rank
+//! processes of the `fxtest-worker` binary, bounded in time, and collect
+//! their outputs; locate (building if needed) plugin `.so` files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// What one rank did.
+#[derive(Debug)]
+pub struct RankOutput {
+    /// Rank.
+    pub rank: usize,
+    /// Process id.
+    pub pid: u32,
+    /// Exit code (`None` when killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl RankOutput {
+    /// Exit code 0.
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// A free 127.0.0.1 port (bound then released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// Start `n` ranks of `worker args`, with `env` added, and wait at most `limit`.
+/// Ranks still running at the limit are killed (the test then fails on their code).
+pub fn run_ranks(
+    worker: &str,
+    n: usize,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> Vec<RankOutput> {
+    let root = format!("127.0.0.1:{}", free_port());
+    let mut children: Vec<(usize, Child)> = (0..n)
+        .map(|r| {
+            let mut c = Command::new(worker);
+            c.args(args)
+                .env("FERROCX_COMM_ID", &root)
+                .env("FERROCX_RANK", r.to_string())
+                .env("FERROCX_NRANKS", n.to_string())
+                .env("FERROCX_LOCAL_RANK", r.to_string())
+                .env_remove("FERROCX_TRANSPORTS")
+                .env_remove("FERROCX_PLUGINS")
+                .env_remove("FERROCX_PLUGIN_PATH")
+                .env_remove("FERROCX_BUILTIN_PLUGINS")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in env {
+                c.env(k, v);
+            }
+            (r, c.spawn().expect("spawn worker"))
+        })
+        .collect();
+    // Drain pipes in threads so a chatty rank cannot block on a full pipe.
+    let mut readers = Vec::new();
+    for (r, c) in children.iter_mut() {
+        let mut so = c.stdout.take().expect("stdout");
+        let mut se = c.stderr.take().expect("stderr");
+        let r = *r;
+        readers.push(std::thread::spawn(move || {
+            use std::io::Read;
+            let (mut a, mut b) = (String::new(), String::new());
+            let t = std::thread::spawn(move || {
+                let _ = se.read_to_string(&mut b);
+                b
+            });
+            let _ = so.read_to_string(&mut a);
+            (r, a, t.join().unwrap_or_default())
+        }));
+    }
+    let start = Instant::now();
+    let mut codes: Vec<Option<Option<i32>>> = vec![None; n];
+    let pids: Vec<u32> = children.iter().map(|(_, c)| c.id()).collect();
+    while codes.iter().any(|c| c.is_none()) {
+        for (r, c) in children.iter_mut() {
+            if codes[*r].is_none() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    codes[*r] = Some(st.code());
+                }
+            }
+        }
+        if start.elapsed() > limit {
+            for (r, c) in children.iter_mut() {
+                if codes[*r].is_none() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    codes[*r] = Some(None);
+                    eprintln!("rank {r} killed: still running after {limit:?}");
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut outs: Vec<RankOutput> = readers
+        .into_iter()
+        .map(|h| {
+            let (rank, stdout, stderr) = h.join().expect("reader");
+            RankOutput {
+                rank,
+                pid: pids[rank],
+                code: codes[rank].flatten(),
+                stdout,
+                stderr,
+            }
+        })
+        .collect();
+    outs.sort_by_key(|o| o.rank);
+    outs
+}
+
+/// Panic with every rank's output unless all exited 0.
+pub fn assert_all_ok(outs: &[RankOutput]) {
+    if outs.iter().all(RankOutput::ok) {
+        return;
+    }
+    let mut msg = String::from("some ranks failed:\n");
+    for o in outs {
+        msg.push_str(&format!(
+            "--- rank {} (pid {}) exit {:?}\nstdout:\n{}\nstderr:\n{}\n",
+            o.rank, o.pid, o.code, o.stdout, o.stderr
+        ));
+    }
+    panic!("{msg}");
+}
+
+/// `/dev/shm` entries that ferrocx made for any of these pids.
+pub fn shm_leftovers(pids: &[u32]) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir("/dev/shm") else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| pids.iter().any(|p| n.starts_with(&format!("ferrocx-{p}-"))))
+        .collect()
+}
+
+/// The workspace's target directory (from the test executable's location).
+pub fn target_dir() -> PathBuf {
+    if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
+        return PathBuf::from(t);
+    }
+    let exe = std::env::current_exe().expect("exe");
+    // target/<profile>/deps/<test> → target
+    exe.ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+static BUILD: Mutex<()> = Mutex::new(());
+
+/// Path of the shm transport as a loadable `.so`, built into a separate
+/// target directory (so this cannot contend with the running cargo's lock).
+pub fn shm_plugin_so() -> PathBuf {
+    let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = target_dir().join("fx-plugins");
+    let so = dir.join("release").join("libferrocx_plugin_shm.so");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("Cargo.toml");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "ferrocx-plugin-shm",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&dir)
+        .status()
+        .expect("run cargo to build the shm plugin");
+    assert!(st.success(), "building libferrocx_plugin_shm.so failed");
+    assert!(so.exists(), "{} missing after build", so.display());
+    so
+}
+
+/// Compile a C source into a shared library in a temp dir; `None` when no C compiler exists.
+pub fn compile_c_plugin(src: &Path, name: &str) -> Option<PathBuf> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let dir = std::env::temp_dir().join(format!("fx-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let out = dir.join(format!("lib{name}.so"));
+    let inc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/include");
+    let st = Command::new(&cc)
+        .args([
+            "-std=c99",
+            "-D_GNU_SOURCE",
+            "-O2",
+            "-Wall",
+            "-fPIC",
+            "-shared",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(src)
+        .arg(format!("-I{}", inc.display()))
+        .status();
+    match st {
+        Ok(s) if s.success() => Some(out),
+        Ok(s) => panic!("compiling {} failed: {s}", src.display()),
+        Err(e) => {
+            eprintln!("skipped: no C compiler ({cc}: {e}); set CC");
+            None
+        }
+    }
+}

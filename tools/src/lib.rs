@@ -1,1 +1,3 @@
 pub mod launch;
+pub mod perf;
+pub mod check;

@@ -1,0 +1,274 @@
+//! One direction of one connection to a peer, and how it is established:
+//! setup → blob exchange over the bootstrap → connect until done.
+//!
+//! The sender chooses the transport and tells the receiver which one in its
+//! request, so both ends always run the same plugin. Phases per group (no
+//! cycles, so no deadlock whatever order ranks post in):
+//! 1. for every needed send side: choose, `setup`, send REQ(name, blob);
+//! 2. for every needed receive side: wait REQ, `setup` with that plugin, send ACK(blob), `connect`;
+//! 3. for every send side: wait ACK, `connect`;
+//! 4. repeat `connect` on the ones in progress until all are done (bounded).
+
+use super::shared::CommShared;
+use crate::error::{Error, Result};
+use crate::plugin::{select, PluginInstance, RawConn};
+use ferrocx_sdk::abi::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Which way data flows on a connection, from this rank's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dir {
+    /// This rank sends.
+    Send,
+    /// This rank receives.
+    Recv,
+}
+
+/// An established connection end.
+pub struct Connection {
+    pub(crate) plugin: Arc<PluginInstance>,
+    pub(crate) raw: RawConn,
+    pub(crate) peer: usize,
+    pub(crate) dir: Dir,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Err(e) = self.plugin.free(self.raw, self.peer) {
+            tracing::warn!(target: "ferrocx::comm", "freeing connection to rank {}: {e}", self.peer);
+        }
+    }
+}
+
+const TAG_CONN: u64 = 0x4658_0000_0000_0000; // "FX" connection-setup tag space
+fn tag(phase: u64, channel: u32) -> u64 {
+    TAG_CONN | (phase << 32) | channel as u64
+}
+
+fn conn_id(shared: &CommShared, sender: usize, receiver: usize, channel: u32) -> u64 {
+    let mut h = shared.comm_hash ^ 0x9e37_79b9_7f4a_7c15;
+    for v in [sender as u64, receiver as u64, channel as u64] {
+        h = (h ^ v).wrapping_mul(0x100_0000_01b3).rotate_left(17);
+    }
+    h
+}
+
+fn req(shared: &CommShared, peer: usize, dir: Dir, channel: u32) -> FxConnReq {
+    let (s, r) = if dir == Dir::Send {
+        (shared.rank, peer)
+    } else {
+        (peer, shared.rank)
+    };
+    FxConnReq {
+        me: shared.peer_info[shared.rank],
+        peer: shared.peer_info[peer],
+        direction: if dir == Dir::Send {
+            FX_DIR_SEND
+        } else {
+            FX_DIR_RECV
+        },
+        channel: channel as i32,
+        conn_id: conn_id(shared, s, r, channel),
+    }
+}
+
+fn encode(name: &str, blob: &FxBlob, status: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FX_NAME_BYTES + 4 + blob.len as usize + status.len());
+    let mut n = [0u8; FX_NAME_BYTES];
+    let k = name.len().min(FX_NAME_BYTES - 1);
+    n[..k].copy_from_slice(&name.as_bytes()[..k]);
+    out.extend_from_slice(&n);
+    out.extend_from_slice(&blob.len.to_le_bytes());
+    out.extend_from_slice(blob.as_bytes());
+    out.extend_from_slice(status.as_bytes());
+    out
+}
+
+fn decode(peer: usize, msg: &[u8]) -> Result<(String, FxBlob, String)> {
+    let bad = || {
+        Error::Bootstrap(format!(
+            "malformed connection message from rank {peer} ({} bytes)",
+            msg.len()
+        ))
+    };
+    if msg.len() < FX_NAME_BYTES + 4 {
+        return Err(bad());
+    }
+    let name: String = String::from_utf8_lossy(&msg[..FX_NAME_BYTES])
+        .trim_end_matches('\0')
+        .to_string();
+    let len = u32::from_le_bytes(
+        msg[FX_NAME_BYTES..FX_NAME_BYTES + 4]
+            .try_into()
+            .map_err(|_| bad())?,
+    ) as usize;
+    let body = &msg[FX_NAME_BYTES + 4..];
+    if len > FX_BLOB_BYTES || body.len() < len {
+        return Err(bad());
+    }
+    let mut blob = FxBlob::new();
+    blob.bytes[..len].copy_from_slice(&body[..len]);
+    blob.len = len as u32;
+    Ok((
+        name,
+        blob,
+        String::from_utf8_lossy(&body[len..]).into_owned(),
+    ))
+}
+
+/// Pick the transport for this rank → `peer` among the communicator's plugins.
+pub(crate) fn choose_plugin(shared: &CommShared, peer: usize) -> Result<Arc<PluginInstance>> {
+    let me = &shared.peer_info[shared.rank];
+    let them = &shared.peer_info[peer];
+    let scores: Vec<(String, i32)> = shared
+        .plugins
+        .iter()
+        .map(|p| (p.name().to_string(), p.can_connect(me, them)))
+        .collect();
+    let shown = scores
+        .iter()
+        .map(|(n, s)| format!("{n}={s}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match select::choose(&shared.filter, &scores) {
+        Some(i) => {
+            tracing::info!(target: "ferrocx::select", "rank {} -> rank {peer}: transport {} (scores: {shown})", shared.rank, scores[i].0);
+            Ok(shared.plugins[i].clone())
+        }
+        None => Err(Error::NoTransport {
+            peer,
+            detail: format!(
+                "scores: [{}], FERROCX_TRANSPORTS filter: {:?}, skipped plugins: {}",
+                if shown.is_empty() {
+                    "no plugins loaded".into()
+                } else {
+                    shown
+                },
+                shared.filter,
+                shared.skipped
+            ),
+        }),
+    }
+}
+
+struct Pending {
+    conn: Connection,
+    peer_blob: Option<FxBlob>,
+    done: bool,
+}
+
+/// Establish the given (peer, dir) connections on channel `channel`.
+pub(crate) fn establish(
+    shared: &CommShared,
+    needs: &[(usize, Dir)],
+    channel: u32,
+) -> Result<Vec<Connection>> {
+    let mut sends: Vec<Pending> = Vec::new();
+    let mut recvs: Vec<Pending> = Vec::new();
+    // Phase 1: send sides choose, set up and announce.
+    for &(peer, dir) in needs.iter().filter(|(_, d)| *d == Dir::Send) {
+        let plugin = choose_plugin(shared, peer)?;
+        let (raw, blob) = plugin.setup(&req(shared, peer, dir, channel))?;
+        let conn = Connection {
+            plugin: plugin.clone(),
+            raw,
+            peer,
+            dir,
+        };
+        plugin.proxy_hook("proxy_setup", raw, peer)?;
+        shared
+            .bootstrap
+            .send(peer, tag(0, channel), &encode(plugin.name(), &blob, ""))?;
+        sends.push(Pending {
+            conn,
+            peer_blob: None,
+            done: false,
+        });
+    }
+    // Phase 2: receive sides follow the sender's choice.
+    for &(peer, dir) in needs.iter().filter(|(_, d)| *d == Dir::Recv) {
+        let msg = shared.bootstrap.recv(peer, tag(0, channel))?;
+        let (name, sblob, _) = decode(peer, &msg)?;
+        let found = shared.plugins.iter().find(|p| p.name() == name).cloned();
+        let plugin = match found {
+            Some(p) if shared.filter.allows(&name) => p,
+            _ => {
+                let why = format!(
+                    "rank {peer} chose transport '{name}' to send to rank {}, but it is not available here (loaded: {}; FERROCX_TRANSPORTS filter {:?})",
+                    shared.rank,
+                    shared.plugins.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
+                    shared.filter
+                );
+                let _ =
+                    shared
+                        .bootstrap
+                        .send(peer, tag(1, channel), &encode("", &FxBlob::new(), &why));
+                return Err(Error::NoTransport { peer, detail: why });
+            }
+        };
+        let (raw, blob) = plugin.setup(&req(shared, peer, dir, channel))?;
+        let conn = Connection {
+            plugin: plugin.clone(),
+            raw,
+            peer,
+            dir,
+        };
+        plugin.proxy_hook("proxy_setup", raw, peer)?;
+        shared
+            .bootstrap
+            .send(peer, tag(1, channel), &encode(&name, &blob, ""))?;
+        let done = plugin.connect(raw, &sblob, peer)?;
+        recvs.push(Pending {
+            conn,
+            peer_blob: Some(sblob),
+            done,
+        });
+    }
+    // Phase 3: send sides connect with the receivers' answers.
+    for p in sends.iter_mut() {
+        let peer = p.conn.peer;
+        let msg = shared.bootstrap.recv(peer, tag(1, channel))?;
+        let (name, rblob, status) = decode(peer, &msg)?;
+        if name.is_empty() {
+            return Err(Error::NoTransport {
+                peer,
+                detail: format!("rank {peer} refused the connection: {status}"),
+            });
+        }
+        p.done = p.conn.plugin.connect(p.conn.raw, &rblob, peer)?;
+        p.peer_blob = Some(rblob);
+    }
+    // Phase 4: finish connections still in progress.
+    let start = Instant::now();
+    let mut idle = 0u32;
+    loop {
+        let mut waiting = None;
+        for p in sends.iter_mut().chain(recvs.iter_mut()).filter(|p| !p.done) {
+            let blob = p.peer_blob.as_ref().expect("set in phases 2-3");
+            p.done = p.conn.plugin.connect(p.conn.raw, blob, p.conn.peer)?;
+            if !p.done {
+                waiting = Some(p.conn.peer);
+            }
+        }
+        let Some(peer) = waiting else { break };
+        shared.check_peers()?;
+        if start.elapsed() > shared.timeout {
+            return Err(Error::Timeout {
+                what: "connection setup (connect still in progress)".into(),
+                peer: Some(peer),
+                after: shared.timeout,
+            });
+        }
+        idle += 1;
+        crate::proxy::backoff(idle);
+    }
+    let mut out = Vec::with_capacity(sends.len() + recvs.len());
+    for p in sends.into_iter().chain(recvs) {
+        p.conn
+            .plugin
+            .proxy_hook("proxy_connect", p.conn.raw, p.conn.peer)?;
+        out.push(p.conn);
+    }
+    Ok(out)
+}

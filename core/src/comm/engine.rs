@@ -1,0 +1,446 @@
+//! In-flight operations: per-connection queues posted in order, tested until
+//! done, with timeouts and peer-failure checks. Driven by a waiting caller
+//! (no thread hand-off for short operations) or by the progress thread.
+
+use super::connection::{Connection, Dir};
+use super::shared::CommShared;
+use crate::error::{Error, Result};
+use crate::plugin::{RawMemHandle, RawRequest};
+use crate::proxy::Progress;
+use ferrocx_sdk::abi::FX_INVALID_ARGUMENT;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Completion state of a group of operations submitted together.
+pub(crate) struct Batch {
+    remaining: AtomicUsize,
+    error: Mutex<Option<Error>>,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Batch {
+    fn new(n: usize) -> Arc<Self> {
+        Arc::new(Batch {
+            remaining: AtomicUsize::new(n),
+            error: Mutex::new(None),
+            lock: Mutex::new(()),
+            cv: Condvar::new(),
+        })
+    }
+    fn finish(&self, err: Option<Error>) {
+        if let Some(e) = err {
+            self.error.lock().get_or_insert(e);
+        }
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _g = self.lock.lock();
+            self.cv.notify_all();
+        }
+    }
+    pub(crate) fn is_done(&self) -> bool {
+        self.remaining.load(Ordering::Acquire) == 0
+    }
+}
+
+/// One send or receive.
+pub(crate) struct Op {
+    pub dir: Dir,
+    pub peer: usize,
+    pub ptr: usize,
+    pub len: usize,
+    pub mh: Option<RawMemHandle>,
+}
+
+struct Queued {
+    op: Op,
+    batch: Arc<Batch>,
+    since: Instant,
+}
+
+struct Posted {
+    q: Queued,
+    req: RawRequest,
+}
+
+struct ConnQueue {
+    conn: Connection,
+    waiting: VecDeque<Queued>,
+    posted: Vec<Posted>,
+}
+
+struct State {
+    conns: HashMap<(usize, Dir), ConnQueue>,
+    in_flight: usize,
+    /// Set once a fatal error broke the communicator.
+    broken: Option<Error>,
+    shutdown: bool,
+}
+
+/// The operation engine of one communicator.
+pub(crate) struct Engine {
+    shared: Arc<CommShared>,
+    state: Mutex<State>,
+    wake: Condvar,
+    /// Callers currently driving progress themselves; the progress thread yields to them.
+    driving: AtomicUsize,
+    /// Raised by the bootstrap when a peer dies or aborts.
+    peer_event: AtomicBool,
+}
+
+impl Engine {
+    pub fn new(shared: Arc<CommShared>) -> Arc<Self> {
+        Arc::new(Engine {
+            shared,
+            state: Mutex::new(State {
+                conns: HashMap::new(),
+                in_flight: 0,
+                broken: None,
+                shutdown: false,
+            }),
+            wake: Condvar::new(),
+            driving: AtomicUsize::new(0),
+            peer_event: AtomicBool::new(false),
+        })
+    }
+
+    /// Called from the bootstrap's reader threads.
+    pub fn notify_peer_event(&self) {
+        self.peer_event.store(true, Ordering::Release);
+        let _g = self.state.lock();
+        self.wake.notify_all();
+    }
+
+    /// The error that broke the communicator, if any.
+    pub fn broken(&self) -> Option<Error> {
+        self.state.lock().broken.clone()
+    }
+
+    /// Which of `needs` have no connection yet.
+    pub fn missing(&self, needs: &[(usize, Dir)]) -> Vec<(usize, Dir)> {
+        let st = self.state.lock();
+        let mut out: Vec<(usize, Dir)> = needs
+            .iter()
+            .copied()
+            .filter(|k| !st.conns.contains_key(k))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Add newly established connections.
+    pub fn add_connections(&self, conns: Vec<Connection>) {
+        let mut st = self.state.lock();
+        for c in conns {
+            st.conns.insert(
+                (c.peer, c.dir),
+                ConnQueue {
+                    conn: c,
+                    waiting: VecDeque::new(),
+                    posted: Vec::new(),
+                },
+            );
+        }
+    }
+
+    /// The plugin serving (peer, dir), if connected.
+    pub fn plugin_of(&self, peer: usize, dir: Dir) -> Option<Arc<crate::plugin::PluginInstance>> {
+        self.state
+            .lock()
+            .conns
+            .get(&(peer, dir))
+            .map(|c| c.conn.plugin.clone())
+    }
+
+    /// Name of the transport used for (peer, dir), if connected.
+    pub fn transport_of(&self, peer: usize, dir: Dir) -> Option<String> {
+        self.state
+            .lock()
+            .conns
+            .get(&(peer, dir))
+            .map(|c| c.conn.plugin.name().to_string())
+    }
+
+    /// Queue a group of operations (connections must exist) and return its batch.
+    pub fn submit(&self, ops: Vec<Op>) -> Result<Arc<Batch>> {
+        let batch = Batch::new(ops.len());
+        let mut st = self.state.lock();
+        if let Some(e) = &st.broken {
+            return Err(Error::Destroyed(format!(
+                "an earlier failure broke the communicator: {e}"
+            )));
+        }
+        if st.shutdown {
+            return Err(Error::Destroyed("communicator destroyed".into()));
+        }
+        let now = Instant::now();
+        for op in ops {
+            let key = (op.peer, op.dir);
+            let q = st
+                .conns
+                .get_mut(&key)
+                .ok_or_else(|| Error::Io(format!("no connection for {key:?}")))?;
+            q.waiting.push_back(Queued {
+                op,
+                batch: batch.clone(),
+                since: now,
+            });
+            st.in_flight += 1;
+        }
+        if st.in_flight > 0 {
+            self.wake.notify_one();
+        }
+        Ok(batch)
+    }
+
+    /// Wait for a batch: drive progress ourselves for a short while, then park
+    /// and let the progress thread continue.
+    pub fn wait(&self, batch: &Batch) -> Result<()> {
+        const DRIVE_FOR: Duration = Duration::from_micros(200);
+        let start = Instant::now();
+        self.driving.fetch_add(1, Ordering::AcqRel);
+        let mut idle = 0u32;
+        while !batch.is_done() && start.elapsed() < DRIVE_FOR {
+            let moved = match self.state.try_lock() {
+                Some(mut st) => self.sweep_locked(&mut st),
+                None => false,
+            };
+            if moved {
+                idle = 0;
+            } else {
+                idle += 1;
+                if idle > 64 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        self.driving.fetch_sub(1, Ordering::AcqRel);
+        if !batch.is_done() {
+            {
+                let _g = self.state.lock();
+                self.wake.notify_one();
+            }
+            let mut g = batch.lock.lock();
+            while !batch.is_done() {
+                // Bounded slices: the progress thread enforces the real timeout.
+                batch.cv.wait_for(&mut g, Duration::from_millis(100));
+            }
+        }
+        match batch.error.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Fail everything, free connections, remember `err`.
+    fn break_all(&self, st: &mut State, err: Error) {
+        tracing::error!(target: "ferrocx::comm", "rank {}: {err}", self.shared.rank);
+        let reason = err.to_string();
+        if st.broken.is_none() {
+            st.broken = Some(err.clone());
+        }
+        for (_, q) in st.conns.drain() {
+            for p in q.posted {
+                p.q.batch.finish(Some(err.clone()));
+            }
+            for w in q.waiting {
+                w.batch.finish(Some(err.clone()));
+            }
+            // Dropping q.conn frees it; the plugin cancels its requests.
+        }
+        st.in_flight = 0;
+        if !matches!(err, Error::PeerFailed { .. }) {
+            self.shared.bootstrap.broadcast_abort(&reason);
+        }
+    }
+
+    fn describe(&self, q: &Queued, transport: &str) -> String {
+        let verb = if q.op.dir == Dir::Send {
+            "send"
+        } else {
+            "receive"
+        };
+        let prep = if q.op.dir == Dir::Send { "to" } else { "from" };
+        format!(
+            "{verb} of {} bytes {prep} rank {} via {transport}",
+            q.op.len, q.op.peer
+        )
+    }
+
+    /// One pass over every connection with work. Returns whether anything moved.
+    fn sweep_locked(&self, st: &mut State) -> bool {
+        if st.in_flight == 0 || st.broken.is_some() {
+            return false;
+        }
+        if self.peer_event.load(Ordering::Acquire) || self.shared.abort.load(Ordering::Acquire) != 0
+        {
+            if let Err(e) = self.shared.check_peers() {
+                self.break_all(st, e);
+                return true;
+            }
+        }
+        let mut moved = false;
+        let mut fatal: Option<Error> = None;
+        let timeout = self.shared.timeout;
+        for q in st.conns.values_mut() {
+            if q.waiting.is_empty() && q.posted.is_empty() {
+                continue;
+            }
+            let plugin = q.conn.plugin.clone();
+            // Post in order; stop at the first the plugin cannot take yet.
+            while let Some(w) = q.waiting.front() {
+                // SAFETY: the caller of submit guaranteed the buffer outlives the batch.
+                let posted = unsafe {
+                    match w.op.dir {
+                        Dir::Send => plugin.isend(
+                            q.conn.raw,
+                            w.op.ptr as *const u8,
+                            w.op.len,
+                            w.op.mh,
+                            w.op.peer,
+                        ),
+                        Dir::Recv => plugin.irecv(
+                            q.conn.raw,
+                            w.op.ptr as *mut u8,
+                            w.op.len,
+                            w.op.mh,
+                            w.op.peer,
+                        ),
+                    }
+                };
+                match posted {
+                    Ok(Some(req)) => {
+                        let w = q.waiting.pop_front().expect("front exists");
+                        q.posted.push(Posted { q: w, req });
+                        moved = true;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        fatal = Some(e);
+                        break;
+                    }
+                }
+            }
+            if fatal.is_some() {
+                break;
+            }
+            let mut i = 0;
+            while i < q.posted.len() {
+                let p = &q.posted[i];
+                let hook = if p.q.op.dir == Dir::Send {
+                    "test(send)"
+                } else {
+                    "test(recv)"
+                };
+                match plugin.test(p.req, p.q.op.peer, hook) {
+                    Ok(Some(n)) => {
+                        let p = q.posted.swap_remove(i);
+                        st.in_flight -= 1;
+                        moved = true;
+                        let err = (p.q.op.dir == Dir::Recv && n != p.q.op.len).then(|| {
+                            Error::InvalidArgument(format!(
+                                "mismatched sizes: rank {} sent {n} bytes but rank {} posted a receive of {} bytes",
+                                p.q.op.peer, self.shared.rank, p.q.op.len
+                            ))
+                        });
+                        p.q.batch.finish(err);
+                    }
+                    Ok(None) => {
+                        if p.q.since.elapsed() > timeout {
+                            fatal = Some(Error::Timeout {
+                                what: self.describe(&p.q, plugin.name()),
+                                peer: Some(p.q.op.peer),
+                                after: timeout,
+                            });
+                            break;
+                        }
+                        i += 1;
+                    }
+                    Err(e) => {
+                        // The request is gone after an error.
+                        let p = q.posted.swap_remove(i);
+                        st.in_flight -= 1;
+                        moved = true;
+                        if matches!(e, Error::Plugin { code, .. } if code == FX_INVALID_ARGUMENT) {
+                            p.q.batch.finish(Some(e));
+                        } else {
+                            p.q.batch.finish(Some(e.clone()));
+                            fatal = Some(e);
+                            break;
+                        }
+                    }
+                }
+            }
+            if fatal.is_some() {
+                break;
+            }
+            if let Some(w) = q.waiting.front() {
+                if w.since.elapsed() > timeout {
+                    fatal = Some(Error::Timeout {
+                        what: self.describe(w, plugin.name()),
+                        peer: Some(w.op.peer),
+                        after: timeout,
+                    });
+                    break;
+                }
+            }
+        }
+        if let Some(e) = fatal {
+            // A peer's death explains most transport failures: name it if known.
+            let e = match self.shared.check_peers() {
+                Err(peer_err) => peer_err,
+                Ok(()) => e,
+            };
+            self.break_all(st, e);
+            return true;
+        }
+        moved
+    }
+
+    /// Stop: fail what is queued, free connections, wake the progress thread.
+    pub fn shutdown(&self, why: &str) {
+        let mut st = self.state.lock();
+        st.shutdown = true;
+        let err = Error::Destroyed(why.to_string());
+        for (_, q) in st.conns.drain() {
+            for p in q.posted {
+                p.q.batch.finish(Some(err.clone()));
+            }
+            for w in q.waiting {
+                w.batch.finish(Some(err.clone()));
+            }
+        }
+        st.in_flight = 0;
+        self.wake.notify_all();
+    }
+}
+
+impl Progress for Engine {
+    fn wait_for_work(&self) -> bool {
+        let mut st = self.state.lock();
+        loop {
+            if st.shutdown {
+                return false;
+            }
+            if st.in_flight > 0 && self.driving.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            if st.in_flight > 0 {
+                // A caller is driving: check back soon in case it parks.
+                self.wake.wait_for(&mut st, Duration::from_millis(1));
+            } else {
+                self.wake.wait(&mut st);
+            }
+        }
+    }
+
+    fn sweep(&self) -> bool {
+        let mut st = self.state.lock();
+        self.sweep_locked(&mut st)
+    }
+}

@@ -1,0 +1,93 @@
+//! Groups: post several sends and receives, then run them together so that
+//! ranks posting in different orders cannot deadlock.
+
+use super::connection::Dir;
+use super::engine::Op;
+use super::Communicator;
+use crate::error::Result;
+use std::marker::PhantomData;
+
+/// An open group. Buffers stay borrowed until [`Group::group_end`] returns.
+///
+/// ```no_run
+/// # fn demo(comm: &ferrocx::Communicator) -> ferrocx::Result<()> {
+/// let right = (comm.rank() + 1) % comm.nranks();
+/// let left = (comm.rank() + comm.nranks() - 1) % comm.nranks();
+/// let out = vec![comm.rank() as u8; 1024];
+/// let mut inp = vec![0u8; 1024];
+/// let mut g = comm.group_start();
+/// g.send(&out, right)?;
+/// g.recv(&mut inp, left)?;
+/// g.group_end()?;
+/// assert!(inp.iter().all(|&b| b == left as u8));
+/// # Ok(()) }
+/// ```
+#[must_use = "a group does nothing until group_end()"]
+pub struct Group<'a> {
+    comm: &'a Communicator,
+    ops: Vec<Op>,
+    _bufs: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> Group<'a> {
+    pub(super) fn new(comm: &'a Communicator) -> Self {
+        Group {
+            comm,
+            ops: Vec::new(),
+            _bufs: PhantomData,
+        }
+    }
+
+    /// Add a send of `buf` to `peer`.
+    pub fn send(&mut self, buf: &'a [u8], peer: usize) -> Result<()> {
+        let op = self
+            .comm
+            .make_op(Dir::Send, buf.as_ptr() as usize, buf.len(), peer)?;
+        self.ops.push(op);
+        Ok(())
+    }
+
+    /// Add a receive into `buf` from `peer` (the peer must send exactly `buf.len()` bytes).
+    pub fn recv(&mut self, buf: &'a mut [u8], peer: usize) -> Result<()> {
+        let op = self
+            .comm
+            .make_op(Dir::Recv, buf.as_mut_ptr() as usize, buf.len(), peer)?;
+        self.ops.push(op);
+        Ok(())
+    }
+
+    /// Add a raw send (FFI users).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be readable and stay valid until `group_end` returns.
+    pub unsafe fn send_raw(&mut self, ptr: *const u8, len: usize, peer: usize) -> Result<()> {
+        let op = self.comm.make_raw_op(Dir::Send, ptr as usize, len, peer)?;
+        self.ops.push(op);
+        Ok(())
+    }
+
+    /// Add a raw receive (FFI users).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be writable, unaliased and valid until `group_end` returns.
+    pub unsafe fn recv_raw(&mut self, ptr: *mut u8, len: usize, peer: usize) -> Result<()> {
+        let op = self.comm.make_raw_op(Dir::Recv, ptr as usize, len, peer)?;
+        self.ops.push(op);
+        Ok(())
+    }
+
+    /// Number of operations in the group.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether the group is empty.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Connect what is needed, run every operation, wait for all of them.
+    pub fn group_end(self) -> Result<()> {
+        self.comm.run(self.ops)
+    }
+}

@@ -1,0 +1,441 @@
+//! The [`Communicator`]: a set of ranks that exchange data.
+
+mod connection;
+mod engine;
+mod group;
+mod registration;
+mod shared;
+
+pub use connection::Dir;
+pub use group::Group;
+pub use registration::RegHandle;
+
+use crate::bootstrap::{Bootstrap, LaunchInfo, RankInfo};
+use crate::config;
+use crate::error::{Error, Result};
+use crate::plugin::{PluginInstance, PluginReport, Registry, TransportFilter};
+use crate::proxy::{ProgressThread, ServiceThread};
+use engine::{Engine, Op};
+use ferrocx_sdk::abi::FxPeerInfo;
+use parking_lot::Mutex;
+use registration::Registrations;
+use shared::CommShared;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const LIVE: u8 = 0;
+const DESTROYED: u8 = 1;
+const ABORTED: u8 = 2;
+
+/// How to create a communicator explicitly (see [`Communicator::from_env`] for launchers).
+#[derive(Debug, Clone)]
+pub struct CommConfig {
+    /// Rendezvous address `host:port` (rank 0 listens there).
+    pub root: String,
+    /// This rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub nranks: usize,
+    /// Bound for every wait; default `FERROCX_TIMEOUT` or 300 s.
+    pub timeout: Option<Duration>,
+}
+
+/// A communicator: ranks `0..nranks` exchanging host buffers over plugins.
+///
+/// Thread-safe; operations from several threads are serialized per connection.
+/// Every method returns an error (never panics) on bad input or after
+/// [`destroy`](Self::destroy) / [`abort`](Self::abort).
+pub struct Communicator {
+    shared: Arc<CommShared>,
+    engine: Arc<Engine>,
+    service: Mutex<Option<ServiceThread>>,
+    progress: Mutex<Option<ProgressThread>>,
+    regs: Registrations,
+    report: Vec<PluginReport>,
+    state: AtomicU8,
+}
+
+fn peer_info(r: &RankInfo, nranks: usize, comm_hash: u64) -> FxPeerInfo {
+    let mut p = FxPeerInfo::zeroed();
+    p.rank = r.rank as i32;
+    p.nranks = nranks as i32;
+    p.local_rank = r.local_rank as i32;
+    p.pid = r.pid as i32;
+    p.host_hash = r.host_hash;
+    p.comm_hash = comm_hash;
+    p.cuda_device = r.cuda_device;
+    p.set_host_name(&r.host_name);
+    p
+}
+
+impl Communicator {
+    /// Create from the launch environment (`fxrun`, `mpirun`, `srun`, `torchrun`; see `docs/ENV.md`).
+    pub fn from_env() -> Result<Self> {
+        crate::log::init();
+        let l = LaunchInfo::from_env()?;
+        tracing::debug!(target: "ferrocx::comm", "launch from {}: rank {} of {} at {}", l.source, l.rank, l.nranks, l.root);
+        Self::with_config(CommConfig {
+            root: l.root,
+            rank: l.rank,
+            nranks: l.nranks,
+            timeout: None,
+        })
+    }
+
+    /// Create with an explicit rendezvous address, rank and size.
+    pub fn new(root: &str, rank: usize, nranks: usize) -> Result<Self> {
+        Self::with_config(CommConfig {
+            root: root.to_string(),
+            rank,
+            nranks,
+            timeout: None,
+        })
+    }
+
+    /// Create from a [`CommConfig`].
+    pub fn with_config(cfg: CommConfig) -> Result<Self> {
+        crate::log::init();
+        if cfg.nranks == 0 {
+            return Err(Error::invalid("nranks must be at least 1"));
+        }
+        if cfg.rank >= cfg.nranks {
+            return Err(Error::invalid(format!(
+                "rank {} out of range: the communicator has {} ranks",
+                cfg.rank, cfg.nranks
+            )));
+        }
+        let timeout = match cfg.timeout {
+            Some(t) => t,
+            None => config::timeout_from_env()?,
+        };
+        // Local checks first, so a misconfigured rank fails with its own message.
+        let filter = TransportFilter::from_env()?;
+        let registry = Registry::discover()?;
+        for name in filter.required() {
+            if !registry.plugins.iter().any(|p| &p.name == name) {
+                return Err(Error::PluginLoad {
+                    path: name.clone(),
+                    message: format!(
+                        "FERROCX_TRANSPORTS names '{name}', which is not loaded (loaded: {}; skipped: {})",
+                        registry.plugins.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+                        registry.skipped_summary()
+                    ),
+                });
+            }
+        }
+        let abort = Arc::new(AtomicU32::new(0));
+        let mut report = registry.report.clone();
+        let mut plugins = Vec::new();
+        for lib in registry.plugins.iter().filter(|p| filter.allows(&p.name)) {
+            match PluginInstance::init(lib.clone(), timeout, abort.clone()) {
+                Ok(p) => plugins.push(Arc::new(p)),
+                Err(e) if filter.required().contains(&lib.name) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(target: "ferrocx::plugin", "skipping plugin '{}': {e}", lib.name);
+                    if let Some(r) = report
+                        .iter_mut()
+                        .find(|r| r.name == lib.name && r.skipped.is_none())
+                    {
+                        r.skipped = Some(format!("init failed: {e}"));
+                    }
+                }
+            }
+        }
+        let skipped = report
+            .iter()
+            .filter_map(|r| {
+                r.skipped
+                    .as_ref()
+                    .map(|w| format!("{} ({}): {w}", r.name, r.source))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+
+        let bootstrap = Bootstrap::init(&cfg.root, cfg.rank, cfg.nranks, -1, timeout)?;
+        let comm_hash = bootstrap.comm_hash();
+        let peer_info = bootstrap
+            .peers()
+            .iter()
+            .map(|r| peer_info(r, cfg.nranks, comm_hash))
+            .collect();
+        let shared = Arc::new(CommShared {
+            rank: cfg.rank,
+            nranks: cfg.nranks,
+            comm_hash,
+            peer_info,
+            plugins,
+            filter,
+            skipped: if skipped.is_empty() {
+                "none".into()
+            } else {
+                skipped
+            },
+            bootstrap,
+            timeout,
+            abort,
+        });
+        let engine = Engine::new(shared.clone());
+        let weak = Arc::downgrade(&engine);
+        shared.bootstrap.set_event_hook(Box::new(move || {
+            if let Some(e) = weak.upgrade() {
+                e.notify_peer_event();
+            }
+        }));
+        let service = ServiceThread::start(cfg.rank)?;
+        let progress = ProgressThread::start(cfg.rank, engine.clone())?;
+        tracing::info!(
+            target: "ferrocx::comm",
+            "rank {}/{} ready; transports: {}",
+            cfg.rank,
+            cfg.nranks,
+            shared.plugins.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+        );
+        Ok(Communicator {
+            shared,
+            engine,
+            service: Mutex::new(Some(service)),
+            progress: Mutex::new(Some(progress)),
+            regs: Registrations::default(),
+            report,
+            state: AtomicU8::new(LIVE),
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.shared.rank
+    }
+
+    /// Number of ranks.
+    pub fn nranks(&self) -> usize {
+        self.shared.nranks
+    }
+
+    /// The bound applied to every wait.
+    pub fn timeout(&self) -> Duration {
+        self.shared.timeout
+    }
+
+    /// What plugin discovery found (loaded and skipped, with reasons).
+    pub fn plugin_report(&self) -> &[PluginReport] {
+        &self.report
+    }
+
+    /// Names of the initialized transports, in discovery order.
+    pub fn transports(&self) -> Vec<String> {
+        self.shared
+            .plugins
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect()
+    }
+
+    /// Information about every rank (host, pid, …) from the bootstrap.
+    pub fn peers(&self) -> &[RankInfo] {
+        self.shared.bootstrap.peers()
+    }
+
+    fn check_live(&self) -> Result<()> {
+        match self.state.load(Ordering::Acquire) {
+            LIVE => Ok(()),
+            DESTROYED => Err(Error::Destroyed("communicator was destroyed".into())),
+            _ => Err(Error::Destroyed("communicator was aborted".into())),
+        }
+    }
+
+    fn check_peer(&self, peer: usize, verb: &str) -> Result<()> {
+        if peer >= self.nranks() {
+            return Err(Error::invalid(format!(
+                "{verb}: peer rank {peer} out of range: the communicator has {} ranks",
+                self.nranks()
+            )));
+        }
+        if peer == self.rank() {
+            return Err(Error::invalid(format!(
+                "{verb}: rank {peer} cannot {verb} to/from itself; copy locally instead"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn make_op(&self, dir: Dir, ptr: usize, len: usize, peer: usize) -> Result<Op> {
+        self.check_live()?;
+        let verb = if dir == Dir::Send { "send" } else { "recv" };
+        self.check_peer(peer, verb)?;
+        Ok(Op {
+            dir,
+            peer,
+            ptr,
+            len,
+            mh: None,
+        })
+    }
+
+    pub(crate) fn make_raw_op(&self, dir: Dir, ptr: usize, len: usize, peer: usize) -> Result<Op> {
+        let verb = if dir == Dir::Send { "send" } else { "recv" };
+        if ptr == 0 && len > 0 {
+            return Err(Error::invalid(format!(
+                "{verb}: buffer is null but length is {len}"
+            )));
+        }
+        if ptr.checked_add(len).is_none() {
+            return Err(Error::invalid(format!(
+                "{verb}: {len} bytes at {ptr:#x} wrap around the address space"
+            )));
+        }
+        self.make_op(dir, ptr, len, peer)
+    }
+
+    /// Which transport this rank would use to send to `peer` (already connected or not).
+    pub fn transport_to(&self, peer: usize) -> Result<String> {
+        self.check_live()?;
+        self.check_peer(peer, "send")?;
+        if let Some(t) = self.engine.transport_of(peer, Dir::Send) {
+            return Ok(t);
+        }
+        connection::choose_plugin(&self.shared, peer).map(|p| p.name().to_string())
+    }
+
+    /// Connect what `ops` need, run them, wait.
+    pub(crate) fn run(&self, mut ops: Vec<Op>) -> Result<()> {
+        self.check_live()?;
+        if let Some(e) = self.engine.broken() {
+            return Err(Error::Destroyed(format!(
+                "an earlier failure broke the communicator: {e}"
+            )));
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let needs: Vec<(usize, Dir)> = ops.iter().map(|o| (o.peer, o.dir)).collect();
+        let missing = self.engine.missing(&needs);
+        if !missing.is_empty() {
+            let shared = self.shared.clone();
+            let conns = {
+                let svc = self.service.lock();
+                let svc = svc
+                    .as_ref()
+                    .ok_or_else(|| Error::Destroyed("communicator was destroyed".into()))?;
+                svc.call(move || connection::establish(&shared, &missing, 0))?
+            };
+            self.engine.add_connections(conns);
+        }
+        for op in ops.iter_mut() {
+            if let Some(t) = self.engine.plugin_of(op.peer, op.dir) {
+                op.mh = self.regs.lookup(&t, op.ptr, op.len);
+            }
+        }
+        let batch = self.engine.submit(ops)?;
+        self.engine.wait(&batch)
+    }
+
+    /// Send `buf` to `peer` and wait until the buffer may be reused.
+    pub fn send(&self, buf: &[u8], peer: usize) -> Result<()> {
+        let mut g = self.group_start();
+        g.send(buf, peer)?;
+        g.group_end()
+    }
+
+    /// Receive exactly `buf.len()` bytes from `peer`.
+    pub fn recv(&self, buf: &mut [u8], peer: usize) -> Result<()> {
+        let mut g = self.group_start();
+        g.recv(buf, peer)?;
+        g.group_end()
+    }
+
+    /// Open a group (see [`Group`]).
+    pub fn group_start(&self) -> Group<'_> {
+        Group::new(self)
+    }
+
+    /// Register a buffer with every transport that supports registration
+    /// (the shm transport then copies straight into it: one copy instead of two).
+    /// Registering the same range again increments a reference count.
+    pub fn register(&self, buf: &[u8]) -> Result<RegHandle> {
+        self.check_live()?;
+        self.regs
+            .register(&self.shared.plugins, buf.as_ptr(), buf.len())
+    }
+
+    /// Release a registration.
+    pub fn deregister(&self, h: RegHandle) -> Result<()> {
+        self.check_live()?;
+        self.regs.deregister(h)
+    }
+
+    /// Number of live registrations (for leak checks).
+    pub fn registration_count(&self) -> usize {
+        self.regs.count()
+    }
+
+    /// Wait until every rank reaches this point (out of band, over the bootstrap).
+    pub fn barrier(&self) -> Result<()> {
+        self.check_live()?;
+        self.shared.bootstrap.barrier()
+    }
+
+    /// Gather a small byte string from every rank, out of band (slow path for
+    /// tools: results tables, timing maxima).
+    pub fn all_gather_oob(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.check_live()?;
+        self.shared.bootstrap.all_gather(mine)
+    }
+
+    fn teardown(&self, why: &str) {
+        self.engine.shutdown(why);
+        if let Some(mut p) = self.progress.lock().take() {
+            p.join();
+        }
+        if let Some(mut s) = self.service.lock().take() {
+            s.stop();
+        }
+        self.regs.clear();
+    }
+
+    /// Release everything: connections, registrations, threads, plugin contexts' use.
+    /// Later calls on this communicator return [`Error::Destroyed`].
+    pub fn destroy(&self) -> Result<()> {
+        if self
+            .state
+            .compare_exchange(LIVE, DESTROYED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(Error::Destroyed(
+                "communicator was already destroyed or aborted".into(),
+            ));
+        }
+        let broken = self.engine.broken();
+        self.teardown("communicator destroyed");
+        self.shared.bootstrap.close();
+        match broken {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Abort: tell the peers, stop waiting, release everything without waiting for peers.
+    pub fn abort(&self) {
+        if self
+            .state
+            .compare_exchange(LIVE, ABORTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        self.shared.abort.store(1, Ordering::Release);
+        self.shared
+            .bootstrap
+            .broadcast_abort(&format!("rank {} called abort", self.rank()));
+        self.teardown("communicator aborted");
+        self.shared.bootstrap.close();
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if self.state.load(Ordering::Acquire) == LIVE {
+            let _ = self.destroy();
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! State every part of a communicator reads: identity, peers, plugins, bootstrap.
+
+use crate::bootstrap::Bootstrap;
+use crate::error::{Error, Result};
+use crate::plugin::{PluginInstance, TransportFilter};
+use ferrocx_sdk::abi::FxPeerInfo;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Immutable after creation (except the abort flag).
+pub(crate) struct CommShared {
+    pub rank: usize,
+    pub nranks: usize,
+    pub comm_hash: u64,
+    pub peer_info: Vec<FxPeerInfo>,
+    pub plugins: Vec<Arc<PluginInstance>>,
+    pub filter: TransportFilter,
+    /// Skipped plugins, for error messages.
+    pub skipped: String,
+    pub bootstrap: Bootstrap,
+    pub timeout: Duration,
+    /// Shared with every plugin's host table.
+    pub abort: Arc<AtomicU32>,
+}
+
+impl CommShared {
+    /// Fail if a peer died, a peer aborted, or we were aborted.
+    pub fn check_peers(&self) -> Result<()> {
+        if self.abort.load(Ordering::Acquire) != 0 {
+            return Err(Error::Destroyed(format!("rank {} was aborted", self.rank)));
+        }
+        if let Some((rank, detail)) = self.bootstrap.dead_peer() {
+            return Err(Error::PeerFailed { rank, detail });
+        }
+        if let Some((rank, reason)) = self.bootstrap.abort_notice() {
+            return Err(Error::PeerFailed {
+                rank,
+                detail: format!("it aborted the communicator: {reason}"),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,153 @@
+//! `FERROCX_TRANSPORTS` and the per-peer choice: highest non-zero
+//! `can_connect` score wins, ties broken by a fixed order (NCCL's).
+
+use crate::error::{Error, Result};
+
+/// Tie-break order for equal scores; unknown names come after, alphabetically.
+pub const TIE_ORDER: [&str; 4] = ["p2p", "shm", "net-ib", "net-socket"];
+
+/// Parsed `FERROCX_TRANSPORTS`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TransportFilter {
+    /// Every loaded plugin, in tie order.
+    #[default]
+    All,
+    /// Only these, and this list is the tie order.
+    Only(Vec<String>),
+    /// Everything but these.
+    Exclude(Vec<String>),
+}
+
+impl TransportFilter {
+    /// Parse `a,b` (restrict and order) or `^a,b` (exclude).
+    pub fn parse(text: &str) -> Result<Self> {
+        let t = text.trim();
+        if t.is_empty() {
+            return Ok(TransportFilter::All);
+        }
+        let (exclude, body) = match t.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, t),
+        };
+        let names: Vec<String> = body
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        if names.is_empty() || names.iter().any(|n| n.starts_with('^')) {
+            return Err(Error::Config {
+                var: "FERROCX_TRANSPORTS".into(),
+                message: format!("'{text}': expected a,b (use only these, in this order) or ^a,b (exclude these)"),
+            });
+        }
+        Ok(if exclude {
+            TransportFilter::Exclude(names)
+        } else {
+            TransportFilter::Only(names)
+        })
+    }
+
+    /// From the environment.
+    pub fn from_env() -> Result<Self> {
+        Self::parse(&std::env::var("FERROCX_TRANSPORTS").unwrap_or_default())
+    }
+
+    /// Whether a plugin of this name may be used.
+    pub fn allows(&self, name: &str) -> bool {
+        match self {
+            TransportFilter::All => true,
+            TransportFilter::Only(n) => n.iter().any(|x| x == name),
+            TransportFilter::Exclude(n) => !n.iter().any(|x| x == name),
+        }
+    }
+
+    /// Names the user asked for explicitly (must exist).
+    pub fn required(&self) -> &[String] {
+        match self {
+            TransportFilter::Only(n) => n,
+            _ => &[],
+        }
+    }
+
+    /// Position of `name` in the tie-break order.
+    pub fn rank_of(&self, name: &str) -> (usize, String) {
+        match self {
+            TransportFilter::Only(n) => (
+                n.iter().position(|x| x == name).unwrap_or(usize::MAX),
+                name.to_string(),
+            ),
+            _ => (
+                TIE_ORDER
+                    .iter()
+                    .position(|x| *x == name)
+                    .unwrap_or(TIE_ORDER.len()),
+                name.to_string(),
+            ),
+        }
+    }
+}
+
+/// Pick from `(name, score)` candidates and return the index into `candidates`.
+///
+/// By default the highest score > 0 wins, ties broken by [`TIE_ORDER`]. With an
+/// explicit list (`FERROCX_TRANSPORTS=a,b`) the user's order is the priority:
+/// the first listed plugin that can connect wins, whatever the scores.
+pub fn choose(filter: &TransportFilter, candidates: &[(String, i32)]) -> Option<usize> {
+    let usable = candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, (n, s))| *s > 0 && filter.allows(n));
+    match filter {
+        TransportFilter::Only(_) => usable.min_by_key(|(_, (n, s))| (filter.rank_of(n), -s)),
+        _ => usable.min_by(|(_, (na, sa)), (_, (nb, sb))| {
+            sb.cmp(sa)
+                .then_with(|| filter.rank_of(na).cmp(&filter.rank_of(nb)))
+        }),
+    }
+    .map(|(i, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(v: &[(&str, i32)]) -> Vec<(String, i32)> {
+        v.iter().map(|(n, s)| (n.to_string(), *s)).collect()
+    }
+
+    #[test]
+    fn parse_forms() {
+        assert_eq!(TransportFilter::parse("").unwrap(), TransportFilter::All);
+        assert_eq!(
+            TransportFilter::parse("shm, net-socket").unwrap(),
+            TransportFilter::Only(vec!["shm".into(), "net-socket".into()])
+        );
+        assert_eq!(
+            TransportFilter::parse("^p2p").unwrap(),
+            TransportFilter::Exclude(vec!["p2p".into()])
+        );
+        let e = TransportFilter::parse("^").unwrap_err().to_string();
+        assert!(e.contains("FERROCX_TRANSPORTS"), "{e}");
+        assert!(TransportFilter::parse("a,^b").is_err());
+    }
+
+    #[test]
+    fn highest_score_then_fixed_order() {
+        let all = TransportFilter::All;
+        assert_eq!(choose(&all, &c(&[("c-pipe", 10), ("shm", 100)])), Some(1));
+        assert_eq!(
+            choose(&all, &c(&[("net-socket", 5), ("shm", 5), ("p2p", 5)])),
+            Some(2)
+        );
+        assert_eq!(choose(&all, &c(&[("zz", 5), ("aa", 5)])), Some(1));
+        assert_eq!(choose(&all, &c(&[("shm", 0)])), None);
+        let only = TransportFilter::parse("c-pipe,shm").unwrap();
+        assert_eq!(choose(&only, &c(&[("shm", 7), ("c-pipe", 7)])), Some(1));
+        assert_eq!(choose(&only, &c(&[("shm", 100), ("c-pipe", 10)])), Some(1));
+        assert_eq!(choose(&only, &c(&[("shm", 100), ("c-pipe", 0)])), Some(0));
+        assert_eq!(choose(&only, &c(&[("shm", 100), ("other", 500)])), Some(0));
+        let ex = TransportFilter::parse("^shm").unwrap();
+        assert_eq!(choose(&ex, &c(&[("shm", 100), ("c-pipe", 10)])), Some(1));
+    }
+}

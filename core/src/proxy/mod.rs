@@ -1,0 +1,9 @@
+//! Per-communicator threads: the proxy service thread (connection setup,
+//! registration) and the progress thread (in-flight operations). Both park
+//! when idle.
+
+mod progress;
+mod service;
+
+pub use progress::{backoff, Progress, ProgressThread};
+pub use service::ServiceThread;

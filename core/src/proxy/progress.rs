@@ -1,0 +1,64 @@
+//! The progress thread: advances in-flight operations while no caller is
+//! driving them, spinning briefly then backing off to sleeps, and parking on
+//! a condition variable when nothing is in flight.
+
+use crate::error::{Error, Result};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What the progress thread drives.
+pub trait Progress: Send + Sync + 'static {
+    /// Park until there is work or shutdown; returns false on shutdown.
+    fn wait_for_work(&self) -> bool;
+    /// One pass over in-flight work; returns whether anything moved.
+    fn sweep(&self) -> bool;
+}
+
+/// Backoff after `idle` consecutive sweeps that moved nothing: spin, then
+/// yield, then sleep up to 1 ms so idle ranks leave the cores to others.
+pub fn backoff(idle: u32) {
+    if idle < 64 {
+        std::hint::spin_loop();
+    } else if idle < 128 {
+        std::thread::yield_now();
+    } else {
+        let us = 1u64 << ((idle - 128) / 16).min(10);
+        std::thread::sleep(Duration::from_micros(us.min(1000)));
+    }
+}
+
+/// Handle on the progress thread.
+pub struct ProgressThread {
+    handle: Option<JoinHandle<()>>,
+}
+
+impl ProgressThread {
+    /// Start the thread (named `fx-progress-<rank>`).
+    pub fn start<P: Progress>(rank: usize, p: Arc<P>) -> Result<Self> {
+        let handle = std::thread::Builder::new()
+            .name(format!("fx-progress-{rank}"))
+            .spawn(move || {
+                let mut idle = 0u32;
+                while p.wait_for_work() {
+                    if p.sweep() {
+                        idle = 0;
+                    } else {
+                        idle = idle.saturating_add(1);
+                        backoff(idle);
+                    }
+                }
+            })
+            .map_err(|e| Error::Io(format!("cannot start the progress thread: {e}")))?;
+        Ok(ProgressThread {
+            handle: Some(handle),
+        })
+    }
+
+    /// Join (the caller must have made `wait_for_work` return false).
+    pub fn join(&mut self) {
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! fxinfo — what ferrocx would load and use, and the plugin conformance kit.
+//!
+//! `fxinfo`                 plugins found (loaded or skipped, and why) and the effective configuration
+//! `fxrun -n 2 -- fxinfo`   additionally the transport chosen for every pair of ranks
+//! `fxinfo --check P.so`    run the conformance battery against a plugin library
+
+use ferrocx::config::VARIABLES;
+use ferrocx::plugin::Registry;
+use ferrocx::Communicator;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("-h") | Some("--help") => {
+            println!("usage: fxinfo                 plugins and configuration (under fxrun: transports per rank pair)\n       fxinfo --check PLUGIN.so  run the conformance battery against a plugin");
+            ExitCode::SUCCESS
+        }
+        Some("--check") => match args.get(1) {
+            Some(path) => ferrocx_tools::check::main(path),
+            None => {
+                eprintln!("fxinfo --check needs a plugin path");
+                ExitCode::from(2)
+            }
+        },
+        Some("--check-child") => ferrocx_tools::check::child_main(&args[1..]),
+        Some(other) => {
+            eprintln!("fxinfo: unknown argument '{other}' (try --help)");
+            ExitCode::from(2)
+        }
+        None => info(),
+    }
+}
+
+fn info() -> ExitCode {
+    ferrocx::log::init();
+    let under_launcher = std::env::var_os("FERROCX_RANK").is_some()
+        || std::env::var_os("OMPI_COMM_WORLD_RANK").is_some();
+    let registry = match Registry::discover() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fxinfo: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let comm = if under_launcher {
+        match Communicator::from_env() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("fxinfo: cannot create a communicator: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        None
+    };
+    let lead = comm.as_ref().is_none_or(|c| c.rank() == 0);
+    if lead {
+        println!(
+            "ferrocx {} — plugin ABI v{}",
+            env!("CARGO_PKG_VERSION"),
+            ferrocx_sdk::abi::FX_ABI_VERSION_1
+        );
+        println!("\nplugins:");
+        for r in comm
+            .as_ref()
+            .map_or(&registry.report[..], |c| c.plugin_report())
+        {
+            let abi = r.abi_version.map_or("-".to_string(), |v| format!("v{v}"));
+            let status = r
+                .skipped
+                .as_ref()
+                .map_or("loaded".to_string(), |w| format!("skipped: {w}"));
+            println!(
+                "  {:<12} abi {:<3} {:<40} {status}",
+                r.name,
+                abi,
+                r.source.to_string()
+            );
+        }
+        println!("\nconfiguration:");
+        for (name, default, meaning) in VARIABLES {
+            let (value, origin) = match std::env::var(name) {
+                Ok(v) => (v, "set"),
+                Err(_) => (default.to_string(), "default"),
+            };
+            println!("  {name:<28} = {value:<24} ({origin}) {meaning}");
+        }
+    }
+    let Some(comm) = comm else {
+        if lead {
+            println!("\n(run under `fxrun -n N -- fxinfo` to see the transport chosen for each pair of ranks)");
+        }
+        return ExitCode::SUCCESS;
+    };
+    let n = comm.nranks();
+    let mine: Vec<String> = (0..n)
+        .map(|p| {
+            if p == comm.rank() {
+                "-".to_string()
+            } else {
+                comm.transport_to(p)
+                    .unwrap_or_else(|e| format!("none ({e})"))
+            }
+        })
+        .collect();
+    let gathered = match comm.all_gather_oob(mine.join("\n").as_bytes()) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("fxinfo: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if lead {
+        println!("\ntransport chosen for each pair (sender -> receiver):");
+        for (src, row) in gathered.iter().enumerate() {
+            let host = comm
+                .peers()
+                .get(src)
+                .map(|p| p.host_name.clone())
+                .unwrap_or_default();
+            for (dst, t) in String::from_utf8_lossy(row).lines().enumerate() {
+                if src != dst {
+                    println!("  rank {src} ({host}) -> rank {dst}: {t}");
+                }
+            }
+        }
+    }
+    match comm.destroy() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fxinfo: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

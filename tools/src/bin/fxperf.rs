@@ -1,0 +1,104 @@
+//! fxperf — nccl-tests-style benchmarks. `fxperf --np 2 sendrecv` runs the whole thing.
+
+use ferrocx::Communicator;
+use ferrocx_tools::launch::{run_ranks, LaunchOptions};
+use ferrocx_tools::perf::{args, sendrecv, table};
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let a = match args::parse(&argv) {
+        Ok(a) => a,
+        Err(msg) => {
+            let help = argv.iter().any(|s| s == "-h" || s == "--help");
+            eprintln!("{msg}");
+            return if help {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            };
+        }
+    };
+    // `--np N` outside a launcher: start N ranks of ourselves with the same flags.
+    if let Some(np) = a.np {
+        if std::env::var_os("FERROCX_RANK").is_none() {
+            let exe = match std::env::current_exe() {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("fxperf: cannot find my own executable: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let opts = LaunchOptions {
+                raw_output: true,
+                ..Default::default()
+            };
+            return match run_ranks(np, exe.as_os_str(), &a.passthrough, &opts) {
+                Ok(0) => ExitCode::SUCCESS,
+                Ok(c) => ExitCode::from(c.clamp(1, 255) as u8),
+                Err(e) => {
+                    eprintln!("fxperf: cannot launch {np} ranks: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+    }
+    match run(&a) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("fxperf: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Returns Ok(false) when any element was wrong.
+fn run(a: &args::PerfArgs) -> ferrocx::Result<bool> {
+    if std::env::var_os("FERROCX_RANK").is_none()
+        && std::env::var_os("OMPI_COMM_WORLD_RANK").is_none()
+        && std::env::var_os("SLURM_PROCID").is_none()
+        && std::env::var_os("RANK").is_none()
+    {
+        return Err(ferrocx::Error::InvalidArgument(
+            "not launched as a rank: use `fxperf --np N ...`, or run it under fxrun/mpirun/srun/torchrun".into(),
+        ));
+    }
+    let comm = Communicator::from_env()?;
+    if comm.nranks() < 2 {
+        return Err(ferrocx::Error::InvalidArgument(
+            "sendrecv needs at least 2 ranks (--np 2)".into(),
+        ));
+    }
+    let lead = comm.rank() == 0;
+    if lead {
+        let transport = comm.transport_to(1).unwrap_or_else(|e| format!("? ({e})"));
+        println!(
+            "# fxperf {}: nranks {}, transport {transport} (rank 0 -> 1), registered buffers: {}, iters {}, warmup {}, check {}",
+            a.op,
+            comm.nranks(),
+            if a.register { "yes (-R 1)" } else { "no (-R 0)" },
+            a.iters,
+            a.warmup,
+            if a.check { 1 } else { 0 }
+        );
+        println!("{}", table::header());
+    }
+    let rows = sendrecv::run(&comm, a, |r| {
+        if lead {
+            println!("{}", table::line(r));
+        }
+    })?;
+    let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
+    if lead {
+        println!("{}", table::footer(&rows));
+        if let Some(path) = &a.json {
+            if let Err(e) = std::fs::write(path, table::json(&a.op, comm.nranks(), &rows)) {
+                eprintln!("fxperf: cannot write {path}: {e}");
+            }
+        }
+    }
+    comm.destroy()?;
+    Ok(wrong == 0)
+}

@@ -1,0 +1,5 @@
+//! fxperf: nccl-tests-style benchmarks over a ferrocx communicator.
+
+pub mod args;
+pub mod sendrecv;
+pub mod table;

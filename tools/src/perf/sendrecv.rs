@@ -1,0 +1,110 @@
+//! `fxperf sendrecv`: every rank sends to rank+1 and receives from rank-1 in one group.
+
+use super::args::PerfArgs;
+use super::table::Row;
+use ferrocx::{Communicator, Result};
+use std::time::Instant;
+
+/// Byte expected at `i` of the buffer sent by `rank` in round `round`.
+fn pattern(rank: usize, round: usize, i: usize) -> u8 {
+    (i.wrapping_mul(31) ^ rank.wrapping_mul(131) ^ round.wrapping_mul(7) ^ (i >> 8)) as u8
+}
+
+fn max_over_ranks(comm: &Communicator, v: f64) -> Result<f64> {
+    let all = comm.all_gather_oob(&v.to_le_bytes())?;
+    Ok(all
+        .iter()
+        .map(|b| f64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+        .fold(0.0, f64::max))
+}
+
+fn sum_over_ranks(comm: &Communicator, v: u64) -> Result<u64> {
+    let all = comm.all_gather_oob(&v.to_le_bytes())?;
+    Ok(all
+        .iter()
+        .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+        .sum())
+}
+
+/// Sizes from `-b` to `-e` by `-f`.
+pub fn sizes(a: &PerfArgs) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = a.min_bytes;
+    loop {
+        v.push(s);
+        if s >= a.max_bytes {
+            break;
+        }
+        s = s.saturating_mul(a.factor).min(a.max_bytes);
+    }
+    v
+}
+
+/// Run the benchmark; `emit` receives each finished row (rank 0 prints).
+pub fn run(comm: &Communicator, a: &PerfArgs, mut emit: impl FnMut(&Row)) -> Result<Vec<Row>> {
+    let (rank, n) = (comm.rank(), comm.nranks());
+    let right = (rank + 1) % n;
+    let left = (rank + n - 1) % n;
+    let max = a.max_bytes;
+    let sbuf = vec![0u8; max.max(1)];
+    let mut rbuf = vec![0u8; max.max(1)];
+    let regs = if a.register {
+        Some((comm.register(&sbuf)?, comm.register(&rbuf)?))
+    } else {
+        None
+    };
+    let mut rows = Vec::new();
+    let mut sbuf = sbuf;
+    for (round, size) in sizes(a).into_iter().enumerate() {
+        for (i, b) in sbuf[..size].iter_mut().enumerate() {
+            *b = pattern(rank, round, i);
+        }
+        let step = |sbuf: &[u8], rbuf: &mut [u8]| -> Result<()> {
+            let mut g = comm.group_start();
+            g.send(&sbuf[..size], right)?;
+            g.recv(&mut rbuf[..size], left)?;
+            g.group_end()
+        };
+        for _ in 0..a.warmup {
+            step(&sbuf, &mut rbuf)?;
+        }
+        comm.barrier()?;
+        let t0 = Instant::now();
+        for _ in 0..a.iters {
+            step(&sbuf, &mut rbuf)?;
+        }
+        let us = t0.elapsed().as_secs_f64() * 1e6 / a.iters as f64;
+        let time_us = max_over_ranks(comm, us)?;
+        let wrong = if a.check {
+            rbuf[..size].fill(0);
+            step(&sbuf, &mut rbuf)?;
+            let local = rbuf[..size]
+                .iter()
+                .enumerate()
+                .filter(|(i, &b)| b != pattern(left, round, *i))
+                .count() as u64;
+            Some(sum_over_ranks(comm, local)?)
+        } else {
+            None
+        };
+        let algbw = size as f64 / time_us / 1e3;
+        let row = Row {
+            size,
+            count: size,
+            dtype: "uint8",
+            redop: "none",
+            root: -1,
+            time_us,
+            algbw,
+            busbw: algbw,
+            wrong,
+        };
+        emit(&row);
+        rows.push(row);
+    }
+    if let Some((s, r)) = regs {
+        comm.deregister(s)?;
+        comm.deregister(r)?;
+    }
+    Ok(rows)
+}
