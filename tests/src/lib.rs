@@ -163,6 +163,11 @@ pub fn target_dir() -> PathBuf {
 
 static BUILD: Mutex<()> = Mutex::new(());
 
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
 /// Path of the shm transport as a loadable `.so`, built into a separate
 /// target directory (so this cannot contend with the running cargo's lock).
 pub fn shm_plugin_so() -> PathBuf {
@@ -194,6 +199,11 @@ pub fn shm_plugin_so() -> PathBuf {
 
 /// Compile a C source into a shared library in a temp dir; `None` when no C compiler exists.
 pub fn compile_c_plugin(src: &Path, name: &str) -> Option<PathBuf> {
+    compile_c_plugin_with(src, name, &[])
+}
+
+/// As [`compile_c_plugin`], with extra compiler flags (e.g. `-DBAD_SIZE`).
+pub fn compile_c_plugin_with(src: &Path, name: &str, flags: &[&str]) -> Option<PathBuf> {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let dir = std::env::temp_dir().join(format!("fx-test-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
@@ -211,6 +221,7 @@ pub fn compile_c_plugin(src: &Path, name: &str) -> Option<PathBuf> {
         ])
         .arg(&out)
         .arg(src)
+        .args(flags)
         .arg(format!("-I{}", inc.display()))
         .status();
     match st {

@@ -54,6 +54,14 @@ fn main() -> ExitCode {
 fn pairs(sizes: &[usize], register: bool, expect: Option<String>) -> Result<String, String> {
     let comm = Communicator::from_env().map_err(|e| e.to_string())?;
     let (me, n) = (comm.rank(), comm.nranks());
+    for r in comm.plugin_report() {
+        println!(
+            "plugin {} {} {}",
+            r.name,
+            r.source,
+            r.skipped.as_deref().unwrap_or("loaded")
+        );
+    }
     let mut used = Vec::new();
     for p in (0..n).filter(|&p| p != me) {
         let t = comm.transport_to(p).map_err(|e| e.to_string())?;

@@ -1,0 +1,106 @@
+//! Faults and bad input with real processes: a rank killed mid-transfer,
+//! misuse of the API, a peer that never shows up.
+
+use ferrocx_tests::{assert_all_ok, run_ranks, shm_leftovers};
+use std::time::{Duration, Instant};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_fxtest-worker");
+
+#[test]
+fn killed_rank_is_named_by_survivors_within_the_timeout() {
+    let timeout_s = 20;
+    let start = Instant::now();
+    let outs = run_ranks(
+        WORKER,
+        3,
+        &[
+            "ring-loop",
+            "8388608",
+            "--victim",
+            "1",
+            "--kill-after-ms",
+            "400",
+        ],
+        &[("FERROCX_TIMEOUT", &timeout_s.to_string())],
+        Duration::from_secs(90),
+    );
+    let elapsed = start.elapsed();
+    let victim = &outs[1];
+    assert_eq!(
+        victim.code, None,
+        "the victim should have died by SIGKILL: {victim:?}"
+    );
+    for o in outs.iter().filter(|o| o.rank != 1) {
+        assert!(
+            o.ok(),
+            "survivor rank {} did not report the failure of rank 1:\n{}\n{}",
+            o.rank,
+            o.stdout,
+            o.stderr
+        );
+        assert!(o.stdout.contains("rank 1"), "rank {}: {}", o.rank, o.stdout);
+    }
+    assert!(
+        elapsed < Duration::from_secs(timeout_s),
+        "survivors took {elapsed:?}, longer than FERROCX_TIMEOUT"
+    );
+    let pids: Vec<u32> = outs.iter().map(|o| o.pid).collect();
+    assert_eq!(
+        shm_leftovers(&pids),
+        Vec::<String>::new(),
+        "shared memory left behind after a crash"
+    );
+}
+
+#[test]
+fn bad_input_is_rejected_without_breaking_the_communicator() {
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["badinput"],
+        &[("FERROCX_TIMEOUT", "30")],
+        Duration::from_secs(60),
+    );
+    assert_all_ok(&outs);
+    let all: String = outs.iter().map(|o| o.stdout.clone()).collect();
+    for needle in [
+        "peer out of range",
+        "send to self",
+        "null buffer",
+        "wrapping buffer",
+        "send on a destroyed communicator",
+    ] {
+        assert!(
+            all.contains(&format!("ok: {needle}")),
+            "missing check '{needle}':\n{all}"
+        );
+    }
+    assert!(
+        all.contains("ok: receive smaller than the message"),
+        "{all}"
+    );
+    assert!(all.contains("ok: receive larger than the message"), "{all}");
+}
+
+#[test]
+fn missing_peer_times_out_naming_the_root() {
+    // Rank 1 of 2 with nobody at the rendezvous address.
+    let outs = run_ranks(
+        WORKER,
+        1,
+        &["pairs", "8"],
+        &[
+            ("FERROCX_TIMEOUT", "2"),
+            ("FERROCX_NRANKS", "2"),
+            ("FERROCX_RANK", "1"),
+        ],
+        Duration::from_secs(30),
+    );
+    let o = &outs[0];
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stdout.contains("127.0.0.1"),
+        "error should name the address: {}",
+        o.stdout
+    );
+}

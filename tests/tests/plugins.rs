@@ -1,0 +1,186 @@
+//! Plugins as real `.so` files loaded with dlopen: the shm cdylib with the
+//! built-ins disabled, the C example plugin, and broken plugins.
+
+use ferrocx::plugin::{PluginSource, Registry};
+use ferrocx_tests::{
+    assert_all_ok, compile_c_plugin, compile_c_plugin_with, repo_root, run_ranks, shm_plugin_so,
+};
+use std::time::Duration;
+
+const WORKER: &str = env!("CARGO_BIN_EXE_fxtest-worker");
+const LIMIT: Duration = Duration::from_secs(120);
+
+#[test]
+fn shm_loaded_from_its_cdylib_with_builtins_disabled() {
+    let so = shm_plugin_so();
+    let so_s = so.to_string_lossy().into_owned();
+    let outs = run_ranks(
+        WORKER,
+        3,
+        &[
+            "pairs",
+            "0,1,7,4096,1048579,16777216",
+            "--expect-transport",
+            "shm",
+            "--register",
+        ],
+        &[
+            ("FERROCX_BUILTIN_PLUGINS", "0"),
+            ("FERROCX_PLUGINS", &so_s),
+            ("FERROCX_TIMEOUT", "60"),
+        ],
+        LIMIT,
+    );
+    assert_all_ok(&outs);
+    for o in &outs {
+        assert!(
+            o.stdout.contains(&format!("plugin shm {so_s} loaded")),
+            "shm must come from the .so:\n{}",
+            o.stdout
+        );
+        assert!(
+            !o.stdout.contains("builtin"),
+            "no built-in may be loaded:\n{}",
+            o.stdout
+        );
+    }
+}
+
+#[test]
+fn c_example_plugin_carries_verified_transfers() {
+    let src = repo_root().join("sdk/examples/c-pipe/fx_example_pipe.c");
+    let Some(so) = compile_c_plugin(&src, "ferrocx_plugin_cpipe") else {
+        return;
+    };
+    let so_s = so.to_string_lossy().into_owned();
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &[
+            "pairs",
+            "0,1,7,4096,1048579",
+            "--expect-transport",
+            "c-pipe",
+        ],
+        &[
+            ("FERROCX_PLUGINS", &so_s),
+            ("FERROCX_TRANSPORTS", "c-pipe"),
+            ("FERROCX_TIMEOUT", "60"),
+        ],
+        LIMIT,
+    );
+    assert_all_ok(&outs);
+    assert!(
+        outs[0]
+            .stdout
+            .contains(&format!("plugin c-pipe {so_s} loaded")),
+        "{}",
+        outs[0].stdout
+    );
+}
+
+#[test]
+fn broken_plugins_are_reported_by_file_and_the_others_still_load() {
+    let src = repo_root().join("tests/fixtures/bad_plugin.c");
+    let Some(bad_version) =
+        compile_c_plugin_with(&src, "ferrocx_plugin_badver", &["-DBAD_VERSION"])
+    else {
+        return;
+    };
+    let bad_size =
+        compile_c_plugin_with(&src, "ferrocx_plugin_badsize", &["-DBAD_SIZE"]).expect("cc");
+    let no_symbol =
+        compile_c_plugin_with(&src, "ferrocx_plugin_nosym", &["-DNO_SYMBOL"]).expect("cc");
+    let good = shm_plugin_so();
+    let missing = "/nonexistent/libferrocx_plugin_gone.so".to_string();
+    let files: Vec<String> = [&bad_version, &bad_size, &no_symbol, &good]
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .chain([missing.clone()])
+        .collect();
+    let reg = Registry::discover_with(true, &files, &[]);
+
+    let reason = |path: &str| -> String {
+        let r = reg
+            .report
+            .iter()
+            .find(|r| r.source == PluginSource::File(path.into()))
+            .unwrap_or_else(|| panic!("{path} not in the report"));
+        r.skipped
+            .clone()
+            .unwrap_or_else(|| panic!("{path} should be skipped"))
+    };
+    let v = reason(&files[0]);
+    assert!(
+        v.contains(&files[0]) && v.contains("abi_version 99") && v.contains("ABI version 1"),
+        "{v}"
+    );
+    let s = reason(&files[1]);
+    assert!(s.contains(&files[1]) && s.contains("struct_size 16"), "{s}");
+    let n = reason(&files[2]);
+    assert!(
+        n.contains(&files[2]) && n.contains("no symbol 'ferrocx_transport_v1'"),
+        "{n}"
+    );
+    let m = reason(&missing);
+    assert!(m.contains(&missing) && m.contains("no such file"), "{m}");
+    // The good file loaded and replaced the built-in of the same name.
+    let shm = reg
+        .plugins
+        .iter()
+        .find(|p| p.name == "shm")
+        .expect("shm loaded");
+    assert_eq!(shm.source, PluginSource::File(good.clone()));
+    assert_eq!(reg.plugins.len(), 1, "only shm is usable");
+}
+
+#[test]
+fn plugin_path_directories_are_scanned() {
+    let good = shm_plugin_so();
+    let dir = good.parent().expect("dir").to_string_lossy().into_owned();
+    let reg = Registry::discover_with(false, &[], &[dir]);
+    assert!(
+        reg.plugins
+            .iter()
+            .any(|p| p.name == "shm" && p.source == PluginSource::File(good.clone())),
+        "{:?}",
+        reg.report
+    );
+}
+
+#[test]
+fn naming_an_unknown_transport_is_an_error() {
+    let outs = run_ranks(
+        WORKER,
+        1,
+        &["pairs", "8"],
+        &[("FERROCX_TRANSPORTS", "bogus")],
+        Duration::from_secs(30),
+    );
+    let o = &outs[0];
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stdout.contains("FERROCX_TRANSPORTS names 'bogus'") && o.stdout.contains("loaded: shm"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn excluding_every_transport_names_the_unreachable_peer() {
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["pairs", "8"],
+        &[("FERROCX_TRANSPORTS", "^shm"), ("FERROCX_TIMEOUT", "10")],
+        Duration::from_secs(30),
+    );
+    for o in &outs {
+        assert_eq!(o.code, Some(1), "{o:?}");
+        assert!(
+            o.stdout.contains("no transport can reach rank"),
+            "{}",
+            o.stdout
+        );
+    }
+}

@@ -1,0 +1,74 @@
+//! send/recv between 2, 3 and 4 real rank processes over the shm transport,
+//! ring and single-copy paths, bytes verified by every rank.
+
+use ferrocx_tests::{assert_all_ok, run_ranks, shm_leftovers};
+use std::time::Duration;
+
+const WORKER: &str = env!("CARGO_BIN_EXE_fxtest-worker");
+const SIZES: &str = "0,1,7,4096,1048579,67108864";
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn exchange(n: usize, register: bool) {
+    let mut args = vec!["pairs", SIZES, "--expect-transport", "shm"];
+    if register {
+        args.push("--register");
+    }
+    let outs = run_ranks(WORKER, n, &args, &[("FERROCX_TIMEOUT", "60")], LIMIT);
+    assert_all_ok(&outs);
+    for o in &outs {
+        assert!(
+            o.stdout.contains("verified with every peer"),
+            "rank {}: {}",
+            o.rank,
+            o.stdout
+        );
+    }
+    let pids: Vec<u32> = outs.iter().map(|o| o.pid).collect();
+    assert_eq!(
+        shm_leftovers(&pids),
+        Vec::<String>::new(),
+        "shared memory left behind"
+    );
+}
+
+#[test]
+fn ring_path_2_ranks() {
+    exchange(2, false);
+}
+
+#[test]
+fn ring_path_3_ranks() {
+    exchange(3, false);
+}
+
+#[test]
+fn ring_path_4_ranks() {
+    exchange(4, false);
+}
+
+#[test]
+fn single_copy_2_ranks() {
+    exchange(2, true);
+}
+
+#[test]
+fn single_copy_3_ranks() {
+    exchange(3, true);
+}
+
+#[test]
+fn single_copy_4_ranks() {
+    exchange(4, true);
+}
+
+#[test]
+fn single_copy_disabled_falls_back_to_ring() {
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["pairs", "65536,1048579", "--register"],
+        &[("FERROCX_SHM_SINGLE_COPY", "0"), ("FERROCX_TIMEOUT", "60")],
+        LIMIT,
+    );
+    assert_all_ok(&outs);
+}
