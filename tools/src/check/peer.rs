@@ -294,11 +294,11 @@ pub fn run_misuse(path: &str, rep: &mut Report) {
         match peer.line() {
             Ok(l) if l.starts_with("TRY ") => current = l[4..].to_string(),
             Ok(l) if l.starts_with("OK ") => {
-                let (name, detail) = l[3..].split_once(' ').unwrap_or((&l[3..], ""));
+                let (name, detail) = l[3..].split_once('\t').unwrap_or((&l[3..], ""));
                 rep.pass(&format!("misuse {name}"), detail.to_string());
             }
             Ok(l) if l.starts_with("BAD ") => {
-                let (name, detail) = l[4..].split_once(' ').unwrap_or((&l[4..], ""));
+                let (name, detail) = l[4..].split_once('\t').unwrap_or((&l[4..], ""));
                 rep.fail(&format!("misuse {name}"), detail.to_string());
             }
             Ok(l) if l == "DONE" => return,
@@ -422,11 +422,11 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
         let code = f();
         if code == FX_OK || code == FX_IN_PROGRESS {
             out(&format!(
-                "BAD {name} returned {} instead of an error",
+                "BAD {name}\treturned {} instead of an error",
                 code_name(code)
             ));
         } else {
-            out(&format!("OK {name} -> {}", code_name(code)));
+            out(&format!("OK {name}\t-> {}", code_name(code)));
         }
     };
     let mut req: *mut c_void = null;
@@ -505,9 +505,9 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
         (t.can_connect.expect("validated"))(inst_ctx(&inst), std::ptr::null(), std::ptr::null())
     };
     out(&if score == 0 {
-        "OK can_connect(null) -> 0".to_string()
+        "OK can_connect(null peers)\t-> 0".to_string()
     } else {
-        format!("BAD can_connect(null) returned score {score}")
+        format!("BAD can_connect(null peers)\treturned score {score}")
     });
     match t.last_error {
         Some(f) => {
@@ -515,12 +515,12 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
             // SAFETY: buffer of the given length.
             let n = unsafe { f(buf.as_mut_ptr(), buf.len()) };
             out(&if n > 0 {
-                format!("OK last_error \"{}\"", c_chars_to_string(&buf))
+                format!("OK last_error\t\"{}\"", c_chars_to_string(&buf))
             } else {
-                "BAD last_error is empty after errors".into()
+                "BAD last_error\tis empty after errors".into()
             });
         }
-        None => out("OK last_error (hook absent)"),
+        None => out("OK last_error\t(hook absent)"),
     }
     out("DONE");
     drop(inst);
