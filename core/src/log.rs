@@ -14,7 +14,8 @@ pub fn init() {
             eprintln!("ferrocx: FERROCX_DEBUG='{filter}' is not a valid filter ({e}); using 'warn'");
             tracing_subscriber::EnvFilter::new("warn")
         });
-        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(true);
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(true).with_ansi(ansi);
         let result = match std::env::var("FERROCX_DEBUG_FILE") {
             Ok(pattern) if !pattern.is_empty() => {
                 let path = pattern.replace("%h", &crate::bootstrap::host_name()).replace("%p", &std::process::id().to_string());
