@@ -79,19 +79,41 @@ impl fmt::Display for Error {
             Error::Config { var, message } => write!(f, "bad configuration {var}: {message}"),
             Error::Bootstrap(m) => write!(f, "bootstrap failed: {m}"),
             Error::Timeout { what, peer, after } => match peer {
-                Some(p) => write!(f, "timed out after {:.1}s waiting for rank {p}: {what} (FERROCX_TIMEOUT)", after.as_secs_f64()),
-                None => write!(f, "timed out after {:.1}s: {what} (FERROCX_TIMEOUT)", after.as_secs_f64()),
+                Some(p) => write!(
+                    f,
+                    "timed out after {:.1}s waiting for rank {p}: {what} (FERROCX_TIMEOUT)",
+                    after.as_secs_f64()
+                ),
+                None => write!(
+                    f,
+                    "timed out after {:.1}s: {what} (FERROCX_TIMEOUT)",
+                    after.as_secs_f64()
+                ),
             },
             Error::PeerFailed { rank, detail } => write!(f, "rank {rank} failed: {detail}"),
-            Error::Plugin { plugin, hook, peer, code, message } => {
+            Error::Plugin {
+                plugin,
+                hook,
+                peer,
+                code,
+                message,
+            } => {
                 write!(f, "plugin '{plugin}' {hook}")?;
                 if let Some(p) = peer {
                     write!(f, " (peer rank {p})")?;
                 }
-                write!(f, " failed with {}: {message}", ferrocx_sdk::abi::code_name(*code))
+                write!(
+                    f,
+                    " failed with {}: {message}",
+                    ferrocx_sdk::abi::code_name(*code)
+                )
             }
-            Error::PluginLoad { path, message } => write!(f, "cannot load plugin {path}: {message}"),
-            Error::NoTransport { peer, detail } => write!(f, "no transport can reach rank {peer}: {detail}"),
+            Error::PluginLoad { path, message } => {
+                write!(f, "cannot load plugin {path}: {message}")
+            }
+            Error::NoTransport { peer, detail } => {
+                write!(f, "no transport can reach rank {peer}: {detail}")
+            }
             Error::Destroyed(m) => write!(f, "communicator is no longer usable: {m}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Io(m) => write!(f, "I/O error: {m}"),

@@ -178,7 +178,11 @@ pub struct FxTransportV1 {
     pub finalize: Option<unsafe extern "C" fn(ctx: *mut c_void) -> i32>,
     /// Score for connecting `me` to `peer`: 0 = cannot, higher = preferred. Required.
     pub can_connect: Option<
-        unsafe extern "C" fn(ctx: *mut c_void, me: *const FxPeerInfo, peer: *const FxPeerInfo) -> i32,
+        unsafe extern "C" fn(
+            ctx: *mut c_void,
+            me: *const FxPeerInfo,
+            peer: *const FxPeerInfo,
+        ) -> i32,
     >,
     /// Create one end of a connection and describe it in `out_blob` for the peer. Required.
     pub setup: Option<
@@ -234,7 +238,9 @@ pub struct FxTransportV1 {
     >,
     /// Progress a request. Sets `*done` and, when done, `*nbytes`. After it reports
     /// done or returns an error the request is gone. Required.
-    pub test: Option<unsafe extern "C" fn(request: *mut c_void, done: *mut i32, nbytes: *mut usize) -> i32>,
+    pub test: Option<
+        unsafe extern "C" fn(request: *mut c_void, done: *mut i32, nbytes: *mut usize) -> i32,
+    >,
     /// Close a connection, cancelling any request still outstanding on it. Required.
     pub free: Option<unsafe extern "C" fn(conn: *mut c_void) -> i32>,
     /// Copy the text of the last error raised on the calling thread into `buf`
@@ -301,7 +307,11 @@ impl FxPeerInfo {
 
 /// Bytes of a fixed `c_char` array up to the first NUL, as a String.
 pub fn c_chars_to_string(chars: &[c_char]) -> String {
-    let bytes: Vec<u8> = chars.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = chars
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 

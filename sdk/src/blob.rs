@@ -68,7 +68,11 @@ pub type Blob = FxBlob;
 impl FxBlob {
     /// An empty blob.
     pub fn new() -> Self {
-        FxBlob { len: 0, reserved: 0, bytes: [0; FX_BLOB_BYTES] }
+        FxBlob {
+            len: 0,
+            reserved: 0,
+            bytes: [0; FX_BLOB_BYTES],
+        }
     }
 
     /// The meaningful bytes (clamped to the capacity, so a corrupt `len` is harmless).
@@ -136,12 +140,20 @@ mod tests {
     #[test]
     fn round_trip_and_length_check() {
         let mut blob = Blob::new();
-        blob.write(&Pair { a: 1, b: u32::MAX, tag: *b"abcdefgh" }).unwrap();
+        blob.write(&Pair {
+            a: 1,
+            b: u32::MAX,
+            tag: *b"abcdefgh",
+        })
+        .unwrap();
         assert_eq!(blob.len, 16);
         let p: Pair = blob.read().unwrap();
         assert_eq!((p.a, p.b, &p.tag), (1, u32::MAX, b"abcdefgh"));
         let err = blob.read::<u64>().unwrap_err();
-        assert!(err.message().contains("holds 16 bytes, expected 8"), "{err}");
+        assert!(
+            err.message().contains("holds 16 bytes, expected 8"),
+            "{err}"
+        );
         assert!(blob.set_bytes(&[0u8; FX_BLOB_BYTES + 1]).is_err());
     }
 }

@@ -14,7 +14,10 @@ pub struct PluginError {
 impl PluginError {
     /// An error with an explicit code.
     pub fn new(code: i32, message: impl Into<String>) -> Self {
-        PluginError { code, message: message.into() }
+        PluginError {
+            code,
+            message: message.into(),
+        }
     }
     /// `FX_INVALID_ARGUMENT`.
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -26,7 +29,10 @@ impl PluginError {
     }
     /// `FX_SYSTEM` with the text of the current `errno` appended.
     pub fn last_os(what: impl fmt::Display) -> Self {
-        Self::new(FX_SYSTEM, format!("{what}: {}", std::io::Error::last_os_error()))
+        Self::new(
+            FX_SYSTEM,
+            format!("{what}: {}", std::io::Error::last_os_error()),
+        )
     }
     /// `FX_SYSTEM` from an `io::Error`.
     pub fn io(what: impl fmt::Display, err: std::io::Error) -> Self {

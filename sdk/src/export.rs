@@ -75,19 +75,31 @@ unsafe extern "C" fn h_finalize<T: Transport>(ctx: *mut c_void) -> i32 {
     })
 }
 
-unsafe extern "C" fn h_can_connect<T: Transport>(ctx: *mut c_void, me: *const FxPeerInfo, peer: *const FxPeerInfo) -> i32 {
+unsafe extern "C" fn h_can_connect<T: Transport>(
+    ctx: *mut c_void,
+    me: *const FxPeerInfo,
+    peer: *const FxPeerInfo,
+) -> i32 {
     let mut score = 0;
     // can_connect answers a score, not a code: any failure means "cannot" (0).
     guard("can_connect", || {
         let t = ctx_ref::<T>(ctx)?;
-        let (me, peer) = (me.as_ref().ok_or_else(|| null("me"))?, peer.as_ref().ok_or_else(|| null("peer"))?);
+        let (me, peer) = (
+            me.as_ref().ok_or_else(|| null("me"))?,
+            peer.as_ref().ok_or_else(|| null("peer"))?,
+        );
         score = t.can_connect(me, peer).max(0);
         Ok(FX_OK)
     });
     score
 }
 
-unsafe extern "C" fn h_setup<T: Transport>(ctx: *mut c_void, req: *const FxConnReq, conn: *mut *mut c_void, out: *mut FxBlob) -> i32 {
+unsafe extern "C" fn h_setup<T: Transport>(
+    ctx: *mut c_void,
+    req: *const FxConnReq,
+    conn: *mut *mut c_void,
+    out: *mut FxBlob,
+) -> i32 {
     guard("setup", || {
         let t = ctx_ref::<T>(ctx)?;
         let req = req.as_ref().ok_or_else(|| null("req"))?;
@@ -97,7 +109,11 @@ unsafe extern "C" fn h_setup<T: Transport>(ctx: *mut c_void, req: *const FxConnR
         let mut blob = Blob::new();
         let c = t.setup(&ConnReq::from_raw(req), &mut blob)?;
         *out = blob;
-        let b = Box::new(ConnBox::<T> { ctx: t, conn: Some(c), outstanding: Vec::new() });
+        let b = Box::new(ConnBox::<T> {
+            ctx: t,
+            conn: Some(c),
+            outstanding: Vec::new(),
+        });
         *conn = Box::into_raw(b) as *mut c_void;
         Ok(FX_OK)
     })
@@ -105,8 +121,12 @@ unsafe extern "C" fn h_setup<T: Transport>(ctx: *mut c_void, req: *const FxConnR
 
 /// # Safety
 /// `conn` must be null or a connection made by `h_setup::<T>` and not yet freed.
-unsafe fn conn_mut<'a, T: Transport>(conn: *mut c_void) -> PluginResult<(&'a T, &'a mut ConnBox<T>)> {
-    let b = (conn as *mut ConnBox<T>).as_mut().ok_or_else(|| null("conn"))?;
+unsafe fn conn_mut<'a, T: Transport>(
+    conn: *mut c_void,
+) -> PluginResult<(&'a T, &'a mut ConnBox<T>)> {
+    let b = (conn as *mut ConnBox<T>)
+        .as_mut()
+        .ok_or_else(|| null("conn"))?;
     let t = b.ctx.as_ref().ok_or_else(|| null("ctx"))?;
     Ok((t, b))
 }
@@ -115,7 +135,10 @@ unsafe extern "C" fn h_connect<T: Transport>(conn: *mut c_void, peer: *const FxB
     guard("connect", || {
         let (t, b) = conn_mut::<T>(conn)?;
         let peer = peer.as_ref().ok_or_else(|| null("peer blob"))?;
-        let c = b.conn.as_mut().ok_or_else(|| PluginError::invalid("connection already freed"))?;
+        let c = b
+            .conn
+            .as_mut()
+            .ok_or_else(|| PluginError::invalid("connection already freed"))?;
         Ok(match t.connect(c, peer)? {
             ConnectState::Done => FX_OK,
             ConnectState::InProgress => FX_IN_PROGRESS,
@@ -197,9 +220,16 @@ unsafe fn post<T: Transport>(
         return Err(null("request out-pointer"));
     }
     *request = std::ptr::null_mut();
-    let c = b.conn.as_mut().ok_or_else(|| PluginError::invalid("connection already freed"))?;
+    let c = b
+        .conn
+        .as_mut()
+        .ok_or_else(|| PluginError::invalid("connection already freed"))?;
     if let Some(req) = f(t, c)? {
-        let rb = Box::into_raw(Box::new(ReqBox::<T> { ctx: t, conn: b, req }));
+        let rb = Box::into_raw(Box::new(ReqBox::<T> {
+            ctx: t,
+            conn: b,
+            req,
+        }));
         b.outstanding.push(rb);
         *request = rb as *mut c_void;
     }
@@ -248,7 +278,11 @@ unsafe fn retire<T: Transport>(rb: *mut ReqBox<T>) {
     drop(Box::from_raw(rb));
 }
 
-unsafe extern "C" fn h_test<T: Transport>(request: *mut c_void, done: *mut i32, nbytes: *mut usize) -> i32 {
+unsafe extern "C" fn h_test<T: Transport>(
+    request: *mut c_void,
+    done: *mut i32,
+    nbytes: *mut usize,
+) -> i32 {
     let rb = request as *mut ReqBox<T>;
     let mut finished = false;
     let code = guard("test", || {
@@ -304,7 +338,10 @@ unsafe extern "C" fn h_last_error(buf: *mut c_char, len: usize) -> usize {
 
 const fn name_array(name: &str) -> [c_char; FX_NAME_BYTES] {
     let bytes = name.as_bytes();
-    assert!(bytes.len() < FX_NAME_BYTES, "plugin name must be shorter than 32 bytes");
+    assert!(
+        bytes.len() < FX_NAME_BYTES,
+        "plugin name must be shorter than 32 bytes"
+    );
     let mut out = [0 as c_char; FX_NAME_BYTES];
     let mut i = 0;
     while i < bytes.len() {
@@ -349,7 +386,9 @@ inventory::collect!(BuiltinTransport);
 
 /// Every built-in transport linked into this binary.
 pub fn builtin_transports() -> impl Iterator<Item = &'static FxTransportV1> {
-    inventory::iter::<BuiltinTransport>.into_iter().map(|b| (b.table)())
+    inventory::iter::<BuiltinTransport>
+        .into_iter()
+        .map(|b| (b.table)())
 }
 
 /// Register a [`Transport`] as a built-in of any binary that links this crate

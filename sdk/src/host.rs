@@ -106,7 +106,9 @@ impl Host {
     pub fn aborted(&self) -> bool {
         match self.table() {
             // SAFETY: the core keeps the flag alive as long as the table.
-            Some(t) if !t.abort_flag.is_null() => unsafe { (*t.abort_flag).load(Ordering::Acquire) != 0 },
+            Some(t) if !t.abort_flag.is_null() => unsafe {
+                (*t.abort_flag).load(Ordering::Acquire) != 0
+            },
             _ => false,
         }
     }
@@ -131,7 +133,10 @@ impl DetachedHost {
             timeout_ms: timeout.as_millis() as u64,
             abort_flag: &*abort as *const AtomicU32,
         });
-        DetachedHost { table, _abort: abort }
+        DetachedHost {
+            table,
+            _abort: abort,
+        }
     }
     /// The raw table.
     pub fn as_ptr(&self) -> *const FxHostV1 {

@@ -48,8 +48,15 @@ pub struct ConnReq {
 impl ConnReq {
     /// Parse the raw request.
     pub fn from_raw(raw: &FxConnReq) -> Self {
-        let direction = if raw.direction == FX_DIR_RECV { Direction::Recv } else { Direction::Send };
-        ConnReq { raw: *raw, direction }
+        let direction = if raw.direction == FX_DIR_RECV {
+            Direction::Recv
+        } else {
+            Direction::Send
+        };
+        ConnReq {
+            raw: *raw,
+            direction,
+        }
     }
     /// This rank.
     pub fn me(&self) -> &FxPeerInfo {
@@ -111,8 +118,17 @@ pub trait Transport: Sized + Send + Sync + 'static {
     ///
     /// # Safety
     /// `ptr..ptr+len` must stay valid memory of `kind` until `deregister`.
-    unsafe fn register(&self, _ptr: *mut u8, _len: usize, _kind: MemKind, _out: &mut Blob) -> PluginResult<Self::MemHandle> {
-        Err(PluginError::unsupported(format!("{} does not register memory", Self::NAME)))
+    unsafe fn register(
+        &self,
+        _ptr: *mut u8,
+        _len: usize,
+        _kind: MemKind,
+        _out: &mut Blob,
+    ) -> PluginResult<Self::MemHandle> {
+        Err(PluginError::unsupported(format!(
+            "{} does not register memory",
+            Self::NAME
+        )))
     }
     /// Release a registration.
     fn deregister(&self, _handle: Self::MemHandle) -> PluginResult<()> {

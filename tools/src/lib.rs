@@ -1,3 +1,3 @@
+pub mod check;
 pub mod launch;
 pub mod perf;
-pub mod check;

@@ -6,43 +6,92 @@ use std::process::Command;
 const FXINFO: &str = env!("CARGO_BIN_EXE_fxinfo");
 
 fn check(path: &std::path::Path) -> (Option<i32>, String) {
-    let out = Command::new(FXINFO).arg("--check").arg(path).output().expect("run fxinfo");
-    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    let out = Command::new(FXINFO)
+        .arg("--check")
+        .arg(path)
+        .output()
+        .expect("run fxinfo");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
 }
 
 #[test]
 fn conformance_kit_passes_the_shm_plugin() {
     let (code, out) = check(&shm_plugin_so());
     assert_eq!(code, Some(0), "{out}");
-    for name in ["load", "lifecycle", "blob round-trip", "transfer 0 B", "transfer 16777217 B", "requests in flight", "receive too small", "misuse isend(null conn)"] {
-        assert!(out.contains(&format!("PASS  {name}")), "missing PASS {name}:\n{out}");
+    for name in [
+        "load",
+        "lifecycle",
+        "blob round-trip",
+        "transfer 0 B",
+        "transfer 16777217 B",
+        "requests in flight",
+        "receive too small",
+        "misuse isend(null conn)",
+    ] {
+        assert!(
+            out.contains(&format!("PASS  {name}")),
+            "missing PASS {name}:\n{out}"
+        );
     }
     assert!(!out.contains("FAIL"), "{out}");
 }
 
 #[test]
 fn conformance_kit_passes_the_c_example_plugin() {
-    let Some(so) = compile_c_plugin(&repo_root().join("sdk/examples/c-pipe/fx_example_pipe.c"), "ferrocx_plugin_cpipe_check") else { return };
+    let Some(so) = compile_c_plugin(
+        &repo_root().join("sdk/examples/c-pipe/fx_example_pipe.c"),
+        "ferrocx_plugin_cpipe_check",
+    ) else {
+        return;
+    };
     let (code, out) = check(&so);
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("PASS  transfer 1048579 B") && out.contains("check: ") && !out.contains("FAIL"), "{out}");
+    assert!(
+        out.contains("PASS  transfer 1048579 B")
+            && out.contains("check: ")
+            && !out.contains("FAIL"),
+        "{out}"
+    );
 }
 
 #[test]
 fn conformance_kit_reports_a_crashing_plugin_and_keeps_going() {
-    let Some(so) = compile_c_plugin_with(&repo_root().join("tests/fixtures/bad_plugin.c"), "ferrocx_plugin_crashy", &["-DCRASHY"]) else { return };
+    let Some(so) = compile_c_plugin_with(
+        &repo_root().join("tests/fixtures/bad_plugin.c"),
+        "ferrocx_plugin_crashy",
+        &["-DCRASHY"],
+    ) else {
+        return;
+    };
     let (code, out) = check(&so);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("FAIL  misuse isend(null conn)") && out.contains("crashed"), "{out}");
+    assert!(
+        out.contains("FAIL  misuse isend(null conn)") && out.contains("crashed"),
+        "{out}"
+    );
     assert!(out.contains("PASS  load"), "{out}");
 }
 
 #[test]
 fn conformance_kit_rejects_a_wrong_abi_naming_the_file() {
-    let Some(so) = compile_c_plugin_with(&repo_root().join("tests/fixtures/bad_plugin.c"), "ferrocx_plugin_badver_check", &["-DBAD_VERSION"]) else { return };
+    let Some(so) = compile_c_plugin_with(
+        &repo_root().join("tests/fixtures/bad_plugin.c"),
+        "ferrocx_plugin_badver_check",
+        &["-DBAD_VERSION"],
+    ) else {
+        return;
+    };
     let (code, out) = check(&so);
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("FAIL  load") && out.contains(&so.to_string_lossy().into_owned()) && out.contains("abi_version 99"), "{out}");
+    assert!(
+        out.contains("FAIL  load")
+            && out.contains(&so.to_string_lossy().into_owned())
+            && out.contains("abi_version 99"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -54,7 +103,13 @@ fn plugin_report_lists_builtins_and_skipped_files() {
         .expect("run fxinfo");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("shm") && text.contains("builtin") && text.contains("loaded"), "{text}");
-    assert!(text.contains("/nonexistent/libferrocx_plugin_x.so") && text.contains("skipped"), "{text}");
+    assert!(
+        text.contains("shm") && text.contains("builtin") && text.contains("loaded"),
+        "{text}"
+    );
+    assert!(
+        text.contains("/nonexistent/libferrocx_plugin_x.so") && text.contains("skipped"),
+        "{text}"
+    );
     assert!(text.contains("FERROCX_TIMEOUT"), "{text}");
 }

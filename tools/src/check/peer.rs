@@ -26,7 +26,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
@@ -261,7 +261,7 @@ pub fn run_pair(lib: &Arc<PluginLib>, path: &str, rep: &mut Report) {
         Err(e) => return rep.fail("requests in flight", e),
     }
     let r = (|| -> Result<String, String> {
-        let data = vec![7u8; 100];
+        let data = [7u8; 100];
         // SAFETY: `data` outlives the request.
         let req = post(|| unsafe { inst.isend(conn, data.as_ptr(), data.len(), None, 1) })?;
         // The sender may finish or fail; only the receiver's answer matters.
@@ -441,7 +441,7 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
                 data.as_ptr() as *const c_void,
                 16,
                 null,
-                &mut req as *mut _ as *mut *mut c_void,
+                &mut req as *mut _,
             )
         });
     }
@@ -452,7 +452,7 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
                 data.as_ptr() as *mut c_void,
                 16,
                 null,
-                &mut req as *mut _ as *mut *mut c_void,
+                &mut req as *mut _,
             )
         });
     }
@@ -475,7 +475,7 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
             f(
                 ctx,
                 std::ptr::null(),
-                &mut conn as *mut _ as *mut *mut c_void,
+                &mut conn as *mut _,
                 &mut blob as *const _ as *mut FxBlob,
             )
         });
@@ -489,7 +489,7 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
                 null,
                 64,
                 FX_MEM_HOST,
-                &mut mh as *mut _ as *mut *mut c_void,
+                &mut mh as *mut _,
                 &mut blob as *const _ as *mut FxBlob,
             )
         });
