@@ -104,3 +104,48 @@ fn missing_peer_times_out_naming_the_root() {
         o.stdout
     );
 }
+
+fn silent_peer(phase: &str, needle: &str) {
+    let start = Instant::now();
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["stall", phase],
+        &[("FERROCX_TIMEOUT", "2")],
+        Duration::from_secs(30),
+    );
+    assert!(outs[0].ok(), "{:?}", outs[0]);
+    let text = &outs[0].stdout;
+    assert!(
+        text.contains("timed out after 2.0s waiting for rank 1") && text.contains(needle),
+        "{text}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn silent_peer_times_out_during_connection_setup() {
+    silent_peer("setup", "connection setup");
+}
+
+#[test]
+fn silent_peer_times_out_on_an_established_connection() {
+    silent_peer("data", "receive of 64 bytes from rank 1 via shm");
+}
+
+#[test]
+fn abort_reaches_the_peer_with_its_rank() {
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["abort"],
+        &[("FERROCX_TIMEOUT", "30")],
+        Duration::from_secs(30),
+    );
+    assert_all_ok(&outs);
+    assert!(outs[0].stdout.contains("rank 1"), "{}", outs[0].stdout);
+}

@@ -72,3 +72,17 @@ fn single_copy_disabled_falls_back_to_ring() {
     );
     assert_all_ok(&outs);
 }
+
+#[test]
+fn groups_in_different_orders_do_not_deadlock() {
+    for n in [2, 3, 4] {
+        let outs = run_ranks(
+            WORKER,
+            n,
+            &["groups", "200"],
+            &[("FERROCX_TIMEOUT", "60")],
+            LIMIT,
+        );
+        assert_all_ok(&outs);
+    }
+}

@@ -152,6 +152,20 @@ pub(crate) fn choose_plugin(shared: &CommShared, peer: usize) -> Result<Arc<Plug
     }
 }
 
+/// Say what connection setup was waiting for instead of naming a bootstrap tag.
+fn setup_wait_error(e: Error, waiting_for: &str) -> Error {
+    match e {
+        Error::Timeout { peer, after, .. } => {
+            let what = format!(
+                "connection setup, waiting for {}",
+                waiting_for.replace("{peer}", &peer.map_or("?".into(), |p| p.to_string()))
+            );
+            Error::Timeout { what, peer, after }
+        }
+        other => other,
+    }
+}
+
 struct Pending {
     conn: Connection,
     peer_blob: Option<FxBlob>,
@@ -188,7 +202,12 @@ pub(crate) fn establish(
     }
     // Phase 2: receive sides follow the sender's choice.
     for &(peer, dir) in needs.iter().filter(|(_, d)| *d == Dir::Recv) {
-        let msg = shared.bootstrap.recv(peer, tag(0, channel))?;
+        let msg = shared.bootstrap.recv(peer, tag(0, channel)).map_err(|e| {
+            setup_wait_error(
+                e,
+                "its connection request (rank {peer} has not posted a send to this rank)",
+            )
+        })?;
         let (name, sblob, _) = decode(peer, &msg)?;
         let found = shared.plugins.iter().find(|p| p.name() == name).cloned();
         let plugin = match found {
@@ -228,7 +247,12 @@ pub(crate) fn establish(
     // Phase 3: send sides connect with the receivers' answers.
     for p in sends.iter_mut() {
         let peer = p.conn.peer;
-        let msg = shared.bootstrap.recv(peer, tag(1, channel))?;
+        let msg = shared.bootstrap.recv(peer, tag(1, channel)).map_err(|e| {
+            setup_wait_error(
+                e,
+                "its connection answer (rank {peer} has not posted a receive from this rank)",
+            )
+        })?;
         let (name, rblob, status) = decode(peer, &msg)?;
         if name.is_empty() {
             return Err(Error::NoTransport {

@@ -118,6 +118,15 @@ impl Engine {
         self.state.lock().broken.clone()
     }
 
+    /// Mark the communicator broken by a failure outside the data path
+    /// (e.g. connection setup timed out): later operations are refused.
+    pub fn break_with(&self, err: Error) {
+        let mut st = self.state.lock();
+        if st.broken.is_none() {
+            self.break_all(&mut st, err);
+        }
+    }
+
     /// Which of `needs` have no connection yet.
     pub fn missing(&self, needs: &[(usize, Dir)]) -> Vec<(usize, Dir)> {
         let st = self.state.lock();

@@ -317,7 +317,22 @@ impl Communicator {
                 let svc = svc
                     .as_ref()
                     .ok_or_else(|| Error::Destroyed("communicator was destroyed".into()))?;
-                svc.call(move || connection::establish(&shared, &missing, 0))?
+                svc.call(move || connection::establish(&shared, &missing, 0))
+            };
+            let conns = match conns {
+                Ok(c) => c,
+                // A half-made connection cannot be trusted: timeouts, dead peers and
+                // transport failures break the communicator; a missing transport does not.
+                Err(
+                    e @ (Error::Timeout { .. }
+                    | Error::PeerFailed { .. }
+                    | Error::Plugin { .. }
+                    | Error::Bootstrap(_)),
+                ) => {
+                    self.engine.break_with(e.clone());
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
             };
             self.engine.add_connections(conns);
         }

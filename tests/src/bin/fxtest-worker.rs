@@ -36,6 +36,9 @@ fn main() -> ExitCode {
             opt("--kill-after-ms").map(|v| v.parse().expect("ms")),
         ),
         Some("badinput") => badinput(),
+        Some("groups") => groups(args[1].parse().expect("rounds")),
+        Some("stall") => stall(args.get(1).map(String::as_str) == Some("data")),
+        Some("abort") => abort(),
         other => Err(format!("unknown scenario {other:?}")),
     };
     match r {
@@ -242,4 +245,130 @@ fn badinput() -> Result<String, String> {
         other => return Err(format!("second destroy: {other:?}")),
     }
     Ok(format!("rank {me}: bad input rejected"))
+}
+
+/// Groups posted in a different order on every rank, several messages per
+/// peer in one group (matched in posting order), for `rounds` rounds.
+fn groups(rounds: usize) -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(|e| e.to_string())?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    let sizes = [0usize, 3, 4096, 70_000];
+    for round in 0..rounds {
+        let peers: Vec<usize> = (0..n).filter(|&p| p != me).collect();
+        let sends: Vec<Vec<Vec<u8>>> = (0..n)
+            .map(|p| {
+                sizes
+                    .iter()
+                    .map(|&z| (0..z).map(|i| pattern(me, p, z + round, i)).collect())
+                    .collect()
+            })
+            .collect();
+        let mut recvs: Vec<Vec<Vec<u8>>> = (0..n)
+            .map(|_| sizes.iter().map(|&z| vec![0u8; z]).collect())
+            .collect();
+        let mut g = comm.group_start();
+        // Receives first on odd ranks, sends first on even ranks; peers in rotated order.
+        let order: Vec<usize> = peers
+            .iter()
+            .cycle()
+            .skip(me + round)
+            .take(peers.len())
+            .copied()
+            .collect();
+        if me % 2 == 0 {
+            post_sends(&mut g, &sends, &order)?;
+        }
+        for (p, bufs) in recvs.iter_mut().enumerate().filter(|(p, _)| *p != me) {
+            for b in bufs.iter_mut() {
+                g.recv(b, p).map_err(|e| e.to_string())?;
+            }
+        }
+        if me % 2 == 1 {
+            post_sends(&mut g, &sends, &order)?;
+        }
+        g.group_end().map_err(|e| format!("round {round}: {e}"))?;
+        for p in peers {
+            for (k, &z) in sizes.iter().enumerate() {
+                if let Some(i) = (0..z).find(|&i| recvs[p][k][i] != pattern(p, me, z + round, i)) {
+                    return Err(format!(
+                        "round {round}: message {k} from rank {p} wrong at byte {i}"
+                    ));
+                }
+            }
+        }
+    }
+    comm.destroy().map_err(|e| e.to_string())?;
+    Ok(format!(
+        "rank {me}: {rounds} rounds of mixed-order groups verified"
+    ))
+}
+
+/// Rank 1 stays alive but never sends: rank 0's receive must time out naming
+/// it, during connection setup or (`data`) on an established connection.
+fn stall(data: bool) -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(|e| e.to_string())?;
+    if data {
+        // Establish both directions first.
+        let peer = 1 - comm.rank();
+        let out = [9u8; 64];
+        let mut inp = [0u8; 64];
+        let mut g = comm.group_start();
+        g.send(&out, peer).map_err(|e| e.to_string())?;
+        g.recv(&mut inp, peer).map_err(|e| e.to_string())?;
+        g.group_end().map_err(|e| e.to_string())?;
+    }
+    if comm.rank() == 1 {
+        std::thread::sleep(comm.timeout() * 3);
+        return Ok("rank 1 stalled".into());
+    }
+    let start = Instant::now();
+    let mut buf = vec![0u8; 64];
+    match comm.recv(&mut buf, 1) {
+        Ok(()) => Err("receive from a silent peer succeeded".into()),
+        Err(e @ Error::Timeout { peer: Some(1), .. }) => {
+            println!("ERROR after {:.2}s: {e}", start.elapsed().as_secs_f64());
+            let again = comm.send(&buf, 1);
+            match again {
+                Err(Error::Destroyed(m)) if m.contains("timed out") => {
+                    Ok(format!("rank 0: {e}; later calls: {m}"))
+                }
+                other => Err(format!(
+                    "after a timeout the communicator should refuse work: {other:?}"
+                )),
+            }
+        }
+        Err(e) => Err(format!("unexpected error: {e}")),
+    }
+}
+
+/// Rank 1 aborts while rank 0 waits on it: rank 0 fails naming rank 1.
+fn abort() -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(|e| e.to_string())?;
+    if comm.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(300));
+        comm.abort();
+        let r = comm.send(&[1u8; 8], 0);
+        return match r {
+            Err(Error::Destroyed(m)) if m.contains("aborted") => Ok("rank 1 aborted".into()),
+            other => Err(format!("use after abort: {other:?}")),
+        };
+    }
+    let mut buf = vec![0u8; 64];
+    match comm.recv(&mut buf, 1) {
+        Err(e @ Error::PeerFailed { rank: 1, .. }) => Ok(format!("rank 0: {e}")),
+        other => Err(format!("expected rank 1's abort, got {other:?}")),
+    }
+}
+
+fn post_sends<'a>(
+    g: &mut ferrocx::Group<'a>,
+    sends: &'a [Vec<Vec<u8>>],
+    order: &[usize],
+) -> Result<(), String> {
+    for &p in order {
+        for b in &sends[p] {
+            g.send(b, p).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
 }
