@@ -14,6 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long a waiting caller keeps driving progress with nothing moving
+/// before it parks and leaves the work to the progress thread.
+const PARK_AFTER: Duration = Duration::from_millis(2);
+
 /// Completion state of a group of operations submitted together.
 pub(crate) struct Batch {
     remaining: AtomicUsize,
@@ -76,6 +80,8 @@ struct State {
     in_flight: usize,
     /// Set once a fatal error broke the communicator.
     broken: Option<Error>,
+    /// Sweeps so far; timeouts are checked on every 256th (reading the clock per op costs).
+    sweeps: u64,
     shutdown: bool,
 }
 
@@ -98,6 +104,7 @@ impl Engine {
                 conns: HashMap::new(),
                 in_flight: 0,
                 broken: None,
+                sweeps: 0,
                 shutdown: false,
             }),
             wake: Condvar::new(),
@@ -173,7 +180,8 @@ impl Engine {
             .map(|c| c.conn.plugin.name().to_string())
     }
 
-    /// Queue a group of operations (connections must exist) and return its batch.
+    /// Queue a group of operations (connections must exist) and return its
+    /// batch; the caller must then [`wait`](Self::wait) for it.
     pub fn submit(&self, ops: Vec<Op>) -> Result<Arc<Batch>> {
         let batch = Batch::new(ops.len());
         let mut st = self.state.lock();
@@ -199,32 +207,40 @@ impl Engine {
             });
             st.in_flight += 1;
         }
-        if st.in_flight > 0 {
-            self.wake.notify_one();
-        }
+        // No wake-up here: the submitting thread drives the batch in `wait`,
+        // and wakes the progress thread only if it has to park.
+        self.driving.fetch_add(1, Ordering::AcqRel);
         Ok(batch)
     }
 
-    /// Wait for a batch: drive progress ourselves for a short while, then park
-    /// and let the progress thread continue.
+    /// Wait for a batch. The caller drives progress itself (no thread hand-off)
+    /// as long as something moves; after [`PARK_AFTER`] without progress it
+    /// parks and lets the progress thread continue.
     pub fn wait(&self, batch: &Batch) -> Result<()> {
-        const DRIVE_FOR: Duration = Duration::from_micros(200);
-        let start = Instant::now();
-        self.driving.fetch_add(1, Ordering::AcqRel);
+        // `driving` was raised by `submit`.
         let mut idle = 0u32;
-        while !batch.is_done() && start.elapsed() < DRIVE_FOR {
+        let mut idle_since: Option<Instant> = None;
+        while !batch.is_done() {
             let moved = match self.state.try_lock() {
                 Some(mut st) => self.sweep_locked(&mut st),
                 None => false,
             };
             if moved {
                 idle = 0;
-            } else {
-                idle += 1;
-                if idle > 64 {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
+                idle_since = None;
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            if idle < 64 {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Yield so ranks sharing a core can run; check the clock now and then.
+            std::thread::yield_now();
+            if idle % 16 == 0 {
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > PARK_AFTER {
+                    break;
                 }
             }
         }
@@ -296,6 +312,8 @@ impl Engine {
         let mut moved = false;
         let mut fatal: Option<Error> = None;
         let timeout = self.shared.timeout;
+        st.sweeps = st.sweeps.wrapping_add(1);
+        let check_clock = st.sweeps % 256 == 0;
         for q in st.conns.values_mut() {
             if q.waiting.is_empty() && q.posted.is_empty() {
                 continue;
@@ -360,7 +378,7 @@ impl Engine {
                         p.q.batch.finish(err);
                     }
                     Ok(None) => {
-                        if p.q.since.elapsed() > timeout {
+                        if check_clock && p.q.since.elapsed() > timeout {
                             fatal = Some(Error::Timeout {
                                 what: self.describe(&p.q, plugin.name()),
                                 peer: Some(p.q.op.peer),
@@ -388,7 +406,7 @@ impl Engine {
             if fatal.is_some() {
                 break;
             }
-            if let Some(w) = q.waiting.front() {
+            if let Some(w) = q.waiting.front().filter(|_| check_clock) {
                 if w.since.elapsed() > timeout {
                     fatal = Some(Error::Timeout {
                         what: self.describe(w, plugin.name()),

@@ -16,15 +16,17 @@ pub trait Progress: Send + Sync + 'static {
 }
 
 /// Backoff after `idle` consecutive sweeps that moved nothing: spin, then
-/// yield, then sleep up to 1 ms so idle ranks leave the cores to others.
+/// yield, then short sleeps (at most 100 µs: ops are in flight, so a long
+/// sleep would show up as latency) so idle ranks leave the cores to others.
+/// With nothing in flight the thread parks instead (see [`Progress::wait_for_work`]).
 pub fn backoff(idle: u32) {
     if idle < 64 {
         std::hint::spin_loop();
-    } else if idle < 128 {
+    } else if idle < 256 {
         std::thread::yield_now();
     } else {
-        let us = 1u64 << ((idle - 128) / 16).min(10);
-        std::thread::sleep(Duration::from_micros(us.min(1000)));
+        let us = 1u64 << ((idle - 256) / 32).min(7);
+        std::thread::sleep(Duration::from_micros(us.min(100)));
     }
 }
 
