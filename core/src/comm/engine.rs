@@ -237,7 +237,7 @@ impl Engine {
             }
             // Yield so ranks sharing a core can run; check the clock now and then.
             std::thread::yield_now();
-            if idle % 16 == 0 {
+            if idle.is_multiple_of(16) {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > PARK_AFTER {
                     break;
@@ -313,7 +313,7 @@ impl Engine {
         let mut fatal: Option<Error> = None;
         let timeout = self.shared.timeout;
         st.sweeps = st.sweeps.wrapping_add(1);
-        let check_clock = st.sweeps % 256 == 0;
+        let check_clock = st.sweeps.is_multiple_of(256);
         for q in st.conns.values_mut() {
             if q.waiting.is_empty() && q.posted.is_empty() {
                 continue;
