@@ -365,7 +365,11 @@ pub const fn transport_table<T: Transport>() -> FxTransportV1 {
         connect: Some(h_connect::<T>),
         proxy_setup: Some(h_proxy_setup::<T>),
         proxy_connect: Some(h_proxy_connect::<T>),
-        proxy_progress: Some(h_proxy_progress::<T>),
+        proxy_progress: if T::NEEDS_PROXY_PROGRESS {
+            Some(h_proxy_progress::<T>)
+        } else {
+            None
+        },
         register: Some(h_register::<T>),
         deregister: Some(h_deregister::<T>),
         isend: Some(h_isend::<T>),

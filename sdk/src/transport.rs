@@ -110,7 +110,12 @@ pub trait Transport: Sized + Send + Sync + 'static {
     fn proxy_connect(&self, _conn: &mut Self::Conn) -> PluginResult<()> {
         Ok(())
     }
-    /// Background progress on the progress thread; returns whether anything moved.
+    /// Whether [`proxy_progress`](Self::proxy_progress) does anything. When false
+    /// (the default) the generated table leaves the hook null and the core
+    /// never calls it.
+    const NEEDS_PROXY_PROGRESS: bool = false;
+    /// Background progress on the progress thread (called on every sweep while
+    /// the connection has operations in flight); returns whether anything moved.
     fn proxy_progress(&self, _conn: &mut Self::Conn) -> PluginResult<bool> {
         Ok(false)
     }

@@ -184,3 +184,33 @@ fn excluding_every_transport_names_the_unreachable_peer() {
         );
     }
 }
+
+#[test]
+fn ranks_that_disagree_on_a_transport_fail_with_both_sides_named() {
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["oneway"],
+        &[
+            ("FXTEST_SHM_DISABLE_ON_RANK", "1"),
+            ("FERROCX_TIMEOUT", "10"),
+        ],
+        Duration::from_secs(30),
+    );
+    // Rank 0 chooses shm; rank 1's shm declines rank 0, so rank 1 refuses
+    // the connection and both report why.
+    assert_eq!(outs[1].code, Some(1), "{:?}", outs[1]);
+    assert!(
+        outs[1]
+            .stdout
+            .contains("'shm' on rank 1 cannot reach rank 0"),
+        "{}",
+        outs[1].stdout
+    );
+    assert_eq!(outs[0].code, Some(1), "{:?}", outs[0]);
+    assert!(
+        outs[0].stdout.contains("rank 1 refused the connection"),
+        "{}",
+        outs[0].stdout
+    );
+}

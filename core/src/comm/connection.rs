@@ -162,6 +162,16 @@ fn setup_wait_error(e: Error, waiting_for: &str) -> Error {
             );
             Error::Timeout { what, peer, after }
         }
+        Error::PeerFailed { rank, detail } => {
+            let detail = detail
+                .split_once(" before bootstrap message")
+                .map_or(detail.clone(), |(head, _)| head.to_string());
+            let detail = format!(
+                "{detail}, while this rank waited for {}",
+                waiting_for.replace("{peer}", &rank.to_string())
+            );
+            Error::PeerFailed { rank, detail }
+        }
         other => other,
     }
 }
@@ -226,6 +236,16 @@ pub(crate) fn establish(
                 return Err(Error::NoTransport { peer, detail: why });
             }
         };
+        if plugin.can_connect(&shared.peer_info[shared.rank], &shared.peer_info[peer]) == 0 {
+            let why = format!(
+                "rank {peer} chose transport '{name}' to send to rank {me}, but '{name}' on rank {me} cannot reach rank {peer} (can_connect = 0)",
+                me = shared.rank
+            );
+            let _ = shared
+                .bootstrap
+                .send(peer, tag(1, channel), &encode("", &FxBlob::new(), &why));
+            return Err(Error::NoTransport { peer, detail: why });
+        }
         let (raw, blob) = plugin.setup(&req(shared, peer, dir, channel))?;
         let conn = Connection {
             plugin: plugin.clone(),

@@ -319,6 +319,15 @@ impl Engine {
                 continue;
             }
             let plugin = q.conn.plugin.clone();
+            if plugin.has_proxy_progress() {
+                match plugin.proxy_progress(q.conn.raw, q.conn.peer) {
+                    Ok(worked) => moved |= worked,
+                    Err(e) => {
+                        fatal = Some(e);
+                        break;
+                    }
+                }
+            }
             // Post in order; stop at the first the plugin cannot take yet.
             while let Some(w) = q.waiting.front() {
                 // SAFETY: the caller of submit guaranteed the buffer outlives the batch.

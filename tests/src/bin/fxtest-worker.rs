@@ -16,6 +16,12 @@ fn parse_sizes(s: &str) -> Vec<usize> {
 }
 
 fn main() -> ExitCode {
+    // Per-rank configuration for tests that need ranks to disagree.
+    if let Ok(r) = std::env::var("FXTEST_SHM_DISABLE_ON_RANK") {
+        if std::env::var("FERROCX_RANK").ok() == Some(r) {
+            std::env::set_var("FERROCX_SHM_DISABLE", "1");
+        }
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |f: &str| args.iter().any(|a| a == f);
     let opt = |f: &str| {
@@ -39,6 +45,7 @@ fn main() -> ExitCode {
         Some("groups") => groups(args[1].parse().expect("rounds")),
         Some("stall") => stall(args.get(1).map(String::as_str) == Some("data")),
         Some("abort") => abort(),
+        Some("oneway") => oneway(),
         other => Err(format!("unknown scenario {other:?}")),
     };
     match r {
@@ -371,4 +378,18 @@ fn post_sends<'a>(
         }
     }
     Ok(())
+}
+
+/// Rank 0 sends 4 KiB to rank 1 and nothing else.
+fn oneway() -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(|e| e.to_string())?;
+    let mut buf = vec![comm.rank() as u8; 4096];
+    let r = if comm.rank() == 0 {
+        comm.send(&buf, 1)
+    } else {
+        comm.recv(&mut buf, 0)
+    };
+    r.map_err(|e| e.to_string())?;
+    comm.destroy().map_err(|e| e.to_string())?;
+    Ok(format!("rank {} done", comm.rank()))
 }
