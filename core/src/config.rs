@@ -145,7 +145,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "FERROCX_SHM_SINGLE_COPY_MIN",
-        "65536",
+        "16384",
         "smallest message (bytes) sent by single copy into a registered buffer",
     ),
 ];

@@ -298,6 +298,11 @@ impl Engine {
     }
 
     /// One pass over every connection with work. Returns whether anything moved.
+    ///
+    /// Order matters for rendezvous transports: first every waiting operation
+    /// is posted, then receives are tested before sends, so a rank advertises
+    /// where its data should go before it spends time copying its own sends
+    /// (otherwise two ranks exchanging large messages copy one after the other).
     fn sweep_locked(&self, st: &mut State) -> bool {
         if st.in_flight == 0 || st.broken.is_some() {
             return false;
@@ -309,26 +314,42 @@ impl Engine {
                 return true;
             }
         }
-        let mut moved = false;
-        let mut fatal: Option<Error> = None;
-        let timeout = self.shared.timeout;
         st.sweeps = st.sweeps.wrapping_add(1);
         let check_clock = st.sweeps.is_multiple_of(256);
+        let mut moved = false;
+        let mut fatal = self.post_all(st, &mut moved);
+        for dir in [Dir::Recv, Dir::Send] {
+            if fatal.is_some() {
+                break;
+            }
+            fatal = self.test_all(st, dir, check_clock, &mut moved);
+        }
+        if let Some(e) = fatal {
+            // A peer's death explains most transport failures: name it if known.
+            let e = match self.shared.check_peers() {
+                Err(peer_err) => peer_err,
+                Ok(()) => e,
+            };
+            self.break_all(st, e);
+            return true;
+        }
+        moved
+    }
+
+    /// Background progress and posting, in order per connection; stops at the
+    /// first operation a plugin cannot take yet. Returns a fatal error.
+    fn post_all(&self, st: &mut State, moved: &mut bool) -> Option<Error> {
         for q in st.conns.values_mut() {
             if q.waiting.is_empty() && q.posted.is_empty() {
                 continue;
             }
-            let plugin = q.conn.plugin.clone();
+            let plugin = &q.conn.plugin;
             if plugin.has_proxy_progress() {
                 match plugin.proxy_progress(q.conn.raw, q.conn.peer) {
-                    Ok(worked) => moved |= worked,
-                    Err(e) => {
-                        fatal = Some(e);
-                        break;
-                    }
+                    Ok(worked) => *moved |= worked,
+                    Err(e) => return Some(e),
                 }
             }
-            // Post in order; stop at the first the plugin cannot take yet.
             while let Some(w) = q.waiting.front() {
                 // SAFETY: the caller of submit guaranteed the buffer outlives the batch.
                 let posted = unsafe {
@@ -353,18 +374,30 @@ impl Engine {
                     Ok(Some(req)) => {
                         let w = q.waiting.pop_front().expect("front exists");
                         q.posted.push(Posted { q: w, req });
-                        moved = true;
+                        *moved = true;
                     }
                     Ok(None) => break,
-                    Err(e) => {
-                        fatal = Some(e);
-                        break;
-                    }
+                    Err(e) => return Some(e),
                 }
             }
-            if fatal.is_some() {
-                break;
-            }
+        }
+        None
+    }
+
+    /// Test the posted operations of every connection in direction `dir`;
+    /// complete what is done, enforce the timeout. Returns a fatal error.
+    fn test_all(
+        &self,
+        st: &mut State,
+        dir: Dir,
+        check_clock: bool,
+        moved: &mut bool,
+    ) -> Option<Error> {
+        let timeout = self.shared.timeout;
+        let mut finished = 0;
+        let mut fatal = None;
+        'conns: for q in st.conns.values_mut().filter(|q| q.conn.dir == dir) {
+            let plugin = &q.conn.plugin;
             let mut i = 0;
             while i < q.posted.len() {
                 let p = &q.posted[i];
@@ -376,8 +409,8 @@ impl Engine {
                 match plugin.test(p.req, p.q.op.peer, hook) {
                     Ok(Some(n)) => {
                         let p = q.posted.swap_remove(i);
-                        st.in_flight -= 1;
-                        moved = true;
+                        finished += 1;
+                        *moved = true;
                         let err = (p.q.op.dir == Dir::Recv && n != p.q.op.len).then(|| {
                             Error::InvalidArgument(format!(
                                 "mismatched sizes: rank {} sent {n} bytes but rank {} posted a receive of {} bytes",
@@ -393,27 +426,24 @@ impl Engine {
                                 peer: Some(p.q.op.peer),
                                 after: timeout,
                             });
-                            break;
+                            break 'conns;
                         }
                         i += 1;
                     }
                     Err(e) => {
                         // The request is gone after an error.
                         let p = q.posted.swap_remove(i);
-                        st.in_flight -= 1;
-                        moved = true;
-                        if matches!(e, Error::Plugin { code, .. } if code == FX_INVALID_ARGUMENT) {
-                            p.q.batch.finish(Some(e));
-                        } else {
-                            p.q.batch.finish(Some(e.clone()));
+                        finished += 1;
+                        *moved = true;
+                        let recoverable =
+                            matches!(e, Error::Plugin { code, .. } if code == FX_INVALID_ARGUMENT);
+                        p.q.batch.finish(Some(e.clone()));
+                        if !recoverable {
                             fatal = Some(e);
-                            break;
+                            break 'conns;
                         }
                     }
                 }
-            }
-            if fatal.is_some() {
-                break;
             }
             if let Some(w) = q.waiting.front().filter(|_| check_clock) {
                 if w.since.elapsed() > timeout {
@@ -426,16 +456,8 @@ impl Engine {
                 }
             }
         }
-        if let Some(e) = fatal {
-            // A peer's death explains most transport failures: name it if known.
-            let e = match self.shared.check_peers() {
-                Err(peer_err) => peer_err,
-                Ok(()) => e,
-            };
-            self.break_all(st, e);
-            return true;
-        }
-        moved
+        st.in_flight -= finished;
+        fatal
     }
 
     /// Stop: fail what is queued, free connections, wake the progress thread.

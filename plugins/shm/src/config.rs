@@ -6,7 +6,7 @@
 //! | `FERROCX_SHM_CHUNK_SIZE` | `524288` | bytes per ring slot (rounded up to 64; 64 B ..= 256 MiB) |
 //! | `FERROCX_SHM_NSLOTS` | `8` | ring slots per connection (2 ..= 1024) |
 //! | `FERROCX_SHM_SINGLE_COPY` | `1` | `0` turns the `process_vm_writev` single-copy path off |
-//! | `FERROCX_SHM_SINGLE_COPY_MIN` | `65536` | smallest message (bytes) that may take the single-copy path |
+//! | `FERROCX_SHM_SINGLE_COPY_MIN` | `16384` | smallest message (bytes) that may take the single-copy path |
 //!
 //! Ring geometry is decided by the receiving side (it creates the segment) and
 //! travels to the sender in the connect blob, so the two processes never need
@@ -19,7 +19,7 @@ pub const DEFAULT_CHUNK_SIZE: usize = 512 * 1024;
 /// Default ring slots per connection.
 pub const DEFAULT_NSLOTS: usize = 8;
 /// Default threshold of the single-copy path.
-pub const DEFAULT_SINGLE_COPY_MIN: usize = 64 * 1024;
+pub const DEFAULT_SINGLE_COPY_MIN: usize = 16 << 10;
 
 const MIN_CHUNK: usize = 64;
 const MAX_CHUNK: usize = 256 << 20;

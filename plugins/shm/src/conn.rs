@@ -144,12 +144,20 @@ impl ShmConn {
         }))
     }
 
-    /// Post a receive.
+    /// Post a receive, and publish where its data may go right away: a sender
+    /// waiting for this offer can start copying without waiting for our next `test`.
     pub(crate) fn post_recv(&mut self, op: RecvOp) -> PluginResult<Option<ShmRequest>> {
-        let mut core = lock(&self.core)?;
-        let seq = match core.ready()? {
-            Side::Recv(r) => r.ops().post(op),
-            Side::Send(_) => {
+        let mut guard = lock(&self.core)?;
+        guard.ready()?;
+        let core = &mut *guard;
+        let seq = match (core.side.as_mut(), core.seg.as_ref()) {
+            (Some(Side::Recv(r)), Some(seg)) => {
+                let seq = r.ops().post(op);
+                r.publish(seg);
+                seq
+            }
+            (Some(Side::Recv(r)), None) => r.ops().post(op),
+            _ => {
                 return Err(PluginError::invalid(
                     "irecv on the sending end of an shm connection",
                 ))

@@ -30,7 +30,7 @@
 //! | `FERROCX_SHM_CHUNK_SIZE` | `524288` (512 KiB) |
 //! | `FERROCX_SHM_NSLOTS` | `8` |
 //! | `FERROCX_SHM_SINGLE_COPY` | `1` |
-//! | `FERROCX_SHM_SINGLE_COPY_MIN` | `65536` (64 KiB) |
+//! | `FERROCX_SHM_SINGLE_COPY_MIN` | `16384` (16 KiB) |
 #![warn(missing_docs)]
 
 mod blobs;

@@ -93,7 +93,7 @@ impl RecvSide {
     }
 
     /// Publish the handshake slots of posted receives that may be published now.
-    fn publish(&mut self, seg: &Segment) {
+    pub fn publish(&mut self, seg: &Segment) {
         let nreg = seg.layout().nreg as u64;
         let oldest = self.ops.active().unwrap_or(self.ops.next_seq());
         self.next_publish = self.next_publish.max(oldest);
