@@ -9,7 +9,7 @@ use crate::plugin::{RawMemHandle, RawRequest};
 use crate::proxy::Progress;
 use ferrocx_sdk::abi::FX_INVALID_ARGUMENT;
 use parking_lot::{Condvar, Mutex};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,10 +73,34 @@ struct ConnQueue {
     conn: Connection,
     waiting: VecDeque<Queued>,
     posted: Vec<Posted>,
+    /// Whether this connection is in `State::active`.
+    listed: bool,
+}
+
+impl ConnQueue {
+    fn idle(&self) -> bool {
+        self.waiting.is_empty() && self.posted.is_empty()
+    }
+}
+
+/// Slot of (peer, dir) in `State::conns`: a dense table, no hashing per operation.
+fn slot(peer: usize, dir: Dir) -> usize {
+    peer * 2 + usize::from(dir == Dir::Recv)
+}
+
+/// What [`Engine::submit`] did.
+pub(crate) enum Submitted {
+    /// Queued; wait for this batch.
+    Queued(Arc<Batch>),
+    /// Nothing queued: these connections must be established first.
+    Missing(Vec<Op>, Vec<(usize, Dir)>),
 }
 
 struct State {
-    conns: HashMap<(usize, Dir), ConnQueue>,
+    /// Indexed by [`slot`]; `None` until connected.
+    conns: Vec<Option<ConnQueue>>,
+    /// Slots with waiting or posted operations: what a sweep visits.
+    active: Vec<usize>,
     in_flight: usize,
     /// Set once a fatal error broke the communicator.
     broken: Option<Error>,
@@ -98,10 +122,12 @@ pub(crate) struct Engine {
 
 impl Engine {
     pub fn new(shared: Arc<CommShared>) -> Arc<Self> {
+        let nslots = shared.nranks * 2;
         Arc::new(Engine {
             shared,
             state: Mutex::new(State {
-                conns: HashMap::new(),
+                conns: (0..nslots).map(|_| None).collect(),
+                active: Vec::new(),
                 in_flight: 0,
                 broken: None,
                 sweeps: 0,
@@ -134,41 +160,18 @@ impl Engine {
         }
     }
 
-    /// Which of `needs` have no connection yet.
-    pub fn missing(&self, needs: &[(usize, Dir)]) -> Vec<(usize, Dir)> {
-        let st = self.state.lock();
-        let mut out: Vec<(usize, Dir)> = needs
-            .iter()
-            .copied()
-            .filter(|k| !st.conns.contains_key(k))
-            .collect();
-        out.sort();
-        out.dedup();
-        out
-    }
-
     /// Add newly established connections.
     pub fn add_connections(&self, conns: Vec<Connection>) {
         let mut st = self.state.lock();
         for c in conns {
-            st.conns.insert(
-                (c.peer, c.dir),
-                ConnQueue {
-                    conn: c,
-                    waiting: VecDeque::new(),
-                    posted: Vec::new(),
-                },
-            );
+            let i = slot(c.peer, c.dir);
+            st.conns[i] = Some(ConnQueue {
+                conn: c,
+                waiting: VecDeque::new(),
+                posted: Vec::new(),
+                listed: false,
+            });
         }
-    }
-
-    /// The plugin serving (peer, dir), if connected.
-    pub fn plugin_of(&self, peer: usize, dir: Dir) -> Option<Arc<crate::plugin::PluginInstance>> {
-        self.state
-            .lock()
-            .conns
-            .get(&(peer, dir))
-            .map(|c| c.conn.plugin.clone())
     }
 
     /// Name of the transport used for (peer, dir), if connected.
@@ -176,14 +179,20 @@ impl Engine {
         self.state
             .lock()
             .conns
-            .get(&(peer, dir))
+            .get(slot(peer, dir))?
+            .as_ref()
             .map(|c| c.conn.plugin.name().to_string())
     }
 
-    /// Queue a group of operations (connections must exist) and return its
-    /// batch; the caller must then [`wait`](Self::wait) for it.
-    pub fn submit(&self, ops: Vec<Op>) -> Result<Arc<Batch>> {
-        let batch = Batch::new(ops.len());
+    /// Queue a group of operations and return its batch (the caller must then
+    /// [`wait`](Self::wait) for it), or, when a connection is missing, queue
+    /// nothing and say which. `mh` finds the registration covering a buffer.
+    /// One lock acquisition for the whole group.
+    pub fn submit(
+        &self,
+        mut ops: Vec<Op>,
+        mh: impl Fn(&crate::plugin::PluginInstance, usize, usize) -> Option<RawMemHandle>,
+    ) -> Result<Submitted> {
         let mut st = self.state.lock();
         if let Some(e) = &st.broken {
             return Err(Error::Destroyed(format!(
@@ -193,24 +202,38 @@ impl Engine {
         if st.shutdown {
             return Err(Error::Destroyed("communicator destroyed".into()));
         }
+        let mut missing: Vec<(usize, Dir)> = ops
+            .iter()
+            .filter(|o| st.conns[slot(o.peer, o.dir)].is_none())
+            .map(|o| (o.peer, o.dir))
+            .collect();
+        if !missing.is_empty() {
+            missing.sort();
+            missing.dedup();
+            return Ok(Submitted::Missing(ops, missing));
+        }
+        let batch = Batch::new(ops.len());
         let now = Instant::now();
-        for op in ops {
-            let key = (op.peer, op.dir);
-            let q = st
-                .conns
-                .get_mut(&key)
-                .ok_or_else(|| Error::Io(format!("no connection for {key:?}")))?;
+        let st = &mut *st;
+        for mut op in ops.drain(..) {
+            let i = slot(op.peer, op.dir);
+            let q = st.conns[i].as_mut().expect("checked above");
+            op.mh = mh(&q.conn.plugin, op.ptr, op.len);
             q.waiting.push_back(Queued {
                 op,
                 batch: batch.clone(),
                 since: now,
             });
+            if !q.listed {
+                q.listed = true;
+                st.active.push(i);
+            }
             st.in_flight += 1;
         }
         // No wake-up here: the submitting thread drives the batch in `wait`,
         // and wakes the progress thread only if it has to park.
         self.driving.fetch_add(1, Ordering::AcqRel);
-        Ok(batch)
+        Ok(Submitted::Queued(batch))
     }
 
     /// Wait for a batch. The caller drives progress itself (no thread hand-off)
@@ -269,7 +292,7 @@ impl Engine {
         if st.broken.is_none() {
             st.broken = Some(err.clone());
         }
-        for (_, q) in st.conns.drain() {
+        for q in st.conns.iter_mut().filter_map(Option::take) {
             for p in q.posted {
                 p.q.batch.finish(Some(err.clone()));
             }
@@ -278,6 +301,7 @@ impl Engine {
             }
             // Dropping q.conn frees it; the plugin cancels its requests.
         }
+        st.active.clear();
         st.in_flight = 0;
         if !matches!(err, Error::PeerFailed { .. }) {
             self.shared.bootstrap.broadcast_abort(&reason);
@@ -324,6 +348,9 @@ impl Engine {
             }
             fatal = self.test_all(st, dir, check_clock, &mut moved);
         }
+        if moved {
+            Self::prune_active(st);
+        }
         if let Some(e) = fatal {
             // A peer's death explains most transport failures: name it if known.
             let e = match self.shared.check_peers() {
@@ -339,10 +366,10 @@ impl Engine {
     /// Background progress and posting, in order per connection; stops at the
     /// first operation a plugin cannot take yet. Returns a fatal error.
     fn post_all(&self, st: &mut State, moved: &mut bool) -> Option<Error> {
-        for q in st.conns.values_mut() {
-            if q.waiting.is_empty() && q.posted.is_empty() {
+        for &i in &st.active {
+            let Some(q) = st.conns[i].as_mut() else {
                 continue;
-            }
+            };
             let plugin = &q.conn.plugin;
             if plugin.has_proxy_progress() {
                 match plugin.proxy_progress(q.conn.raw, q.conn.peer) {
@@ -396,7 +423,11 @@ impl Engine {
         let timeout = self.shared.timeout;
         let mut finished = 0;
         let mut fatal = None;
-        'conns: for q in st.conns.values_mut().filter(|q| q.conn.dir == dir) {
+        let want = usize::from(dir == Dir::Recv);
+        'conns: for &i in st.active.iter().filter(|&&i| i % 2 == want) {
+            let Some(q) = st.conns[i].as_mut() else {
+                continue;
+            };
             let plugin = &q.conn.plugin;
             let mut i = 0;
             while i < q.posted.len() {
@@ -460,12 +491,26 @@ impl Engine {
         fatal
     }
 
+    /// Drop connections without work from the active list.
+    fn prune_active(st: &mut State) {
+        let State { conns, active, .. } = st;
+        active.retain(|&i| match conns[i].as_mut() {
+            Some(q) if !q.idle() => true,
+            Some(q) => {
+                q.listed = false;
+                false
+            }
+            None => false,
+        });
+    }
+
     /// Stop: fail what is queued, free connections, wake the progress thread.
     pub fn shutdown(&self, why: &str) {
         let mut st = self.state.lock();
         st.shutdown = true;
         let err = Error::Destroyed(why.to_string());
-        for (_, q) in st.conns.drain() {
+        st.active.clear();
+        for q in st.conns.iter_mut().filter_map(Option::take) {
             for p in q.posted {
                 p.q.batch.finish(Some(err.clone()));
             }

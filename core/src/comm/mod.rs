@@ -15,7 +15,7 @@ use crate::config;
 use crate::error::{Error, Result};
 use crate::plugin::{PluginInstance, PluginReport, Registry, TransportFilter};
 use crate::proxy::{ProgressThread, ServiceThread};
-use engine::{Engine, Op};
+use engine::{Engine, Op, Submitted};
 use ferrocx_sdk::abi::FxPeerInfo;
 use parking_lot::Mutex;
 use registration::Registrations;
@@ -298,51 +298,64 @@ impl Communicator {
     }
 
     /// Connect what `ops` need, run them, wait.
-    pub(crate) fn run(&self, mut ops: Vec<Op>) -> Result<()> {
+    pub(crate) fn run(&self, ops: Vec<Op>) -> Result<()> {
         self.check_live()?;
-        if let Some(e) = self.engine.broken() {
-            return Err(Error::Destroyed(format!(
-                "an earlier failure broke the communicator: {e}"
-            )));
-        }
         if ops.is_empty() {
             return Ok(());
         }
-        let needs: Vec<(usize, Dir)> = ops.iter().map(|o| (o.peer, o.dir)).collect();
-        let missing = self.engine.missing(&needs);
-        if !missing.is_empty() {
-            let shared = self.shared.clone();
-            let conns = {
-                let svc = self.service.lock();
-                let svc = svc
-                    .as_ref()
-                    .ok_or_else(|| Error::Destroyed("communicator was destroyed".into()))?;
-                svc.call(move || connection::establish(&shared, &missing, 0))
-            };
-            let conns = match conns {
-                Ok(c) => c,
-                // A half-made connection cannot be trusted: timeouts, dead peers and
-                // transport failures break the communicator; a missing transport does not.
-                Err(
-                    e @ (Error::Timeout { .. }
-                    | Error::PeerFailed { .. }
-                    | Error::Plugin { .. }
-                    | Error::Bootstrap(_)),
-                ) => {
-                    self.engine.break_with(e.clone());
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
-            };
-            self.engine.add_connections(conns);
-        }
-        for op in ops.iter_mut() {
-            if let Some(t) = self.engine.plugin_of(op.peer, op.dir) {
-                op.mh = self.regs.lookup(&t, op.ptr, op.len);
+        let has_regs = !self.regs.is_empty();
+        let lookup = |p: &PluginInstance, ptr: usize, len: usize| {
+            if has_regs {
+                self.regs.lookup(p, ptr, len)
+            } else {
+                None
             }
-        }
-        let batch = self.engine.submit(ops)?;
+        };
+        let batch = match self.engine.submit(ops, lookup)? {
+            Submitted::Queued(b) => b,
+            Submitted::Missing(ops, missing) => {
+                self.connect(missing)?;
+                match self.engine.submit(ops, lookup)? {
+                    Submitted::Queued(b) => b,
+                    Submitted::Missing(_, still) => {
+                        return Err(Error::Io(format!(
+                            "connections {still:?} missing right after they were established"
+                        )))
+                    }
+                }
+            }
+        };
         self.engine.wait(&batch)
+    }
+
+    /// Establish connections on the service thread; fatal failures break the communicator.
+    fn connect(&self, missing: Vec<(usize, Dir)>) -> Result<()> {
+        let shared = self.shared.clone();
+        let conns = {
+            let svc = self.service.lock();
+            let svc = svc
+                .as_ref()
+                .ok_or_else(|| Error::Destroyed("communicator was destroyed".into()))?;
+            svc.call(move || connection::establish(&shared, &missing, 0))
+        };
+        match conns {
+            Ok(c) => {
+                self.engine.add_connections(c);
+                Ok(())
+            }
+            // A half-made connection cannot be trusted: timeouts, dead peers and
+            // transport failures break the communicator; a missing transport does not.
+            Err(
+                e @ (Error::Timeout { .. }
+                | Error::PeerFailed { .. }
+                | Error::Plugin { .. }
+                | Error::Bootstrap(_)),
+            ) => {
+                self.engine.break_with(e.clone());
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Send `buf` to `peer` and wait until the buffer may be reused.

@@ -7,6 +7,7 @@ use crate::plugin::{PluginInstance, RawMemHandle};
 use ferrocx_sdk::abi::FX_MEM_HOST;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A registration returned by [`Communicator::register`](crate::Communicator::register).
@@ -52,6 +53,8 @@ impl Entry {
 #[derive(Default)]
 pub(crate) struct Registrations {
     map: Mutex<BTreeMap<usize, Entry>>,
+    /// Number of entries, readable without the lock (the per-operation fast path).
+    live: AtomicUsize,
 }
 
 impl Registrations {
@@ -116,6 +119,7 @@ impl Registrations {
                 handles,
             },
         );
+        self.live.store(map.len(), Ordering::Release);
         Ok(RegHandle { start, len })
     }
 
@@ -131,6 +135,7 @@ impl Registrations {
         e.refs -= 1;
         if e.refs == 0 {
             let e = map.remove(&h.start).expect("present");
+            self.live.store(map.len(), Ordering::Release);
             drop(map);
             return e.release();
         }
@@ -155,11 +160,17 @@ impl Registrations {
         self.map.lock().len()
     }
 
+    /// True when nothing is registered (no lock taken).
+    pub fn is_empty(&self) -> bool {
+        self.live.load(Ordering::Acquire) == 0
+    }
+
     /// Deregister everything (destroy).
     pub fn clear(&self) {
         let entries: Vec<Entry> = std::mem::take(&mut *self.map.lock())
             .into_values()
             .collect();
+        self.live.store(0, Ordering::Release);
         for e in entries {
             let _ = e.release();
         }
