@@ -141,7 +141,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "FERROCX_SHM_SINGLE_COPY",
         "1",
-        "0 disables the process_vm_writev single-copy path",
+        "1: single copy into any large receive; registered: only registered buffers; 0: never",
     ),
     (
         "FERROCX_SHM_SINGLE_COPY_MIN",

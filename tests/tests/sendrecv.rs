@@ -8,12 +8,32 @@ const WORKER: &str = env!("CARGO_BIN_EXE_fxtest-worker");
 const SIZES: &str = "0,1,7,4096,1048579,67108864";
 const LIMIT: Duration = Duration::from_secs(120);
 
-fn exchange(n: usize, register: bool) {
+/// How the shm transport should move large messages in a test.
+#[derive(Clone, Copy)]
+enum Path {
+    /// `FERROCX_SHM_SINGLE_COPY=0`: everything through the ring (two copies).
+    Ring,
+    /// Registered receive buffers, default settings: single copy.
+    Registered,
+    /// Unregistered buffers, default settings: single copy as well.
+    Unregistered,
+    /// `FERROCX_SHM_SINGLE_COPY=registered` with registered buffers.
+    RegisteredOnlyMode,
+}
+
+fn exchange(n: usize, path: Path) {
     let mut args = vec!["pairs", SIZES, "--expect-transport", "shm"];
-    if register {
-        args.push("--register");
+    let mut env = vec![("FERROCX_TIMEOUT", "60")];
+    match path {
+        Path::Ring => env.push(("FERROCX_SHM_SINGLE_COPY", "0")),
+        Path::Registered => args.push("--register"),
+        Path::Unregistered => {}
+        Path::RegisteredOnlyMode => {
+            args.push("--register");
+            env.push(("FERROCX_SHM_SINGLE_COPY", "registered"));
+        }
     }
-    let outs = run_ranks(WORKER, n, &args, &[("FERROCX_TIMEOUT", "60")], LIMIT);
+    let outs = run_ranks(WORKER, n, &args, &env, LIMIT);
     assert_all_ok(&outs);
     for o in &outs {
         assert!(
@@ -33,32 +53,42 @@ fn exchange(n: usize, register: bool) {
 
 #[test]
 fn ring_path_2_ranks() {
-    exchange(2, false);
+    exchange(2, Path::Ring);
 }
 
 #[test]
 fn ring_path_3_ranks() {
-    exchange(3, false);
+    exchange(3, Path::Ring);
 }
 
 #[test]
 fn ring_path_4_ranks() {
-    exchange(4, false);
+    exchange(4, Path::Ring);
 }
 
 #[test]
 fn single_copy_2_ranks() {
-    exchange(2, true);
+    exchange(2, Path::Registered);
 }
 
 #[test]
 fn single_copy_3_ranks() {
-    exchange(3, true);
+    exchange(3, Path::Registered);
 }
 
 #[test]
 fn single_copy_4_ranks() {
-    exchange(4, true);
+    exchange(4, Path::Registered);
+}
+
+#[test]
+fn single_copy_into_unregistered_buffers_3_ranks() {
+    exchange(3, Path::Unregistered);
+}
+
+#[test]
+fn registered_only_mode_3_ranks() {
+    exchange(3, Path::RegisteredOnlyMode);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! | `FERROCX_SHM_DISABLE` | `0` | `1` makes `can_connect` answer 0 (the transport is never chosen) |
 //! | `FERROCX_SHM_CHUNK_SIZE` | `524288` | bytes per ring slot (rounded up to 64; 64 B ..= 256 MiB) |
 //! | `FERROCX_SHM_NSLOTS` | `8` | ring slots per connection (2 ..= 1024) |
-//! | `FERROCX_SHM_SINGLE_COPY` | `1` | `0` turns the `process_vm_writev` single-copy path off |
+//! | `FERROCX_SHM_SINGLE_COPY` | `1` | `1`: any receive of at least the minimum is offered for single copy; `registered`: only registered receive buffers; `0`: never (always the ring) |
 //! | `FERROCX_SHM_SINGLE_COPY_MIN` | `16384` | smallest message (bytes) that may take the single-copy path |
 //!
 //! Ring geometry is decided by the receiving side (it creates the segment) and
@@ -39,6 +39,11 @@ pub struct Config {
     pub nslots: usize,
     /// `FERROCX_SHM_SINGLE_COPY`: allow the `process_vm_writev` path.
     pub single_copy: bool,
+    /// `FERROCX_SHM_SINGLE_COPY=1` (default) rather than `registered`: offer
+    /// unregistered receive buffers too. A posted receive already guarantees
+    /// its buffer stays valid until it completes, and CMA needs no per-buffer
+    /// setup, so registration buys nothing here but is still honoured.
+    pub single_copy_unregistered: bool,
     /// `FERROCX_SHM_SINGLE_COPY_MIN`: smallest message for the single-copy path.
     pub single_copy_min: usize,
 }
@@ -50,6 +55,7 @@ impl Default for Config {
             chunk_size: DEFAULT_CHUNK_SIZE,
             nslots: DEFAULT_NSLOTS,
             single_copy: true,
+            single_copy_unregistered: true,
             single_copy_min: DEFAULT_SINGLE_COPY_MIN,
         }
     }
@@ -64,11 +70,13 @@ impl Config {
     /// Read the variables through `lookup` (unset → default) and validate them.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> PluginResult<Self> {
         let d = Config::default();
+        let mode = parse_single_copy(&lookup)?;
         let cfg = Config {
             disabled: parse_bool(&lookup, "FERROCX_SHM_DISABLE", d.disabled)?,
             chunk_size: parse_usize(&lookup, "FERROCX_SHM_CHUNK_SIZE", d.chunk_size)?,
             nslots: parse_usize(&lookup, "FERROCX_SHM_NSLOTS", d.nslots)?,
-            single_copy: parse_bool(&lookup, "FERROCX_SHM_SINGLE_COPY", d.single_copy)?,
+            single_copy: mode != SingleCopy::Off,
+            single_copy_unregistered: mode == SingleCopy::All,
             single_copy_min: parse_usize(
                 &lookup,
                 "FERROCX_SHM_SINGLE_COPY_MIN",
@@ -118,6 +126,28 @@ fn parse_usize(
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SingleCopy {
+    Off,
+    Registered,
+    All,
+}
+
+fn parse_single_copy(lookup: &impl Fn(&str) -> Option<String>) -> PluginResult<SingleCopy> {
+    const NAME: &str = "FERROCX_SHM_SINGLE_COPY";
+    let Some(v) = lookup(NAME) else {
+        return Ok(SingleCopy::All);
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "1" | "true" | "yes" | "on" | "all" => Ok(SingleCopy::All),
+        "registered" => Ok(SingleCopy::Registered),
+        "0" | "false" | "no" | "off" => Ok(SingleCopy::Off),
+        _ => Err(PluginError::invalid(format!(
+            "{NAME}={v:?}: use 1 (any large receive), registered, or 0 (never)"
+        ))),
+    }
+}
+
 fn parse_bool(
     lookup: &impl Fn(&str) -> Option<String>,
     name: &str,
@@ -161,6 +191,20 @@ mod tests {
         .unwrap();
         assert!(c.disabled && !c.single_copy);
         assert_eq!((c.chunk_size, c.nslots, c.single_copy_min), (1024, 4, 0));
+    }
+
+    #[test]
+    fn single_copy_modes() {
+        let mode = |v: &str| {
+            with(&[("FERROCX_SHM_SINGLE_COPY", v)])
+                .map(|c| (c.single_copy, c.single_copy_unregistered))
+        };
+        assert_eq!(mode("1").unwrap(), (true, true));
+        assert_eq!(mode("all").unwrap(), (true, true));
+        assert_eq!(mode("registered").unwrap(), (true, false));
+        assert_eq!(mode("0").unwrap(), (false, false));
+        let e = mode("sometimes").unwrap_err();
+        assert!(e.message().contains("FERROCX_SHM_SINGLE_COPY"), "{e}");
     }
 
     #[test]

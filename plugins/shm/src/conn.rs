@@ -409,6 +409,7 @@ impl ConnCore {
             self.me_rank,
             self.peer,
             cfg.single_copy,
+            cfg.single_copy_unregistered,
             cfg.single_copy_min,
         )));
         self.watch = Watchdog::default();

@@ -8,9 +8,10 @@
 //!   is cut into ⌈L / chunk⌉ chunks (a 0-byte message is one empty chunk), each
 //!   slot headed by (sequence number, total length, offset, chunk length).
 //!   The sender fills free slots while the receiver drains earlier ones.
-//! * **Single copy** ([`regslot`], [`cma`]): for a registered receive of at
-//!   least `FERROCX_SHM_SINGLE_COPY_MIN` bytes the receiver publishes its
-//!   buffer address in a [`P2pRegInfo`] slot and the sender writes the message
+//! * **Single copy** ([`regslot`], [`cma`]): for a receive of at least
+//!   `FERROCX_SHM_SINGLE_COPY_MIN` bytes (registered, or any buffer with the
+//!   default `FERROCX_SHM_SINGLE_COPY=1`) the receiver publishes its buffer
+//!   address in a [`P2pRegInfo`] slot and the sender writes the message
 //!   straight into it with `process_vm_writev`, then raises `copy_done`.
 //!   Where the kernel refuses (ptrace policy, seccomp) the sender logs once and
 //!   uses the ring.
@@ -29,7 +30,7 @@
 //! | `FERROCX_SHM_DISABLE` | `0` |
 //! | `FERROCX_SHM_CHUNK_SIZE` | `524288` (512 KiB) |
 //! | `FERROCX_SHM_NSLOTS` | `8` |
-//! | `FERROCX_SHM_SINGLE_COPY` | `1` |
+//! | `FERROCX_SHM_SINGLE_COPY` | `1` (any buffer; `registered`, `0`) |
 //! | `FERROCX_SHM_SINGLE_COPY_MIN` | `16384` (16 KiB) |
 #![warn(missing_docs)]
 
@@ -101,12 +102,15 @@ impl Shm {
             host.info("shm: disabled by FERROCX_SHM_DISABLE");
         } else {
             host.info(format!(
-                "shm: ring of {} × {} B per connection; single copy (process_vm_writev) into registered receives \
-                 of ≥ {} B {}",
+                "shm: ring of {} × {} B per connection; single copy (process_vm_writev) into receives of ≥ {} B: {}",
                 cfg.nslots,
                 cfg.chunk_size,
                 cfg.single_copy_min,
-                if cfg.single_copy { "enabled" } else { "disabled by FERROCX_SHM_SINGLE_COPY=0" }
+                match (cfg.single_copy, cfg.single_copy_unregistered) {
+                    (false, _) => "off (FERROCX_SHM_SINGLE_COPY=0)",
+                    (true, false) => "registered buffers only (FERROCX_SHM_SINGLE_COPY=registered)",
+                    (true, true) => "any buffer",
+                }
             ));
         }
         Ok(Ctx::new(host, cfg))

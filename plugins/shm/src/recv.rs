@@ -60,6 +60,8 @@ pub struct RecvSide {
     phase: Phase,
     next_publish: u64,
     single_copy: bool,
+    /// Offer unregistered receive buffers too.
+    unregistered: bool,
     single_copy_min: usize,
     me_rank: i32,
     peer: Peer,
@@ -68,13 +70,20 @@ pub struct RecvSide {
 
 impl RecvSide {
     /// A receiver on rank `me_rank` fed by `peer`.
-    pub fn new(me_rank: i32, peer: Peer, single_copy: bool, single_copy_min: usize) -> Self {
+    pub fn new(
+        me_rank: i32,
+        peer: Peer,
+        single_copy: bool,
+        unregistered: bool,
+        single_copy_min: usize,
+    ) -> Self {
         RecvSide {
             ops: OpTable::new(MAX_OPS),
             cons: Consumer::new(),
             phase: Phase::Start,
             next_publish: 1,
             single_copy,
+            unregistered,
             single_copy_min,
             me_rank,
             peer,
@@ -103,7 +112,9 @@ impl RecvSide {
                 break;
             };
             let len = op.buf.len();
-            let direct = self.single_copy && op.registered && len >= self.single_copy_min;
+            let direct = self.single_copy
+                && (op.registered || self.unregistered)
+                && len >= self.single_copy_min;
             let addr = if direct { op.buf.addr() } else { 0 };
             op.offered = addr != 0;
             seg.reg(seq).publish(seq, addr, len as u64);

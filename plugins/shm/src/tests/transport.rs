@@ -27,9 +27,17 @@ fn check_round_trip(l: &mut Link, sizes: &[usize], register: bool) {
     }
 }
 
+/// `FERROCX_SHM_SINGLE_COPY=registered`: unregistered receives use the ring.
+fn registered_only() -> Config {
+    Config {
+        single_copy_unregistered: false,
+        ..Config::default()
+    }
+}
+
 #[test]
 fn ring_path_moves_every_size_intact() {
-    let mut l = link(Config::default());
+    let mut l = link(registered_only());
     check_round_trip(&mut l, &SIZES, false);
     let rx = l.rx.stats();
     assert_eq!(
@@ -43,11 +51,24 @@ fn ring_path_moves_every_size_intact() {
 }
 
 #[test]
+fn unregistered_receives_take_single_copy_by_default() {
+    let mut l = link(Config::default());
+    check_round_trip(&mut l, &SIZES, false);
+    let rx = l.rx.stats();
+    assert_eq!(
+        (rx.ring_messages, rx.single_copy_messages),
+        (4, 2),
+        "{rx:?}"
+    );
+    assert_eq!(rx.single_copy_bytes, (MIB + 3 + 64 * MIB) as u64);
+}
+
+#[test]
 fn single_copy_path_for_registered_receives() {
     let mut l = link(Config::default());
     check_round_trip(&mut l, &SIZES, true);
     let (tx, rx) = (l.tx.stats(), l.rx.stats());
-    // Below the 64 KiB threshold the ring is used even for registered buffers.
+    // Below the 16 KiB threshold the ring is used even for registered buffers.
     let expect = ConnStats {
         ring_messages: 4,
         ring_chunks: 4,
