@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 make -C "$HERE" >/dev/null
 cargo build --release -q -p ferrocx-tools
 FX="$ROOT/target/release/fxperf"
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to none --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism cma)
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to core --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism cma)
 {
   echo "# date: $(date -Is)  host: $(hostname)  cpus: $(nproc)  $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
   echo "# kernel: $(uname -r)  ferrocx: $(git rev-parse --short HEAD)  $(mpirun --version | head -1)"

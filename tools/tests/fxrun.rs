@@ -263,3 +263,35 @@ fn help_prints_usage() {
         assert!(text(&out.stdout).starts_with("Usage: fxrun -n N"));
     }
 }
+
+#[test]
+fn bind_core_puts_each_rank_on_its_own_cpu() {
+    let cpus = ferrocx_tools::launch::affinity::allowed_cpus().expect("affinity");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fxrun"))
+        .args([
+            "-n",
+            "2",
+            "--bind",
+            "core",
+            "--",
+            "sh",
+            "-c",
+            "grep Cpus_allowed_list /proc/self/status",
+        ])
+        .output()
+        .expect("run fxrun");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for rank in 0..2 {
+        let want = cpus[rank % cpus.len()].to_string();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("[{rank}] ")))
+            .unwrap_or_else(|| panic!("no line from rank {rank}: {text}"));
+        assert_eq!(
+            line.split_whitespace().last(),
+            Some(want.as_str()),
+            "{text}"
+        );
+    }
+}

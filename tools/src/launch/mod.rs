@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+pub mod affinity;
 mod output;
 mod signals;
 
@@ -60,6 +61,8 @@ pub struct LaunchOptions {
     pub env: Vec<(OsString, OsString)>,
     /// Pass rank output through unchanged instead of prefixing lines with `[rank] `.
     pub raw_output: bool,
+    /// Bind rank i to the i-th allowed CPU (modulo their number), like `mpirun --bind-to core`.
+    pub bind_cores: bool,
 }
 
 /// A `FERROCX_COMM_ID` value on this host: `127.0.0.1:<port>` for a port that was free a
@@ -234,6 +237,12 @@ fn spawn_rank(
     pumps: &mut Vec<JoinHandle<()>>,
 ) -> io::Result<Rank> {
     let mut c = Command::new(cmd);
+    if opts.bind_cores {
+        let cpus = affinity::allowed_cpus()?;
+        if !cpus.is_empty() {
+            affinity::bind_to(&mut c, cpus[i % cpus.len()]);
+        }
+    }
     c.args(args)
         .envs(opts.env.iter().map(|(k, v)| (k, v)))
         .env("FERROCX_RANK", i.to_string())

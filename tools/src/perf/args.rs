@@ -9,6 +9,8 @@ pub struct PerfArgs {
     pub op: String,
     /// Launch this many local ranks first (`--np`).
     pub np: Option<usize>,
+    /// With `--np`: bind rank i to CPU i (`--bind core`, the default) or not (`--bind none`).
+    pub bind_cores: bool,
     /// Smallest size in bytes (`-b`).
     pub min_bytes: usize,
     /// Largest size in bytes (`-e`).
@@ -48,6 +50,7 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 pub const USAGE: &str = "usage: fxperf [--np N] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-R 0|1] [--json FILE] sendrecv
 
   --np N      start N local ranks of this benchmark (otherwise run under fxrun/mpirun/srun/torchrun)
+  --bind B    with --np: core (default, rank i on CPU i, like mpirun) or none
   -b, -e      smallest / largest message size in bytes (K, M, G suffixes), default 8 / 256M
   -f          size multiplier between rows, default 2
   -n, -w      timed / warm-up iterations per size, default 20 / 5
@@ -63,6 +66,7 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
     let mut a = PerfArgs {
         op: String::new(),
         np: None,
+        bind_cores: true,
         min_bytes: 8,
         max_bytes: 256 << 20,
         factor: 2,
@@ -98,6 +102,15 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
                     return Err("--np must be at least 1".into());
                 }
                 a.np = Some(n);
+                i += 2;
+                continue;
+            }
+            "--bind" => {
+                a.bind_cores = match value(i, s)?.as_str() {
+                    "core" => true,
+                    "none" => false,
+                    other => return Err(format!("--bind takes core or none, not '{other}'")),
+                };
                 i += 2;
                 continue;
             }
