@@ -214,3 +214,45 @@ fn ranks_that_disagree_on_a_transport_fail_with_both_sides_named() {
         outs[0].stdout
     );
 }
+
+#[test]
+fn a_failed_setup_is_reported_to_the_peer_without_waiting_for_the_timeout() {
+    let src = repo_root().join("tests/fixtures/bad_plugin.c");
+    let Some(so) = compile_c_plugin_with(&src, "ferrocx_plugin_failsetup", &["-DFAILSETUP"]) else {
+        return;
+    };
+    let so_s = so.to_string_lossy().into_owned();
+    let start = std::time::Instant::now();
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["oneway"],
+        &[
+            ("FERROCX_PLUGINS", &so_s),
+            ("FERROCX_TRANSPORTS", "failsetup"),
+            ("FERROCX_TIMEOUT", "30"),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "took {:?}: the receiver waited for the timeout",
+        start.elapsed()
+    );
+    assert_eq!(outs[0].code, Some(1), "{:?}", outs[0]);
+    assert!(
+        outs[0].stdout.contains(
+            "plugin 'failsetup' setup (peer rank 1) failed with SYSTEM: failsetup: no such device"
+        ),
+        "{}",
+        outs[0].stdout
+    );
+    assert_eq!(outs[1].code, Some(1), "{:?}", outs[1]);
+    assert!(
+        outs[1]
+            .stdout
+            .contains("rank 0 failed: it could not set up its end of the connection"),
+        "{}",
+        outs[1].stdout
+    );
+}

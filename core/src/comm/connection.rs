@@ -176,6 +176,69 @@ fn setup_wait_error(e: Error, waiting_for: &str) -> Error {
     }
 }
 
+/// `setup` one end with `plugin` and run its optional `proxy_setup`.
+fn open_end(
+    shared: &CommShared,
+    plugin: &Arc<PluginInstance>,
+    peer: usize,
+    dir: Dir,
+    channel: u32,
+) -> Result<(Connection, FxBlob)> {
+    let (raw, blob) = plugin.setup(&req(shared, peer, dir, channel))?;
+    let conn = Connection {
+        plugin: plugin.clone(),
+        raw,
+        peer,
+        dir,
+    };
+    plugin.proxy_hook("proxy_setup", raw, peer)?;
+    Ok((conn, blob))
+}
+
+/// The receiver's side of the sender's choice: the plugin must be loaded,
+/// allowed, and able to reach the sender from here.
+fn follow_choice(shared: &CommShared, peer: usize, name: &str) -> Result<Arc<PluginInstance>> {
+    let me = shared.rank;
+    let found = shared.plugins.iter().find(|p| p.name() == name).cloned();
+    let plugin = match found {
+        Some(p) if shared.filter.allows(name) => p,
+        _ => {
+            let loaded = shared
+                .plugins
+                .iter()
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(Error::NoTransport {
+                peer,
+                detail: format!(
+                    "rank {peer} chose transport '{name}' to send to rank {me}, but it is not available here (loaded: {loaded}; FERROCX_TRANSPORTS filter {:?})",
+                    shared.filter
+                ),
+            });
+        }
+    };
+    if plugin.can_connect(&shared.peer_info[me], &shared.peer_info[peer]) == 0 {
+        return Err(Error::NoTransport {
+            peer,
+            detail: format!("rank {peer} chose transport '{name}' to send to rank {me}, but '{name}' on rank {me} cannot reach rank {peer} (can_connect = 0)"),
+        });
+    }
+    Ok(plugin)
+}
+
+/// Tell `peer` (in setup phase `phase`) that this end failed, then return the error.
+fn refuse(shared: &CommShared, peer: usize, phase: u64, channel: u32, err: Error) -> Error {
+    let why = match &err {
+        Error::NoTransport { detail, .. } => detail.clone(),
+        other => other.to_string(),
+    };
+    let _ = shared
+        .bootstrap
+        .send(peer, tag(phase, channel), &encode("", &FxBlob::new(), &why));
+    err
+}
+
 struct Pending {
     conn: Connection,
     peer_blob: Option<FxBlob>,
@@ -190,17 +253,15 @@ pub(crate) fn establish(
 ) -> Result<Vec<Connection>> {
     let mut sends: Vec<Pending> = Vec::new();
     let mut recvs: Vec<Pending> = Vec::new();
-    // Phase 1: send sides choose, set up and announce.
-    for &(peer, dir) in needs.iter().filter(|(_, d)| *d == Dir::Send) {
-        let plugin = choose_plugin(shared, peer)?;
-        let (raw, blob) = plugin.setup(&req(shared, peer, dir, channel))?;
-        let conn = Connection {
-            plugin: plugin.clone(),
-            raw,
-            peer,
-            dir,
+    // Phase 1: send sides choose, set up and announce. A failure is announced
+    // too (empty name + reason), so the receiver fails at once instead of timing out.
+    for &(peer, _) in needs.iter().filter(|(_, d)| *d == Dir::Send) {
+        let opened = choose_plugin(shared, peer)
+            .and_then(|p| open_end(shared, &p, peer, Dir::Send, channel).map(|(c, b)| (p, c, b)));
+        let (plugin, conn, blob) = match opened {
+            Ok(x) => x,
+            Err(e) => return Err(refuse(shared, peer, 0, channel, e)),
         };
-        plugin.proxy_hook("proxy_setup", raw, peer)?;
         shared
             .bootstrap
             .send(peer, tag(0, channel), &encode(plugin.name(), &blob, ""))?;
@@ -210,54 +271,31 @@ pub(crate) fn establish(
             done: false,
         });
     }
-    // Phase 2: receive sides follow the sender's choice.
-    for &(peer, dir) in needs.iter().filter(|(_, d)| *d == Dir::Recv) {
+    // Phase 2: receive sides follow the sender's choice (or report why they cannot).
+    for &(peer, _) in needs.iter().filter(|(_, d)| *d == Dir::Recv) {
         let msg = shared.bootstrap.recv(peer, tag(0, channel)).map_err(|e| {
             setup_wait_error(
                 e,
                 "its connection request (rank {peer} has not posted a send to this rank)",
             )
         })?;
-        let (name, sblob, _) = decode(peer, &msg)?;
-        let found = shared.plugins.iter().find(|p| p.name() == name).cloned();
-        let plugin = match found {
-            Some(p) if shared.filter.allows(&name) => p,
-            _ => {
-                let why = format!(
-                    "rank {peer} chose transport '{name}' to send to rank {}, but it is not available here (loaded: {}; FERROCX_TRANSPORTS filter {:?})",
-                    shared.rank,
-                    shared.plugins.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
-                    shared.filter
-                );
-                let _ =
-                    shared
-                        .bootstrap
-                        .send(peer, tag(1, channel), &encode("", &FxBlob::new(), &why));
-                return Err(Error::NoTransport { peer, detail: why });
-            }
-        };
-        if plugin.can_connect(&shared.peer_info[shared.rank], &shared.peer_info[peer]) == 0 {
-            let why = format!(
-                "rank {peer} chose transport '{name}' to send to rank {me}, but '{name}' on rank {me} cannot reach rank {peer} (can_connect = 0)",
-                me = shared.rank
-            );
-            let _ = shared
-                .bootstrap
-                .send(peer, tag(1, channel), &encode("", &FxBlob::new(), &why));
-            return Err(Error::NoTransport { peer, detail: why });
+        let (name, sblob, status) = decode(peer, &msg)?;
+        if name.is_empty() {
+            return Err(Error::PeerFailed {
+                rank: peer,
+                detail: format!("it could not set up its end of the connection: {status}"),
+            });
         }
-        let (raw, blob) = plugin.setup(&req(shared, peer, dir, channel))?;
-        let conn = Connection {
-            plugin: plugin.clone(),
-            raw,
-            peer,
-            dir,
+        let accepted = follow_choice(shared, peer, &name)
+            .and_then(|p| open_end(shared, &p, peer, Dir::Recv, channel));
+        let (conn, blob) = match accepted {
+            Ok(x) => x,
+            Err(e) => return Err(refuse(shared, peer, 1, channel, e)),
         };
-        plugin.proxy_hook("proxy_setup", raw, peer)?;
         shared
             .bootstrap
             .send(peer, tag(1, channel), &encode(&name, &blob, ""))?;
-        let done = plugin.connect(raw, &sblob, peer)?;
+        let done = conn.plugin.connect(conn.raw, &sblob, peer)?;
         recvs.push(Pending {
             conn,
             peer_blob: Some(sblob),
