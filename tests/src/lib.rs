@@ -210,15 +210,7 @@ pub fn compile_c_plugin_with(src: &Path, name: &str, flags: &[&str]) -> Option<P
     let out = dir.join(format!("lib{name}.so"));
     let inc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/include");
     let st = Command::new(&cc)
-        .args([
-            "-std=c99",
-            "-D_GNU_SOURCE",
-            "-O2",
-            "-Wall",
-            "-fPIC",
-            "-shared",
-            "-o",
-        ])
+        .args(["-std=c99", "-O2", "-Wall", "-fPIC", "-shared", "-o"])
         .arg(&out)
         .arg(src)
         .args(flags)
