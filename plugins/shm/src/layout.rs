@@ -3,7 +3,7 @@
 //! ```text
 //! 0                 SegHeader: info line | head line (sender) | tail line (receiver)
 //! reg_off           NREG × RegSlot (64 B each)            the single-copy handshake
-//! slots_off         nslots × SlotHeader (64 B each)       seq, total, offset, len per ring slot
+//! slots_off         nslots × SlotHeader (64 B each)       stamp, seq, total, offset, len, inline payload
 //! data_off (4 KiB)  nslots × chunk                        ring payload
 //! ```
 //!
@@ -104,10 +104,17 @@ impl SegHeader {
     }
 }
 
-/// Header of one ring slot, describing the chunk it holds.
+/// Bytes of payload carried inside the slot header itself (small messages
+/// then cost the receiver one cache line instead of two or three).
+pub const INLINE: usize = 24;
+
+/// Header of one ring slot, describing the chunk it holds. Exactly one cache line.
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
 pub struct SlotHeader {
+    /// Chunk number + 1 once the chunk is published (Release); the receiver
+    /// polls this word, so a message is announced in the line that describes it.
+    pub stamp: AtomicU64,
     /// Message sequence number (1-based).
     pub seq: AtomicU64,
     /// Total length of the message.
@@ -116,7 +123,14 @@ pub struct SlotHeader {
     pub offset: AtomicU64,
     /// Bytes in this chunk.
     pub len: AtomicU64,
+    /// The payload of chunks of at most [`INLINE`] bytes (little-endian words).
+    pub inline: [AtomicU64; INLINE / 8],
 }
+
+const _: () = assert!(
+    std::mem::size_of::<SlotHeader>() == 64,
+    "a slot header is one cache line"
+);
 
 /// Offsets of the parts of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,14 +1,15 @@
 //! The chunk ring: a single-producer single-consumer queue of `nslots` slots.
 //!
-//! `head` counts chunks the sender published, `tail` chunks the receiver
-//! consumed; slot `n % nslots` holds chunk `n`. The sender fills a slot (payload
-//! and [`SlotHeader`](crate::layout::SlotHeader)) and then stores `head`
-//! (Release); the receiver loads `head` (Acquire), copies the payload out and
-//! only then stores `tail` (Release), which the sender loads (Acquire) before
-//! reusing the slot. Each side keeps the last value it saw of the other's
-//! counter, so a full or empty ring costs one shared load per poll and a busy
-//! one none. Nothing here allocates.
+//! Slot `n % nslots` holds chunk `n`. The sender fills the slot (payload, or
+//! up to [`INLINE`] bytes inside the [`SlotHeader`](crate::layout::SlotHeader)
+//! itself, then the header fields) and publishes it by storing `stamp = n + 1`
+//! (Release). The receiver polls the stamp of the slot it expects next
+//! (Acquire): one cache line announces and, for small messages, carries the
+//! chunk. After copying the payload out it stores `tail` (Release), which the
+//! sender loads (Acquire) before reusing a slot; the sender keeps the last
+//! `tail` it saw, so a non-full ring costs it no shared load. Nothing here allocates.
 
+use crate::layout::INLINE;
 use crate::segment::Segment;
 use std::sync::atomic::Ordering;
 
@@ -55,14 +56,22 @@ impl Producer {
             return false;
         }
         let i = (self.head % seg.layout().nslots as u64) as usize;
-        seg.write_slot(i, data);
         let h = seg.slot_header(i);
+        if data.len() <= INLINE {
+            for (word, bytes) in h.inline.iter().zip(data.chunks(8)) {
+                let mut w = [0u8; 8];
+                w[..bytes.len()].copy_from_slice(bytes);
+                word.store(u64::from_le_bytes(w), Ordering::Relaxed);
+            }
+        } else {
+            seg.write_slot(i, data);
+        }
         h.seq.store(hdr.seq, Ordering::Relaxed);
         h.total.store(hdr.total, Ordering::Relaxed);
         h.offset.store(hdr.offset, Ordering::Relaxed);
         h.len.store(hdr.len, Ordering::Relaxed);
         self.head += 1;
-        seg.header().head.0.store(self.head, Ordering::Release);
+        h.stamp.store(self.head, Ordering::Release);
         true
     }
 }
@@ -71,7 +80,8 @@ impl Producer {
 #[derive(Debug, Default)]
 pub struct Consumer {
     tail: u64,
-    head_seen: u64,
+    /// Length of the chunk `peek` returned (where `read` finds its bytes).
+    peeked_len: u64,
 }
 
 impl Consumer {
@@ -82,29 +92,36 @@ impl Consumer {
 
     /// The header of the oldest unconsumed chunk, if any.
     pub fn peek(&mut self, seg: &Segment) -> Option<ChunkHeader> {
-        if self.tail == self.head_seen {
-            self.head_seen = seg.header().head.0.load(Ordering::Acquire);
-            if self.tail == self.head_seen {
-                return None;
-            }
-        }
         let h = seg.slot_header(self.slot(seg));
+        if h.stamp.load(Ordering::Acquire) != self.tail + 1 {
+            return None;
+        }
+        let len = h.len.load(Ordering::Relaxed);
+        self.peeked_len = len;
         Some(ChunkHeader {
             seq: h.seq.load(Ordering::Relaxed),
             total: h.total.load(Ordering::Relaxed),
             offset: h.offset.load(Ordering::Relaxed),
-            len: h.len.load(Ordering::Relaxed),
+            len,
         })
     }
 
     /// Copy the first `dst.len()` payload bytes of the chunk `peek` returned.
     pub fn read(&self, seg: &Segment, dst: &mut [u8]) {
-        seg.read_slot(self.slot(seg), dst);
+        let i = self.slot(seg);
+        if self.peeked_len as usize <= INLINE {
+            let h = seg.slot_header(i);
+            for (bytes, word) in dst.chunks_mut(8).zip(h.inline.iter()) {
+                let w = word.load(Ordering::Relaxed).to_le_bytes();
+                bytes.copy_from_slice(&w[..bytes.len()]);
+            }
+        } else {
+            seg.read_slot(i, dst);
+        }
     }
 
     /// Hand the peeked chunk's slot back to the sender (after its bytes were copied out).
     pub fn pop(&mut self, seg: &Segment) {
-        debug_assert!(self.tail < self.head_seen, "pop without a peeked chunk");
         self.tail += 1;
         seg.header().tail.0.store(self.tail, Ordering::Release);
     }
