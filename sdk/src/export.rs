@@ -210,6 +210,9 @@ unsafe extern "C" fn h_deregister<T: Transport>(ctx: *mut c_void, mhandle: *mut 
     })
 }
 
+/// # Safety
+/// `conn` must be null or a live connection made by `h_setup::<T>`; `request`
+/// must be null or writable.
 unsafe fn post<T: Transport>(
     conn: *mut c_void,
     request: *mut *mut c_void,
@@ -269,6 +272,9 @@ unsafe extern "C" fn h_irecv<T: Transport>(
 }
 
 /// Forget a finished request: unlink it from its connection and free it.
+///
+/// # Safety
+/// `rb` must be a live request made by `post::<T>`; it is freed here.
 unsafe fn retire<T: Transport>(rb: *mut ReqBox<T>) {
     if let Some(cb) = (*rb).conn.as_mut() {
         if let Some(i) = cb.outstanding.iter().position(|&p| p == rb) {

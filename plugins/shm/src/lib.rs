@@ -150,6 +150,7 @@ impl Transport for Shm {
         conn.connect(peer)
     }
 
+    // SAFETY: the caller keeps `ptr..ptr+len` valid until deregister (Transport::register's contract).
     unsafe fn register(
         &self,
         ptr: *mut u8,
@@ -168,6 +169,7 @@ impl Transport for Shm {
         }
     }
 
+    // SAFETY: the caller keeps the buffer valid until the request completes (Transport::isend's contract).
     unsafe fn isend(
         &self,
         conn: &mut ShmConn,
@@ -180,6 +182,7 @@ impl Transport for Shm {
         conn.post_send(buf)
     }
 
+    // SAFETY: the caller keeps the buffer valid and unaliased until the request completes (Transport::irecv's contract).
     unsafe fn irecv(
         &self,
         conn: &mut ShmConn,

@@ -435,6 +435,7 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
     // SAFETY (all calls below): deliberately invalid arguments; a conforming
     // plugin must reject them with an error code. A crash is what we test for.
     if let Some(f) = t.isend {
+        // SAFETY: deliberate misuse under test (see the note above).
         expect_err("isend(null conn)", &mut || unsafe {
             f(
                 null,
@@ -446,6 +447,7 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
         });
     }
     if let Some(f) = t.irecv {
+        // SAFETY: deliberate misuse under test (see the note above).
         expect_err("irecv(null conn)", &mut || unsafe {
             f(
                 null,
@@ -458,19 +460,23 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
     }
     if let Some(f) = t.test {
         let (mut d, mut n) = (0i32, 0usize);
+        // SAFETY: deliberate misuse under test (see the note above).
         expect_err("test(null request)", &mut || unsafe {
             f(null, &mut d as *mut i32, &mut n as *mut usize)
         });
     }
     if let Some(f) = t.connect {
+        // SAFETY: deliberate misuse under test (see the note above).
         expect_err("connect(null conn)", &mut || unsafe { f(null, &blob) });
     }
     if let Some(f) = t.free {
+        // SAFETY: deliberate misuse under test (see the note above).
         expect_err("free(null conn)", &mut || unsafe { f(null) });
     }
     if let Some(f) = t.setup {
         let mut conn = null;
         let ctx = inst_ctx(&inst);
+        // SAFETY: deliberate misuse under test (see the note above).
         expect_err("setup(null request)", &mut || unsafe {
             f(
                 ctx,
@@ -483,6 +489,7 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
     if let Some(f) = t.register {
         let mut mh = null;
         let ctx = inst_ctx(&inst);
+        // SAFETY: deliberate misuse under test (see the note above).
         expect_err("register(null buffer)", &mut || unsafe {
             f(
                 ctx,
@@ -495,6 +502,7 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
         });
     }
     if let Some(f) = t.init {
+        // SAFETY: deliberate misuse under test (see the note above).
         expect_err("init(null ctx out)", &mut || unsafe {
             f(std::ptr::null(), std::ptr::null_mut())
         });
