@@ -149,3 +149,15 @@ fn abort_reaches_the_peer_with_its_rank() {
     assert_all_ok(&outs);
     assert!(outs[0].stdout.contains("rank 1"), "{}", outs[0].stdout);
 }
+
+#[test]
+fn idle_communicators_do_not_spin() {
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["idle"],
+        &[("FERROCX_TIMEOUT", "30")],
+        Duration::from_secs(60),
+    );
+    assert_all_ok(&outs);
+}

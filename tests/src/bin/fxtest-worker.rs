@@ -46,6 +46,7 @@ fn main() -> ExitCode {
         Some("stall") => stall(args.get(1).map(String::as_str) == Some("data")),
         Some("abort") => abort(),
         Some("oneway") => oneway(),
+        Some("idle") => idle(),
         other => Err(format!("unknown scenario {other:?}")),
     };
     match r {
@@ -392,4 +393,47 @@ fn oneway() -> Result<String, String> {
     r.map_err(|e| e.to_string())?;
     comm.destroy().map_err(|e| e.to_string())?;
     Ok(format!("rank {} done", comm.rank()))
+}
+
+/// CPU time (user + system) this process has used so far.
+fn cpu_time() -> Duration {
+    let mut ru: libc::rusage = unsafe_zeroed_rusage();
+    // SAFETY: getrusage fills the struct we own.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn unsafe_zeroed_rusage() -> libc::rusage {
+    // SAFETY: rusage is plain data; all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// After connecting and exchanging, a communicator with nothing in flight must
+/// not burn CPU: its service and progress threads park.
+fn idle() -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(|e| e.to_string())?;
+    let peer = 1 - comm.rank();
+    let out = vec![1u8; 1 << 20];
+    let mut inp = vec![0u8; 1 << 20];
+    for _ in 0..10 {
+        let mut g = comm.group_start();
+        g.send(&out, peer).map_err(|e| e.to_string())?;
+        g.recv(&mut inp, peer).map_err(|e| e.to_string())?;
+        g.group_end().map_err(|e| e.to_string())?;
+    }
+    let before = cpu_time();
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_time() - before;
+    comm.barrier().map_err(|e| e.to_string())?;
+    comm.destroy().map_err(|e| e.to_string())?;
+    println!("cpu while idle for 2 s: {} ms", used.as_millis());
+    if used > Duration::from_millis(50) {
+        return Err(format!(
+            "rank {} used {} ms of CPU in 2 s with nothing in flight: a thread is spinning",
+            comm.rank(),
+            used.as_millis()
+        ));
+    }
+    Ok(format!("rank {} idle", comm.rank()))
 }
