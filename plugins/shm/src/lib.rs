@@ -4,11 +4,11 @@
 //! direction (sender → receiver) over one POSIX shared-memory segment that the
 //! receiver creates:
 //!
-//! * **Ring** ([`ring`]): `nslots` slots of `chunk` bytes. A message of L bytes
+//! * **Ring** (module `ring`): `nslots` slots of `chunk` bytes. A message of L bytes
 //!   is cut into ⌈L / chunk⌉ chunks (a 0-byte message is one empty chunk), each
 //!   slot headed by (sequence number, total length, offset, chunk length).
 //!   The sender fills free slots while the receiver drains earlier ones.
-//! * **Single copy** ([`regslot`], [`cma`]): for a receive of at least
+//! * **Single copy** ([`regslot`], module `cma`): for a receive of at least
 //!   `FERROCX_SHM_SINGLE_COPY_MIN` bytes (registered, or any buffer with the
 //!   default `FERROCX_SHM_SINGLE_COPY=1`) the receiver publishes its buffer
 //!   address in a [`P2pRegInfo`] slot and the sender writes the message

@@ -61,7 +61,7 @@ pub const USAGE: &str = "usage: fxperf [--np N] [-b MIN] [-e MAX] [-f FACTOR] [-
 Benchmarks: sendrecv (each rank sends to rank+1 and receives from rank-1 in one group).
 Exit status is non-zero when any element is wrong.";
 
-/// Parse the command line (without argv[0]).
+/// Parse the command line (without the program name).
 pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
     let mut a = PerfArgs {
         op: String::new(),
