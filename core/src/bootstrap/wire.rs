@@ -327,13 +327,7 @@ impl RootHello {
     /// Magic and version come first so a foreign client is told apart before anything else.
     pub fn decode(buf: &[u8]) -> Result<RootHello, String> {
         let mut d = Dec::new(buf);
-        check_magic(&mut d)?;
-        let version = d.u32()?;
-        if version != VERSION {
-            return Err(format!(
-                "bootstrap protocol version {version}, this build speaks {VERSION}"
-            ));
-        }
+        let version = check_header(&mut d)?;
         let hello = RootHello {
             version,
             rank: d.usize()?,
@@ -392,13 +386,7 @@ impl PeerHello {
     }
     pub fn decode(buf: &[u8]) -> Result<PeerHello, String> {
         let mut d = Dec::new(buf);
-        check_magic(&mut d)?;
-        let version = d.u32()?;
-        if version != VERSION {
-            return Err(format!(
-                "bootstrap protocol version {version}, this build speaks {VERSION}"
-            ));
-        }
+        check_header(&mut d)?;
         let h = PeerHello {
             nonce: d.u64()?,
             from: d.usize()?,
@@ -430,6 +418,18 @@ impl PeerHello {
         }
         Ok(())
     }
+}
+
+/// Magic, then a version this build speaks; returns the version.
+fn check_header(d: &mut Dec<'_>) -> Result<u32, String> {
+    check_magic(d)?;
+    let version = d.u32()?;
+    if version != VERSION {
+        return Err(format!(
+            "bootstrap protocol version {version}, this build speaks {VERSION}"
+        ));
+    }
+    Ok(version)
 }
 
 fn check_magic(d: &mut Dec<'_>) -> Result<(), String> {
