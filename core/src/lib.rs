@@ -18,15 +18,22 @@
 //! # Ok::<(), ferrocx::Error>(())
 //! ```
 
+pub mod algo;
 pub mod bootstrap;
 mod comm;
 pub mod config;
 mod error;
 pub mod log;
 pub mod plugin;
+mod plan;
 pub mod proxy;
+pub mod reduce;
+mod types;
 
-pub use comm::{CommConfig, Communicator, Dir, Group, RegHandle};
+pub use algo::{Algo, CollKind, VCounts};
+pub use comm::{CollSpec, CommConfig, Communicator, Dir, EngineStats, Group, RegHandle};
+pub use plan::Request;
+pub use types::{Bf16, DataType, Element, RedOp, F16};
 pub use error::{Error, Result};
 
 #[cfg(feature = "builtin-shm")]

@@ -109,6 +109,19 @@ struct State {
     shutdown: bool,
 }
 
+/// Counters of an engine, for leak checks and diagnostics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Plans submitted and not yet reclaimed.
+    pub live_plans: usize,
+    /// Sends and receives queued or posted.
+    pub queued_ops: usize,
+    /// Scratch buffers kept for reuse.
+    pub pooled_scratch: usize,
+    /// Bytes held by those buffers.
+    pub pooled_scratch_bytes: usize,
+}
+
 /// The operation engine of one communicator.
 pub(crate) struct Engine {
     shared: Arc<CommShared>,
@@ -137,6 +150,15 @@ impl Engine {
             driving: AtomicUsize::new(0),
             peer_event: AtomicBool::new(false),
         })
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> EngineStats {
+        let st = self.state.lock();
+        EngineStats {
+            queued_ops: st.in_flight,
+            ..Default::default()
+        }
     }
 
     /// Called from the bootstrap's reader threads.

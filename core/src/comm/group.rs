@@ -1,10 +1,10 @@
-//! Groups: post several sends and receives, then run them together so that
-//! ranks posting in different orders cannot deadlock.
+//! Groups: post several sends, receives and collectives, then run them
+//! together so that ranks posting in different orders cannot deadlock.
 
 use super::connection::Dir;
-use super::engine::Op;
 use super::Communicator;
 use crate::error::Result;
+use crate::plan::{Request, Task};
 use std::marker::PhantomData;
 
 /// An open group. Buffers stay borrowed until [`Group::group_end`] returns.
@@ -24,8 +24,8 @@ use std::marker::PhantomData;
 /// ```
 #[must_use = "a group does nothing until group_end()"]
 pub struct Group<'a> {
-    comm: &'a Communicator,
-    ops: Vec<Op>,
+    pub(super) comm: &'a Communicator,
+    pub(super) tasks: Vec<Task>,
     _bufs: PhantomData<&'a mut [u8]>,
 }
 
@@ -33,7 +33,7 @@ impl<'a> Group<'a> {
     pub(super) fn new(comm: &'a Communicator) -> Self {
         Group {
             comm,
-            ops: Vec::new(),
+            tasks: Vec::new(),
             _bufs: PhantomData,
         }
     }
@@ -43,7 +43,7 @@ impl<'a> Group<'a> {
         let op = self
             .comm
             .make_op(Dir::Send, buf.as_ptr() as usize, buf.len(), peer)?;
-        self.ops.push(op);
+        self.tasks.push(Task::P2p(op));
         Ok(())
     }
 
@@ -52,7 +52,7 @@ impl<'a> Group<'a> {
         let op = self
             .comm
             .make_op(Dir::Recv, buf.as_mut_ptr() as usize, buf.len(), peer)?;
-        self.ops.push(op);
+        self.tasks.push(Task::P2p(op));
         Ok(())
     }
 
@@ -62,7 +62,7 @@ impl<'a> Group<'a> {
     /// `ptr..ptr+len` must be readable and stay valid until `group_end` returns.
     pub unsafe fn send_raw(&mut self, ptr: *const u8, len: usize, peer: usize) -> Result<()> {
         let op = self.comm.make_raw_op(Dir::Send, ptr as usize, len, peer)?;
-        self.ops.push(op);
+        self.tasks.push(Task::P2p(op));
         Ok(())
     }
 
@@ -72,22 +72,33 @@ impl<'a> Group<'a> {
     /// `ptr..ptr+len` must be writable, unaliased and valid until `group_end` returns.
     pub unsafe fn recv_raw(&mut self, ptr: *mut u8, len: usize, peer: usize) -> Result<()> {
         let op = self.comm.make_raw_op(Dir::Recv, ptr as usize, len, peer)?;
-        self.ops.push(op);
+        self.tasks.push(Task::P2p(op));
         Ok(())
     }
 
     /// Number of operations in the group.
     pub fn len(&self) -> usize {
-        self.ops.len()
+        self.tasks.len()
     }
 
     /// Whether the group is empty.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.tasks.is_empty()
     }
 
     /// Connect what is needed, run every operation, wait for all of them.
     pub fn group_end(self) -> Result<()> {
-        self.comm.run(self.ops)
+        self.comm.run_tasks(self.tasks)
+    }
+
+    /// Start the group and return without waiting.
+    ///
+    /// # Safety
+    /// Every buffer added to the group must stay valid (and unaliased where
+    /// written) until the [`Request`] reports completion. Dropping the request
+    /// waits, but leaking it (`mem::forget`) ends the borrows early: that is
+    /// why this is `unsafe`.
+    pub unsafe fn launch(self) -> Result<Request> {
+        self.comm.start_tasks(self.tasks)
     }
 }

@@ -1,13 +1,16 @@
 //! The [`Communicator`]: a set of ranks that exchange data.
 
+pub(crate) mod coll;
 mod connection;
 mod engine;
 mod group;
 mod registration;
 mod shared;
 
+pub use coll::CollSpec;
 pub use connection::Dir;
 pub use group::Group;
+pub use engine::EngineStats;
 pub use registration::RegHandle;
 
 use crate::bootstrap::{Bootstrap, LaunchInfo, RankInfo};
@@ -15,7 +18,8 @@ use crate::config;
 use crate::error::{Error, Result};
 use crate::plugin::{PluginInstance, PluginReport, Registry, TransportFilter};
 use crate::proxy::{ProgressThread, ServiceThread};
-use engine::{Engine, Op, Submitted};
+use crate::plan::{P2pTask, Request, Task};
+use engine::Engine;
 use ferrocx_sdk::abi::FxPeerInfo;
 use parking_lot::Mutex;
 use registration::Registrations;
@@ -236,7 +240,7 @@ impl Communicator {
         self.shared.bootstrap.peers()
     }
 
-    fn check_live(&self) -> Result<()> {
+    pub(crate) fn check_live(&self) -> Result<()> {
         match self.state.load(Ordering::Acquire) {
             LIVE => Ok(()),
             DESTROYED => Err(Error::Destroyed("communicator was destroyed".into())),
@@ -259,20 +263,19 @@ impl Communicator {
         Ok(())
     }
 
-    pub(crate) fn make_op(&self, dir: Dir, ptr: usize, len: usize, peer: usize) -> Result<Op> {
+    pub(crate) fn make_op(&self, dir: Dir, ptr: usize, len: usize, peer: usize) -> Result<P2pTask> {
         self.check_live()?;
         let verb = if dir == Dir::Send { "send" } else { "recv" };
         self.check_peer(peer, verb)?;
-        Ok(Op {
+        Ok(P2pTask {
             dir,
             peer,
             ptr,
             len,
-            mh: None,
         })
     }
 
-    pub(crate) fn make_raw_op(&self, dir: Dir, ptr: usize, len: usize, peer: usize) -> Result<Op> {
+    pub(crate) fn make_raw_op(&self, dir: Dir, ptr: usize, len: usize, peer: usize) -> Result<P2pTask> {
         let verb = if dir == Dir::Send { "send" } else { "recv" };
         if ptr == 0 && len > 0 {
             return Err(Error::invalid(format!(
@@ -297,35 +300,14 @@ impl Communicator {
         connection::choose_plugin(&self.shared, peer).map(|p| p.name().to_string())
     }
 
-    /// Connect what `ops` need, run them, wait.
-    pub(crate) fn run(&self, ops: Vec<Op>) -> Result<()> {
-        self.check_live()?;
-        if ops.is_empty() {
-            return Ok(());
-        }
-        let has_regs = !self.regs.is_empty();
-        let lookup = |p: &PluginInstance, ptr: usize, len: usize| {
-            if has_regs {
-                self.regs.lookup(p, ptr, len)
-            } else {
-                None
-            }
-        };
-        let batch = match self.engine.submit(ops, lookup)? {
-            Submitted::Queued(b) => b,
-            Submitted::Missing(ops, missing) => {
-                self.connect(missing)?;
-                match self.engine.submit(ops, lookup)? {
-                    Submitted::Queued(b) => b,
-                    Submitted::Missing(_, still) => {
-                        return Err(Error::Io(format!(
-                            "connections {still:?} missing right after they were established"
-                        )))
-                    }
-                }
-            }
-        };
-        self.engine.wait(&batch)
+    /// Plan `tasks`, connect what they need, run them, wait.
+    pub(crate) fn run_tasks(&self, tasks: Vec<Task>) -> Result<()> {
+        self.start_tasks(tasks)?.wait()
+    }
+
+    /// Plan `tasks`, connect what they need, start them.
+    pub(crate) fn start_tasks(&self, _tasks: Vec<Task>) -> Result<Request> {
+        Err(Error::Unsupported("not yet".into()))
     }
 
     /// Establish connections on the service thread; fatal failures break the communicator.
@@ -395,6 +377,11 @@ impl Communicator {
     /// Number of live registrations (for leak checks).
     pub fn registration_count(&self) -> usize {
         self.regs.count()
+    }
+
+    /// Counters for leak checks: plans alive, operations queued, scratch pooled.
+    pub fn stats(&self) -> EngineStats {
+        self.engine.stats()
     }
 
     /// Wait until every rank reaches this point (out of band, over the bootstrap).

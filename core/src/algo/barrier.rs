@@ -1,0 +1,3 @@
+//! stub
+use super::*;
+pub(crate) fn dissemination(_a: &CollArgs) -> Schedule { todo!() }

@@ -1,0 +1,1 @@
+//! Simulated fabric (to be written).

@@ -1,0 +1,283 @@
+//! The collective API on [`Communicator`] and [`Group`]: typed slices,
+//! byte buffers with a runtime [`DataType`], and raw pointers for async use.
+
+use super::group::Group;
+use super::Communicator;
+use crate::algo::{Algo, CollKind, VCounts};
+use crate::error::{Error, Result};
+use crate::plan::{CollTask, Request};
+use crate::types::{DataType, Element, RedOp};
+
+/// A collective described at run time: what [`Communicator::collective`]
+/// and [`Group::collective`] take. `count` has NCCL's meaning for `kind`.
+///
+/// ```
+/// use ferrocx::{CollKind, CollSpec, DataType, RedOp};
+/// let spec = CollSpec::new(CollKind::AllReduce, DataType::F32, 1024).op(RedOp::Max);
+/// assert_eq!(spec.count, 1024);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollSpec {
+    /// The collective.
+    pub kind: CollKind,
+    /// Element type.
+    pub dtype: DataType,
+    /// Reduction operator (ignored by collectives that do not reduce).
+    pub op: RedOp,
+    /// Elements, as NCCL counts them for `kind` (ignored by all-to-all-v).
+    pub count: usize,
+    /// Root of rooted collectives.
+    pub root: usize,
+    /// Per-peer counts of all-to-all-v.
+    pub v: Option<VCounts>,
+    /// Force an algorithm (default: chosen by size, or `FERROCX_ALGO`).
+    pub algo: Option<Algo>,
+}
+
+impl CollSpec {
+    /// A spec with op `Sum`, root 0, automatic algorithm.
+    pub fn new(kind: CollKind, dtype: DataType, count: usize) -> Self {
+        CollSpec {
+            kind,
+            dtype,
+            op: RedOp::Sum,
+            count,
+            root: 0,
+            v: None,
+            algo: None,
+        }
+    }
+    /// Set the operator.
+    pub fn op(mut self, op: RedOp) -> Self {
+        self.op = op;
+        self
+    }
+    /// Set the root.
+    pub fn root(mut self, root: usize) -> Self {
+        self.root = root;
+        self
+    }
+    /// Force an algorithm.
+    pub fn algo(mut self, algo: Algo) -> Self {
+        self.algo = Some(algo);
+        self
+    }
+    /// All-to-all-v counts (sets `kind`).
+    pub fn with_v(mut self, v: VCounts) -> Self {
+        self.kind = CollKind::AllToAllV;
+        self.v = Some(v);
+        self
+    }
+}
+
+/// Reinterpret a typed slice as bytes.
+fn bytes<T: Element>(s: &[T]) -> &[u8] {
+    // SAFETY: Element types are plain numbers with no padding; the length is in bytes.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), std::mem::size_of_val(s)) }
+}
+
+/// Reinterpret a mutable typed slice as bytes.
+fn bytes_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
+    // SAFETY: as above, and every byte pattern is a valid element (Element's contract).
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), std::mem::size_of_val(s)) }
+}
+
+impl Communicator {
+    /// Turn a spec and buffers into a validated task.
+    pub(crate) fn coll_task(
+        &self,
+        spec: &CollSpec,
+        send: (usize, usize),
+        recv: (usize, usize),
+        in_place: bool,
+    ) -> Result<CollTask> {
+        self.check_live()?;
+        CollTask::new(spec, self.rank(), self.nranks(), send, recv, in_place)
+    }
+
+    /// Run a collective on byte buffers holding `spec.dtype` elements
+    /// (aligned to the element size). Buffers a rank does not use (the send
+    /// buffer of a non-root broadcast rank, the receive buffer of a non-root
+    /// reduce or gather rank) may be empty.
+    pub fn collective(&self, spec: &CollSpec, send: &[u8], recv: &mut [u8]) -> Result<()> {
+        let t = self.coll_task(
+            spec,
+            (send.as_ptr() as usize, send.len()),
+            (recv.as_mut_ptr() as usize, recv.len()),
+            false,
+        )?;
+        self.run_tasks(vec![t.into()])
+    }
+
+    /// Run a collective in place, in NCCL's layout: all-reduce, broadcast and
+    /// reduce work on `buf` as a whole; all-gather and gather take this rank's
+    /// input at `rank*count` of the output; reduce-scatter and scatter leave
+    /// this rank's output at `rank*count` of the input; all-to-all(v) replace
+    /// the input with the output.
+    pub fn collective_in_place(&self, spec: &CollSpec, buf: &mut [u8]) -> Result<()> {
+        let b = (buf.as_mut_ptr() as usize, buf.len());
+        let t = self.coll_task(spec, b, b, true)?;
+        self.run_tasks(vec![t.into()])
+    }
+
+    /// Start a collective on raw pointers and return at once; the
+    /// [`Request`] completes it.
+    ///
+    /// # Safety
+    /// `send..send+send_bytes` must stay readable and `recv..recv+recv_bytes`
+    /// writable and unaliased (except NCCL's in-place layouts, when `in_place`)
+    /// until the request reports completion.
+    pub unsafe fn start_raw(
+        &self,
+        spec: &CollSpec,
+        send: (*const u8, usize),
+        recv: (*mut u8, usize),
+        in_place: bool,
+    ) -> Result<Request> {
+        let t = self.coll_task(
+            spec,
+            (send.0 as usize, send.1),
+            (recv.0 as usize, recv.1),
+            in_place,
+        )?;
+        self.start_tasks(vec![t.into()])
+    }
+
+    /// Sum (or `op`) of every rank's `send` into every rank's `recv` (same length).
+    pub fn all_reduce<T: Element>(&self, send: &[T], recv: &mut [T], op: RedOp) -> Result<()> {
+        let spec = CollSpec::new(CollKind::AllReduce, T::DTYPE, send.len()).op(op);
+        self.collective(&spec, bytes(send), bytes_mut(recv))
+    }
+
+    /// [`all_reduce`](Self::all_reduce) in place.
+    pub fn all_reduce_in_place<T: Element>(&self, buf: &mut [T], op: RedOp) -> Result<()> {
+        let spec = CollSpec::new(CollKind::AllReduce, T::DTYPE, buf.len()).op(op);
+        self.collective_in_place(&spec, bytes_mut(buf))
+    }
+
+    /// Every rank's `send` (`count` elements) into `recv` (`nranks*count`), in rank order.
+    pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let spec = CollSpec::new(CollKind::AllGather, T::DTYPE, send.len());
+        self.collective(&spec, bytes(send), bytes_mut(recv))
+    }
+
+    /// Block `r` of every rank's `send` (`nranks*count`) reduced into rank `r`'s `recv` (`count`).
+    pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: RedOp) -> Result<()> {
+        let spec = CollSpec::new(CollKind::ReduceScatter, T::DTYPE, recv.len()).op(op);
+        self.collective(&spec, bytes(send), bytes_mut(recv))
+    }
+
+    /// The root's `send` into every rank's `recv` (non-roots may pass an empty `send`).
+    pub fn broadcast<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        let spec = CollSpec::new(CollKind::Broadcast, T::DTYPE, recv.len()).root(root);
+        self.collective(&spec, bytes(send), bytes_mut(recv))
+    }
+
+    /// [`broadcast`](Self::broadcast) in place.
+    pub fn broadcast_in_place<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        let spec = CollSpec::new(CollKind::Broadcast, T::DTYPE, buf.len()).root(root);
+        self.collective_in_place(&spec, bytes_mut(buf))
+    }
+
+    /// Every rank's `send` reduced into the root's `recv` (non-roots may pass an empty `recv`).
+    pub fn reduce<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: RedOp,
+        root: usize,
+    ) -> Result<()> {
+        let spec = CollSpec::new(CollKind::Reduce, T::DTYPE, send.len())
+            .op(op)
+            .root(root);
+        self.collective(&spec, bytes(send), bytes_mut(recv))
+    }
+
+    /// Block `p` of `send` to rank `p`; block `p` of `recv` from rank `p` (`count` each).
+    pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let count = send.len() / self.nranks().max(1);
+        let spec = CollSpec::new(CollKind::AllToAll, T::DTYPE, count);
+        self.collective(&spec, bytes(send), bytes_mut(recv))
+    }
+
+    /// All-to-all with per-peer counts and displacements (in elements).
+    pub fn all_to_allv<T: Element>(&self, send: &[T], recv: &mut [T], v: &VCounts) -> Result<()> {
+        let spec = CollSpec::new(CollKind::AllToAllV, T::DTYPE, 0).with_v(v.clone());
+        self.collective(&spec, bytes(send), bytes_mut(recv))
+    }
+
+    /// Every rank's `send` into the root's `recv` (`nranks*count`; non-roots may pass empty).
+    pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        let spec = CollSpec::new(CollKind::Gather, T::DTYPE, send.len()).root(root);
+        self.collective(&spec, bytes(send), bytes_mut(recv))
+    }
+
+    /// Block `r` of the root's `send` (`nranks*count`; non-roots may pass empty) into rank `r`'s `recv`.
+    pub fn scatter<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        let spec = CollSpec::new(CollKind::Scatter, T::DTYPE, recv.len()).root(root);
+        self.collective(&spec, bytes(send), bytes_mut(recv))
+    }
+}
+
+impl<'a> Group<'a> {
+    /// Add a collective on byte buffers (see [`Communicator::collective`]).
+    /// Every rank must add the same collectives in the same order; sends and
+    /// receives of the group may be added in any order around them.
+    pub fn collective(&mut self, spec: &CollSpec, send: &'a [u8], recv: &'a mut [u8]) -> Result<()> {
+        let t = self.comm.coll_task(
+            spec,
+            (send.as_ptr() as usize, send.len()),
+            (recv.as_mut_ptr() as usize, recv.len()),
+            false,
+        )?;
+        self.tasks.push(t.into());
+        Ok(())
+    }
+
+    /// Add an in-place collective (see [`Communicator::collective_in_place`]).
+    pub fn collective_in_place(&mut self, spec: &CollSpec, buf: &'a mut [u8]) -> Result<()> {
+        let b = (buf.as_mut_ptr() as usize, buf.len());
+        let t = self.comm.coll_task(spec, b, b, true)?;
+        self.tasks.push(t.into());
+        Ok(())
+    }
+
+    /// Add a typed all-reduce.
+    pub fn all_reduce<T: Element>(&mut self, send: &'a [T], recv: &'a mut [T], op: RedOp) -> Result<()> {
+        let spec = CollSpec::new(CollKind::AllReduce, T::DTYPE, send.len()).op(op);
+        self.collective(&spec, bytes(send), bytes_mut(recv))
+    }
+}
+
+/// Check that a byte buffer fits `elems` elements of `dtype`.
+pub(crate) fn check_buffer(
+    what: &str,
+    (ptr, len): (usize, usize),
+    elems: usize,
+    dtype: DataType,
+) -> Result<()> {
+    let need = elems.checked_mul(dtype.size()).ok_or_else(|| {
+        Error::invalid(format!("{what}: {elems} elements of {dtype} overflow the address space"))
+    })?;
+    if need == 0 {
+        return Ok(());
+    }
+    if ptr == 0 {
+        return Err(Error::invalid(format!("{what} is null but {need} bytes are needed")));
+    }
+    if !ptr.is_multiple_of(dtype.size()) {
+        return Err(Error::invalid(format!(
+            "{what} at {ptr:#x} is not aligned to the {}-byte {dtype} elements",
+            dtype.size()
+        )));
+    }
+    if len < need {
+        return Err(Error::invalid(format!(
+            "{what} holds {len} bytes but {elems} elements of {dtype} need {need}"
+        )));
+    }
+    if ptr.checked_add(need).is_none() {
+        return Err(Error::invalid(format!("{what}: {need} bytes at {ptr:#x} wrap around the address space")));
+    }
+    Ok(())
+}
