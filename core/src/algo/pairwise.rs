@@ -1,6 +1,124 @@
-//! stub
+//! All-to-all(v), gather and scatter on the quadratic peer schedule of
+//! NCCL's p2p setup: round i pairs every rank with the peer `delta_i` to its
+//! right for sending and `delta_i` to its left for receiving, where `delta_i`
+//! enumerates `(i² + i)/2 mod 2^k` skipping values ≥ n — so each round has
+//! exactly one send and one receive per rank and every pair meets once.
+//! `Pairwise` runs one round per stage (bounded concurrency); `Direct` posts
+//! every round in one stage (one round of latency).
+
 use super::*;
-pub fn quadratic_deltas(_n: usize) -> Vec<usize> { todo!() }
-pub(crate) fn all_to_all(_a: &CollArgs) -> Schedule { todo!() }
-pub(crate) fn gather(_a: &CollArgs) -> Schedule { todo!() }
-pub(crate) fn scatter(_a: &CollArgs) -> Schedule { todo!() }
+use Buf::{Recv, Send};
+
+/// The peer delta of every round, `n` rounds (round 0 has delta 0: self).
+pub fn quadratic_deltas(n: usize) -> Vec<usize> {
+    let pow2 = n.max(1).next_power_of_two() as u128;
+    (0..pow2)
+        .map(|i| ((i * i + i) / 2 % pow2) as usize)
+        .filter(|&d| d < n)
+        .collect()
+}
+
+/// (offset, len) of peer `p`'s block on the send and the receive side.
+fn blocks(a: &CollArgs, p: usize) -> ((usize, usize), (usize, usize)) {
+    let side = |counts: &[usize], displs: &[usize]| {
+        let (o, l) = a.part.range(counts[p]);
+        (displs[p] + o, l)
+    };
+    match a.v {
+        Some(v) if a.kind == CollKind::AllToAllV => (
+            side(&v.send_counts, &v.send_displs),
+            side(&v.recv_counts, &v.recv_displs),
+        ),
+        _ => {
+            let (o, l) = a.part.range(a.count);
+            ((p * a.count + o, l), (p * a.count + o, l))
+        }
+    }
+}
+
+pub(crate) fn all_to_all(a: &CollArgs) -> Schedule {
+    let (n, r) = (a.nranks, a.rank);
+    let mut s = Schedule::default();
+    let mut one = Stage::default();
+    for d in quadratic_deltas(n) {
+        let to = (r + d) % n;
+        let from = (r + n - d) % n;
+        let ((so, sl), _) = blocks(a, to);
+        let (_, (ro, rl)) = blocks(a, from);
+        let send = Region::new(Send, so, sl);
+        let recv = Region::new(Recv, ro, rl);
+        if d == 0 {
+            one.locals.push(Local::Copy { dst: recv, src: send });
+            continue;
+        }
+        let st = if a.algo == Algo::Direct { &mut one } else { &mut Stage::default() };
+        st.sends.push(Xfer { peer: to, region: send });
+        st.recvs.push(Xfer { peer: from, region: recv });
+        if a.algo != Algo::Direct {
+            let st = std::mem::take(st);
+            s.push(st);
+        }
+    }
+    s.push(one);
+    s
+}
+
+pub(crate) fn gather(a: &CollArgs) -> Schedule {
+    let (n, r) = (a.nranks, a.rank);
+    let (o, l) = a.part.range(a.count);
+    let own = Region::new(Send, o, l);
+    let mut s = Schedule::default();
+    if r != a.root {
+        s.push(Stage {
+            sends: vec![Xfer { peer: a.root, region: own }],
+            ..Stage::default()
+        });
+        return s;
+    }
+    let blk = |p: usize| Region::new(Recv, p * a.count + o, l);
+    let mut one = Stage {
+        locals: vec![Local::Copy { dst: blk(r), src: own }],
+        ..Stage::default()
+    };
+    for d in 1..n {
+        let p = (r + d) % n;
+        let x = Xfer { peer: p, region: blk(p) };
+        if a.algo == Algo::Direct {
+            one.recvs.push(x);
+        } else {
+            s.push(Stage { recvs: vec![x], ..Stage::default() });
+        }
+    }
+    s.push(one);
+    s
+}
+
+pub(crate) fn scatter(a: &CollArgs) -> Schedule {
+    let (n, r) = (a.nranks, a.rank);
+    let (o, l) = a.part.range(a.count);
+    let out = Region::new(Recv, o, l);
+    let mut s = Schedule::default();
+    if r != a.root {
+        s.push(Stage {
+            recvs: vec![Xfer { peer: a.root, region: out }],
+            ..Stage::default()
+        });
+        return s;
+    }
+    let blk = |p: usize| Region::new(Send, p * a.count + o, l);
+    let mut one = Stage {
+        locals: vec![Local::Copy { dst: out, src: blk(r) }],
+        ..Stage::default()
+    };
+    for d in 1..n {
+        let p = (r + d) % n;
+        let x = Xfer { peer: p, region: blk(p) };
+        if a.algo == Algo::Direct {
+            one.sends.push(x);
+        } else {
+            s.push(Stage { sends: vec![x], ..Stage::default() });
+        }
+    }
+    s.push(one);
+    s
+}
