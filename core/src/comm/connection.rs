@@ -31,6 +31,7 @@ pub struct Connection {
     pub(crate) raw: RawConn,
     pub(crate) peer: usize,
     pub(crate) dir: Dir,
+    pub(crate) channel: u32,
 }
 
 impl Drop for Connection {
@@ -190,6 +191,7 @@ fn open_end(
         raw,
         peer,
         dir,
+        channel,
     };
     plugin.proxy_hook("proxy_setup", raw, peer)?;
     Ok((conn, blob))
@@ -245,17 +247,14 @@ struct Pending {
     done: bool,
 }
 
-/// Establish the given (peer, dir) connections on channel `channel`.
-pub(crate) fn establish(
-    shared: &CommShared,
-    needs: &[(usize, Dir)],
-    channel: u32,
-) -> Result<Vec<Connection>> {
+/// Establish the given (channel, peer, dir) connections.
+pub(crate) fn establish(shared: &CommShared, needs: &[(usize, usize, Dir)]) -> Result<Vec<Connection>> {
     let mut sends: Vec<Pending> = Vec::new();
     let mut recvs: Vec<Pending> = Vec::new();
     // Phase 1: send sides choose, set up and announce. A failure is announced
     // too (empty name + reason), so the receiver fails at once instead of timing out.
-    for &(peer, _) in needs.iter().filter(|(_, d)| *d == Dir::Send) {
+    for &(channel, peer, _) in needs.iter().filter(|(_, _, d)| *d == Dir::Send) {
+        let channel = channel as u32;
         let opened = choose_plugin(shared, peer)
             .and_then(|p| open_end(shared, &p, peer, Dir::Send, channel).map(|(c, b)| (p, c, b)));
         let (plugin, conn, blob) = match opened {
@@ -272,7 +271,8 @@ pub(crate) fn establish(
         });
     }
     // Phase 2: receive sides follow the sender's choice (or report why they cannot).
-    for &(peer, _) in needs.iter().filter(|(_, d)| *d == Dir::Recv) {
+    for &(channel, peer, _) in needs.iter().filter(|(_, _, d)| *d == Dir::Recv) {
+        let channel = channel as u32;
         let msg = shared.bootstrap.recv(peer, tag(0, channel)).map_err(|e| {
             setup_wait_error(
                 e,
@@ -305,6 +305,7 @@ pub(crate) fn establish(
     // Phase 3: send sides connect with the receivers' answers.
     for p in sends.iter_mut() {
         let peer = p.conn.peer;
+        let channel = p.conn.channel;
         let msg = shared.bootstrap.recv(peer, tag(1, channel)).map_err(|e| {
             setup_wait_error(
                 e,

@@ -1,52 +1,41 @@
-//! In-flight operations: per-connection queues posted in order, tested until
-//! done, with timeouts and peer-failure checks. Driven by a waiting caller
-//! (no thread hand-off for short operations) or by the progress thread.
+//! In-flight work of a communicator: plans (runners executing schedules)
+//! and the sends/receives they queue per connection, posted in order and
+//! tested until done, with timeouts and peer-failure checks. Driven by a
+//! waiting caller (no thread hand-off for short operations) or by the
+//! progress thread.
 
 use super::connection::{Connection, Dir};
+use super::registration::Registrations;
 use super::shared::CommShared;
 use crate::error::{Error, Result};
+use crate::plan::{Plan, Post, Poster, ScratchBuf, StageDone, Step};
 use crate::plugin::{RawMemHandle, RawRequest};
 use crate::proxy::Progress;
 use ferrocx_sdk::abi::FX_INVALID_ARGUMENT;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// How long a waiting caller keeps driving progress with nothing moving
 /// before it parks and leaves the work to the progress thread.
 const PARK_AFTER: Duration = Duration::from_millis(2);
 
-/// Completion state of a group of operations submitted together.
-pub(crate) struct Batch {
-    remaining: AtomicUsize,
-    error: Mutex<Option<Error>>,
-    lock: Mutex<()>,
-    cv: Condvar,
-}
+/// Scratch buffers kept for reuse.
+const POOL_MAX: usize = 16;
 
-impl Batch {
-    fn new(n: usize) -> Arc<Self> {
-        Arc::new(Batch {
-            remaining: AtomicUsize::new(n),
-            error: Mutex::new(None),
-            lock: Mutex::new(()),
-            cv: Condvar::new(),
-        })
-    }
-    fn finish(&self, err: Option<Error>) {
-        if let Some(e) = err {
-            self.error.lock().get_or_insert(e);
-        }
-        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let _g = self.lock.lock();
-            self.cv.notify_all();
-        }
-    }
-    pub(crate) fn is_done(&self) -> bool {
-        self.remaining.load(Ordering::Acquire) == 0
-    }
+/// Counters of an engine, for leak checks and diagnostics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Plans submitted and not yet reclaimed.
+    pub live_plans: usize,
+    /// Sends and receives queued or posted.
+    pub queued_ops: usize,
+    /// Scratch buffers kept for reuse.
+    pub pooled_scratch: usize,
+    /// Bytes held by those buffers.
+    pub pooled_scratch_bytes: usize,
 }
 
 /// One send or receive.
@@ -60,7 +49,7 @@ pub(crate) struct Op {
 
 struct Queued {
     op: Op,
-    batch: Arc<Batch>,
+    done: Arc<StageDone>,
     since: Instant,
 }
 
@@ -83,25 +72,25 @@ impl ConnQueue {
     }
 }
 
-/// Slot of (peer, dir) in `State::conns`: a dense table, no hashing per operation.
-fn slot(peer: usize, dir: Dir) -> usize {
-    peer * 2 + usize::from(dir == Dir::Recv)
-}
-
-/// What [`Engine::submit`] did.
-pub(crate) enum Submitted {
-    /// Queued; wait for this batch.
-    Queued(Arc<Batch>),
-    /// Nothing queued: these connections must be established first.
-    Missing(Vec<Op>, Vec<(usize, Dir)>),
+/// A submitted plan and its progress.
+pub(crate) struct PlanRun {
+    plan: Plan,
+    done: Arc<StageDone>,
+    /// First non-fatal failure (a point-to-point size mismatch).
+    error: Option<Error>,
 }
 
 struct State {
-    /// Indexed by [`slot`]; `None` until connected.
+    /// Indexed by [`Engine::slot`]; `None` until connected.
     conns: Vec<Option<ConnQueue>>,
     /// Slots with waiting or posted operations: what a sweep visits.
     active: Vec<usize>,
     in_flight: usize,
+    /// Plans in submission order; only the front one runs.
+    plans: VecDeque<PlanRun>,
+    pool: Vec<ScratchBuf>,
+    /// Finished plans go back to the submitting side through this queue.
+    reclaim: mpsc::Sender<PlanRun>,
     /// Set once a fatal error broke the communicator.
     broken: Option<Error>,
     /// Sweeps so far; timeouts are checked on every 256th (reading the clock per op costs).
@@ -109,39 +98,82 @@ struct State {
     shutdown: bool,
 }
 
-/// Counters of an engine, for leak checks and diagnostics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EngineStats {
-    /// Plans submitted and not yet reclaimed.
-    pub live_plans: usize,
-    /// Sends and receives queued or posted.
-    pub queued_ops: usize,
-    /// Scratch buffers kept for reuse.
-    pub pooled_scratch: usize,
-    /// Bytes held by those buffers.
-    pub pooled_scratch_bytes: usize,
+/// Queues a runner's transfers on the connections (inside the state lock).
+struct Queuer<'a> {
+    conns: &'a mut [Option<ConnQueue>],
+    active: &'a mut Vec<usize>,
+    in_flight: &'a mut usize,
+    regs: &'a Registrations,
+    nranks: usize,
+    now: Instant,
+}
+
+impl Poster for Queuer<'_> {
+    fn post(&mut self, posts: &[Post]) -> Arc<StageDone> {
+        let done = StageDone::new(posts.len());
+        for p in posts {
+            let i = Engine::slot_of(self.nranks, p.channel, p.peer, p.dir);
+            let Some(q) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+                done.finish(Some(Error::Io(format!(
+                    "internal: no connection for channel {} peer {} {:?}",
+                    p.channel, p.peer, p.dir
+                ))));
+                continue;
+            };
+            let mh = if self.regs.is_empty() {
+                None
+            } else {
+                self.regs.lookup(&q.conn.plugin, p.ptr, p.len)
+            };
+            q.waiting.push_back(Queued {
+                op: Op {
+                    dir: p.dir,
+                    peer: p.peer,
+                    ptr: p.ptr,
+                    len: p.len,
+                    mh,
+                },
+                done: done.clone(),
+                since: self.now,
+            });
+            if !q.listed {
+                q.listed = true;
+                self.active.push(i);
+            }
+            *self.in_flight += 1;
+        }
+        done
+    }
 }
 
 /// The operation engine of one communicator.
 pub(crate) struct Engine {
     shared: Arc<CommShared>,
+    regs: Arc<Registrations>,
     state: Mutex<State>,
     wake: Condvar,
     /// Callers currently driving progress themselves; the progress thread yields to them.
     driving: AtomicUsize,
     /// Raised by the bootstrap when a peer dies or aborts.
     peer_event: AtomicBool,
+    reclaimed: Mutex<mpsc::Receiver<PlanRun>>,
+    live_plans: AtomicUsize,
 }
 
 impl Engine {
-    pub fn new(shared: Arc<CommShared>) -> Arc<Self> {
-        let nslots = shared.nranks * 2;
+    pub fn new(shared: Arc<CommShared>, regs: Arc<Registrations>, nchannels: usize) -> Arc<Self> {
+        let nslots = shared.nranks * 2 * nchannels;
+        let (tx, rx) = mpsc::channel();
         Arc::new(Engine {
             shared,
+            regs,
             state: Mutex::new(State {
                 conns: (0..nslots).map(|_| None).collect(),
                 active: Vec::new(),
                 in_flight: 0,
+                plans: VecDeque::new(),
+                pool: Vec::new(),
+                reclaim: tx,
                 broken: None,
                 sweeps: 0,
                 shutdown: false,
@@ -149,15 +181,41 @@ impl Engine {
             wake: Condvar::new(),
             driving: AtomicUsize::new(0),
             peer_event: AtomicBool::new(false),
+            reclaimed: Mutex::new(rx),
+            live_plans: AtomicUsize::new(0),
         })
+    }
+
+    /// Slot of (channel, peer, dir) in `State::conns`: a dense table, no hashing per operation.
+    fn slot_of(nranks: usize, channel: usize, peer: usize, dir: Dir) -> usize {
+        (channel * nranks + peer) * 2 + usize::from(dir == Dir::Recv)
+    }
+
+    /// Drop finished plans (their schedules, staging copies) on the calling thread.
+    fn reclaim(&self) {
+        let rx = self.reclaimed.lock();
+        while let Ok(run) = rx.try_recv() {
+            drop(run);
+            self.live_plans.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// One sweep if nobody else holds the engine (for `Request::test`).
+    pub fn poke(&self) {
+        if let Some(mut st) = self.state.try_lock() {
+            self.sweep_locked(&mut st);
+        }
     }
 
     /// Current counters.
     pub fn stats(&self) -> EngineStats {
+        self.reclaim();
         let st = self.state.lock();
         EngineStats {
+            live_plans: self.live_plans.load(Ordering::Acquire),
             queued_ops: st.in_flight,
-            ..Default::default()
+            pooled_scratch: st.pool.len(),
+            pooled_scratch_bytes: st.pool.iter().map(|b| b.capacity() * 8).sum(),
         }
     }
 
@@ -186,7 +244,7 @@ impl Engine {
     pub fn add_connections(&self, conns: Vec<Connection>) {
         let mut st = self.state.lock();
         for c in conns {
-            let i = slot(c.peer, c.dir);
+            let i = Self::slot_of(self.shared.nranks, c.channel as usize, c.peer, c.dir);
             st.conns[i] = Some(ConnQueue {
                 conn: c,
                 waiting: VecDeque::new(),
@@ -196,26 +254,28 @@ impl Engine {
         }
     }
 
-    /// Name of the transport used for (peer, dir), if connected.
+    /// The (channel, peer, dir) connections among `needs` that do not exist yet.
+    pub fn missing(&self, needs: &[(usize, usize, Dir)]) -> Result<Vec<(usize, usize, Dir)>> {
+        let st = self.state.lock();
+        self.check_usable(&st)?;
+        Ok(needs
+            .iter()
+            .copied()
+            .filter(|&(c, p, d)| st.conns[Self::slot_of(self.shared.nranks, c, p, d)].is_none())
+            .collect())
+    }
+
+    /// Name of the transport used for (peer, dir) on channel 0, if connected.
     pub fn transport_of(&self, peer: usize, dir: Dir) -> Option<String> {
         self.state
             .lock()
             .conns
-            .get(slot(peer, dir))?
+            .get(Self::slot_of(self.shared.nranks, 0, peer, dir))?
             .as_ref()
             .map(|c| c.conn.plugin.name().to_string())
     }
 
-    /// Queue a group of operations and return its batch (the caller must then
-    /// [`wait`](Self::wait) for it), or, when a connection is missing, queue
-    /// nothing and say which. `mh` finds the registration covering a buffer.
-    /// One lock acquisition for the whole group.
-    pub fn submit(
-        &self,
-        mut ops: Vec<Op>,
-        mh: impl Fn(&crate::plugin::PluginInstance, usize, usize) -> Option<RawMemHandle>,
-    ) -> Result<Submitted> {
-        let mut st = self.state.lock();
+    fn check_usable(&self, st: &State) -> Result<()> {
         if let Some(e) = &st.broken {
             return Err(Error::Destroyed(format!(
                 "an earlier failure broke the communicator: {e}"
@@ -224,48 +284,45 @@ impl Engine {
         if st.shutdown {
             return Err(Error::Destroyed("communicator destroyed".into()));
         }
-        let mut missing: Vec<(usize, Dir)> = ops
-            .iter()
-            .filter(|o| st.conns[slot(o.peer, o.dir)].is_none())
-            .map(|o| (o.peer, o.dir))
-            .collect();
-        if !missing.is_empty() {
-            missing.sort();
-            missing.dedup();
-            return Ok(Submitted::Missing(ops, missing));
-        }
-        let batch = Batch::new(ops.len());
-        let now = Instant::now();
-        let st = &mut *st;
-        for mut op in ops.drain(..) {
-            let i = slot(op.peer, op.dir);
-            let q = st.conns[i].as_mut().expect("checked above");
-            op.mh = mh(&q.conn.plugin, op.ptr, op.len);
-            q.waiting.push_back(Queued {
-                op,
-                batch: batch.clone(),
-                since: now,
-            });
-            if !q.listed {
-                q.listed = true;
-                st.active.push(i);
-            }
-            st.in_flight += 1;
-        }
-        // No wake-up here: the submitting thread drives the batch in `wait`,
-        // and wakes the progress thread only if it has to park.
-        self.driving.fetch_add(1, Ordering::AcqRel);
-        Ok(Submitted::Queued(batch))
+        Ok(())
     }
 
-    /// Wait for a batch. The caller drives progress itself (no thread hand-off)
+    /// Queue plans; they run in order after everything submitted before.
+    /// With `driving`, the caller promises to [`wait`](Self::wait) with
+    /// `registered = true` and drive progress itself; otherwise the progress
+    /// thread is woken.
+    pub fn submit(&self, plans: Vec<Plan>, driving: bool) -> Result<Arc<StageDone>> {
+        self.reclaim();
+        let done = StageDone::new(plans.len());
+        let mut st = self.state.lock();
+        self.check_usable(&st)?;
+        for plan in plans {
+            self.live_plans.fetch_add(1, Ordering::AcqRel);
+            st.plans.push_back(PlanRun {
+                plan,
+                done: done.clone(),
+                error: None,
+            });
+        }
+        if driving {
+            self.driving.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.wake.notify_one();
+        }
+        Ok(done)
+    }
+
+    /// Wait for `done`. The caller drives progress itself (no thread hand-off)
     /// as long as something moves; after [`PARK_AFTER`] without progress it
-    /// parks and lets the progress thread continue.
-    pub fn wait(&self, batch: &Batch) -> Result<()> {
-        // `driving` was raised by `submit`.
+    /// parks and lets the progress thread continue. `registered`: `submit`
+    /// already counted this caller as driving.
+    pub fn wait(&self, done: &StageDone, registered: bool) -> Result<()> {
+        if !registered {
+            self.driving.fetch_add(1, Ordering::AcqRel);
+        }
         let mut idle = 0u32;
         let mut idle_since: Option<Instant> = None;
-        while !batch.is_done() {
+        while !done.is_done() {
             let moved = match self.state.try_lock() {
                 Some(mut st) => self.sweep_locked(&mut st),
                 None => false,
@@ -290,18 +347,15 @@ impl Engine {
             }
         }
         self.driving.fetch_sub(1, Ordering::AcqRel);
-        if !batch.is_done() {
+        if !done.is_done() {
             {
                 let _g = self.state.lock();
                 self.wake.notify_one();
             }
-            let mut g = batch.lock.lock();
-            while !batch.is_done() {
-                // Bounded slices: the progress thread enforces the real timeout.
-                batch.cv.wait_for(&mut g, Duration::from_millis(100));
-            }
+            done.park();
         }
-        match batch.error.lock().take() {
+        self.reclaim();
+        match done.take_error() {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -314,19 +368,28 @@ impl Engine {
         if st.broken.is_none() {
             st.broken = Some(err.clone());
         }
+        Self::fail_all(st, &err);
+        if !matches!(err, Error::PeerFailed { .. }) {
+            self.shared.bootstrap.broadcast_abort(&reason);
+        }
+    }
+
+    /// Fail every queued operation and plan with `err`; free connections.
+    fn fail_all(st: &mut State, err: &Error) {
         for q in st.conns.iter_mut().filter_map(Option::take) {
             for p in q.posted {
-                p.q.batch.finish(Some(err.clone()));
+                p.q.done.finish(Some(err.clone()));
             }
             for w in q.waiting {
-                w.batch.finish(Some(err.clone()));
+                w.done.finish(Some(err.clone()));
             }
             // Dropping q.conn frees it; the plugin cancels its requests.
         }
         st.active.clear();
         st.in_flight = 0;
-        if !matches!(err, Error::PeerFailed { .. }) {
-            self.shared.bootstrap.broadcast_abort(&reason);
+        while let Some(run) = st.plans.pop_front() {
+            run.done.finish(Some(err.clone()));
+            let _ = st.reclaim.send(run);
         }
     }
 
@@ -343,6 +406,66 @@ impl Engine {
         )
     }
 
+    /// Advance the front plan's runners; start the next plan when one ends.
+    /// Returns a fatal error.
+    fn advance_plans(&self, st: &mut State, moved: &mut bool) -> Option<Error> {
+        let State {
+            conns,
+            active,
+            in_flight,
+            plans,
+            pool,
+            reclaim,
+            ..
+        } = st;
+        let mut q = Queuer {
+            conns,
+            active,
+            in_flight,
+            regs: &self.regs,
+            nranks: self.shared.nranks,
+            now: Instant::now(),
+        };
+        while let Some(run) = plans.front_mut() {
+            for lane in run.plan.lanes.iter_mut() {
+                while let Some(r) = lane.front_mut() {
+                    if r.scratch.is_none() && r.scratch_bytes() > 0 {
+                        let words = r.scratch_bytes().div_ceil(8);
+                        let buf = match pool.iter().position(|b| b.capacity() >= words) {
+                            Some(i) => pool.swap_remove(i),
+                            None => Vec::with_capacity(words),
+                        };
+                        r.set_scratch(buf);
+                    }
+                    match r.advance(&mut q) {
+                        Step::Blocked => break,
+                        Step::Done => {}
+                        Step::Failed(e) if r.fatal => return Some(e),
+                        Step::Failed(e) => {
+                            run.error.get_or_insert(e);
+                        }
+                    }
+                    *moved = true;
+                    let mut r = lane.pop_front().expect("front exists");
+                    run.plan.runners -= 1;
+                    if let Some(b) = r.scratch.take() {
+                        if pool.len() < POOL_MAX {
+                            pool.push(b);
+                        }
+                    }
+                }
+            }
+            if run.plan.runners > 0 {
+                break;
+            }
+            let mut run = plans.pop_front().expect("front exists");
+            run.done.finish(run.error.take());
+            let _ = reclaim.send(run);
+            *moved = true;
+        }
+        None
+    }
+
     /// One pass over every connection with work. Returns whether anything moved.
     ///
     /// Order matters for rendezvous transports: first every waiting operation
@@ -350,7 +473,7 @@ impl Engine {
     /// where its data should go before it spends time copying its own sends
     /// (otherwise two ranks exchanging large messages copy one after the other).
     fn sweep_locked(&self, st: &mut State) -> bool {
-        if st.in_flight == 0 || st.broken.is_some() {
+        if (st.in_flight == 0 && st.plans.is_empty()) || st.broken.is_some() {
             return false;
         }
         if self.peer_event.load(Ordering::Acquire) || self.shared.abort.load(Ordering::Acquire) != 0
@@ -360,9 +483,13 @@ impl Engine {
                 return true;
             }
         }
+        let mut moved = false;
+        if let Some(e) = self.advance_plans(st, &mut moved) {
+            self.break_all(st, e);
+            return true;
+        }
         st.sweeps = st.sweeps.wrapping_add(1);
         let check_clock = st.sweeps.is_multiple_of(256);
-        let mut moved = false;
         let mut fatal = self.post_all(st, &mut moved);
         for dir in [Dir::Recv, Dir::Send] {
             if fatal.is_some() {
@@ -382,6 +509,12 @@ impl Engine {
             self.break_all(st, e);
             return true;
         }
+        if moved {
+            // Completed transfers may let runners go on right away.
+            if let Some(e) = self.advance_plans(st, &mut moved) {
+                self.break_all(st, e);
+            }
+        }
         moved
     }
 
@@ -400,7 +533,7 @@ impl Engine {
                 }
             }
             while let Some(w) = q.waiting.front() {
-                // SAFETY: the caller of submit guaranteed the buffer outlives the batch.
+                // SAFETY: the submitter guaranteed the buffer outlives the request.
                 let posted = unsafe {
                     match w.op.dir {
                         Dir::Send => plugin.isend(
@@ -470,7 +603,7 @@ impl Engine {
                                 p.q.op.peer, self.shared.rank, p.q.op.len
                             ))
                         });
-                        p.q.batch.finish(err);
+                        p.q.done.finish(err);
                     }
                     Ok(None) => {
                         if check_clock && p.q.since.elapsed() > timeout {
@@ -490,7 +623,7 @@ impl Engine {
                         *moved = true;
                         let recoverable =
                             matches!(e, Error::Plugin { code, .. } if code == FX_INVALID_ARGUMENT);
-                        p.q.batch.finish(Some(e.clone()));
+                        p.q.done.finish(Some(e.clone()));
                         if !recoverable {
                             fatal = Some(e);
                             break 'conns;
@@ -530,18 +663,11 @@ impl Engine {
     pub fn shutdown(&self, why: &str) {
         let mut st = self.state.lock();
         st.shutdown = true;
-        let err = Error::Destroyed(why.to_string());
-        st.active.clear();
-        for q in st.conns.iter_mut().filter_map(Option::take) {
-            for p in q.posted {
-                p.q.batch.finish(Some(err.clone()));
-            }
-            for w in q.waiting {
-                w.batch.finish(Some(err.clone()));
-            }
-        }
-        st.in_flight = 0;
+        Self::fail_all(&mut st, &Error::Destroyed(why.to_string()));
+        st.pool.clear();
         self.wake.notify_all();
+        drop(st);
+        self.reclaim();
     }
 }
 
@@ -552,10 +678,11 @@ impl Progress for Engine {
             if st.shutdown {
                 return false;
             }
-            if st.in_flight > 0 && self.driving.load(Ordering::Acquire) == 0 {
+            let work = st.in_flight > 0 || !st.plans.is_empty();
+            if work && self.driving.load(Ordering::Acquire) == 0 {
                 return true;
             }
-            if st.in_flight > 0 {
+            if work {
                 // A caller is driving: check back soon in case it parks.
                 self.wake.wait_for(&mut st, Duration::from_millis(1));
             } else {

@@ -18,8 +18,8 @@ use crate::config;
 use crate::error::{Error, Result};
 use crate::plugin::{PluginInstance, PluginReport, Registry, TransportFilter};
 use crate::proxy::{ProgressThread, ServiceThread};
-use crate::plan::{P2pTask, Request, Task};
-use engine::Engine;
+use crate::plan::{P2pTask, PlanConfig, Request, Task};
+pub(crate) use engine::Engine;
 use ferrocx_sdk::abi::FxPeerInfo;
 use parking_lot::Mutex;
 use registration::Registrations;
@@ -55,7 +55,8 @@ pub struct Communicator {
     engine: Arc<Engine>,
     service: Mutex<Option<ServiceThread>>,
     progress: Mutex<Option<ProgressThread>>,
-    regs: Registrations,
+    regs: Arc<Registrations>,
+    plan_cfg: PlanConfig,
     report: Vec<PluginReport>,
     state: AtomicU8,
 }
@@ -179,7 +180,9 @@ impl Communicator {
             timeout,
             abort,
         });
-        let engine = Engine::new(shared.clone());
+        let plan_cfg = PlanConfig::from_env()?;
+        let regs = Arc::new(Registrations::default());
+        let engine = Engine::new(shared.clone(), regs.clone(), plan_cfg.nchannels);
         let weak = Arc::downgrade(&engine);
         shared.bootstrap.set_event_hook(Box::new(move || {
             if let Some(e) = weak.upgrade() {
@@ -200,7 +203,8 @@ impl Communicator {
             engine,
             service: Mutex::new(Some(service)),
             progress: Mutex::new(Some(progress)),
-            regs: Registrations::default(),
+            regs,
+            plan_cfg,
             report,
             state: AtomicU8::new(LIVE),
         })
@@ -302,23 +306,40 @@ impl Communicator {
 
     /// Plan `tasks`, connect what they need, run them, wait.
     pub(crate) fn run_tasks(&self, tasks: Vec<Task>) -> Result<()> {
-        self.start_tasks(tasks)?.wait()
+        self.launch(tasks, true)?.wait()
     }
 
     /// Plan `tasks`, connect what they need, start them.
-    pub(crate) fn start_tasks(&self, _tasks: Vec<Task>) -> Result<Request> {
-        Err(Error::Unsupported("not yet".into()))
+    pub(crate) fn start_tasks(&self, tasks: Vec<Task>) -> Result<Request> {
+        self.launch(tasks, false)
+    }
+
+    fn launch(&self, tasks: Vec<Task>, driving: bool) -> Result<Request> {
+        self.check_live()?;
+        let plans = crate::plan::plan(tasks, &self.plan_cfg, self.rank(), self.nranks());
+        let mut needs = Vec::new();
+        for p in &plans {
+            p.needs(&mut needs);
+        }
+        needs.sort_unstable();
+        needs.dedup();
+        let missing = self.engine.missing(&needs)?;
+        if !missing.is_empty() {
+            self.connect(missing)?;
+        }
+        let done = self.engine.submit(plans, driving)?;
+        Ok(Request::new(self.engine.clone(), done, driving))
     }
 
     /// Establish connections on the service thread; fatal failures break the communicator.
-    fn connect(&self, missing: Vec<(usize, Dir)>) -> Result<()> {
+    fn connect(&self, missing: Vec<(usize, usize, Dir)>) -> Result<()> {
         let shared = self.shared.clone();
         let conns = {
             let svc = self.service.lock();
             let svc = svc
                 .as_ref()
                 .ok_or_else(|| Error::Destroyed("communicator was destroyed".into()))?;
-            svc.call(move || connection::establish(&shared, &missing, 0))
+            svc.call(move || connection::establish(&shared, &missing))
         };
         match conns {
             Ok(c) => {
@@ -384,8 +405,17 @@ impl Communicator {
         self.engine.stats()
     }
 
-    /// Wait until every rank reaches this point (out of band, over the bootstrap).
+    /// Wait until every rank reaches this point (a dissemination barrier of
+    /// empty messages over the transports).
     pub fn barrier(&self) -> Result<()> {
+        let spec = CollSpec::new(crate::algo::CollKind::Barrier, crate::types::DataType::U8, 0);
+        let t = self.coll_task(&spec, (0, 0), (0, 0), false)?;
+        self.run_tasks(vec![t.into()])
+    }
+
+    /// Wait until every rank reaches this point, out of band over the bootstrap
+    /// (slow; for tools, and when the transports are in doubt).
+    pub fn barrier_oob(&self) -> Result<()> {
         self.check_live()?;
         self.shared.bootstrap.barrier()
     }

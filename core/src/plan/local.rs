@@ -1,0 +1,78 @@
+//! Local steps of a schedule on real memory: copies, reductions, the final
+//! average. The only place the executor dereferences schedule addresses.
+
+use crate::algo::{Buf, Local, Region};
+use crate::reduce;
+use crate::types::{DataType, RedOp};
+
+/// Where a runner's three buffers start, and how big an element is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bases {
+    pub send: usize,
+    pub recv: usize,
+    pub scratch: usize,
+    pub esize: usize,
+}
+
+impl Bases {
+    /// Address and byte length of a region.
+    pub fn addr(&self, r: &Region) -> (usize, usize) {
+        let base = match r.buf {
+            Buf::Send => self.send,
+            Buf::Recv => self.recv,
+            Buf::Scratch => self.scratch,
+        };
+        (base + r.off * self.esize, r.len * self.esize)
+    }
+}
+
+/// Run local steps in order.
+///
+/// # Safety
+/// Every region must lie inside memory that the task's owner keeps valid
+/// (validated buffers, or scratch owned by the runner) and that no one
+/// else writes while the step runs.
+pub(crate) unsafe fn run(
+    locals: &[Local],
+    b: &Bases,
+    dtype: DataType,
+    op: RedOp,
+    nranks: usize,
+) {
+    for l in locals {
+        match *l {
+            Local::Copy { dst, src } => {
+                let (d, n) = b.addr(&dst);
+                let (s, _) = b.addr(&src);
+                if d != s && n > 0 {
+                    // SAFETY: the caller guarantees both ranges are valid;
+                    // schedules never partially overlap, `copy` tolerates it anyway.
+                    unsafe { std::ptr::copy(s as *const u8, d as *mut u8, n) };
+                }
+            }
+            Local::Reduce { dst, a, b: src } => {
+                let (d, _) = b.addr(&dst);
+                let (x, _) = b.addr(&a);
+                let (y, _) = b.addr(&src);
+                // SAFETY: valid, aligned (validated buffers, u64-aligned scratch),
+                // dst equal to a source or disjoint (schedule invariant).
+                unsafe { reduce::reduce(dtype, op, d as *mut u8, x as *const u8, y as *const u8, dst.len) };
+            }
+            Local::Finish { dst } => {
+                let (d, _) = b.addr(&dst);
+                // SAFETY: as above.
+                unsafe { reduce::finish(dtype, op, d as *mut u8, dst.len, nranks) };
+            }
+        }
+    }
+}
+
+/// Copy `bytes` from `src` into `buf` (staging an in-place input).
+pub(crate) fn copy_in(buf: &mut [u64], src: usize, bytes: usize) {
+    assert!(buf.len() * 8 >= bytes);
+    if bytes > 0 {
+        // SAFETY: `src` is a validated task buffer of at least `bytes` bytes;
+        // `buf` is ours and large enough (asserted).
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, buf.as_mut_ptr().cast::<u8>(), bytes) };
+    }
+}

@@ -1,0 +1,198 @@
+//! Group → plans. Collective tasks are planned first, in call order, so
+//! every rank makes the same decisions (budget cuts, channel choice) from
+//! the same inputs; point-to-point tasks, which differ per rank, come last
+//! and influence nothing shared (the bug of seed 000: when they came first,
+//! ranks cut and picked channels differently and hung).
+
+use super::local::Bases;
+use super::runner::{Runner, ScratchBuf};
+use super::task::{CollTask, P2pTask, Task};
+use crate::algo::{self, Algo, Buf, CollArgs, Part, Region, Schedule, Stage, Xfer};
+use crate::comm::Dir;
+use crate::config;
+use crate::error::Result;
+use crate::types::{DataType, RedOp};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Planner settings (from the environment at communicator creation).
+#[derive(Debug, Clone)]
+pub(crate) struct PlanConfig {
+    /// Channels (connections per peer and direction) a collective may stripe over.
+    pub nchannels: usize,
+    /// Largest message of a pipelined or scratch-using algorithm, in bytes.
+    pub chunk_bytes: usize,
+    /// Bytes of collective work per plan before a cut.
+    pub budget_bytes: usize,
+    /// A collective gets one more channel per this many bytes.
+    pub channel_bytes: usize,
+    /// Forced algorithm (`FERROCX_ALGO`), where it applies.
+    pub algo: Option<Algo>,
+}
+
+impl PlanConfig {
+    pub fn from_env() -> Result<Self> {
+        let algo = match std::env::var("FERROCX_ALGO") {
+            Ok(s) if !s.is_empty() => Some(Algo::parse(&s).ok_or_else(|| {
+                crate::Error::Config {
+                    var: "FERROCX_ALGO".into(),
+                    message: format!(
+                        "unknown algorithm '{s}' (known: {})",
+                        Algo::ALL.map(|a| a.name()).join(", ")
+                    ),
+                }
+            })?),
+            _ => None,
+        };
+        Ok(PlanConfig {
+            nchannels: config::env_usize("FERROCX_NCHANNELS", 2)?.clamp(1, 32),
+            chunk_bytes: config::env_usize("FERROCX_ALGO_CHUNK", 1 << 20)?.max(64),
+            budget_bytes: config::env_usize("FERROCX_PLAN_BUDGET", 256 << 20)?.max(1),
+            channel_bytes: config::env_usize("FERROCX_CHANNEL_BYTES", 1 << 20)?.max(1),
+            algo,
+        })
+    }
+}
+
+/// Runners grouped by channel: each lane runs its runners one after the
+/// other, lanes run side by side.
+pub(crate) struct Plan {
+    pub lanes: Vec<VecDeque<Runner>>,
+    /// Runners not finished yet.
+    pub runners: usize,
+}
+
+impl Plan {
+    fn new(nch: usize) -> Self {
+        Plan {
+            lanes: (0..nch).map(|_| VecDeque::new()).collect(),
+            runners: 0,
+        }
+    }
+
+    fn add(&mut self, r: Runner) {
+        self.runners += 1;
+        self.lanes[r.channel].push_back(r);
+    }
+
+    /// Every (channel, peer, dir) connection the plan uses.
+    pub fn needs(&self, out: &mut Vec<(usize, usize, Dir)>) {
+        for r in self.lanes.iter().flatten() {
+            for st in &r.sched.stages {
+                out.extend(st.sends.iter().map(|x| (r.channel, x.peer, Dir::Send)));
+                out.extend(st.recvs.iter().map(|x| (r.channel, x.peer, Dir::Recv)));
+            }
+        }
+    }
+}
+
+/// Copy an in-place input aside (for algorithms that cannot alias).
+fn stage_input(t: &CollTask) -> Arc<ScratchBuf> {
+    let bytes = t.send_elems * t.dtype.size();
+    let mut buf: ScratchBuf = vec![0u64; bytes.div_ceil(8)];
+    super::local::copy_in(&mut buf, t.send, bytes);
+    Arc::new(buf)
+}
+
+/// Plan a group's tasks.
+pub(crate) fn plan(
+    tasks: Vec<Task>,
+    cfg: &PlanConfig,
+    rank: usize,
+    nranks: usize,
+) -> Vec<Plan> {
+    let nch = cfg.nchannels;
+    let mut plans = Vec::new();
+    let mut cur = Plan::new(nch);
+    let mut load = vec![0usize; nch];
+    let mut budget = 0usize;
+    let (colls, p2p): (Vec<Task>, Vec<Task>) =
+        tasks.into_iter().partition(|t| matches!(t, Task::Coll(_)));
+    for t in colls {
+        let Task::Coll(t) = t else { continue };
+        let bytes = t.bytes();
+        if budget > 0 && budget.saturating_add(bytes) > cfg.budget_bytes {
+            plans.push(std::mem::replace(&mut cur, Plan::new(nch)));
+            load.iter_mut().for_each(|l| *l = 0);
+            budget = 0;
+        }
+        budget = budget.saturating_add(bytes);
+        let nparts = (bytes / cfg.channel_bytes).clamp(1, nch);
+        // Least-loaded channels, ties to the lowest index: the same on every rank.
+        let mut order: Vec<usize> = (0..nch).collect();
+        order.sort_by_key(|&c| (load[c], c));
+        let mut chosen = order[..nparts].to_vec();
+        chosen.sort_unstable();
+        let algo = t
+            .algo
+            .or(cfg.algo.filter(|a| a.applies(t.kind)))
+            .unwrap_or_else(|| algo::choose(t.kind, nranks, bytes));
+        let staging = t.stage_send.then(|| stage_input(&t));
+        let send = staging.as_ref().map_or(t.send, |b| b.as_ptr() as usize);
+        let esize = t.dtype.size();
+        for (i, &ch) in chosen.iter().enumerate() {
+            let sched = algo::schedule(&CollArgs {
+                kind: t.kind,
+                algo,
+                rank,
+                nranks,
+                count: t.count,
+                root: t.root,
+                part: Part { index: i, of: nparts },
+                chunk: (cfg.chunk_bytes / esize).max(1),
+                v: t.v.as_deref(),
+            });
+            load[ch] += bytes / nparts + 1;
+            let bases = Bases {
+                send,
+                recv: t.recv,
+                scratch: 0,
+                esize,
+            };
+            cur.add(Runner::new(
+                ch,
+                sched,
+                bases,
+                t.dtype,
+                t.op,
+                nranks,
+                true,
+                staging.clone(),
+            ));
+        }
+    }
+    if !p2p.is_empty() {
+        // One stage with every send and receive, in posting order (messages
+        // to one peer match in order), on the least-loaded channel — which
+        // depends on the collectives only, so both ends pick the same one.
+        let ch = (0..nch).min_by_key(|&c| (load[c], c)).unwrap_or(0);
+        let mut st = Stage::default();
+        for t in p2p {
+            let Task::P2p(P2pTask { dir, peer, ptr, len }) = t else { continue };
+            // Absolute addresses: base 0, one-byte elements.
+            let x = Xfer {
+                peer,
+                region: Region::new(if dir == Dir::Send { Buf::Send } else { Buf::Recv }, ptr, len),
+            };
+            match dir {
+                Dir::Send => st.sends.push(x),
+                Dir::Recv => st.recvs.push(x),
+            }
+        }
+        let sched = Schedule {
+            stages: vec![st],
+            scratch: 0,
+        };
+        let bases = Bases {
+            send: 0,
+            recv: 0,
+            scratch: 0,
+            esize: 1,
+        };
+        cur.add(Runner::new(ch, sched, bases, DataType::U8, RedOp::Sum, nranks, false, None));
+    }
+    if cur.runners > 0 {
+        plans.push(cur);
+    }
+    plans
+}
