@@ -128,6 +128,31 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "a,b: only these, first listed wins; ^a,b: all but these",
     ),
     (
+        "FERROCX_NCHANNELS",
+        "2",
+        "channels (connections per peer) a large collective is striped over",
+    ),
+    (
+        "FERROCX_CHANNEL_BYTES",
+        "1048576",
+        "a collective gets one more channel per this many bytes",
+    ),
+    (
+        "FERROCX_ALGO",
+        "(by size)",
+        "force an algorithm where it applies: ring, rd, direct, chain, tree, pairwise",
+    ),
+    (
+        "FERROCX_ALGO_CHUNK",
+        "1048576",
+        "largest message of pipelined and scratch-using algorithms, bytes",
+    ),
+    (
+        "FERROCX_PLAN_BUDGET",
+        "268435456",
+        "bytes of collective work per plan; a group beyond it is cut into several plans",
+    ),
+    (
         "FERROCX_SHM_DISABLE",
         "0",
         "1 makes the shm transport decline every peer",
