@@ -388,8 +388,10 @@ impl Engine {
         st.active.clear();
         st.in_flight = 0;
         while let Some(run) = st.plans.pop_front() {
-            run.done.finish(Some(err.clone()));
+            // Reclaim first: a waiter woken by `finish` may read the stats at once.
+            let done = run.done.clone();
             let _ = st.reclaim.send(run);
+            done.finish(Some(err.clone()));
         }
     }
 
@@ -459,8 +461,9 @@ impl Engine {
                 break;
             }
             let mut run = plans.pop_front().expect("front exists");
-            run.done.finish(run.error.take());
+            let (done, err) = (run.done.clone(), run.error.take());
             let _ = reclaim.send(run);
+            done.finish(err);
             *moved = true;
         }
         None

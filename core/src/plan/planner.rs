@@ -110,7 +110,7 @@ pub(crate) fn plan(
         tasks.into_iter().partition(|t| matches!(t, Task::Coll(_)));
     for t in colls {
         let Task::Coll(t) = t else { continue };
-        let bytes = t.bytes();
+        let bytes = t.plan_bytes();
         if budget > 0 && budget.saturating_add(bytes) > cfg.budget_bytes {
             plans.push(std::mem::replace(&mut cur, Plan::new(nch)));
             load.iter_mut().for_each(|l| *l = 0);

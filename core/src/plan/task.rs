@@ -180,12 +180,14 @@ impl CollTask {
         Ok(t)
     }
 
-    /// This rank's contribution in bytes (`count` × size; all-to-all-v: the larger side).
-    pub fn bytes(&self) -> usize {
-        let n = match &self.v {
-            Some(v) => v.send_counts.iter().sum::<usize>().max(v.recv_counts.iter().sum()),
-            None => self.count,
-        };
-        n.saturating_mul(self.dtype.size())
+    /// The size every rank plans with, in bytes: `count` × element size.
+    /// All-to-all-v counts differ per rank, so it plans as 0 (one channel,
+    /// no load, algorithm by rank count): every rank must decide alike.
+    pub fn plan_bytes(&self) -> usize {
+        if self.v.is_some() {
+            0
+        } else {
+            self.count.saturating_mul(self.dtype.size())
+        }
     }
 }

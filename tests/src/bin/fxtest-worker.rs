@@ -1,6 +1,9 @@
 //! A rank process for the integration tests. `fxtest-worker SCENARIO ARGS…`;
 //! exits 0 when everything it checked was right, prints what went wrong otherwise.
 
+#[path = "../coll/mod.rs"]
+mod coll;
+
 use ferrocx::{Communicator, Error};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -47,6 +50,20 @@ fn main() -> ExitCode {
         Some("abort") => abort(),
         Some("oneway") => oneway(),
         Some("idle") => idle(),
+        Some("coll-matrix") => coll::matrix::run(opt("--filter")),
+        Some("coll-mix") => coll::mix::run(
+            args[1].parse().expect("seed"),
+            args[2].parse().expect("iterations"),
+            opt("--check-every").map_or(1, |v| v.parse().expect("check-every")),
+            opt("--only").map(|v| {
+                let (a, b) = v.split_once("..").unwrap_or((&v, &v));
+                (a.parse().expect("first"), b.parse().expect("last"))
+            }),
+        ),
+        Some("coll-group") => coll::mix::group(args[1].parse().expect("repeat"), &args[2..]),
+        Some("coll-many") => coll::mix::many(args[1].parse().expect("iterations")),
+        Some("coll-bad") => coll::bad::run(args.get(1).map_or("local", String::as_str)),
+        Some("coll-async") => coll::bad::asynchronous(),
         other => Err(format!("unknown scenario {other:?}")),
     };
     match r {
