@@ -1,8 +1,10 @@
-//! fxperf — nccl-tests-style benchmarks. `fxperf --np 2 sendrecv` runs the whole thing.
+//! fxperf — nccl-tests-style benchmarks of every collective and of sendrecv.
+//! `fxperf --np 2 all_reduce` runs the whole thing; `fxperf --help` lists the flags.
 
 use ferrocx::Communicator;
 use ferrocx_tools::launch::{run_ranks, LaunchOptions};
-use ferrocx_tools::perf::{args, sendrecv, table};
+use ferrocx_tools::perf::args::Bench;
+use ferrocx_tools::perf::{args, coll, sendrecv, table};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -48,6 +50,10 @@ fn main() -> ExitCode {
     match run(&a) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
+        Err(e @ ferrocx::Error::InvalidArgument(_)) => {
+            eprintln!("fxperf: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("fxperf: {e}");
             ExitCode::from(1)
@@ -67,35 +73,49 @@ fn run(a: &args::PerfArgs) -> ferrocx::Result<bool> {
         ));
     }
     let comm = Communicator::from_env()?;
-    if comm.nranks() < 2 {
+    let n = comm.nranks();
+    if a.bench == Bench::SendRecv && n < 2 {
         return Err(ferrocx::Error::InvalidArgument(
             "sendrecv needs at least 2 ranks (--np 2)".into(),
         ));
     }
     let lead = comm.rank() == 0;
     if lead {
-        let transport = comm.transport_to(1).unwrap_or_else(|e| format!("? ({e})"));
+        let transport = if n > 1 {
+            comm.transport_to(1).unwrap_or_else(|e| format!("? ({e})"))
+        } else {
+            "none (1 rank)".into()
+        };
         println!(
-            "# fxperf {}: nranks {}, transport {transport} (rank 0 -> 1), registered buffers: {}, iters {}, warmup {}, check {}",
-            a.op,
-            comm.nranks(),
+            "# fxperf {}: nranks {n}, transport {transport} (rank 0 -> 1), registered buffers: {}, iters {}, warmup {}, check {}",
+            a.bench.name(),
             if a.register { "yes (-R 1)" } else { "no (-R 0)" },
             a.iters,
             a.warmup,
             if a.check { 1 } else { 0 }
         );
+        println!(
+            "# time: mean per call over -n calls after a barrier, max over ranks; sizes and busbw as nccl-tests (fxperf --help)"
+        );
+        if a.bench == Bench::Coll(ferrocx::CollKind::AllToAllV) {
+            println!("# alltoallv: rank r sends peer p T*(1+(p-r) mod n)/(n(n+1)/2) of T = n*count elements (fxperf --help)");
+        }
         println!("{}", table::header());
     }
-    let rows = sendrecv::run(&comm, a, |r| {
+    let print = |r: &table::Row| {
         if lead {
             println!("{}", table::line(r));
         }
-    })?;
-    let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
+    };
+    let rows = match a.bench {
+        Bench::SendRecv => sendrecv::run(&comm, a, print)?,
+        Bench::Coll(kind) => coll::run(&comm, a, kind, print)?,
+    };
+    let wrong = table::total_wrong(&rows);
     if lead {
         println!("{}", table::footer(&rows));
         if let Some(path) = &a.json {
-            if let Err(e) = std::fs::write(path, table::json(&a.op, comm.nranks(), &rows)) {
+            if let Err(e) = std::fs::write(path, table::json(a.bench.name(), n, &rows)) {
                 eprintln!("fxperf: cannot write {path}: {e}");
             }
         }

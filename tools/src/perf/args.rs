@@ -1,12 +1,67 @@
 //! fxperf's command line: nccl-tests' flags.
 
+use ferrocx::{CollKind, DataType, RedOp};
 use std::ffi::OsString;
+
+/// What to benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bench {
+    /// A collective (never [`CollKind::Barrier`]).
+    Coll(CollKind),
+    /// Each rank sends to rank+1 and receives from rank-1 in one group.
+    SendRecv,
+}
+
+/// The collectives fxperf measures, in the order `--help` lists them.
+pub const COLLECTIVES: [CollKind; 9] = [
+    CollKind::AllReduce,
+    CollKind::AllGather,
+    CollKind::ReduceScatter,
+    CollKind::Broadcast,
+    CollKind::Reduce,
+    CollKind::AllToAll,
+    CollKind::AllToAllV,
+    CollKind::Gather,
+    CollKind::Scatter,
+];
+
+impl Bench {
+    /// Parse a benchmark name; nccl-tests' binary names (`all_reduce_perf`) work too.
+    pub fn parse(s: &str) -> Option<Bench> {
+        let s = s.strip_suffix("_perf").unwrap_or(s);
+        if s == "sendrecv" {
+            return Some(Bench::SendRecv);
+        }
+        COLLECTIVES
+            .iter()
+            .copied()
+            .find(|k| k.name() == s)
+            .map(Bench::Coll)
+    }
+
+    /// The name printed in headers and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bench::Coll(k) => k.name(),
+            Bench::SendRecv => "sendrecv",
+        }
+    }
+
+    /// Every name, space-separated.
+    pub fn known() -> String {
+        let mut v: Vec<&str> = COLLECTIVES.iter().map(|k| k.name()).collect();
+        v.push("sendrecv");
+        v.join(", ")
+    }
+}
 
 /// Parsed options.
 #[derive(Debug, Clone)]
 pub struct PerfArgs {
-    /// Benchmark name (`sendrecv`).
+    /// Benchmark name as given.
     pub op: String,
+    /// The benchmark.
+    pub bench: Bench,
     /// Launch this many local ranks first (`--np`).
     pub np: Option<usize>,
     /// With `--np`: bind rank i to CPU i (`--bind core`, the default) or not (`--bind none`).
@@ -25,6 +80,12 @@ pub struct PerfArgs {
     pub check: bool,
     /// Register buffers (`-R`).
     pub register: bool,
+    /// Element types (`-d`; default `float`, `all` for every type).
+    pub dtypes: Vec<DataType>,
+    /// Reduction operators (`-o`; default `sum`, `all` for every operator).
+    pub redops: Vec<RedOp>,
+    /// Root of rooted collectives (`-r`; `None`: every rank in turn, `-r all` or `-r -1`).
+    pub root: Option<usize>,
     /// Write results as JSON here (`--json`).
     pub json: Option<String>,
     /// The arguments minus `--np N`, to relaunch ourselves.
@@ -47,24 +108,52 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("size '{s}' overflows"))
 }
 
-pub const USAGE: &str = "usage: fxperf [--np N] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-R 0|1] [--json FILE] sendrecv
+pub const USAGE: &str = "usage: fxperf [--np N] [--bind core|none] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
+              [-c 0|1] [-d TYPE|all] [-o OP|all] [-r ROOT|all] [-R 0|1] [--json FILE] BENCHMARK
+
+Benchmarks (nccl-tests' names; `all_reduce_perf` etc. are accepted too):
+  all_reduce all_gather reduce_scatter broadcast reduce alltoall alltoallv gather scatter sendrecv
 
   --np N      start N local ranks of this benchmark (otherwise run under fxrun/mpirun/srun/torchrun)
-  --bind B    with --np: core (default, rank i on CPU i, like mpirun) or none
-  -b, -e      smallest / largest message size in bytes (K, M, G suffixes), default 8 / 256M
-  -f          size multiplier between rows, default 2
-  -n, -w      timed / warm-up iterations per size, default 20 / 5
-  -c          check every received element (the #wrong column), default 1
+  --bind B    with --np: core (default, rank i on CPU i modulo the CPUs, like mpirun) or none
+  -b, -e      smallest / largest size in bytes (K, M, G suffixes), default 8 / 256M
+  -f          size multiplier between rows, default 2 (the last row is always -e)
+  -n, -w      timed / warm-up iterations per row and placement, default 20 / 5
+  -c          check every element of the result on every rank (the #wrong columns), default 1
+  -d          element type: int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double,
+              or all (every type in turn); default float. sendrecv always moves bytes (uint8)
+  -o          reduction: sum prod min max avg, or all; default sum (all_reduce, reduce_scatter, reduce)
+  -r          root of broadcast, reduce, gather, scatter: a rank, or all (-1) for every rank in turn; default 0
   -R          register buffers (single-copy path on shm), default 1
-  --json F    also write the results as JSON to F
+  --json F    also write the rows as JSON to F
 
-Benchmarks: sendrecv (each rank sends to rank+1 and receives from rank-1 in one group).
-Exit status is non-zero when any element is wrong.";
+Sizes are nccl-tests' (`size` is the larger of one rank's send and receive buffers; `count` is
+the `count` argument): all_reduce, broadcast, reduce, sendrecv: count = size/eltsize;
+all_gather, gather (send count), reduce_scatter, scatter (receive count), alltoall (per-peer
+count): count = (size/eltsize/nranks) rounded down to a multiple of 16 bytes, so small sizes can
+give 0-byte rows as in nccl-tests. alltoallv (not in classic nccl-tests) moves the same total as
+alltoall, T = nranks*count elements per rank, split unevenly: rank r sends peer p
+floor(T*(1+d)/(nranks*(nranks+1)/2)) elements, d = (p-r) mod nranks, the rounding remainder going
+to the peer at d = nranks-1; every rank sends and receives T in total.
+
+time: average per iteration over -n iterations started after a barrier, the maximum over ranks
+(nccl-tests -a 3; its default -a 1 averages over ranks). algbw = bytes/time with bytes = count*
+eltsize (all_reduce, broadcast, reduce, sendrecv) or count*eltsize*nranks (the others).
+busbw = algbw * 2(n-1)/n (all_reduce), (n-1)/n (all_gather, reduce_scatter, alltoall(v), gather,
+scatter), 1 (broadcast, reduce, sendrecv). Each row runs out-of-place then in-place (NCCL's
+in-place layouts); sendrecv has no in-place column.
+
+Checking (-c 1) runs one extra, untimed call per row and placement on fresh inputs and a poisoned
+output, and compares every element on every rank: integers and sum/prod/min/max of floats
+exactly (inputs are small integers, products powers of two, all exact in every type), avg of
+floats within 4 units in the last place of the type (implementations may divide or multiply by
+1/nranks). Exit status: 0 all correct, 1 any element wrong or a run-time error, 2 bad usage.";
 
 /// Parse the command line (without the program name).
 pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
     let mut a = PerfArgs {
         op: String::new(),
+        bench: Bench::SendRecv,
         np: None,
         bind_cores: true,
         min_bytes: 8,
@@ -74,6 +163,9 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
         warmup: 5,
         check: true,
         register: true,
+        dtypes: vec![DataType::F32],
+        redops: vec![RedOp::Sum],
+        root: Some(0),
         json: None,
         passthrough: Vec::new(),
     };
@@ -121,6 +213,30 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
             "-w" => a.warmup = num(&value(i, s)?, s)?,
             "-c" => a.check = num(&value(i, s)?, s)? != 0,
             "-R" => a.register = num(&value(i, s)?, s)? != 0,
+            "-d" => {
+                let v = value(i, s)?;
+                a.dtypes = if v == "all" {
+                    DataType::ALL.to_vec()
+                } else {
+                    vec![DataType::parse(&v).map_err(|e| format!("-d: {e}"))?]
+                };
+            }
+            "-o" => {
+                let v = value(i, s)?;
+                a.redops = if v == "all" {
+                    RedOp::ALL.to_vec()
+                } else {
+                    vec![RedOp::parse(&v).map_err(|e| format!("-o: {e}"))?]
+                };
+            }
+            "-r" => {
+                let v = value(i, s)?;
+                a.root = if v == "all" || v == "-1" {
+                    None
+                } else {
+                    Some(num(&v, s).map_err(|e| format!("{e} (a rank, or all)"))?)
+                };
+            }
             "--json" => a.json = Some(value(i, s)?),
             _ if s.starts_with('-') => return Err(format!("unknown option '{s}'\n\n{USAGE}")),
             _ => {
@@ -145,9 +261,13 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
     if a.op.is_empty() {
         return Err(format!("no benchmark given\n\n{USAGE}"));
     }
-    if a.op != "sendrecv" {
-        return Err(format!("unknown benchmark '{}': this build has sendrecv (the collectives come with their own issue)", a.op));
-    }
+    a.bench = Bench::parse(&a.op).ok_or_else(|| {
+        format!(
+            "unknown benchmark '{}' (known: {}; fxperf --help)",
+            a.op,
+            Bench::known()
+        )
+    })?;
     if a.factor < 2 {
         return Err("-f must be at least 2".into());
     }
@@ -161,6 +281,24 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
         ));
     }
     Ok(a)
+}
+
+/// Sizes from `-b` to `-e` by `-f` (the last one is `-e` even off the progression).
+pub fn sizes(a: &PerfArgs) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = a.min_bytes;
+    loop {
+        v.push(s);
+        if s >= a.max_bytes {
+            break;
+        }
+        s = s.saturating_mul(a.factor).min(a.max_bytes);
+        if s == 0 {
+            // -b 0: step to 1 byte rather than loop forever.
+            s = 1;
+        }
+    }
+    v
 }
 
 #[cfg(test)]
@@ -178,15 +316,59 @@ mod tests {
             (a.np, a.min_bytes, a.max_bytes, a.iters),
             (Some(2), 1024, 4 << 20, 3)
         );
+        assert_eq!(a.bench, Bench::SendRecv);
         assert_eq!(
             a.passthrough,
             ["-b", "1K", "-e", "4M", "-n", "3", "sendrecv"].map(OsString::from)
         );
-        assert!(p(&["nope"]).unwrap_err().contains("unknown benchmark"));
+        assert!(p(&["nope"])
+            .unwrap_err()
+            .contains("unknown benchmark 'nope'"));
         assert!(p(&["-b", "x", "sendrecv"])
             .unwrap_err()
             .contains("not a size"));
         assert!(p(&["-b", "8M", "-e", "1K", "sendrecv"]).is_err());
         assert!(p(&[]).is_err());
+    }
+
+    #[test]
+    fn collective_flags() {
+        let a = p(&["-d", "all", "-o", "all", "-r", "all", "all_reduce_perf"]).unwrap();
+        assert_eq!(a.bench, Bench::Coll(CollKind::AllReduce));
+        assert_eq!((a.dtypes.len(), a.redops.len(), a.root), (10, 5, None));
+        let a = p(&["-d", "bf16", "-o", "max", "-r", "3", "broadcast"]).unwrap();
+        assert_eq!(
+            (a.dtypes, a.redops, a.root),
+            (vec![DataType::Bf16], vec![RedOp::Max], Some(3))
+        );
+        let a = p(&["alltoallv"]).unwrap();
+        assert_eq!(
+            (a.bench, a.dtypes, a.redops, a.root),
+            (
+                Bench::Coll(CollKind::AllToAllV),
+                vec![DataType::F32],
+                vec![RedOp::Sum],
+                Some(0)
+            )
+        );
+        assert!(p(&["-d", "quad", "all_gather"])
+            .unwrap_err()
+            .contains("quad"));
+        assert!(p(&["-o", "xor", "all_gather"]).unwrap_err().contains("xor"));
+        assert!(p(&["-r", "x", "reduce"]).unwrap_err().contains("-r"));
+        assert!(p(&["barrier"]).unwrap_err().contains("known: all_reduce"));
+        for k in COLLECTIVES {
+            assert_eq!(Bench::parse(k.name()), Some(Bench::Coll(k)));
+        }
+    }
+
+    #[test]
+    fn size_sweep() {
+        let a = p(&["-b", "8", "-e", "64M", "-f", "4", "all_reduce"]).unwrap();
+        let s = sizes(&a);
+        assert_eq!((s[0], s[1], s.len()), (8, 32, 13));
+        assert_eq!(*s.last().unwrap(), 64 << 20);
+        let a = p(&["-b", "0", "-e", "4", "all_reduce"]).unwrap();
+        assert_eq!(sizes(&a), vec![0, 1, 2, 4]);
     }
 }

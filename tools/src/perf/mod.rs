@@ -1,5 +1,7 @@
 //! fxperf: nccl-tests-style benchmarks over a ferrocx communicator.
 
 pub mod args;
+pub mod coll;
+pub mod data;
 pub mod sendrecv;
 pub mod table;

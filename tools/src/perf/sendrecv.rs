@@ -1,7 +1,7 @@
 //! `fxperf sendrecv`: every rank sends to rank+1 and receives from rank-1 in one group.
 
-use super::args::PerfArgs;
-use super::table::Row;
+use super::args::{sizes, PerfArgs};
+use super::table::{Row, Timing};
 use ferrocx::{Communicator, Result};
 use std::time::Instant;
 
@@ -10,7 +10,8 @@ fn pattern(rank: usize, round: usize, i: usize) -> u8 {
     (i.wrapping_mul(31) ^ rank.wrapping_mul(131) ^ round.wrapping_mul(7) ^ (i >> 8)) as u8
 }
 
-fn max_over_ranks(comm: &Communicator, v: f64) -> Result<f64> {
+/// The largest of every rank's `v`.
+pub fn max_over_ranks(comm: &Communicator, v: f64) -> Result<f64> {
     let all = comm.all_gather_oob(&v.to_le_bytes())?;
     Ok(all
         .iter()
@@ -18,26 +19,13 @@ fn max_over_ranks(comm: &Communicator, v: f64) -> Result<f64> {
         .fold(0.0, f64::max))
 }
 
-fn sum_over_ranks(comm: &Communicator, v: u64) -> Result<u64> {
+/// The sum of every rank's `v`.
+pub fn sum_over_ranks(comm: &Communicator, v: u64) -> Result<u64> {
     let all = comm.all_gather_oob(&v.to_le_bytes())?;
     Ok(all
         .iter()
         .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
         .sum())
-}
-
-/// Sizes from `-b` to `-e` by `-f`.
-pub fn sizes(a: &PerfArgs) -> Vec<usize> {
-    let mut v = Vec::new();
-    let mut s = a.min_bytes;
-    loop {
-        v.push(s);
-        if s >= a.max_bytes {
-            break;
-        }
-        s = s.saturating_mul(a.factor).min(a.max_bytes);
-    }
-    v
 }
 
 /// Run the benchmark; `emit` receives each finished row (rank 0 prints).
@@ -94,10 +82,13 @@ pub fn run(comm: &Communicator, a: &PerfArgs, mut emit: impl FnMut(&Row)) -> Res
             dtype: "uint8",
             redop: "none",
             root: -1,
-            time_us,
-            algbw,
-            busbw: algbw,
-            wrong,
+            oop: Timing {
+                time_us,
+                algbw,
+                busbw: algbw,
+                wrong,
+            },
+            ip: None,
         };
         emit(&row);
         rows.push(row);
