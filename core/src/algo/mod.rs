@@ -13,6 +13,7 @@ mod ring;
 mod schedule;
 pub mod sim;
 mod simple;
+#[cfg(test)] mod tests;
 mod tree;
 
 pub use pairwise::quadratic_deltas;

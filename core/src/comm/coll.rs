@@ -249,35 +249,43 @@ impl<'a> Group<'a> {
     }
 }
 
-/// Check that a byte buffer fits `elems` elements of `dtype`.
+/// Check that a byte buffer fits `elems` elements of `dtype`; errors read
+/// "{coll}: {what} ...". (No formatting unless something is wrong: this runs per call.)
 pub(crate) fn check_buffer(
+    coll: &str,
     what: &str,
     (ptr, len): (usize, usize),
     elems: usize,
     dtype: DataType,
 ) -> Result<()> {
     let need = elems.checked_mul(dtype.size()).ok_or_else(|| {
-        Error::invalid(format!("{what}: {elems} elements of {dtype} overflow the address space"))
+        Error::invalid(format!(
+            "{coll}: {what}: {elems} elements of {dtype} overflow the address space"
+        ))
     })?;
     if need == 0 {
         return Ok(());
     }
     if ptr == 0 {
-        return Err(Error::invalid(format!("{what} is null but {need} bytes are needed")));
+        return Err(Error::invalid(format!(
+            "{coll}: {what} is null but {need} bytes are needed"
+        )));
     }
     if !ptr.is_multiple_of(dtype.size()) {
         return Err(Error::invalid(format!(
-            "{what} at {ptr:#x} is not aligned to the {}-byte {dtype} elements",
+            "{coll}: {what} at {ptr:#x} is not aligned to the {}-byte {dtype} elements",
             dtype.size()
         )));
     }
     if len < need {
         return Err(Error::invalid(format!(
-            "{what} holds {len} bytes but {elems} elements of {dtype} need {need}"
+            "{coll}: {what} holds {len} bytes but {elems} elements of {dtype} need {need}"
         )));
     }
     if ptr.checked_add(need).is_none() {
-        return Err(Error::invalid(format!("{what}: {need} bytes at {ptr:#x} wrap around the address space")));
+        return Err(Error::invalid(format!(
+            "{coll}: {what}: {need} bytes at {ptr:#x} wrap around the address space"
+        )));
     }
     Ok(())
 }

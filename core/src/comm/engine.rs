@@ -105,12 +105,14 @@ struct Queuer<'a> {
     in_flight: &'a mut usize,
     regs: &'a Registrations,
     nranks: usize,
-    now: Instant,
+    /// Read once, when the first transfer is queued (the clock costs).
+    now: Option<Instant>,
 }
 
 impl Poster for Queuer<'_> {
     fn post(&mut self, posts: &[Post]) -> Arc<StageDone> {
         let done = StageDone::new(posts.len());
+        let now = *self.now.get_or_insert_with(Instant::now);
         for p in posts {
             let i = Engine::slot_of(self.nranks, p.channel, p.peer, p.dir);
             let Some(q) = self.conns.get_mut(i).and_then(Option::as_mut) else {
@@ -134,7 +136,7 @@ impl Poster for Queuer<'_> {
                     mh,
                 },
                 done: done.clone(),
-                since: self.now,
+                since: now,
             });
             if !q.listed {
                 q.listed = true;
@@ -426,7 +428,7 @@ impl Engine {
             in_flight,
             regs: &self.regs,
             nranks: self.shared.nranks,
-            now: Instant::now(),
+            now: None,
         };
         while let Some(run) = plans.front_mut() {
             for lane in run.plan.lanes.iter_mut() {

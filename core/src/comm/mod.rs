@@ -18,7 +18,7 @@ use crate::config;
 use crate::error::{Error, Result};
 use crate::plugin::{PluginInstance, PluginReport, Registry, TransportFilter};
 use crate::proxy::{ProgressThread, ServiceThread};
-use crate::plan::{P2pTask, PlanConfig, Request, Task};
+use crate::plan::{P2pTask, PlanConfig, Request, ScheduleCache, Task};
 pub(crate) use engine::Engine;
 use ferrocx_sdk::abi::FxPeerInfo;
 use parking_lot::Mutex;
@@ -57,6 +57,7 @@ pub struct Communicator {
     progress: Mutex<Option<ProgressThread>>,
     regs: Arc<Registrations>,
     plan_cfg: PlanConfig,
+    schedules: ScheduleCache,
     report: Vec<PluginReport>,
     state: AtomicU8,
 }
@@ -205,6 +206,7 @@ impl Communicator {
             progress: Mutex::new(Some(progress)),
             regs,
             plan_cfg,
+            schedules: ScheduleCache::default(),
             report,
             state: AtomicU8::new(LIVE),
         })
@@ -316,7 +318,7 @@ impl Communicator {
 
     fn launch(&self, tasks: Vec<Task>, driving: bool) -> Result<Request> {
         self.check_live()?;
-        let plans = crate::plan::plan(tasks, &self.plan_cfg, self.rank(), self.nranks());
+        let plans = crate::plan::plan(tasks, &self.plan_cfg, &self.schedules, self.rank(), self.nranks());
         let mut needs = Vec::new();
         for p in &plans {
             p.needs(&mut needs);

@@ -4,12 +4,14 @@
 //! caller. Finished plans return to the submitting side through an MPSC
 //! queue and are dropped there.
 
+mod cache;
 mod done;
 mod local;
 mod planner;
 mod runner;
 mod task;
 
+pub(crate) use cache::ScheduleCache;
 pub(crate) use done::StageDone;
 pub(crate) use planner::{plan, Plan, PlanConfig};
 pub(crate) use runner::{Post, Poster, ScratchBuf, Step};

@@ -4,6 +4,7 @@
 //! and influence nothing shared (the bug of seed 000: when they came first,
 //! ranks cut and picked channels differently and hung).
 
+use super::cache::ScheduleCache;
 use super::local::Bases;
 use super::runner::{Runner, ScratchBuf};
 use super::task::{CollTask, P2pTask, Task};
@@ -14,6 +15,9 @@ use crate::error::Result;
 use crate::types::{DataType, RedOp};
 use std::collections::VecDeque;
 use std::sync::Arc;
+
+/// Most channels a communicator may use.
+pub(crate) const MAX_CHANNELS: usize = 32;
 
 /// Planner settings (from the environment at communicator creation).
 #[derive(Debug, Clone)]
@@ -45,7 +49,7 @@ impl PlanConfig {
             _ => None,
         };
         Ok(PlanConfig {
-            nchannels: config::env_usize("FERROCX_NCHANNELS", 2)?.clamp(1, 32),
+            nchannels: config::env_usize("FERROCX_NCHANNELS", 2)?.clamp(1, MAX_CHANNELS),
             chunk_bytes: config::env_usize("FERROCX_ALGO_CHUNK", 1 << 20)?.max(64),
             budget_bytes: config::env_usize("FERROCX_PLAN_BUDGET", 256 << 20)?.max(1),
             channel_bytes: config::env_usize("FERROCX_CHANNEL_BYTES", 1 << 20)?.max(1),
@@ -98,6 +102,7 @@ fn stage_input(t: &CollTask) -> Arc<ScratchBuf> {
 pub(crate) fn plan(
     tasks: Vec<Task>,
     cfg: &PlanConfig,
+    cache: &ScheduleCache,
     rank: usize,
     nranks: usize,
 ) -> Vec<Plan> {
@@ -106,10 +111,15 @@ pub(crate) fn plan(
     let mut cur = Plan::new(nch);
     let mut load = vec![0usize; nch];
     let mut budget = 0usize;
-    let (colls, p2p): (Vec<Task>, Vec<Task>) =
-        tasks.into_iter().partition(|t| matches!(t, Task::Coll(_)));
-    for t in colls {
-        let Task::Coll(t) = t else { continue };
+    let mut p2p = Vec::new();
+    for t in tasks {
+        let t = match t {
+            Task::Coll(t) => t,
+            Task::P2p(p) => {
+                p2p.push(p);
+                continue;
+            }
+        };
         let bytes = t.plan_bytes();
         if budget > 0 && budget.saturating_add(bytes) > cfg.budget_bytes {
             plans.push(std::mem::replace(&mut cur, Plan::new(nch)));
@@ -119,9 +129,11 @@ pub(crate) fn plan(
         budget = budget.saturating_add(bytes);
         let nparts = (bytes / cfg.channel_bytes).clamp(1, nch);
         // Least-loaded channels, ties to the lowest index: the same on every rank.
-        let mut order: Vec<usize> = (0..nch).collect();
+        let mut order = [0usize; MAX_CHANNELS];
+        order.iter_mut().enumerate().for_each(|(i, c)| *c = i);
+        let order = &mut order[..nch];
         order.sort_by_key(|&c| (load[c], c));
-        let mut chosen = order[..nparts].to_vec();
+        let chosen = &mut order[..nparts];
         chosen.sort_unstable();
         let algo = t
             .algo
@@ -131,7 +143,7 @@ pub(crate) fn plan(
         let send = staging.as_ref().map_or(t.send, |b| b.as_ptr() as usize);
         let esize = t.dtype.size();
         for (i, &ch) in chosen.iter().enumerate() {
-            let sched = algo::schedule(&CollArgs {
+            let sched = cache.get(&CollArgs {
                 kind: t.kind,
                 algo,
                 rank,
@@ -167,8 +179,7 @@ pub(crate) fn plan(
         // depends on the collectives only, so both ends pick the same one.
         let ch = (0..nch).min_by_key(|&c| (load[c], c)).unwrap_or(0);
         let mut st = Stage::default();
-        for t in p2p {
-            let Task::P2p(P2pTask { dir, peer, ptr, len }) = t else { continue };
+        for P2pTask { dir, peer, ptr, len } in p2p {
             // Absolute addresses: base 0, one-byte elements.
             let x = Xfer {
                 peer,
@@ -179,10 +190,10 @@ pub(crate) fn plan(
                 Dir::Recv => st.recvs.push(x),
             }
         }
-        let sched = Schedule {
+        let sched = Arc::new(Schedule {
             stages: vec![st],
             scratch: 0,
-        };
+        });
         let bases = Bases {
             send: 0,
             recv: 0,

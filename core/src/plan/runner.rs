@@ -41,7 +41,7 @@ pub(crate) enum Step {
 
 pub(crate) struct Runner {
     pub channel: usize,
-    pub sched: Schedule,
+    pub sched: Arc<Schedule>,
     pub bases: Bases,
     pub dtype: DataType,
     pub op: RedOp,
@@ -62,7 +62,7 @@ impl Runner {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         channel: usize,
-        sched: Schedule,
+        sched: Arc<Schedule>,
         bases: Bases,
         dtype: DataType,
         op: RedOp,

@@ -129,7 +129,7 @@ impl CollTask {
         if in_place {
             let buf = recv;
             let whole = send_elems.max(recv_elems);
-            check_buffer(&format!("{name}: in-place buffer"), buf, whole, spec.dtype)?;
+            check_buffer(name, "in-place buffer", buf, whole, spec.dtype)?;
             let at = |elems: usize| buf.0 + elems * es;
             match kind {
                 CollKind::AllGather | CollKind::Gather => {
@@ -159,8 +159,8 @@ impl CollTask {
             }
             return Ok(t);
         }
-        check_buffer(&format!("{name}: send buffer"), send, send_elems, spec.dtype)?;
-        check_buffer(&format!("{name}: receive buffer"), recv, recv_elems, spec.dtype)?;
+        check_buffer(name, "send buffer", send, send_elems, spec.dtype)?;
+        check_buffer(name, "receive buffer", recv, recv_elems, spec.dtype)?;
         let s = (send.0, send_elems * es);
         let r = (recv.0, recv_elems * es);
         if overlap(s, r) {
