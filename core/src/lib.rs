@@ -24,17 +24,17 @@ mod comm;
 pub mod config;
 mod error;
 pub mod log;
-pub mod plugin;
 mod plan;
+pub mod plugin;
 pub mod proxy;
 pub mod reduce;
 mod types;
 
 pub use algo::{Algo, CollKind, VCounts};
 pub use comm::{CollSpec, CommConfig, Communicator, Dir, EngineStats, Group, RegHandle};
+pub use error::{Error, Result};
 pub use plan::Request;
 pub use types::{Bf16, DataType, Element, RedOp, F16};
-pub use error::{Error, Result};
 
 #[cfg(feature = "builtin-shm")]
 use ferrocx_shm as _;

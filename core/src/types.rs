@@ -164,10 +164,9 @@ impl RedOp {
 
     /// From the numeric code (C API).
     pub fn from_code(code: u32) -> Result<Self> {
-        Self::ALL
-            .get(code as usize)
-            .copied()
-            .ok_or_else(|| Error::invalid(format!("unknown reduction operator code {code} (0..=4)")))
+        Self::ALL.get(code as usize).copied().ok_or_else(|| {
+            Error::invalid(format!("unknown reduction operator code {code} (0..=4)"))
+        })
     }
 }
 

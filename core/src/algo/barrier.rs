@@ -11,8 +11,14 @@ pub(crate) fn dissemination(a: &CollArgs) -> Schedule {
     let mut d = 1;
     while d < n {
         s.push(Stage {
-            sends: vec![Xfer { peer: (r + d) % n, region: empty }],
-            recvs: vec![Xfer { peer: (r + n - d) % n, region: empty }],
+            sends: vec![Xfer {
+                peer: (r + d) % n,
+                region: empty,
+            }],
+            recvs: vec![Xfer {
+                peer: (r + n - d) % n,
+                region: empty,
+            }],
             locals: vec![],
         });
         d <<= 1;

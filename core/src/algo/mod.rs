@@ -13,7 +13,8 @@ mod ring;
 mod schedule;
 pub mod sim;
 mod simple;
-#[cfg(test)] mod tests;
+#[cfg(test)]
+mod tests;
 mod tree;
 
 pub use pairwise::quadratic_deltas;
@@ -260,7 +261,14 @@ impl Algo {
             Algo::RecursiveDoubling => matches!(kind, AllReduce),
             Algo::Direct => matches!(
                 kind,
-                AllGather | ReduceScatter | Broadcast | Reduce | AllToAll | AllToAllV | Gather | Scatter
+                AllGather
+                    | ReduceScatter
+                    | Broadcast
+                    | Reduce
+                    | AllToAll
+                    | AllToAllV
+                    | Gather
+                    | Scatter
             ),
             Algo::Chain | Algo::Tree => matches!(kind, Broadcast | Reduce),
             Algo::Pairwise => matches!(kind, AllToAll | AllToAllV | Gather | Scatter),
@@ -270,7 +278,11 @@ impl Algo {
 
     /// Every algorithm that implements `kind`.
     pub fn for_kind(kind: CollKind) -> Vec<Algo> {
-        Self::ALL.iter().copied().filter(|a| a.applies(kind)).collect()
+        Self::ALL
+            .iter()
+            .copied()
+            .filter(|a| a.applies(kind))
+            .collect()
     }
 }
 
@@ -308,7 +320,9 @@ pub fn choose(kind: CollKind, nranks: usize, bytes: usize) -> Algo {
             Algo::Direct
         }
         CollKind::AllGather | CollKind::ReduceScatter => Algo::Ring,
-        CollKind::Broadcast | CollKind::Reduce if nranks <= 3 || (bytes <= 16 * 1024 && nranks <= 8) => {
+        CollKind::Broadcast | CollKind::Reduce
+            if nranks <= 3 || (bytes <= 16 * 1024 && nranks <= 8) =>
+        {
             Algo::Direct
         }
         CollKind::Broadcast | CollKind::Reduce if nranks >= 16 && bytes <= 1 << 20 => Algo::Tree,
@@ -329,7 +343,12 @@ pub fn choose(kind: CollKind, nranks: usize, bytes: usize) -> Algo {
 /// documented preconditions (the executor validates user input first).
 pub fn schedule(a: &CollArgs<'_>) -> Schedule {
     assert!(a.nranks >= 1 && a.rank < a.nranks && a.chunk >= 1 && a.part.index < a.part.of);
-    assert!(a.algo.applies(a.kind), "{:?} does not implement {:?}", a.algo, a.kind);
+    assert!(
+        a.algo.applies(a.kind),
+        "{:?} does not implement {:?}",
+        a.algo,
+        a.kind
+    );
     match (a.kind, a.algo) {
         (CollKind::AllReduce, Algo::Ring) => ring::all_reduce(a),
         (CollKind::AllReduce, _) => rd::all_reduce(a),

@@ -48,12 +48,25 @@ pub(crate) fn all_to_all(a: &CollArgs) -> Schedule {
         let send = Region::new(Send, so, sl);
         let recv = Region::new(Recv, ro, rl);
         if d == 0 {
-            one.locals.push(Local::Copy { dst: recv, src: send });
+            one.locals.push(Local::Copy {
+                dst: recv,
+                src: send,
+            });
             continue;
         }
-        let st = if a.algo == Algo::Direct { &mut one } else { &mut Stage::default() };
-        st.sends.push(Xfer { peer: to, region: send });
-        st.recvs.push(Xfer { peer: from, region: recv });
+        let st = if a.algo == Algo::Direct {
+            &mut one
+        } else {
+            &mut Stage::default()
+        };
+        st.sends.push(Xfer {
+            peer: to,
+            region: send,
+        });
+        st.recvs.push(Xfer {
+            peer: from,
+            region: recv,
+        });
         if a.algo != Algo::Direct {
             let st = std::mem::take(st);
             s.push(st);
@@ -70,23 +83,35 @@ pub(crate) fn gather(a: &CollArgs) -> Schedule {
     let mut s = Schedule::default();
     if r != a.root {
         s.push(Stage {
-            sends: vec![Xfer { peer: a.root, region: own }],
+            sends: vec![Xfer {
+                peer: a.root,
+                region: own,
+            }],
             ..Stage::default()
         });
         return s;
     }
     let blk = |p: usize| Region::new(Recv, p * a.count + o, l);
     let mut one = Stage {
-        locals: vec![Local::Copy { dst: blk(r), src: own }],
+        locals: vec![Local::Copy {
+            dst: blk(r),
+            src: own,
+        }],
         ..Stage::default()
     };
     for d in 1..n {
         let p = (r + d) % n;
-        let x = Xfer { peer: p, region: blk(p) };
+        let x = Xfer {
+            peer: p,
+            region: blk(p),
+        };
         if a.algo == Algo::Direct {
             one.recvs.push(x);
         } else {
-            s.push(Stage { recvs: vec![x], ..Stage::default() });
+            s.push(Stage {
+                recvs: vec![x],
+                ..Stage::default()
+            });
         }
     }
     s.push(one);
@@ -100,23 +125,35 @@ pub(crate) fn scatter(a: &CollArgs) -> Schedule {
     let mut s = Schedule::default();
     if r != a.root {
         s.push(Stage {
-            recvs: vec![Xfer { peer: a.root, region: out }],
+            recvs: vec![Xfer {
+                peer: a.root,
+                region: out,
+            }],
             ..Stage::default()
         });
         return s;
     }
     let blk = |p: usize| Region::new(Send, p * a.count + o, l);
     let mut one = Stage {
-        locals: vec![Local::Copy { dst: out, src: blk(r) }],
+        locals: vec![Local::Copy {
+            dst: out,
+            src: blk(r),
+        }],
         ..Stage::default()
     };
     for d in 1..n {
         let p = (r + d) % n;
-        let x = Xfer { peer: p, region: blk(p) };
+        let x = Xfer {
+            peer: p,
+            region: blk(p),
+        };
         if a.algo == Algo::Direct {
             one.sends.push(x);
         } else {
-            s.push(Stage { sends: vec![x], ..Stage::default() });
+            s.push(Stage {
+                sends: vec![x],
+                ..Stage::default()
+            });
         }
     }
     s.push(one);

@@ -12,7 +12,11 @@ pub(crate) fn all_reduce(a: &CollArgs) -> Schedule {
     let (n, r) = (a.nranks, a.rank);
     let (poff, plen) = a.part.range(a.count);
     let mut s = Schedule::default();
-    let p = if n == 0 { 1 } else { 1usize << (usize::BITS - 1 - n.leading_zeros()) };
+    let p = if n == 0 {
+        1
+    } else {
+        1usize << (usize::BITS - 1 - n.leading_zeros())
+    };
     let rem = n - p;
     // Rank in the power-of-two group (None: folded away).
     let vrank = if r < 2 * rem {
@@ -28,7 +32,13 @@ pub(crate) fn all_reduce(a: &CollArgs) -> Schedule {
         s.scratch = s.scratch.max(slen);
         if n == 1 {
             s.push(Stage {
-                locals: vec![Local::Copy { dst: out, src: send }, Local::Finish { dst: out }],
+                locals: vec![
+                    Local::Copy {
+                        dst: out,
+                        src: send,
+                    },
+                    Local::Finish { dst: out },
+                ],
                 ..Stage::default()
             });
             continue;
@@ -36,11 +46,17 @@ pub(crate) fn all_reduce(a: &CollArgs) -> Schedule {
         let Some(v) = vrank else {
             // Folded: give our input to the odd neighbour, get the result back.
             s.push(Stage {
-                sends: vec![Xfer { peer: r + 1, region: send }],
+                sends: vec![Xfer {
+                    peer: r + 1,
+                    region: send,
+                }],
                 ..Stage::default()
             });
             s.push(Stage {
-                recvs: vec![Xfer { peer: r + 1, region: out }],
+                recvs: vec![Xfer {
+                    peer: r + 1,
+                    region: out,
+                }],
                 ..Stage::default()
             });
             continue;
@@ -48,8 +64,15 @@ pub(crate) fn all_reduce(a: &CollArgs) -> Schedule {
         let mut cur = send;
         if r < 2 * rem {
             s.push(Stage {
-                recvs: vec![Xfer { peer: r - 1, region: inc }],
-                locals: vec![Local::Reduce { dst: out, a: send, b: inc }],
+                recvs: vec![Xfer {
+                    peer: r - 1,
+                    region: inc,
+                }],
+                locals: vec![Local::Reduce {
+                    dst: out,
+                    a: send,
+                    b: inc,
+                }],
                 ..Stage::default()
             });
             cur = out;
@@ -60,7 +83,11 @@ pub(crate) fn all_reduce(a: &CollArgs) -> Schedule {
             s.push(Stage {
                 sends: vec![Xfer { peer, region: cur }],
                 recvs: vec![Xfer { peer, region: inc }],
-                locals: vec![Local::Reduce { dst: out, a: cur, b: inc }],
+                locals: vec![Local::Reduce {
+                    dst: out,
+                    a: cur,
+                    b: inc,
+                }],
             });
             cur = out;
             mask <<= 1;
@@ -71,7 +98,10 @@ pub(crate) fn all_reduce(a: &CollArgs) -> Schedule {
         }
         if r < 2 * rem {
             s.push(Stage {
-                sends: vec![Xfer { peer: r - 1, region: out }],
+                sends: vec![Xfer {
+                    peer: r - 1,
+                    region: out,
+                }],
                 ..Stage::default()
             });
         }

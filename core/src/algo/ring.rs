@@ -33,7 +33,10 @@ pub(crate) fn all_reduce(a: &CollArgs) -> Schedule {
         let all = Region::new(Recv, poff, plen);
         s.push(Stage {
             locals: vec![
-                Local::Copy { dst: all, src: Region::new(Send, poff, plen) },
+                Local::Copy {
+                    dst: all,
+                    src: Region::new(Send, poff, plen),
+                },
                 Local::Finish { dst: all },
             ],
             ..Stage::default()
@@ -57,13 +60,23 @@ pub(crate) fn all_reduce(a: &CollArgs) -> Schedule {
             let src = if k == 0 { blk(Send, sb) } else { blk(Recv, sb) };
             let inc = Region::new(Scratch, 0, blk(Recv, rb).len);
             let dst = blk(Recv, rb);
-            let mut locals = vec![Local::Reduce { dst, a: blk(Send, rb), b: inc }];
+            let mut locals = vec![Local::Reduce {
+                dst,
+                a: blk(Send, rb),
+                b: inc,
+            }];
             if k == n - 2 {
                 locals.push(Local::Finish { dst });
             }
             s.push(Stage {
-                sends: vec![Xfer { peer: right, region: src }],
-                recvs: vec![Xfer { peer: left, region: inc }],
+                sends: vec![Xfer {
+                    peer: right,
+                    region: src,
+                }],
+                recvs: vec![Xfer {
+                    peer: left,
+                    region: inc,
+                }],
                 locals,
             });
         }
@@ -72,8 +85,14 @@ pub(crate) fn all_reduce(a: &CollArgs) -> Schedule {
             let sb = (r + n - k) % n;
             let rb = (r + 2 * n - k - 1) % n;
             s.push(Stage {
-                sends: vec![Xfer { peer: right, region: blk(Recv, sb) }],
-                recvs: vec![Xfer { peer: left, region: blk(Recv, rb) }],
+                sends: vec![Xfer {
+                    peer: right,
+                    region: blk(Recv, sb),
+                }],
+                recvs: vec![Xfer {
+                    peer: left,
+                    region: blk(Recv, rb),
+                }],
                 locals: vec![],
             });
         }
@@ -93,7 +112,10 @@ pub(crate) fn all_gather(a: &CollArgs) -> Schedule {
         let own = Region::new(Send, off, slen);
         if n == 1 {
             s.push(Stage {
-                locals: vec![Local::Copy { dst: blk(r), src: own }],
+                locals: vec![Local::Copy {
+                    dst: blk(r),
+                    src: own,
+                }],
                 ..Stage::default()
             });
             continue;
@@ -102,13 +124,22 @@ pub(crate) fn all_gather(a: &CollArgs) -> Schedule {
             let src = if k == 0 { own } else { blk((r + n - k) % n) };
             let rb = (r + 2 * n - k - 1) % n;
             let locals = if k == 0 {
-                vec![Local::Copy { dst: blk(r), src: own }]
+                vec![Local::Copy {
+                    dst: blk(r),
+                    src: own,
+                }]
             } else {
                 vec![]
             };
             s.push(Stage {
-                sends: vec![Xfer { peer: right, region: src }],
-                recvs: vec![Xfer { peer: left, region: blk(rb) }],
+                sends: vec![Xfer {
+                    peer: right,
+                    region: src,
+                }],
+                recvs: vec![Xfer {
+                    peer: left,
+                    region: blk(rb),
+                }],
                 locals,
             });
         }
@@ -129,7 +160,13 @@ pub(crate) fn reduce_scatter(a: &CollArgs) -> Schedule {
         let out = Region::new(Recv, off, slen);
         if n == 1 {
             s.push(Stage {
-                locals: vec![Local::Copy { dst: out, src: blk(0) }, Local::Finish { dst: out }],
+                locals: vec![
+                    Local::Copy {
+                        dst: out,
+                        src: blk(0),
+                    },
+                    Local::Finish { dst: out },
+                ],
                 ..Stage::default()
             });
             continue;
@@ -144,13 +181,23 @@ pub(crate) fn reduce_scatter(a: &CollArgs) -> Schedule {
             let src = if k == 0 { blk(sb) } else { acc };
             let last = k == n - 2;
             let dst = if last { out } else { acc };
-            let mut locals = vec![Local::Reduce { dst, a: blk(rb), b: inc }];
+            let mut locals = vec![Local::Reduce {
+                dst,
+                a: blk(rb),
+                b: inc,
+            }];
             if last {
                 locals.push(Local::Finish { dst });
             }
             s.push(Stage {
-                sends: vec![Xfer { peer: right, region: src }],
-                recvs: vec![Xfer { peer: left, region: inc }],
+                sends: vec![Xfer {
+                    peer: right,
+                    region: src,
+                }],
+                recvs: vec![Xfer {
+                    peer: left,
+                    region: inc,
+                }],
                 locals,
             });
         }

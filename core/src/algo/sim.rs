@@ -11,7 +11,7 @@
 //! posted. Channels of one rank advance independently. Any schedule that
 //! completes here completes on any transport that buffers at least as much.
 //!
-//! Every violation of the [`Schedule`](super::Schedule) contract is reported
+//! Every violation of the [`Schedule`] contract is reported
 //! as an `Err` describing the case, rank, channel and stage, never a panic:
 //! a send or receive to itself or to a rank out of range, a region out of
 //! bounds of its buffer, a write into [`Buf::Send`], a receive overlapping
@@ -25,6 +25,25 @@
 //! out-of-place; one allocation per rank in-place (see [`SimCase::in_place`]).
 //! Receive memory and scratch start filled with [`POISON`] bytes, so
 //! elements an algorithm forgets to write show up in the results.
+//!
+//! The run is event-driven rather than a polling loop, with the same
+//! outcome: a stage is posted as soon as the previous one completed, every
+//! match is carried out (data copied) when both sides are posted, and the run
+//! ends when no rank-channel can move.
+//!
+//! ```
+//! use ferrocx::algo::sim::{self, SimCase};
+//! use ferrocx::algo::{Algo, CollKind};
+//!
+//! // Ring all-reduce of 10 int32 (sum) over 4 ranks: rank r holds r+1 everywhere.
+//! let case = SimCase::new(CollKind::AllReduce, Algo::Ring, 4, 10);
+//! let inputs: Vec<Vec<u8>> = (0..4i32)
+//!     .map(|r| (0..10).flat_map(|_| (r + 1).to_ne_bytes()).collect())
+//!     .collect();
+//! let out = sim::run(&case, &inputs)?;
+//! assert!(out.iter().all(|b| b.chunks(4).all(|x| x == 10i32.to_ne_bytes())));
+//! # Ok::<(), String>(())
+//! ```
 
 use super::{
     in_place_safe, schedule, Algo, Buf, CollArgs, CollKind, Local, Part, Region, Schedule, VCounts,
@@ -359,6 +378,101 @@ struct Queue {
     items: VecDeque<(usize, usize)>,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests: use the hash map for every size (on this thread).
+    pub(super) static FORCE_SPARSE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+/// Whether to use the hash map whatever the size (tests of it).
+fn force_sparse() -> bool {
+    #[cfg(test)]
+    return FORCE_SPARSE.with(|f| f.get());
+    #[cfg(not(test))]
+    false
+}
+
+/// Every [`Queue`], by (channel, source, destination): a dense table when
+/// it is small enough, a hash map otherwise.
+enum Queues {
+    Dense { n: usize, q: Vec<Queue> },
+    Sparse(HashMap<(usize, usize, usize), Queue, BuildHasherDefault<FxHasher>>),
+}
+
+impl Queues {
+    fn new(nparts: usize, nranks: usize) -> Self {
+        let len = nranks
+            .checked_mul(nranks)
+            .and_then(|x| x.checked_mul(nparts));
+        match len {
+            Some(len) if len <= 1 << 21 && !force_sparse() => Queues::Dense {
+                n: nranks,
+                q: (0..len)
+                    .map(|_| Queue {
+                        recvs: false,
+                        items: VecDeque::new(),
+                    })
+                    .collect(),
+            },
+            _ => Queues::Sparse(HashMap::default()),
+        }
+    }
+
+    /// Post `me` (a send, or a receive if `recv`) on `key`: returns the
+    /// other side's oldest post it matches, or queues it. At rest a queue
+    /// holds posts of one side only (they would have matched otherwise).
+    fn post(
+        &mut self,
+        key: (usize, usize, usize),
+        recv: bool,
+        me: (usize, usize),
+    ) -> Option<(usize, usize)> {
+        match self {
+            Queues::Dense { n, q } => {
+                let q = &mut q[(key.0 * *n + key.1) * *n + key.2];
+                if !q.items.is_empty() && q.recvs != recv {
+                    return q.items.pop_front();
+                }
+                q.recvs = recv;
+                q.items.push_back(me);
+                None
+            }
+            Queues::Sparse(m) => match m.entry(key) {
+                Entry::Occupied(mut o) if o.get().recvs != recv => {
+                    let q = o.get_mut();
+                    let t = q.items.pop_front();
+                    if q.items.is_empty() {
+                        o.remove();
+                    }
+                    t
+                }
+                Entry::Occupied(mut o) => {
+                    o.get_mut().items.push_back(me);
+                    None
+                }
+                Entry::Vacant(v) => {
+                    v.insert(Queue {
+                        recvs: recv,
+                        items: VecDeque::from([me]),
+                    });
+                    None
+                }
+            },
+        }
+    }
+
+    /// Some queue with posts left, and its key.
+    fn leftover(&self) -> Option<((usize, usize, usize), &Queue)> {
+        match self {
+            Queues::Dense { n, q } => q
+                .iter()
+                .enumerate()
+                .find(|(_, q)| !q.items.is_empty())
+                .map(|(i, q)| ((i / (n * n), i / n % n, i % n), q)),
+            Queues::Sparse(m) => m.iter().next().map(|(k, q)| (*k, q)),
+        }
+    }
+}
+
 struct Sim<'c> {
     case: &'c SimCase,
     esz: usize,
@@ -369,9 +483,11 @@ struct Sim<'c> {
     /// Per rank: (send, receive) spans.
     ranks: Vec<(Span, Span)>,
     units: Vec<Unit>,
-    queues: HashMap<(usize, usize, usize), Queue, BuildHasherDefault<FxHasher>>,
+    queues: Queues,
     /// Reused by `execute`: the queue keys of the stage being posted.
     keys: Vec<(usize, usize, usize)>,
+    /// Reused by `check_stage`.
+    scratch_xs: Vec<(Loc, bool, usize)>,
 }
 
 fn poisoned(bytes: usize) -> Vec<u64> {
@@ -446,8 +562,9 @@ impl<'c> Sim<'c> {
             bases,
             ranks,
             units: Vec::new(),
-            queues: HashMap::default(),
+            queues: Queues::new(case.nparts, case.nranks),
             keys: Vec::new(),
+            scratch_xs: Vec::new(),
         })
     }
 
@@ -478,16 +595,23 @@ impl<'c> Sim<'c> {
             sent: Vec::new(),
             received: Vec::new(),
         };
+        let mut xs = std::mem::take(&mut self.scratch_xs);
         for (s, st) in unit.sched.stages.iter().enumerate() {
-            self.check_stage(&unit, st)
+            self.check_stage(&unit, st, &mut xs)
                 .map_err(|m| format!("{}: {}: {m}", self.case, where_(&unit, s)))?;
         }
+        self.scratch_xs = xs;
         self.units.push(unit);
         Ok(())
     }
 
     /// The static checks of one stage.
-    fn check_stage(&self, u: &Unit, st: &super::Stage) -> Result<(), String> {
+    fn check_stage(
+        &self,
+        u: &Unit,
+        st: &super::Stage,
+        xs: &mut Vec<(Loc, bool, usize)>,
+    ) -> Result<(), String> {
         let esz = self.esz;
         let n = self.case.nranks;
         let desc = |recv: bool, i: usize| {
@@ -496,7 +620,7 @@ impl<'c> Sim<'c> {
             format!("{what} #{i} ({} {:?})", peer_word(recv, x.peer), x.region)
         };
         // (memory, is a receive, index)
-        let mut xs: Vec<(Loc, bool, usize)> = Vec::with_capacity(st.sends.len() + st.recvs.len());
+        xs.clear();
         for (list, recv) in [(&st.sends, false), (&st.recvs, true)] {
             for (i, x) in list.iter().enumerate() {
                 if x.peer >= n {
@@ -536,7 +660,7 @@ impl<'c> Sim<'c> {
                 ));
             }
             let slot = if recv { &mut far_recv } else { &mut far_send };
-            if slot.map_or(true, |k| xs[k].0.end < l.end) {
+            if slot.filter(|&k| xs[k].0.end >= l.end).is_none() {
                 *slot = Some(j);
             }
         }
@@ -646,7 +770,7 @@ impl<'c> Sim<'c> {
                     ));
                 }
             }
-            let reach = |k: Option<usize>| k.map_or(true, |k| acc[k].0.end < l.end);
+            let reach = |k: Option<usize>| k.filter(|&k| acc[k].0.end >= l.end).is_none();
             if reach(far_any[p]) {
                 far_any[p] = Some(j);
             }
@@ -697,27 +821,7 @@ impl<'c> Sim<'c> {
                     let me = (u, if recv { i - ns } else { i });
                     // At rest a queue holds posts of one side only: match
                     // against the other side's oldest post, or wait in line.
-                    let other = match self.queues.entry(key) {
-                        Entry::Occupied(mut o) if o.get().recvs != recv => {
-                            let q = o.get_mut();
-                            let t = q.items.pop_front().expect("queues at rest are nonempty");
-                            if q.items.is_empty() {
-                                o.remove();
-                            }
-                            Some(t)
-                        }
-                        Entry::Occupied(mut o) => {
-                            o.get_mut().items.push_back(me);
-                            None
-                        }
-                        Entry::Vacant(v) => {
-                            v.insert(Queue {
-                                recvs: recv,
-                                items: VecDeque::from([me]),
-                            });
-                            None
-                        }
-                    };
+                    let other = self.queues.post(key, recv, me);
                     if let Some(t) = other {
                         let (snd, rcv) = if recv { (t, me) } else { (me, t) };
                         self.transfer(snd, rcv, &mut completed)?;
@@ -735,7 +839,7 @@ impl<'c> Sim<'c> {
         if finished < self.units.len() {
             return Err(self.deadlock());
         }
-        if let Some(((part, s, d), q)) = self.queues.iter().next() {
+        if let Some(((part, s, d), q)) = self.queues.leftover() {
             return Err(format!(
                 "{}: {} unmatched {} left on channel {part} from rank {s} to rank {d}",
                 self.case,

@@ -20,15 +20,26 @@ pub(crate) fn all_gather(a: &CollArgs) -> Schedule {
         let own = Region::new(Send, off, slen);
         let blk = |i: usize| Region::new(Recv, i * a.count + off, slen);
         s.push(Stage {
-            sends: others(r, n).map(|p| Xfer { peer: p, region: own }).collect(),
+            sends: others(r, n)
+                .map(|p| Xfer {
+                    peer: p,
+                    region: own,
+                })
+                .collect(),
             // Receive from the left first: the peer that sends to us first.
             recvs: others(r, n)
                 .map(|p| {
                     let q = (2 * r + n - p) % n;
-                    Xfer { peer: q, region: blk(q) }
+                    Xfer {
+                        peer: q,
+                        region: blk(q),
+                    }
                 })
                 .collect(),
-            locals: vec![Local::Copy { dst: blk(r), src: own }],
+            locals: vec![Local::Copy {
+                dst: blk(r),
+                src: own,
+            }],
         });
     }
     s
@@ -46,18 +57,33 @@ pub(crate) fn reduce_scatter(a: &CollArgs) -> Schedule {
         let slot = |j: usize| Region::new(Scratch, j * slen, slen);
         let mut locals = Vec::with_capacity(n + 1);
         if n == 1 {
-            locals.push(Local::Copy { dst: out, src: blk(r) });
+            locals.push(Local::Copy {
+                dst: out,
+                src: blk(r),
+            });
         }
         for j in 0..n - 1 {
             let a_ = if j == 0 { blk(r) } else { out };
-            locals.push(Local::Reduce { dst: out, a: a_, b: slot(j) });
+            locals.push(Local::Reduce {
+                dst: out,
+                a: a_,
+                b: slot(j),
+            });
         }
         locals.push(Local::Finish { dst: out });
         s.push(Stage {
-            sends: others(r, n).map(|p| Xfer { peer: p, region: blk(p) }).collect(),
+            sends: others(r, n)
+                .map(|p| Xfer {
+                    peer: p,
+                    region: blk(p),
+                })
+                .collect(),
             recvs: others(r, n)
                 .enumerate()
-                .map(|(j, p)| Xfer { peer: (2 * r + n - p) % n, region: slot(j) })
+                .map(|(j, p)| Xfer {
+                    peer: (2 * r + n - p) % n,
+                    region: slot(j),
+                })
                 .collect(),
             locals,
         });

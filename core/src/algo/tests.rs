@@ -129,7 +129,7 @@ const BIG_CHUNK: usize = 1 << 20;
 /// All-to-all-v counts of every rank: deterministic per (src, dst), zeros
 /// included, scaled by `count`; displacements in a rank-dependent order with gaps.
 fn vcounts(n: usize, count: usize) -> Vec<VCounts> {
-    let c = |s: usize, d: usize| (((s * 5 + d * 3) % 4) * count + 1) / 2;
+    let c = |s: usize, d: usize| (((s * 5 + d * 3) % 4) * count).div_ceil(2);
     let place = |counts: &[usize], reverse: bool, gap: &dyn Fn(usize) -> usize| {
         let mut displs = vec![0; n];
         let mut at = 0;
@@ -228,6 +228,15 @@ fn reference<T: El>(case: &SimCase, inp: &[Vec<T>]) -> Vec<Vec<T>> {
 /// Run one case with elements `T`; on a wrong result or an error, push a
 /// description to `fails`.
 fn check<T: El>(case: &SimCase, fails: &mut Vec<String>) {
+    check_with::<T>(case, fails, &schedule)
+}
+
+/// [`check`] with the schedules from `sched`.
+fn check_with<T: El>(
+    case: &SimCase,
+    fails: &mut Vec<String>,
+    sched: &dyn Fn(&CollArgs<'_>) -> Schedule,
+) {
     let inp = inputs::<T>(case);
     let bytes: Vec<Vec<u8>> = inp
         .iter()
@@ -237,16 +246,17 @@ fn check<T: El>(case: &SimCase, fails: &mut Vec<String>) {
             b
         })
         .collect();
-    let got = match sim::run(case, &bytes) {
+    let got = match sim::run_with(case, &bytes, sched) {
         Ok(g) => g,
-        Err(e) => return fails.push(e),
+        Err(e) => return fails.push(format!("{e}{}", v_note(case))),
     };
     let want = reference(case, &inp);
     let sz = T::DT.size();
     for (r, (g, w)) in got.iter().zip(&want).enumerate() {
         if g.len() != w.len() * sz {
             return fails.push(format!(
-                "{case}: rank {r}: {} result bytes, want {}",
+                "{case}{}: rank {r}: {} result bytes, want {}",
+                v_note(case),
                 g.len(),
                 w.len() * sz
             ));
@@ -256,7 +266,8 @@ fn check<T: El>(case: &SimCase, fails: &mut Vec<String>) {
             .collect();
         if let Some(&i) = bad.first() {
             return fails.push(format!(
-                "{case}: rank {r}: {} of {} elements wrong, first at {i}: got {:?}, want {:?}{}",
+                "{case}{}: rank {r}: {} of {} elements wrong, first at {i}: got {:?}, want {:?}{}",
+                v_note(case),
                 bad.len(),
                 w.len(),
                 T::get(&g[i * sz..(i + 1) * sz]),
@@ -268,6 +279,14 @@ fn check<T: El>(case: &SimCase, fails: &mut Vec<String>) {
                 }
             ));
         }
+    }
+}
+
+/// How to rebuild an all-to-all-v case's counts.
+fn v_note(case: &SimCase) -> &'static str {
+    match case.kind {
+        CollKind::AllToAllV => " (v = vcounts(nranks, count))",
+        _ => "",
     }
 }
 
@@ -290,10 +309,12 @@ fn check_dt(case: &SimCase, fails: &mut Vec<String>) {
     }
 }
 
-/// Rank counts of the matrix.
-fn rank_counts() -> Vec<usize> {
-    (1..=17).chain([64, 256, 1024]).collect()
-}
+/// Rank counts of the full matrix.
+const SMALL: &[usize] = &[
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 64,
+];
+/// Rank counts of the reduced matrix ([`large`]).
+const LARGE: &[usize] = &[256, 1024];
 
 /// Large rank counts run a reduced matrix.
 fn large(n: usize) -> bool {
@@ -334,6 +355,7 @@ fn counts(kind: CollKind, n: usize) -> Vec<(usize, usize)> {
             ),
         ]
     };
+    v.sort_unstable();
     v.dedup();
     v
 }
@@ -388,13 +410,15 @@ fn flavors(kind: CollKind, n: usize, salt: usize) -> Vec<(DataType, RedOp)> {
     v
 }
 
-/// The whole matrix for one collective; returns (cases run, failures).
-fn matrix(kind: CollKind) -> (usize, Vec<String>) {
+/// The whole matrix for one collective at the given rank counts; returns
+/// (cases run, failures). `SIM_TIMING=1` (with `--nocapture`) prints the
+/// time taken per algorithm and rank count.
+fn matrix(kind: CollKind, rank_counts: &[usize]) -> (usize, Vec<String>) {
     let mut fails = Vec::new();
     let mut runs = 0;
     let mut salt = 0;
     for algo in Algo::for_kind(kind) {
-        for n in rank_counts() {
+        for &n in rank_counts {
             let t0 = std::time::Instant::now();
             let runs0 = runs;
             let roots: Vec<usize> = if kind.rooted() {
@@ -452,8 +476,8 @@ fn matrix(kind: CollKind) -> (usize, Vec<String>) {
     (runs, fails)
 }
 
-fn assert_matrix(kind: CollKind) {
-    let (runs, fails) = matrix(kind);
+fn assert_matrix(kind: CollKind, rank_counts: &[usize]) {
+    let (runs, fails) = matrix(kind, rank_counts);
     assert!(
         fails.is_empty(),
         "{} of {runs} {} cases failed; the first ones:\n{}",
@@ -468,54 +492,48 @@ fn assert_matrix(kind: CollKind) {
     );
 }
 
-#[test]
-fn all_reduce() {
-    assert_matrix(CollKind::AllReduce);
+/// A test of the full matrix and one of the large rank counts, per collective.
+macro_rules! matrix_tests {
+    ($($small:ident, $large:ident => $kind:ident;)*) => {$(
+        #[test]
+        fn $small() {
+            assert_matrix(CollKind::$kind, SMALL);
+        }
+
+        #[test]
+        fn $large() {
+            assert_matrix(CollKind::$kind, LARGE);
+        }
+    )*};
 }
 
-#[test]
-fn all_gather() {
-    assert_matrix(CollKind::AllGather);
+matrix_tests! {
+    all_reduce, all_reduce_large => AllReduce;
+    all_gather, all_gather_large => AllGather;
+    reduce_scatter, reduce_scatter_large => ReduceScatter;
+    broadcast, broadcast_large => Broadcast;
+    reduce, reduce_large => Reduce;
+    all_to_all, all_to_all_large => AllToAll;
+    all_to_all_v, all_to_all_v_large => AllToAllV;
+    gather, gather_large => Gather;
+    scatter, scatter_large => Scatter;
+    barrier, barrier_large => Barrier;
 }
 
+/// The hash-map message queues (used past 2 Mi (channel, source,
+/// destination) triples) behave like the dense table.
 #[test]
-fn reduce_scatter() {
-    assert_matrix(CollKind::ReduceScatter);
-}
-
-#[test]
-fn broadcast() {
-    assert_matrix(CollKind::Broadcast);
-}
-
-#[test]
-fn reduce() {
-    assert_matrix(CollKind::Reduce);
-}
-
-#[test]
-fn all_to_all() {
-    assert_matrix(CollKind::AllToAll);
-}
-
-#[test]
-fn all_to_all_v() {
-    assert_matrix(CollKind::AllToAllV);
-}
-
-#[test]
-fn gather() {
-    assert_matrix(CollKind::Gather);
-}
-
-#[test]
-fn scatter() {
-    assert_matrix(CollKind::Scatter);
-}
-
-#[test]
-fn barrier() {
-    assert_matrix(CollKind::Barrier);
+fn sparse_queues() {
+    sim::FORCE_SPARSE.with(|f| f.set(true));
+    for kind in [
+        CollKind::AllReduce,
+        CollKind::AllToAllV,
+        CollKind::Broadcast,
+    ] {
+        assert_matrix(kind, &[1, 2, 5, 8, 13]);
+    }
+    sim_reports_rendezvous_deadlock();
+    sim_reports_length_mismatch();
 }
 
 #[test]
@@ -525,6 +543,91 @@ fn quadratic_deltas_enumerate_every_peer_once() {
             panic!("{e}");
         }
     }
+}
+
+/// The harness notices broken schedules: each mutation of the real
+/// schedules must make some case fail.
+#[test]
+fn matrix_catches_broken_schedules() {
+    type Mutation = fn(&CollArgs<'_>, Schedule) -> Schedule;
+    fn drop_finish(_: &CollArgs<'_>, mut s: Schedule) -> Schedule {
+        for st in &mut s.stages {
+            st.locals.retain(|l| !matches!(l, Local::Finish { .. }));
+        }
+        s
+    }
+    // Rank 2 is the root of rooted cases: it moves data in every collective.
+    fn drop_last_stage(a: &CollArgs<'_>, mut s: Schedule) -> Schedule {
+        let moves = |st: &Stage| {
+            st.sends.iter().chain(&st.recvs).any(|x| x.region.len > 0)
+                || st.locals.iter().any(|l| match l {
+                    Local::Reduce { dst, .. } | Local::Copy { dst, .. } | Local::Finish { dst } => {
+                        dst.len > 0
+                    }
+                })
+        };
+        if a.rank == 2 {
+            if let Some(i) = s.stages.iter().rposition(moves) {
+                s.stages.remove(i);
+            }
+        }
+        s
+    }
+    // Rank 1 receives in broadcast and scatter, rank 2 (the root) in reduce and gather.
+    fn shift_recv(a: &CollArgs<'_>, mut s: Schedule) -> Schedule {
+        if a.rank == 1 || a.rank == 2 {
+            if let Some(x) = s
+                .stages
+                .iter_mut()
+                .flat_map(|st| st.recvs.iter_mut())
+                .find(|x| x.region.len > 0)
+            {
+                x.region.off = if x.region.off > 0 {
+                    x.region.off - 1
+                } else {
+                    x.region.off + 1
+                };
+            }
+        }
+        s
+    }
+    let mutations: [(&str, Mutation); 3] = [
+        ("drop_finish", drop_finish),
+        ("drop_last_stage", drop_last_stage),
+        ("shift_recv", shift_recv),
+    ];
+    let mut unnoticed = Vec::new();
+    for kind in CollKind::ALL
+        .into_iter()
+        .filter(|&k| k != CollKind::Barrier)
+    {
+        for algo in Algo::for_kind(kind) {
+            for (name, m) in mutations {
+                if name == "drop_finish" && !kind.reduces() {
+                    continue;
+                }
+                let case = SimCase {
+                    root: 2,
+                    op: RedOp::Avg,
+                    v: if kind == CollKind::AllToAllV {
+                        vcounts(5, 13)
+                    } else {
+                        Vec::new()
+                    },
+                    ..SimCase::new(kind, algo, 5, 13)
+                };
+                let mut fails = Vec::new();
+                check_with::<i32>(&case, &mut fails, &|a| m(a, schedule(a)));
+                if fails.is_empty() {
+                    unnoticed.push(format!("{name} on {case}"));
+                }
+            }
+        }
+    }
+    assert!(
+        unnoticed.is_empty(),
+        "broken schedules passed: {unnoticed:#?}"
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -23,7 +23,11 @@ fn shape(a: &CollArgs) -> (Option<usize>, Vec<usize>) {
         Algo::Tree => {
             // Binomial: parent clears the lowest set bit; children add the
             // powers of two below it, biggest subtree first.
-            let low = if v == 0 { n.next_power_of_two() } else { v & v.wrapping_neg() };
+            let low = if v == 0 {
+                n.next_power_of_two()
+            } else {
+                v & v.wrapping_neg()
+            };
             let mut kids = Vec::new();
             let mut m = low >> 1;
             while m > 0 {
@@ -63,7 +67,13 @@ pub(crate) fn broadcast(a: &CollArgs) -> Schedule {
             }
             for k in 0..segs.len() {
                 s.push(Stage {
-                    sends: kids.iter().map(|&c| Xfer { peer: c, region: seg(Send, k) }).collect(),
+                    sends: kids
+                        .iter()
+                        .map(|&c| Xfer {
+                            peer: c,
+                            region: seg(Send, k),
+                        })
+                        .collect(),
                     ..Stage::default()
                 });
             }
@@ -72,10 +82,19 @@ pub(crate) fn broadcast(a: &CollArgs) -> Schedule {
             for k in 0..=segs.len() {
                 let mut st = Stage::default();
                 if k < segs.len() {
-                    st.recvs.push(Xfer { peer: p, region: seg(Recv, k) });
+                    st.recvs.push(Xfer {
+                        peer: p,
+                        region: seg(Recv, k),
+                    });
                 }
                 if k > 0 {
-                    st.sends = kids.iter().map(|&c| Xfer { peer: c, region: seg(Recv, k - 1) }).collect();
+                    st.sends = kids
+                        .iter()
+                        .map(|&c| Xfer {
+                            peer: c,
+                            region: seg(Recv, k - 1),
+                        })
+                        .collect();
                 }
                 s.push(st);
             }
@@ -101,16 +120,30 @@ pub(crate) fn reduce(a: &CollArgs) -> Schedule {
     for k in 0..=segs.len() {
         let mut st = Stage::default();
         if k < segs.len() {
-            st.recvs = kids.iter().enumerate().map(|(j, &c)| Xfer { peer: c, region: slot(j, k) }).collect();
+            st.recvs = kids
+                .iter()
+                .enumerate()
+                .map(|(j, &c)| Xfer {
+                    peer: c,
+                    region: slot(j, k),
+                })
+                .collect();
             let dst = if is_root { seg(Recv, k) } else { acc(k) };
             if kids.is_empty() {
                 if is_root {
-                    st.locals.push(Local::Copy { dst, src: seg(Send, k) });
+                    st.locals.push(Local::Copy {
+                        dst,
+                        src: seg(Send, k),
+                    });
                 }
             } else {
                 for j in 0..kids.len() {
                     let first = if j == 0 { seg(Send, k) } else { dst };
-                    st.locals.push(Local::Reduce { dst, a: first, b: slot(j, k) });
+                    st.locals.push(Local::Reduce {
+                        dst,
+                        a: first,
+                        b: slot(j, k),
+                    });
                 }
             }
             if is_root {
@@ -119,7 +152,11 @@ pub(crate) fn reduce(a: &CollArgs) -> Schedule {
         }
         if let (Some(p), true) = (parent, k > 0) {
             // Leaves send their input directly; inner ranks their partial.
-            let region = if kids.is_empty() { seg(Send, k - 1) } else { acc(k - 1) };
+            let region = if kids.is_empty() {
+                seg(Send, k - 1)
+            } else {
+                acc(k - 1)
+            };
             st.sends.push(Xfer { peer: p, region });
         }
         s.push(st);

@@ -223,7 +223,12 @@ impl<'a> Group<'a> {
     /// Add a collective on byte buffers (see [`Communicator::collective`]).
     /// Every rank must add the same collectives in the same order; sends and
     /// receives of the group may be added in any order around them.
-    pub fn collective(&mut self, spec: &CollSpec, send: &'a [u8], recv: &'a mut [u8]) -> Result<()> {
+    pub fn collective(
+        &mut self,
+        spec: &CollSpec,
+        send: &'a [u8],
+        recv: &'a mut [u8],
+    ) -> Result<()> {
         let t = self.comm.coll_task(
             spec,
             (send.as_ptr() as usize, send.len()),
@@ -243,7 +248,12 @@ impl<'a> Group<'a> {
     }
 
     /// Add a typed all-reduce.
-    pub fn all_reduce<T: Element>(&mut self, send: &'a [T], recv: &'a mut [T], op: RedOp) -> Result<()> {
+    pub fn all_reduce<T: Element>(
+        &mut self,
+        send: &'a [T],
+        recv: &'a mut [T],
+        op: RedOp,
+    ) -> Result<()> {
         let spec = CollSpec::new(CollKind::AllReduce, T::DTYPE, send.len()).op(op);
         self.collective(&spec, bytes(send), bytes_mut(recv))
     }

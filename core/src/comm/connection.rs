@@ -248,7 +248,10 @@ struct Pending {
 }
 
 /// Establish the given (channel, peer, dir) connections.
-pub(crate) fn establish(shared: &CommShared, needs: &[(usize, usize, Dir)]) -> Result<Vec<Connection>> {
+pub(crate) fn establish(
+    shared: &CommShared,
+    needs: &[(usize, usize, Dir)],
+) -> Result<Vec<Connection>> {
     let mut sends: Vec<Pending> = Vec::new();
     let mut recvs: Vec<Pending> = Vec::new();
     // Phase 1: send sides choose, set up and announce. A failure is announced

@@ -9,16 +9,16 @@ mod shared;
 
 pub use coll::CollSpec;
 pub use connection::Dir;
-pub use group::Group;
 pub use engine::EngineStats;
+pub use group::Group;
 pub use registration::RegHandle;
 
 use crate::bootstrap::{Bootstrap, LaunchInfo, RankInfo};
 use crate::config;
 use crate::error::{Error, Result};
+use crate::plan::{P2pTask, PlanConfig, Request, ScheduleCache, Task};
 use crate::plugin::{PluginInstance, PluginReport, Registry, TransportFilter};
 use crate::proxy::{ProgressThread, ServiceThread};
-use crate::plan::{P2pTask, PlanConfig, Request, ScheduleCache, Task};
 pub(crate) use engine::Engine;
 use ferrocx_sdk::abi::FxPeerInfo;
 use parking_lot::Mutex;
@@ -281,7 +281,13 @@ impl Communicator {
         })
     }
 
-    pub(crate) fn make_raw_op(&self, dir: Dir, ptr: usize, len: usize, peer: usize) -> Result<P2pTask> {
+    pub(crate) fn make_raw_op(
+        &self,
+        dir: Dir,
+        ptr: usize,
+        len: usize,
+        peer: usize,
+    ) -> Result<P2pTask> {
         let verb = if dir == Dir::Send { "send" } else { "recv" };
         if ptr == 0 && len > 0 {
             return Err(Error::invalid(format!(
@@ -318,7 +324,13 @@ impl Communicator {
 
     fn launch(&self, tasks: Vec<Task>, driving: bool) -> Result<Request> {
         self.check_live()?;
-        let plans = crate::plan::plan(tasks, &self.plan_cfg, &self.schedules, self.rank(), self.nranks());
+        let plans = crate::plan::plan(
+            tasks,
+            &self.plan_cfg,
+            &self.schedules,
+            self.rank(),
+            self.nranks(),
+        );
         let mut needs = Vec::new();
         for p in &plans {
             p.needs(&mut needs);
@@ -410,7 +422,11 @@ impl Communicator {
     /// Wait until every rank reaches this point (a dissemination barrier of
     /// empty messages over the transports).
     pub fn barrier(&self) -> Result<()> {
-        let spec = CollSpec::new(crate::algo::CollKind::Barrier, crate::types::DataType::U8, 0);
+        let spec = CollSpec::new(
+            crate::algo::CollKind::Barrier,
+            crate::types::DataType::U8,
+            0,
+        );
         let t = self.coll_task(&spec, (0, 0), (0, 0), false)?;
         self.run_tasks(vec![t.into()])
     }

@@ -32,13 +32,7 @@ impl Bases {
 /// Every region must lie inside memory that the task's owner keeps valid
 /// (validated buffers, or scratch owned by the runner) and that no one
 /// else writes while the step runs.
-pub(crate) unsafe fn run(
-    locals: &[Local],
-    b: &Bases,
-    dtype: DataType,
-    op: RedOp,
-    nranks: usize,
-) {
+pub(crate) unsafe fn run(locals: &[Local], b: &Bases, dtype: DataType, op: RedOp, nranks: usize) {
     for l in locals {
         match *l {
             Local::Copy { dst, src } => {
@@ -56,7 +50,16 @@ pub(crate) unsafe fn run(
                 let (y, _) = b.addr(&src);
                 // SAFETY: valid, aligned (validated buffers, u64-aligned scratch),
                 // dst equal to a source or disjoint (schedule invariant).
-                unsafe { reduce::reduce(dtype, op, d as *mut u8, x as *const u8, y as *const u8, dst.len) };
+                unsafe {
+                    reduce::reduce(
+                        dtype,
+                        op,
+                        d as *mut u8,
+                        x as *const u8,
+                        y as *const u8,
+                        dst.len,
+                    )
+                };
             }
             Local::Finish { dst } => {
                 let (d, _) = b.addr(&dst);
@@ -73,6 +76,8 @@ pub(crate) fn copy_in(buf: &mut [u64], src: usize, bytes: usize) {
     if bytes > 0 {
         // SAFETY: `src` is a validated task buffer of at least `bytes` bytes;
         // `buf` is ours and large enough (asserted).
-        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, buf.as_mut_ptr().cast::<u8>(), bytes) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(src as *const u8, buf.as_mut_ptr().cast::<u8>(), bytes)
+        };
     }
 }

@@ -37,15 +37,15 @@ pub(crate) struct PlanConfig {
 impl PlanConfig {
     pub fn from_env() -> Result<Self> {
         let algo = match std::env::var("FERROCX_ALGO") {
-            Ok(s) if !s.is_empty() => Some(Algo::parse(&s).ok_or_else(|| {
-                crate::Error::Config {
+            Ok(s) if !s.is_empty() => {
+                Some(Algo::parse(&s).ok_or_else(|| crate::Error::Config {
                     var: "FERROCX_ALGO".into(),
                     message: format!(
                         "unknown algorithm '{s}' (known: {})",
                         Algo::ALL.map(|a| a.name()).join(", ")
                     ),
-                }
-            })?),
+                })?)
+            }
             _ => None,
         };
         Ok(PlanConfig {
@@ -150,7 +150,10 @@ pub(crate) fn plan(
                 nranks,
                 count: t.count,
                 root: t.root,
-                part: Part { index: i, of: nparts },
+                part: Part {
+                    index: i,
+                    of: nparts,
+                },
                 chunk: (cfg.chunk_bytes / esize).max(1),
                 v: t.v.as_deref(),
             });
@@ -179,11 +182,25 @@ pub(crate) fn plan(
         // depends on the collectives only, so both ends pick the same one.
         let ch = (0..nch).min_by_key(|&c| (load[c], c)).unwrap_or(0);
         let mut st = Stage::default();
-        for P2pTask { dir, peer, ptr, len } in p2p {
+        for P2pTask {
+            dir,
+            peer,
+            ptr,
+            len,
+        } in p2p
+        {
             // Absolute addresses: base 0, one-byte elements.
             let x = Xfer {
                 peer,
-                region: Region::new(if dir == Dir::Send { Buf::Send } else { Buf::Recv }, ptr, len),
+                region: Region::new(
+                    if dir == Dir::Send {
+                        Buf::Send
+                    } else {
+                        Buf::Recv
+                    },
+                    ptr,
+                    len,
+                ),
             };
             match dir {
                 Dir::Send => st.sends.push(x),
@@ -200,7 +217,16 @@ pub(crate) fn plan(
             scratch: 0,
             esize: 1,
         };
-        cur.add(Runner::new(ch, sched, bases, DataType::U8, RedOp::Sum, nranks, false, None));
+        cur.add(Runner::new(
+            ch,
+            sched,
+            bases,
+            DataType::U8,
+            RedOp::Sum,
+            nranks,
+            false,
+            None,
+        ));
     }
     if cur.runners > 0 {
         plans.push(cur);

@@ -78,7 +78,11 @@ impl CollTask {
                 return Err(Error::invalid(format!(
                     "{name}: algorithm '{}' does not implement it (choose from: {})",
                     a.name(),
-                    Algo::for_kind(kind).iter().map(|a| a.name()).collect::<Vec<_>>().join(", ")
+                    Algo::for_kind(kind)
+                        .iter()
+                        .map(|a| a.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )));
             }
         }
@@ -165,7 +169,9 @@ impl CollTask {
         let r = (recv.0, recv_elems * es);
         if overlap(s, r) {
             // Overlap is only allowed in NCCL's in-place layout (same pointers as in_place).
-            let layout = kind.in_place_offset(spec.count, rank, spec.root).map(|o| recv.0 + o * es)
+            let layout = kind
+                .in_place_offset(spec.count, rank, spec.root)
+                .map(|o| recv.0 + o * es)
                 == Some(send.0)
                 || (matches!(kind, CollKind::ReduceScatter | CollKind::Scatter)
                     && recv.0 == send.0 + rank * spec.count * es);
