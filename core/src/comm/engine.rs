@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// How long a waiting caller keeps driving progress with nothing moving
 /// before it parks and leaves the work to the progress thread.
-const PARK_AFTER: Duration = Duration::from_millis(2);
+const PARK_AFTER: Duration = Duration::from_millis(20);
 
 /// Scratch buffers kept for reuse.
 const POOL_MAX: usize = 16;
