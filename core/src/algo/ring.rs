@@ -106,7 +106,8 @@ pub(crate) fn all_gather(a: &CollArgs) -> Schedule {
     let (poff, plen) = a.part.range(a.count);
     let mut s = Schedule::default();
     let (right, left) = neighbours(a);
-    for (soff, slen) in segments(plen, a.chunk) {
+    // No scratch and nothing to reduce: whole blocks, one message per step.
+    for (soff, slen) in segments(plen, plen.max(1)) {
         let off = poff + soff;
         let blk = |i: usize| Region::new(Recv, i * a.count + off, slen);
         let own = Region::new(Send, off, slen);

@@ -15,7 +15,8 @@ pub(crate) fn all_gather(a: &CollArgs) -> Schedule {
     let (n, r) = (a.nranks, a.rank);
     let (poff, plen) = a.part.range(a.count);
     let mut s = Schedule::default();
-    for (soff, slen) in segments(plen, a.chunk) {
+    // No scratch: whole blocks (the transport pipelines long messages).
+    for (soff, slen) in segments(plen, plen.max(1)) {
         let off = poff + soff;
         let own = Region::new(Send, off, slen);
         let blk = |i: usize| Region::new(Recv, i * a.count + off, slen);

@@ -51,7 +51,14 @@ fn shape(a: &CollArgs) -> (Option<usize>, Vec<usize>) {
 pub(crate) fn broadcast(a: &CollArgs) -> Schedule {
     let (poff, plen) = a.part.range(a.count);
     let (parent, kids) = shape(a);
-    let segs: Vec<_> = segments(plen, a.chunk).collect();
+    // A star has nothing to pipeline: one message per child (the transport
+    // pipelines within it); chains and trees forward segment by segment.
+    let seg = if a.algo == Algo::Direct {
+        plen.max(1)
+    } else {
+        a.chunk
+    };
+    let segs: Vec<_> = segments(plen, seg).collect();
     let seg = |buf, k: usize| Region::new(buf, poff + segs[k].0, segs[k].1);
     let mut s = Schedule::default();
     match parent {
