@@ -77,68 +77,54 @@ pub(crate) fn all_to_all(a: &CollArgs) -> Schedule {
 }
 
 pub(crate) fn gather(a: &CollArgs) -> Schedule {
-    let (n, r) = (a.nranks, a.rank);
-    let (o, l) = a.part.range(a.count);
-    let own = Region::new(Send, o, l);
-    let mut s = Schedule::default();
-    if r != a.root {
-        s.push(Stage {
-            sends: vec![Xfer {
-                peer: a.root,
-                region: own,
-            }],
-            ..Stage::default()
-        });
-        return s;
-    }
-    let blk = |p: usize| Region::new(Recv, p * a.count + o, l);
-    let mut one = Stage {
-        locals: vec![Local::Copy {
-            dst: blk(r),
-            src: own,
-        }],
-        ..Stage::default()
-    };
-    for d in 1..n {
-        let p = (r + d) % n;
-        let x = Xfer {
-            peer: p,
-            region: blk(p),
-        };
-        if a.algo == Algo::Direct {
-            one.recvs.push(x);
-        } else {
-            s.push(Stage {
-                recvs: vec![x],
-                ..Stage::default()
-            });
-        }
-    }
-    s.push(one);
-    s
+    rooted(a, true)
 }
 
 pub(crate) fn scatter(a: &CollArgs) -> Schedule {
+    rooted(a, false)
+}
+
+/// Gather (`into_root`) or scatter: the root exchanges block `p` with every
+/// rank `p` — all at once (`Direct`) or one peer per stage (`Pairwise`).
+fn rooted(a: &CollArgs, into_root: bool) -> Schedule {
     let (n, r) = (a.nranks, a.rank);
     let (o, l) = a.part.range(a.count);
-    let out = Region::new(Recv, o, l);
+    let (mine_buf, blocks_buf) = if into_root {
+        (Send, Recv)
+    } else {
+        (Recv, Send)
+    };
+    let mine = Region::new(mine_buf, o, l);
+    // Data leaving this rank is a send, arriving data a receive.
+    let add = |st: &mut Stage, x: Xfer, outgoing: bool| {
+        if outgoing {
+            st.sends.push(x)
+        } else {
+            st.recvs.push(x)
+        }
+    };
     let mut s = Schedule::default();
     if r != a.root {
-        s.push(Stage {
-            recvs: vec![Xfer {
+        let mut st = Stage::default();
+        add(
+            &mut st,
+            Xfer {
                 peer: a.root,
-                region: out,
-            }],
-            ..Stage::default()
-        });
+                region: mine,
+            },
+            into_root,
+        );
+        s.push(st);
         return s;
     }
-    let blk = |p: usize| Region::new(Send, p * a.count + o, l);
+    let blk = |p: usize| Region::new(blocks_buf, p * a.count + o, l);
+    let (dst, src) = if into_root {
+        (blk(r), mine)
+    } else {
+        (mine, blk(r))
+    };
     let mut one = Stage {
-        locals: vec![Local::Copy {
-            dst: out,
-            src: blk(r),
-        }],
+        locals: vec![Local::Copy { dst, src }],
         ..Stage::default()
     };
     for d in 1..n {
@@ -148,12 +134,11 @@ pub(crate) fn scatter(a: &CollArgs) -> Schedule {
             region: blk(p),
         };
         if a.algo == Algo::Direct {
-            one.sends.push(x);
+            add(&mut one, x, !into_root);
         } else {
-            s.push(Stage {
-                sends: vec![x],
-                ..Stage::default()
-            });
+            let mut st = Stage::default();
+            add(&mut st, x, !into_root);
+            s.push(st);
         }
     }
     s.push(one);
