@@ -9,6 +9,9 @@ use crate::error::Error;
 use crate::types::{DataType, RedOp};
 use std::sync::Arc;
 
+/// Below this a send is assumed eager (copied out at once by the transport).
+const EAGER_BYTES: usize = 16 * 1024;
+
 /// Scratch memory, 8-byte aligned, recycled through the engine's pool.
 pub(crate) type ScratchBuf = Vec<u64>;
 
@@ -138,11 +141,22 @@ impl Runner {
                     len,
                 }
             };
-            // Receives first: a rendezvous transport can advertise them early.
+            // Small messages go out first (they are eager: the sooner posted,
+            // the sooner the peer has them); with large ones, receives first,
+            // so a rendezvous transport advertises where data should go before
+            // this rank spends its time copying.
             self.posts.clear();
             let recvs = st.recvs.iter().map(|x| addr(x, Dir::Recv));
             let sends = st.sends.iter().map(|x| addr(x, Dir::Send));
-            self.posts.extend(recvs.chain(sends));
+            let eager = st
+                .sends
+                .iter()
+                .all(|x| x.region.len * self.bases.esize < EAGER_BYTES);
+            if eager {
+                self.posts.extend(sends.chain(recvs));
+            } else {
+                self.posts.extend(recvs.chain(sends));
+            }
             self.cur = Some(poster.post(&self.posts));
         }
     }
