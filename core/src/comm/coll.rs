@@ -95,6 +95,34 @@ impl Communicator {
         CollTask::new(spec, self.rank(), self.nranks(), send, recv, in_place)
     }
 
+    /// Typed calls pass whole slices: their lengths must be exactly what the
+    /// collective uses (buffers a rank does not use may have any length).
+    fn typed<T: Element>(&self, spec: &CollSpec, send: &[T], recv: &mut [T]) -> Result<()> {
+        let (n, r) = (self.nranks(), self.rank());
+        let name = spec.kind.name();
+        let need = spec
+            .kind
+            .buffer_elems(spec.count, n, r, spec.root)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "{name}: count {} × {n} ranks overflows",
+                    spec.count
+                ))
+            })?;
+        for (what, len, want) in [
+            ("send", send.len(), need.0),
+            ("receive", recv.len(), need.1),
+        ] {
+            if want > 0 && len != want {
+                return Err(Error::invalid(format!(
+                    "{name}: the {what} buffer has {len} elements but rank {r} of {n} needs exactly {want} (count {})",
+                    spec.count
+                )));
+            }
+        }
+        self.collective(spec, bytes(send), bytes_mut(recv))
+    }
+
     /// Run a collective on byte buffers holding `spec.dtype` elements
     /// (aligned to the element size). Buffers a rank does not use (the send
     /// buffer of a non-root broadcast rank, the receive buffer of a non-root
@@ -146,7 +174,7 @@ impl Communicator {
     /// Sum (or `op`) of every rank's `send` into every rank's `recv` (same length).
     pub fn all_reduce<T: Element>(&self, send: &[T], recv: &mut [T], op: RedOp) -> Result<()> {
         let spec = CollSpec::new(CollKind::AllReduce, T::DTYPE, send.len()).op(op);
-        self.collective(&spec, bytes(send), bytes_mut(recv))
+        self.typed(&spec, send, recv)
     }
 
     /// [`all_reduce`](Self::all_reduce) in place.
@@ -158,19 +186,19 @@ impl Communicator {
     /// Every rank's `send` (`count` elements) into `recv` (`nranks*count`), in rank order.
     pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let spec = CollSpec::new(CollKind::AllGather, T::DTYPE, send.len());
-        self.collective(&spec, bytes(send), bytes_mut(recv))
+        self.typed(&spec, send, recv)
     }
 
     /// Block `r` of every rank's `send` (`nranks*count`) reduced into rank `r`'s `recv` (`count`).
     pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: RedOp) -> Result<()> {
         let spec = CollSpec::new(CollKind::ReduceScatter, T::DTYPE, recv.len()).op(op);
-        self.collective(&spec, bytes(send), bytes_mut(recv))
+        self.typed(&spec, send, recv)
     }
 
     /// The root's `send` into every rank's `recv` (non-roots may pass an empty `send`).
     pub fn broadcast<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
         let spec = CollSpec::new(CollKind::Broadcast, T::DTYPE, recv.len()).root(root);
-        self.collective(&spec, bytes(send), bytes_mut(recv))
+        self.typed(&spec, send, recv)
     }
 
     /// [`broadcast`](Self::broadcast) in place.
@@ -190,32 +218,38 @@ impl Communicator {
         let spec = CollSpec::new(CollKind::Reduce, T::DTYPE, send.len())
             .op(op)
             .root(root);
-        self.collective(&spec, bytes(send), bytes_mut(recv))
+        self.typed(&spec, send, recv)
     }
 
     /// Block `p` of `send` to rank `p`; block `p` of `recv` from rank `p` (`count` each).
     pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let count = send.len() / self.nranks().max(1);
-        let spec = CollSpec::new(CollKind::AllToAll, T::DTYPE, count);
-        self.collective(&spec, bytes(send), bytes_mut(recv))
+        let n = self.nranks().max(1);
+        if !send.len().is_multiple_of(n) {
+            return Err(Error::invalid(format!(
+                "alltoall: the send buffer has {} elements, not a multiple of the {n} ranks",
+                send.len()
+            )));
+        }
+        let spec = CollSpec::new(CollKind::AllToAll, T::DTYPE, send.len() / n);
+        self.typed(&spec, send, recv)
     }
 
     /// All-to-all with per-peer counts and displacements (in elements).
     pub fn all_to_allv<T: Element>(&self, send: &[T], recv: &mut [T], v: &VCounts) -> Result<()> {
         let spec = CollSpec::new(CollKind::AllToAllV, T::DTYPE, 0).with_v(v.clone());
-        self.collective(&spec, bytes(send), bytes_mut(recv))
+        self.typed(&spec, send, recv)
     }
 
     /// Every rank's `send` into the root's `recv` (`nranks*count`; non-roots may pass empty).
     pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
         let spec = CollSpec::new(CollKind::Gather, T::DTYPE, send.len()).root(root);
-        self.collective(&spec, bytes(send), bytes_mut(recv))
+        self.typed(&spec, send, recv)
     }
 
     /// Block `r` of the root's `send` (`nranks*count`; non-roots may pass empty) into rank `r`'s `recv`.
     pub fn scatter<T: Element>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
         let spec = CollSpec::new(CollKind::Scatter, T::DTYPE, recv.len()).root(root);
-        self.collective(&spec, bytes(send), bytes_mut(recv))
+        self.typed(&spec, send, recv)
     }
 }
 
