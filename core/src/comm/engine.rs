@@ -72,6 +72,14 @@ impl ConnQueue {
     }
 }
 
+/// What [`Engine::submit`] did.
+pub(crate) enum Submitted {
+    /// Queued; the counter completes when every plan has.
+    Queued(Arc<StageDone>),
+    /// Nothing queued: these (channel, peer, dir) connections must be made first.
+    Missing(Vec<Plan>, Vec<(usize, usize, Dir)>),
+}
+
 /// A submitted plan and its progress.
 pub(crate) struct PlanRun {
     plan: Plan,
@@ -256,17 +264,6 @@ impl Engine {
         }
     }
 
-    /// The (channel, peer, dir) connections among `needs` that do not exist yet.
-    pub fn missing(&self, needs: &[(usize, usize, Dir)]) -> Result<Vec<(usize, usize, Dir)>> {
-        let st = self.state.lock();
-        self.check_usable(&st)?;
-        Ok(needs
-            .iter()
-            .copied()
-            .filter(|&(c, p, d)| st.conns[Self::slot_of(self.shared.nranks, c, p, d)].is_none())
-            .collect())
-    }
-
     /// Name of the transport used for (peer, dir) on channel 0, if connected.
     pub fn transport_of(&self, peer: usize, dir: Dir) -> Option<String> {
         self.state
@@ -292,12 +289,29 @@ impl Engine {
     /// Queue plans; they run in order after everything submitted before.
     /// With `driving`, the caller promises to [`wait`](Self::wait) with
     /// `registered = true` and drive progress itself; otherwise the progress
-    /// thread is woken.
-    pub fn submit(&self, plans: Vec<Plan>, driving: bool) -> Result<Arc<StageDone>> {
+    /// thread is woken. When a connection the plans need does not exist yet,
+    /// nothing is queued and the plans come back with the list to establish
+    /// (checked under the one lock `submit` takes anyway: no allocation when
+    /// everything is connected, the common case).
+    pub fn submit(&self, plans: Vec<Plan>, driving: bool) -> Result<Submitted> {
         self.reclaim();
-        let done = StageDone::new(plans.len());
         let mut st = self.state.lock();
         self.check_usable(&st)?;
+        let nranks = self.shared.nranks;
+        let connected = |st: &State, (c, p, d): (usize, usize, Dir)| {
+            st.conns[Self::slot_of(nranks, c, p, d)].is_some()
+        };
+        if !plans.iter().all(|p| p.all_needs(|n| connected(&st, n))) {
+            let mut needs = Vec::new();
+            for p in &plans {
+                p.needs(&mut needs);
+            }
+            needs.sort_unstable();
+            needs.dedup();
+            needs.retain(|&n| !connected(&st, n));
+            return Ok(Submitted::Missing(plans, needs));
+        }
+        let done = StageDone::new(plans.len());
         for plan in plans {
             self.live_plans.fetch_add(1, Ordering::AcqRel);
             st.plans.push_back(PlanRun {
@@ -311,7 +325,7 @@ impl Engine {
         } else {
             self.wake.notify_one();
         }
-        Ok(done)
+        Ok(Submitted::Queued(done))
     }
 
     /// Wait for `done`. The caller drives progress itself (no thread hand-off)
@@ -431,35 +445,43 @@ impl Engine {
             now: None,
         };
         while let Some(run) = plans.front_mut() {
-            for lane in run.plan.lanes.iter_mut() {
-                while let Some(r) = lane.front_mut() {
-                    if r.scratch.is_none() && r.scratch_bytes() > 0 {
-                        let words = r.scratch_bytes().div_ceil(8);
-                        let buf = match pool.iter().position(|b| b.capacity() >= words) {
-                            Some(i) => pool.swap_remove(i),
-                            None => Vec::with_capacity(words),
-                        };
-                        r.set_scratch(buf);
+            // Channels whose earliest unfinished runner is still waiting:
+            // later runners of the same channel must not start before it ends.
+            let mut blocked = 0u64;
+            for slot in run.plan.runners.iter_mut() {
+                let Some(r) = slot.as_mut() else { continue };
+                let bit = 1u64 << r.channel;
+                if blocked & bit != 0 {
+                    continue;
+                }
+                if r.scratch.is_none() && r.scratch_bytes() > 0 {
+                    let words = r.scratch_bytes().div_ceil(8);
+                    let buf = match pool.iter().position(|b| b.capacity() >= words) {
+                        Some(i) => pool.swap_remove(i),
+                        None => Vec::with_capacity(words),
+                    };
+                    r.set_scratch(buf);
+                }
+                match r.advance(&mut q) {
+                    Step::Blocked => {
+                        blocked |= bit;
+                        continue;
                     }
-                    match r.advance(&mut q) {
-                        Step::Blocked => break,
-                        Step::Done => {}
-                        Step::Failed(e) if r.fatal => return Some(e),
-                        Step::Failed(e) => {
-                            run.error.get_or_insert(e);
-                        }
+                    Step::Done => {}
+                    Step::Failed(e) if r.fatal => return Some(e),
+                    Step::Failed(e) => {
+                        run.error.get_or_insert(e);
                     }
-                    *moved = true;
-                    let mut r = lane.pop_front().expect("front exists");
-                    run.plan.runners -= 1;
-                    if let Some(b) = r.scratch.take() {
-                        if pool.len() < POOL_MAX {
-                            pool.push(b);
-                        }
+                }
+                *moved = true;
+                run.plan.left -= 1;
+                if let Some(b) = slot.take().and_then(|mut r| r.scratch.take()) {
+                    if pool.len() < POOL_MAX {
+                        pool.push(b);
                     }
                 }
             }
-            if run.plan.runners > 0 {
+            if run.plan.left > 0 {
                 break;
             }
             let mut run = plans.pop_front().expect("front exists");

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::plan::{P2pTask, PlanConfig, Request, ScheduleCache, Task};
 use crate::plugin::{PluginInstance, PluginReport, Registry, TransportFilter};
 use crate::proxy::{ProgressThread, ServiceThread};
-pub(crate) use engine::Engine;
+pub(crate) use engine::{Engine, Submitted};
 use ferrocx_sdk::abi::FxPeerInfo;
 use parking_lot::Mutex;
 use registration::Registrations;
@@ -331,17 +331,20 @@ impl Communicator {
             self.rank(),
             self.nranks(),
         );
-        let mut needs = Vec::new();
-        for p in &plans {
-            p.needs(&mut needs);
-        }
-        needs.sort_unstable();
-        needs.dedup();
-        let missing = self.engine.missing(&needs)?;
-        if !missing.is_empty() {
-            self.connect(missing)?;
-        }
-        let done = self.engine.submit(plans, driving)?;
+        let done = match self.engine.submit(plans, driving)? {
+            Submitted::Queued(done) => done,
+            Submitted::Missing(plans, missing) => {
+                self.connect(missing)?;
+                match self.engine.submit(plans, driving)? {
+                    Submitted::Queued(done) => done,
+                    Submitted::Missing(_, still) => {
+                        return Err(Error::Io(format!(
+                            "connections {still:?} missing right after they were established"
+                        )))
+                    }
+                }
+            }
+        };
         Ok(Request::new(self.engine.clone(), done, driving))
     }
 
