@@ -38,3 +38,5 @@ pub use types::{Bf16, DataType, Element, RedOp, F16};
 
 #[cfg(feature = "builtin-shm")]
 use ferrocx_shm as _;
+#[cfg(feature = "builtin-net-socket")]
+use ferrocx_net_socket as _;

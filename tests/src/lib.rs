@@ -225,3 +225,33 @@ pub fn compile_c_plugin_with(src: &Path, name: &str, flags: &[&str]) -> Option<P
         }
     }
 }
+
+/// Path of the net-socket transport as a loadable `.so`, built like
+/// [`shm_plugin_so`] into the separate `fx-plugins` target directory.
+pub fn net_socket_plugin_so() -> PathBuf {
+    let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = target_dir().join("fx-plugins");
+    let so = dir.join("release").join("libferrocx_plugin_net_socket.so");
+    let manifest = repo_root().join("Cargo.toml");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "ferrocx-plugin-net-socket",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&dir)
+        .status()
+        .expect("run cargo to build the net-socket plugin");
+    assert!(
+        st.success(),
+        "building libferrocx_plugin_net_socket.so failed"
+    );
+    assert!(so.exists(), "{} missing after build", so.display());
+    so
+}

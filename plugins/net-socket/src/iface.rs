@@ -1,0 +1,175 @@
+//! Interface enumeration (`getifaddrs`) and the choice of the address to listen on.
+
+use crate::config::IfSpec;
+use ferrocx_sdk::{PluginError, PluginResult};
+use std::ffi::CStr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// One address of one interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfAddr {
+    /// Interface name, e.g. `eth0`.
+    pub name: String,
+    /// Its address.
+    pub ip: IpAddr,
+    /// IPv6 scope (interface index) for link-local addresses, else 0.
+    pub scope_id: u32,
+    /// `IFF_UP` is set.
+    pub up: bool,
+    /// `IFF_LOOPBACK` is set.
+    pub loopback: bool,
+}
+
+/// Every IPv4/IPv6 address of every interface, in the kernel's order.
+pub fn list() -> PluginResult<Vec<IfAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head into `head`; freed below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(PluginError::last_os("net-socket: getifaddrs"));
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: ifa_addr points to a sockaddr at least as large as its family's struct.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        let (ip, scope_id) = match family {
+            libc::AF_INET => {
+                // SAFETY: family AF_INET means the address is a sockaddr_in.
+                let sin =
+                    unsafe { std::ptr::read_unaligned(ifa.ifa_addr as *const libc::sockaddr_in) };
+                (
+                    IpAddr::V4(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes())),
+                    0,
+                )
+            }
+            libc::AF_INET6 => {
+                // SAFETY: family AF_INET6 means the address is a sockaddr_in6.
+                let sin6 =
+                    unsafe { std::ptr::read_unaligned(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                (
+                    IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
+                    sin6.sin6_scope_id,
+                )
+            }
+            _ => continue,
+        };
+        let flags = ifa.ifa_flags;
+        out.push(IfAddr {
+            name,
+            ip,
+            scope_id,
+            up: flags & libc::IFF_UP as u32 != 0,
+            loopback: flags & libc::IFF_LOOPBACK as u32 != 0,
+        });
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+fn link_local_v6(ip: &IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80)
+}
+
+/// Pick the address to listen on from `addrs`: the first interface allowed by
+/// `spec` (default: not loopback, not docker) that is up, IPv4 before IPv6 on
+/// the same interface, IPv6 link-local skipped; with no `spec`, fall back to
+/// loopback when nothing else qualifies.
+pub fn choose(addrs: &[IfAddr], spec: Option<&IfSpec>) -> PluginResult<IfAddr> {
+    let default = IfSpec::default_spec();
+    let allowed = |a: &IfAddr| {
+        a.up && !link_local_v6(&a.ip)
+            && match spec {
+                Some(s) => s.allows(&a.name),
+                None => !a.loopback && default.allows(&a.name),
+            }
+    };
+    let pick = |ok: &dyn Fn(&IfAddr) -> bool| -> Option<IfAddr> {
+        let first = addrs.iter().find(|a| ok(a))?;
+        addrs
+            .iter()
+            .filter(|a| a.name == first.name && ok(a))
+            .find(|a| a.ip.is_ipv4())
+            .or(Some(first))
+            .cloned()
+    };
+    if let Some(a) = pick(&allowed) {
+        return Ok(a);
+    }
+    if spec.is_none() {
+        if let Some(a) = pick(&|a: &IfAddr| a.up && a.loopback) {
+            return Ok(a);
+        }
+    }
+    let seen: Vec<String> = addrs
+        .iter()
+        .map(|a| format!("{}={}{}", a.name, a.ip, if a.up { "" } else { "(down)" }))
+        .collect();
+    Err(PluginError::invalid(format!(
+        "net-socket: no usable interface{} among {seen:?}",
+        match spec {
+            Some(s) => format!(" matches FERROCX_SOCKET_IFNAME ({s:?})"),
+            None => String::new(),
+        }
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(name: &str, ip: &str, up: bool) -> IfAddr {
+        let ip: IpAddr = ip.parse().unwrap();
+        IfAddr {
+            name: name.into(),
+            loopback: ip.is_loopback(),
+            ip,
+            scope_id: 0,
+            up,
+        }
+    }
+
+    #[test]
+    fn default_skips_loopback_docker_and_down() {
+        let l = vec![
+            a("lo", "127.0.0.1", true),
+            a("docker0", "172.17.0.1", true),
+            a("eth0", "10.0.0.1", false),
+            a("eth1", "fe80::1", true),
+            a("eth1", "2001:db8::1", true),
+            a("eth1", "10.0.1.1", true),
+        ];
+        let c = choose(&l, None).unwrap();
+        assert_eq!(
+            (c.name.as_str(), c.ip.to_string()),
+            ("eth1", "10.0.1.1".into())
+        );
+    }
+
+    #[test]
+    fn falls_back_to_loopback_and_honours_ifname() {
+        let l = vec![a("lo", "127.0.0.1", true), a("lo", "::1", true)];
+        assert_eq!(choose(&l, None).unwrap().ip.to_string(), "127.0.0.1");
+        let six = vec![a("lo", "::1", true), a("eth0", "10.0.0.1", true)];
+        let lo = IfSpec::parse("lo").unwrap();
+        assert_eq!(choose(&six, Some(&lo)).unwrap().ip.to_string(), "::1");
+        let none = IfSpec::parse("=ib0").unwrap();
+        assert!(choose(&six, Some(&none)).is_err());
+    }
+
+    #[test]
+    fn the_machine_has_a_usable_address() {
+        let l = list().unwrap();
+        assert!(choose(&l, None).is_ok(), "{l:?}");
+    }
+}
