@@ -36,7 +36,7 @@ pub use error::{Error, Result};
 pub use plan::Request;
 pub use types::{Bf16, DataType, Element, RedOp, F16};
 
-#[cfg(feature = "builtin-shm")]
-use ferrocx_shm as _;
 #[cfg(feature = "builtin-net-socket")]
 use ferrocx_net_socket as _;
+#[cfg(feature = "builtin-shm")]
+use ferrocx_shm as _;

@@ -178,7 +178,10 @@ fn excluding_every_transport_names_the_unreachable_peer() {
         WORKER,
         2,
         &["pairs", "8"],
-        &[("FERROCX_TRANSPORTS", "^shm,net-socket"), ("FERROCX_TIMEOUT", "10")],
+        &[
+            ("FERROCX_TRANSPORTS", "^shm,net-socket"),
+            ("FERROCX_TIMEOUT", "10"),
+        ],
         Duration::from_secs(30),
     );
     for o in &outs {
