@@ -165,8 +165,17 @@ fn naming_an_unknown_transport_is_an_error() {
     );
     let o = &outs[0];
     assert_eq!(o.code, Some(1), "{o:?}");
+    // The message lists what was loaded (built-ins, in registration order).
+    let loaded = o
+        .stdout
+        .split("(loaded: ")
+        .nth(1)
+        .and_then(|t| t.split(';').next())
+        .unwrap_or("");
     assert!(
-        o.stdout.contains("FERROCX_TRANSPORTS names 'bogus'") && o.stdout.contains("loaded: shm"),
+        o.stdout.contains("FERROCX_TRANSPORTS names 'bogus'")
+            && loaded.split(", ").any(|n| n == "shm")
+            && loaded.split(", ").any(|n| n == "net-socket"),
         "{}",
         o.stdout
     );
