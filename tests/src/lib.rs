@@ -122,6 +122,46 @@ pub fn run_ranks(
     outs
 }
 
+/// Run 3 ranks of `ring-loop` over 8 MiB messages, kill rank 1 after
+/// 400 ms, and check that it died by SIGKILL and that both survivors fail
+/// with an error naming rank 1 within `FERROCX_TIMEOUT` = `timeout_s`
+/// (`env` adds variables, e.g. the transport). Returns the outputs.
+pub fn killed_rank_is_named(worker: &str, env: &[(&str, &str)], timeout_s: u64) -> Vec<RankOutput> {
+    let timeout = timeout_s.to_string();
+    let mut vars: Vec<(&str, &str)> = env.to_vec();
+    vars.push(("FERROCX_TIMEOUT", &timeout));
+    let start = std::time::Instant::now();
+    let args = [
+        "ring-loop",
+        "8388608",
+        "--victim",
+        "1",
+        "--kill-after-ms",
+        "400",
+    ];
+    let outs = run_ranks(worker, 3, &args, &vars, std::time::Duration::from_secs(90));
+    let elapsed = start.elapsed();
+    let victim = &outs[1];
+    assert_eq!(
+        victim.code, None,
+        "the victim should have died by SIGKILL: {victim:?}"
+    );
+    for o in outs.iter().filter(|o| o.rank != 1) {
+        assert!(
+            o.ok() && o.stdout.contains("rank 1"),
+            "survivor rank {} did not report the failure of rank 1:\n{}\n{}",
+            o.rank,
+            o.stdout,
+            o.stderr
+        );
+    }
+    assert!(
+        elapsed < std::time::Duration::from_secs(timeout_s),
+        "survivors took {elapsed:?}, longer than FERROCX_TIMEOUT"
+    );
+    outs
+}
+
 /// Panic with every rank's output unless all exited 0.
 pub fn assert_all_ok(outs: &[RankOutput]) {
     if outs.iter().all(RankOutput::ok) {

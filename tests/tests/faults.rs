@@ -1,49 +1,14 @@
 //! Faults and bad input with real processes: a rank killed mid-transfer,
 //! misuse of the API, a peer that never shows up.
 
-use ferrocx_tests::{assert_all_ok, run_ranks, shm_leftovers};
+use ferrocx_tests::{assert_all_ok, killed_rank_is_named, run_ranks, shm_leftovers};
 use std::time::{Duration, Instant};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_fxtest-worker");
 
 #[test]
 fn killed_rank_is_named_by_survivors_within_the_timeout() {
-    let timeout_s = 20;
-    let start = Instant::now();
-    let outs = run_ranks(
-        WORKER,
-        3,
-        &[
-            "ring-loop",
-            "8388608",
-            "--victim",
-            "1",
-            "--kill-after-ms",
-            "400",
-        ],
-        &[("FERROCX_TIMEOUT", &timeout_s.to_string())],
-        Duration::from_secs(90),
-    );
-    let elapsed = start.elapsed();
-    let victim = &outs[1];
-    assert_eq!(
-        victim.code, None,
-        "the victim should have died by SIGKILL: {victim:?}"
-    );
-    for o in outs.iter().filter(|o| o.rank != 1) {
-        assert!(
-            o.ok(),
-            "survivor rank {} did not report the failure of rank 1:\n{}\n{}",
-            o.rank,
-            o.stdout,
-            o.stderr
-        );
-        assert!(o.stdout.contains("rank 1"), "rank {}: {}", o.rank, o.stdout);
-    }
-    assert!(
-        elapsed < Duration::from_secs(timeout_s),
-        "survivors took {elapsed:?}, longer than FERROCX_TIMEOUT"
-    );
+    let outs = killed_rank_is_named(WORKER, &[], 20);
     let pids: Vec<u32> = outs.iter().map(|o| o.pid).collect();
     assert_eq!(
         shm_leftovers(&pids),

@@ -370,7 +370,7 @@ impl Engine {
             }
             done.park();
         }
-        self.reclaim();
+        // Finished plans are dropped by the next submit (or `stats`), not here.
         match done.take_error() {
             Some(e) => Err(e),
             None => Ok(()),

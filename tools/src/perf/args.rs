@@ -12,18 +12,13 @@ pub enum Bench {
     SendRecv,
 }
 
-/// The collectives fxperf measures, in the order `--help` lists them.
-pub const COLLECTIVES: [CollKind; 9] = [
-    CollKind::AllReduce,
-    CollKind::AllGather,
-    CollKind::ReduceScatter,
-    CollKind::Broadcast,
-    CollKind::Reduce,
-    CollKind::AllToAll,
-    CollKind::AllToAllV,
-    CollKind::Gather,
-    CollKind::Scatter,
-];
+/// The collectives fxperf measures, in the order `--help` lists them: every
+/// one but the barrier (which moves no data).
+pub fn collectives() -> impl Iterator<Item = CollKind> {
+    CollKind::ALL
+        .into_iter()
+        .filter(|k| *k != CollKind::Barrier)
+}
 
 impl Bench {
     /// Parse a benchmark name; nccl-tests' binary names (`all_reduce_perf`) work too.
@@ -32,11 +27,7 @@ impl Bench {
         if s == "sendrecv" {
             return Some(Bench::SendRecv);
         }
-        COLLECTIVES
-            .iter()
-            .copied()
-            .find(|k| k.name() == s)
-            .map(Bench::Coll)
+        collectives().find(|k| k.name() == s).map(Bench::Coll)
     }
 
     /// The name printed in headers and JSON.
@@ -49,7 +40,7 @@ impl Bench {
 
     /// Every name, space-separated.
     pub fn known() -> String {
-        let mut v: Vec<&str> = COLLECTIVES.iter().map(|k| k.name()).collect();
+        let mut v: Vec<&str> = collectives().map(|k| k.name()).collect();
         v.push("sendrecv");
         v.join(", ")
     }
@@ -357,7 +348,7 @@ mod tests {
         assert!(p(&["-o", "xor", "all_gather"]).unwrap_err().contains("xor"));
         assert!(p(&["-r", "x", "reduce"]).unwrap_err().contains("-r"));
         assert!(p(&["barrier"]).unwrap_err().contains("known: all_reduce"));
-        for k in COLLECTIVES {
+        for k in collectives() {
             assert_eq!(Bench::parse(k.name()), Some(Bench::Coll(k)));
         }
     }
