@@ -14,6 +14,7 @@ pub mod abi;
 mod blob;
 mod error;
 mod export;
+pub mod failover;
 mod host;
 mod transport;
 
