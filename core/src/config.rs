@@ -8,25 +8,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Parse a duration: plain seconds (`30`, `0.5`) or with a unit (`500ms`, `30s`, `2m`).
 pub fn parse_duration(var: &str, text: &str) -> Result<Duration> {
-    let t = text.trim();
-    let bad = || Error::Config {
+    ferrocx_sdk::env::parse_duration(text).ok_or_else(|| Error::Config {
         var: var.into(),
         message: format!("'{text}' is not a duration (examples: 30, 0.5, 500ms, 30s, 2m)"),
-    };
-    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (t, 1.0)
-    };
-    let v: f64 = num.trim().parse().map_err(|_| bad())?;
-    if !v.is_finite() || v <= 0.0 {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(v * scale))
+    })
 }
 
 /// `FERROCX_TIMEOUT`, or the default.

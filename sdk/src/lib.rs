@@ -12,6 +12,7 @@
 
 pub mod abi;
 mod blob;
+pub mod env;
 mod error;
 mod export;
 pub mod failover;

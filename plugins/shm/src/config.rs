@@ -12,7 +12,7 @@
 //! travels to the sender in the connect blob, so the two processes never need
 //! to agree on these values.
 
-use ferrocx_sdk::{Host, PluginError, PluginResult};
+use ferrocx_sdk::{env, Host, PluginError, PluginResult};
 
 /// Default bytes per ring slot.
 pub const DEFAULT_CHUNK_SIZE: usize = 512 * 1024;
@@ -72,12 +72,12 @@ impl Config {
         let d = Config::default();
         let mode = parse_single_copy(&lookup)?;
         let cfg = Config {
-            disabled: parse_bool(&lookup, "FERROCX_SHM_DISABLE", d.disabled)?,
-            chunk_size: parse_usize(&lookup, "FERROCX_SHM_CHUNK_SIZE", d.chunk_size)?,
-            nslots: parse_usize(&lookup, "FERROCX_SHM_NSLOTS", d.nslots)?,
+            disabled: env::boolean(&lookup, "FERROCX_SHM_DISABLE", d.disabled)?,
+            chunk_size: env::unsigned(&lookup, "FERROCX_SHM_CHUNK_SIZE", d.chunk_size)?,
+            nslots: env::unsigned(&lookup, "FERROCX_SHM_NSLOTS", d.nslots)?,
             single_copy: mode != SingleCopy::Off,
             single_copy_unregistered: mode == SingleCopy::All,
-            single_copy_min: parse_usize(
+            single_copy_min: env::unsigned(
                 &lookup,
                 "FERROCX_SHM_SINGLE_COPY_MIN",
                 d.single_copy_min,
@@ -111,21 +111,6 @@ impl Config {
     }
 }
 
-fn parse_usize(
-    lookup: &impl Fn(&str) -> Option<String>,
-    name: &str,
-    default: usize,
-) -> PluginResult<usize> {
-    match lookup(name) {
-        None => Ok(default),
-        Some(v) if v.trim().is_empty() => Ok(default),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| PluginError::invalid(format!("{name}={v:?} is not a byte count"))),
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SingleCopy {
     Off,
@@ -144,24 +129,6 @@ fn parse_single_copy(lookup: &impl Fn(&str) -> Option<String>) -> PluginResult<S
         "0" | "false" | "no" | "off" => Ok(SingleCopy::Off),
         _ => Err(PluginError::invalid(format!(
             "{NAME}={v:?}: use 1 (any large receive), registered, or 0 (never)"
-        ))),
-    }
-}
-
-fn parse_bool(
-    lookup: &impl Fn(&str) -> Option<String>,
-    name: &str,
-    default: bool,
-) -> PluginResult<bool> {
-    let Some(v) = lookup(name) else {
-        return Ok(default);
-    };
-    match v.trim().to_ascii_lowercase().as_str() {
-        "" => Ok(default),
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(PluginError::invalid(format!(
-            "{name}={v:?} is not a boolean (use 0 or 1)"
         ))),
     }
 }

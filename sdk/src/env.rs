@@ -1,0 +1,135 @@
+//! Reading plugin settings: typed lookups of environment variables with errors that
+//! name the variable, shared by every plugin (and the core) so `1/true/yes/on`,
+//! durations like `500ms` and byte counts mean the same everywhere.
+//!
+//! Each function takes a `lookup` (normally `|n| host.env(n)`, a table in tests);
+//! unset or blank means the default.
+//!
+//! ```
+//! use ferrocx_sdk::env;
+//! use std::time::Duration;
+//! let vars = |n: &str| (n == "X_TIMEOUT").then(|| "250ms".to_string());
+//! assert_eq!(env::duration(&vars, "X_TIMEOUT", Duration::from_secs(1)).unwrap(),
+//!            Duration::from_millis(250));
+//! assert!(env::boolean(&vars, "X_FLAG", true).unwrap());
+//! ```
+
+use crate::error::{PluginError, PluginResult};
+use std::time::Duration;
+
+fn value(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    lookup(name).filter(|v| !v.trim().is_empty())
+}
+
+/// `1/true/yes/on` or `0/false/no/off`.
+pub fn boolean(
+    lookup: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    default: bool,
+) -> PluginResult<bool> {
+    let Some(v) = value(lookup, name) else {
+        return Ok(default);
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(PluginError::invalid(format!(
+            "{name}={v:?} is not a boolean (use 0 or 1)"
+        ))),
+    }
+}
+
+/// A non-negative integer (counts, byte sizes).
+pub fn unsigned(
+    lookup: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    default: usize,
+) -> PluginResult<usize> {
+    let Some(v) = value(lookup, name) else {
+        return Ok(default);
+    };
+    v.trim()
+        .parse()
+        .map_err(|_| PluginError::invalid(format!("{name}={v:?} is not a non-negative integer")))
+}
+
+/// A positive duration: plain seconds (`30`, `0.5`) or with a unit (`500ms`, `30s`, `2m`).
+pub fn duration(
+    lookup: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    default: Duration,
+) -> PluginResult<Duration> {
+    let Some(v) = value(lookup, name) else {
+        return Ok(default);
+    };
+    parse_duration(&v).ok_or_else(|| {
+        PluginError::invalid(format!(
+            "{name}={v:?} is not a duration (examples: 30, 0.5, 500ms, 30s, 2m)"
+        ))
+    })
+}
+
+/// Parse `30`, `0.5`, `500ms`, `30s` or `2m`; `None` unless positive and finite.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num.trim().parse().ok()?;
+    (v.is_finite() && v > 0.0).then(|| Duration::from_secs_f64(v * scale))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |n| {
+            vars.iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn values_defaults_and_errors_name_the_variable() {
+        let l = table(&[
+            ("B", " yes "),
+            ("N", "12"),
+            ("D", "2m"),
+            ("E", " "),
+            ("X", "zz"),
+        ]);
+        assert!(boolean(&l, "B", false).unwrap());
+        assert!(!boolean(&l, "E", false).unwrap(), "blank means default");
+        assert_eq!(unsigned(&l, "N", 1).unwrap(), 12);
+        assert_eq!(unsigned(&l, "unset", 7).unwrap(), 7);
+        assert_eq!(
+            duration(&l, "D", Duration::ZERO).unwrap(),
+            Duration::from_secs(120)
+        );
+        for e in [
+            boolean(&l, "X", true).unwrap_err(),
+            unsigned(&l, "X", 0).unwrap_err(),
+            duration(&l, "X", Duration::ZERO).unwrap_err(),
+        ] {
+            assert!(e.message().contains("X=\"zz\""), "{e}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("3s"), Some(Duration::from_secs(3)));
+        for bad in ["", "0", "-1", "abc", "1h", "nan"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+}
