@@ -86,6 +86,17 @@ fn link_local_v6(ip: &IpAddr) -> bool {
 /// the same interface, IPv6 link-local skipped; with no `spec`, fall back to
 /// loopback when nothing else qualifies.
 pub fn choose(addrs: &[IfAddr], spec: Option<&IfSpec>) -> PluginResult<IfAddr> {
+    Ok(choose_rails(addrs, spec, 1)?.swap_remove(0))
+}
+
+/// The rails: up to `max` interfaces chosen as [`choose`] chooses the first, one
+/// address each, all of the first one's family (a rail pairs with the peer's rail of
+/// the same index, so families must agree).
+pub fn choose_rails(
+    addrs: &[IfAddr],
+    spec: Option<&IfSpec>,
+    max: usize,
+) -> PluginResult<Vec<IfAddr>> {
     let default = IfSpec::default_spec();
     let allowed = |a: &IfAddr| {
         a.up && !link_local_v6(&a.ip)
@@ -94,22 +105,37 @@ pub fn choose(addrs: &[IfAddr], spec: Option<&IfSpec>) -> PluginResult<IfAddr> {
                 None => !a.loopback && default.allows(&a.name),
             }
     };
-    let pick = |ok: &dyn Fn(&IfAddr) -> bool| -> Option<IfAddr> {
-        let first = addrs.iter().find(|a| ok(a))?;
-        addrs
+    let loopback = |a: &IfAddr| a.up && a.loopback;
+    let pick = |ok: &dyn Fn(&IfAddr) -> bool| -> Vec<IfAddr> {
+        let Some(first) = addrs.iter().find(|a| ok(a)) else {
+            return Vec::new();
+        };
+        // The first interface's IPv4 address when it has one.
+        let first = addrs
             .iter()
             .filter(|a| a.name == first.name && ok(a))
             .find(|a| a.ip.is_ipv4())
-            .or(Some(first))
-            .cloned()
-    };
-    if let Some(a) = pick(&allowed) {
-        return Ok(a);
-    }
-    if spec.is_none() {
-        if let Some(a) = pick(&|a: &IfAddr| a.up && a.loopback) {
-            return Ok(a);
+            .unwrap_or(first);
+        let mut rails = vec![first.clone()];
+        for a in addrs {
+            if rails.len() >= max {
+                break;
+            }
+            if ok(a)
+                && a.ip.is_ipv4() == first.ip.is_ipv4()
+                && rails.iter().all(|r| r.name != a.name)
+            {
+                rails.push(a.clone());
+            }
         }
+        rails
+    };
+    let mut rails = pick(&allowed);
+    if rails.is_empty() && spec.is_none() {
+        rails = pick(&loopback);
+    }
+    if !rails.is_empty() {
+        return Ok(rails);
     }
     let seen: Vec<String> = addrs
         .iter()
@@ -165,6 +191,41 @@ mod tests {
         assert_eq!(choose(&six, Some(&lo)).unwrap().ip.to_string(), "::1");
         let none = IfSpec::parse("=ib0").unwrap();
         assert!(choose(&six, Some(&none)).is_err());
+    }
+
+    #[test]
+    fn rails_are_one_address_per_interface_of_one_family() {
+        let l = vec![
+            a("fxr0", "10.200.0.1", true),
+            a("fxr0", "fd00::1", true),
+            a("eth0", "192.0.2.2", true),
+            a("fxr1", "fd01::1", true),
+            a("fxr1", "10.201.0.1", true),
+            a("fxr2", "10.202.0.1", false),
+            a("fxr3", "10.203.0.1", true),
+        ];
+        let fxr = IfSpec::parse("fxr").unwrap();
+        let names = |r: Vec<IfAddr>| -> Vec<String> {
+            r.iter().map(|a| format!("{}={}", a.name, a.ip)).collect()
+        };
+        assert_eq!(
+            names(choose_rails(&l, Some(&fxr), 4).unwrap()),
+            ["fxr0=10.200.0.1", "fxr1=10.201.0.1", "fxr3=10.203.0.1"]
+        );
+        assert_eq!(names(choose_rails(&l, Some(&fxr), 2).unwrap()).len(), 2);
+        assert_eq!(
+            names(choose_rails(&l, None, 1).unwrap()),
+            ["fxr0=10.200.0.1"]
+        );
+        let v6 = vec![
+            a("fxr0", "fd00::1", true),
+            a("fxr1", "10.201.0.1", true),
+            a("fxr1", "fd01::1", true),
+        ];
+        assert_eq!(
+            names(choose_rails(&v6, Some(&fxr), 4).unwrap()),
+            ["fxr0=fd00::1", "fxr1=fd01::1"]
+        );
     }
 
     #[test]

@@ -24,9 +24,13 @@
 //! | `FERROCX_SOCKET_IFNAME` | first up interface that is not loopback or docker, else loopback |
 #![warn(missing_docs)]
 
+mod accept;
 pub mod config;
 mod conn;
+mod dial;
 pub mod iface;
+mod receiver;
+mod sender;
 mod sock;
 mod wire;
 
@@ -34,8 +38,14 @@ pub use config::{Config, IfSpec};
 pub use conn::{SocketConn, SocketRequest};
 
 use ferrocx_sdk::abi::{FxPeerInfo, FX_CAP_CROSS_HOST, FX_CAP_HOST_MEM};
+use ferrocx_sdk::failover::PathHealth;
 use ferrocx_sdk::{Blob, ConnReq, ConnectState, Host, PluginResult, Transport};
-use std::net::{SocketAddr, SocketAddrV6};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::sync::Arc;
+
+/// Health of every (my rail address, peer rail address) path, shared by the
+/// connections of one context.
+pub(crate) type Health = PathHealth<(IpAddr, IpAddr)>;
 
 /// Score for a peer on the same host (below shm's 100, so shm wins there).
 pub const SAME_HOST_SCORE: i32 = 1;
@@ -46,31 +56,69 @@ pub const OTHER_HOST_SCORE: i32 = 50;
 pub struct NetSocket {
     host: Host,
     cfg: Config,
-    /// The address to listen on (port 0), or `None` when no interface qualifies.
-    local: Option<SocketAddr>,
+    /// The rails' addresses to listen and connect from (port 0); empty when no
+    /// interface qualifies.
+    rails: Vec<SocketAddr>,
+    health: Arc<Health>,
 }
 
 impl NetSocket {
     /// A context with an explicit configuration (`init` reads it from the environment).
     pub fn with_config(host: Host, cfg: Config) -> PluginResult<Self> {
-        let mut local = None;
+        let mut rails = Vec::new();
         if cfg.disabled {
             host.info("net-socket: disabled by FERROCX_SOCKET_DISABLE");
         } else {
-            match iface::list().and_then(|l| iface::choose(&l, cfg.ifname.as_ref())) {
-                Ok(a) => {
-                    host.info(format!("net-socket: using interface {} ({})", a.name, a.ip));
-                    local = Some(match a.ip {
-                        std::net::IpAddr::V4(ip) => SocketAddr::new(ip.into(), 0),
-                        std::net::IpAddr::V6(ip) => {
-                            SocketAddr::V6(SocketAddrV6::new(ip, 0, 0, a.scope_id))
-                        }
-                    });
+            match iface::list()
+                .and_then(|l| iface::choose_rails(&l, cfg.ifname.as_ref(), cfg.max_rails))
+            {
+                Ok(found) => {
+                    let names: Vec<String> = found
+                        .iter()
+                        .map(|a| format!("{} ({})", a.name, a.ip))
+                        .collect();
+                    host.info(format!(
+                        "net-socket: using {} rail(s): {} ({} socket(s) each)",
+                        found.len(),
+                        names.join(", "),
+                        cfg.nsocks
+                    ));
+                    rails = found
+                        .iter()
+                        .map(|a| match a.ip {
+                            IpAddr::V4(ip) => SocketAddr::new(ip.into(), 0),
+                            IpAddr::V6(ip) => {
+                                SocketAddr::V6(SocketAddrV6::new(ip, 0, 0, a.scope_id))
+                            }
+                        })
+                        .collect();
                 }
                 Err(e) => host.warn(format!("{}; net-socket will not be offered", e.message())),
             }
         }
-        Ok(NetSocket { host, cfg, local })
+        let health = Arc::new(Health::new(cfg.recovery));
+        Ok(NetSocket {
+            host,
+            cfg,
+            rails,
+            health,
+        })
+    }
+
+    /// A context striping over exactly `rails` (local addresses; the port is ignored),
+    /// for tests and embedders that choose interfaces themselves.
+    pub fn with_rails(host: Host, cfg: Config, rails: Vec<SocketAddr>) -> Self {
+        let rails = rails
+            .into_iter()
+            .map(|a| SocketAddr::new(a.ip(), 0))
+            .collect();
+        let health = Arc::new(Health::new(cfg.recovery));
+        NetSocket {
+            host,
+            cfg,
+            rails,
+            health,
+        }
     }
 
     /// The effective configuration.
@@ -78,9 +126,17 @@ impl NetSocket {
         &self.cfg
     }
 
-    /// The address connections listen on (port 0 stands for "any").
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.local
+    /// The rails' local addresses (port 0), first one first.
+    pub fn rails(&self) -> &[SocketAddr] {
+        &self.rails
+    }
+
+    pub(crate) fn host(&self) -> Host {
+        self.host
+    }
+
+    pub(crate) fn health(&self) -> Arc<Health> {
+        self.health.clone()
     }
 }
 
@@ -98,7 +154,7 @@ impl Transport for NetSocket {
     }
 
     fn can_connect(&self, me: &FxPeerInfo, peer: &FxPeerInfo) -> i32 {
-        if self.cfg.disabled || self.local.is_none() {
+        if self.cfg.disabled || self.rails.is_empty() {
             0
         } else if me.host_hash == peer.host_hash {
             SAME_HOST_SCORE
@@ -108,7 +164,7 @@ impl Transport for NetSocket {
     }
 
     fn setup(&self, req: &ConnReq, out: &mut Blob) -> PluginResult<SocketConn> {
-        SocketConn::setup(self.host, self.local, req, out)
+        SocketConn::setup(self, req, out)
     }
 
     fn connect(&self, conn: &mut SocketConn, peer: &Blob) -> PluginResult<ConnectState> {

@@ -6,9 +6,46 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::io::AsRawFd;
 
-/// Start a non-blocking connect to `addr`: the stream is connected once
-/// `peer_addr()` succeeds (`take_error()` tells a failure).
-pub fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
+/// `addr` as the C socket address it is, and its length.
+fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: an all-zero sockaddr_storage is a valid (unspecified) address.
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
+            unsafe { std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in, sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above.
+            unsafe { std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (st, len as libc::socklen_t)
+}
+
+/// Start a non-blocking connect to `addr`, from the local address `from` when given
+/// (port 0: any), so the connection leaves through that rail's interface. The stream
+/// is connected once `peer_addr()` succeeds (`take_error()` tells a failure).
+pub fn start_connect(addr: &SocketAddr, from: Option<&SocketAddr>) -> io::Result<TcpStream> {
     let family = match addr {
         SocketAddr::V4(_) => libc::AF_INET,
         SocketAddr::V6(_) => libc::AF_INET6,
@@ -26,45 +63,16 @@ pub fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
     }
     // SAFETY: `fd` is a fresh descriptor that nothing else owns.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let rc = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: `sin` is a valid sockaddr_in of the given length, living across the call.
-            unsafe {
-                libc::connect(
-                    fd,
-                    &sin as *const libc::sockaddr_in as *const libc::sockaddr,
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                )
-            }
+    if let Some(from) = from {
+        let (st, len) = raw_addr(from);
+        // SAFETY: `st` holds a valid socket address of `len` bytes, alive across the call.
+        if unsafe { libc::bind(fd, &st as *const _ as *const libc::sockaddr, len) } != 0 {
+            return Err(io::Error::last_os_error());
         }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: `sin6` is a valid sockaddr_in6 of the given length, living across the call.
-            unsafe {
-                libc::connect(
-                    fd,
-                    &sin6 as *const libc::sockaddr_in6 as *const libc::sockaddr,
-                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-                )
-            }
-        }
-    };
+    }
+    let (st, len) = raw_addr(addr);
+    // SAFETY: as above.
+    let rc = unsafe { libc::connect(fd, &st as *const _ as *const libc::sockaddr, len) };
     if rc != 0 {
         let e = io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EINPROGRESS) {
@@ -143,4 +151,51 @@ pub unsafe fn recv(s: &TcpStream, buf: *mut u8, len: usize) -> io::Result<Io> {
             _ => return Err(e),
         }
     }
+}
+
+fn set_int_opt(s: &TcpStream, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: `value` is a live c_int of the length passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            &value as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `TCP_USER_TIMEOUT`: data unacknowledged by the peer's kernel this long fails the
+/// socket with `ETIMEDOUT` (the kernel acknowledges whether or not the peer's process
+/// reads, so a busy peer does not trip it; a dead link does).
+pub fn set_user_timeout(s: &TcpStream, t: std::time::Duration) -> io::Result<()> {
+    let ms = t.as_millis().clamp(1, i32::MAX as u128) as i32;
+    set_int_opt(s, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)
+}
+
+/// Close `s` with a reset: whatever it still had to send is dropped, so a rail taken
+/// out of service never delivers stale bytes later.
+pub fn abort(s: TcpStream) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `linger` is a live struct of the length passed; failure only means a
+    // graceful close instead of a reset, which the receiver tolerates.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &linger as *const libc::linger as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+    drop(s);
 }
