@@ -64,6 +64,11 @@ fn main() -> ExitCode {
         Some("coll-many") => coll::mix::many(args[1].parse().expect("iterations")),
         Some("coll-bad") => coll::bad::run(args.get(1).map_or("local", String::as_str)),
         Some("coll-async") => coll::bad::asynchronous(),
+        Some("a2a-soak") => coll::soak::all_to_all(
+            args[1].parse().expect("bytes"),
+            args[2].parse().expect("seconds"),
+            args.get(3).map_or(1, |m| m.parse().expect("minimum iterations")),
+        ),
         other => Err(format!("unknown scenario {other:?}")),
     };
     match r {

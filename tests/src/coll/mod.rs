@@ -8,6 +8,7 @@
 pub mod bad;
 pub mod matrix;
 pub mod mix;
+pub mod soak;
 
 use ferrocx::{Algo, Request};
 use ferrocx::{Bf16, CollKind, CollSpec, Communicator, DataType, Group, RedOp, VCounts, F16};
