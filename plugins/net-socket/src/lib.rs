@@ -1,27 +1,56 @@
 //! # ferrocx-net-socket — the TCP socket transport
 //!
-//! Moves host memory between ranks on any hosts over TCP. One connection is
-//! one direction (sender → receiver) over one TCP stream:
+//! Moves host memory between ranks on any hosts over TCP. One connection is one
+//! direction (sender → receiver) carried by `rails × FERROCX_SOCKET_NSOCKS` sockets:
 //!
-//! * `setup` on the receiving end listens on the chosen interface address
-//!   (port chosen by the kernel) and puts (family, address, port, a random
-//!   64-bit token) in its blob; the sending end connects without blocking in
-//!   `connect` and writes a hello carrying the token first; the receiver
-//!   accepts in its `connect` and rejects connections that do not present it.
-//! * Each message is a 16-byte header (magic, sequence number, length) and the
-//!   payload. Messages match in posting order per connection. A message longer
-//!   than its receive is drained and fails that receive alone (naming both
-//!   sizes); a shorter one completes with its length.
-//! * Sockets are non-blocking with `TCP_NODELAY`; progress happens in `test`
-//!   (and right when a send is posted); sends use `MSG_NOSIGNAL`. End of stream
-//!   or a reset with requests outstanding fails them naming the peer rank.
+//! * **Rails.** Every interface `FERROCX_SOCKET_IFNAME` allows (up to
+//!   `FERROCX_SOCKET_NRAILS`, one address each, one family) is a rail. The receiving
+//!   end listens on each of its rails and puts the addresses and a random 64-bit token
+//!   in its blob; the sending end connects its rail *i* (bound to that interface's
+//!   address) to the receiver's rail *i*, and each socket's first bytes are a hello
+//!   with the token and the socket's index. Both ends use `min(their rails)`.
+//! * **Chunks.** A message is cut into `FERROCX_SOCKET_CHUNK_SIZE` chunks, each sent
+//!   as a 32-byte frame (sequence number, message length, offset) and its payload on
+//!   whichever socket can take bytes, so faster rails carry more. Receives match
+//!   messages by sequence number (the n-th receive gets the n-th send) and place each
+//!   chunk at its offset, straight from the socket into the receive buffer. A message
+//!   longer than its receive fails that receive alone (naming both sizes); a shorter
+//!   one completes with its length.
+//! * **One rail**: a send completes when its bytes are in the kernel, as plain TCP.
+//!   A failed socket fails the connection: there is nowhere to resend.
+//! * **Two rails or more**: the receiver acknowledges every chunk once it is in place
+//!   (32-byte frames on the reverse direction of the same socket) and a send
+//!   completes when all its chunks are acknowledged; at most `FERROCX_SOCKET_WINDOW`
+//!   bytes are unacknowledged. When a rail fails — a reset, an end of stream, or data
+//!   unacknowledged by the peer's kernel for `FERROCX_SOCKET_RAIL_TIMEOUT`
+//!   (`TCP_USER_TIMEOUT`; idle sockets with chunks outstanding send 32-byte pings so
+//!   the timer runs) — its sockets are closed with a reset, its unacknowledged chunks
+//!   are resent on the surviving rails, and the path (my address, the peer's address)
+//!   is marked down in the context's [`PathHealth`],
+//!   so every other connection to that peer over that path moves off it too. The
+//!   receiver drops chunks it already has and never writes into a receive after it
+//!   completed, so nothing is lost or duplicated. After `FERROCX_SOCKET_RECOVERY` of
+//!   quiet the sender reconnects the rail's sockets (the receiver keeps listening and
+//!   a reconnected socket replaces its predecessor); when every socket of the rail is
+//!   back it carries chunks again. A failed probe doubles the wait (up to 8×).
+//!   Failover is logged at warn, recovery at info, both with the rail's addresses
+//!   and the peer's rank; when no rail is left the connection fails with an error
+//!   naming the peer.
+//! * Sockets are non-blocking with `TCP_NODELAY`; progress happens in `test` (and
+//!   when a send is posted); sends use `MSG_NOSIGNAL`.
 //!
 //! ## Environment (see [`config`])
 //!
 //! | variable | default |
 //! |---|---|
 //! | `FERROCX_SOCKET_DISABLE` | `0` |
-//! | `FERROCX_SOCKET_IFNAME` | first up interface that is not loopback or docker, else loopback |
+//! | `FERROCX_SOCKET_IFNAME` | every up interface that is not loopback or docker, else loopback |
+//! | `FERROCX_SOCKET_NRAILS` | `4` |
+//! | `FERROCX_SOCKET_NSOCKS` | `1` |
+//! | `FERROCX_SOCKET_CHUNK_SIZE` | `524288` |
+//! | `FERROCX_SOCKET_WINDOW` | `33554432` |
+//! | `FERROCX_SOCKET_RAIL_TIMEOUT` | `5s` |
+//! | `FERROCX_SOCKET_RECOVERY` | `10s` |
 #![warn(missing_docs)]
 
 mod accept;

@@ -692,18 +692,12 @@ impl Sender {
     }
 }
 
-/// Options of a data socket: non-blocking, no Nagle, and in acknowledged mode a
-/// `TCP_USER_TIMEOUT` so a dead path fails the socket.
+/// Options of a data socket: non-blocking, no Nagle, and a `TCP_USER_TIMEOUT` so a
+/// dead path fails the socket instead of leaving it waiting.
 pub(crate) fn live(t: TcpStream, p: &Params) -> PluginResult<TcpStream> {
     t.set_nonblocking(true)
         .and_then(|_| t.set_nodelay(true))
-        .and_then(|_| {
-            if p.reliable {
-                sock::set_user_timeout(&t, p.rail_timeout)
-            } else {
-                Ok(())
-            }
-        })
+        .and_then(|_| sock::set_user_timeout(&t, p.rail_timeout))
         .map_err(|e| PluginError::io("net-socket: socket options", e))?;
     Ok(t)
 }
