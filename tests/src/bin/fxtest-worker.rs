@@ -67,7 +67,8 @@ fn main() -> ExitCode {
         Some("a2a-soak") => coll::soak::all_to_all(
             args[1].parse().expect("bytes"),
             args[2].parse().expect("seconds"),
-            args.get(3).map_or(1, |m| m.parse().expect("minimum iterations")),
+            args.get(3)
+                .map_or(1, |m| m.parse().expect("minimum iterations")),
         ),
         other => Err(format!("unknown scenario {other:?}")),
     };

@@ -31,7 +31,11 @@ pub fn all_to_all(bytes: usize, secs: f64, min_iters: u64) -> Result<String, Str
         }
         recv.fill(0);
         comm.all_to_all(&send, &mut recv).map_err(|e| {
-            format!("iteration {iter} after {:.2}s: {}", start.elapsed().as_secs_f64(), e2s(e))
+            format!(
+                "iteration {iter} after {:.2}s: {}",
+                start.elapsed().as_secs_f64(),
+                e2s(e)
+            )
         })?;
         for (src, block) in recv.chunks(words).enumerate() {
             if let Some(i) = (0..words).find(|&i| block[i] != word(iter, src, me, i)) {
