@@ -1,0 +1,727 @@
+//! The failover machines driven by a simulated fabric: two rails that deliver work
+//! requests in order, a receiver that records every placement, and injected failures
+//! (a rail cut after some work requests, optionally with some writes landing but their
+//! ACKs lost). The receiver flags any write into a message it has already completed —
+//! the duplicate placement the protocol must never do.
+
+use super::*;
+use std::collections::{HashMap, HashSet};
+
+const MS: Duration = Duration::from_millis(1);
+const WINDOW: Duration = Duration::from_millis(100);
+
+fn key(local: &str) -> PathKey {
+    PathKey {
+        local: local.into(),
+        remote_gid: [7; 16],
+        remote_lid: 3,
+    }
+}
+
+fn health() -> Arc<PathHealth<PathKey>> {
+    Arc::new(PathHealth::new(WINDOW))
+}
+
+fn engine(h: &Arc<PathHealth<PathKey>>, chunk: usize, depth: usize) -> SendEngine<PathKey> {
+    let rails = RailSet::new(vec![key("mlx5_0:1"), key("mlx5_1:1")], h.clone(), true);
+    SendEngine::new(rails, chunk, depth)
+}
+
+fn wr_of(a: &Action) -> (usize, WrId) {
+    match *a {
+        Action::Data {
+            rail, msg, index, ..
+        } => (
+            rail,
+            WrId {
+                kind: WrKind::Data,
+                rail,
+                msg,
+                index,
+            },
+        ),
+        Action::Marker { rail, msg, index } => (
+            rail,
+            WrId {
+                kind: WrKind::Marker,
+                rail,
+                msg,
+                index,
+            },
+        ),
+        Action::ReadRecord { rail, msg } => (
+            rail,
+            WrId {
+                kind: WrKind::ReadRecord,
+                rail,
+                msg,
+                index: 0,
+            },
+        ),
+        Action::Rail(RailAction::Probe { rail }) => (
+            rail,
+            WrId {
+                kind: WrKind::Probe,
+                rail,
+                msg: 0,
+                index: 0,
+            },
+        ),
+        Action::Rail(RailAction::Rearm { via, gen, .. }) => (
+            via,
+            WrId {
+                kind: WrKind::Rearm,
+                rail: via,
+                msg: gen,
+                index: 0,
+            },
+        ),
+    }
+}
+
+/// A rail that fails: the next `land` work requests are placed but never acknowledged,
+/// then nothing is placed; every work request completes in error from then on.
+#[derive(Clone, Copy, Debug)]
+struct Cut {
+    land: usize,
+    first_error_sent: bool,
+}
+
+#[derive(Default)]
+struct Fabric {
+    queues: [VecDeque<Action>; 2],
+    /// Work requests each rail completes successfully before it is cut.
+    cut_after: [Option<usize>; 2],
+    land_unacked: [usize; 2],
+    cut: [Option<Cut>; 2],
+    /// Receiver state.
+    nchunks: HashMap<u64, u32>,
+    placed: HashMap<(u64, u32), u32>,
+    completed: HashSet<u64>,
+    violations: Vec<String>,
+    /// Every action posted, for assertions.
+    log: Vec<Action>,
+    rearms: Vec<u64>,
+}
+
+impl Fabric {
+    fn post(&mut self, acts: Vec<Action>) {
+        for a in acts {
+            let (rail, _) = wr_of(&a);
+            self.log.push(a);
+            self.queues[rail].push_back(a);
+        }
+    }
+
+    fn place(&mut self, a: &Action) {
+        match *a {
+            Action::Data { msg, index, .. } => {
+                if self.completed.contains(&msg) {
+                    self.violations.push(format!(
+                        "chunk {index} of msg {msg} written after completion"
+                    ));
+                }
+                *self.placed.entry((msg, index)).or_default() += 1;
+            }
+            Action::Marker { msg, .. } => {
+                if self.completed.contains(&msg) {
+                    self.violations.push(format!("second marker for msg {msg}"));
+                }
+                let n = self.nchunks[&msg];
+                if let Some(i) = (0..n).find(|&i| !self.placed.contains_key(&(msg, i))) {
+                    self.violations
+                        .push(format!("msg {msg} completed without chunk {i}"));
+                }
+                self.completed.insert(msg);
+            }
+            _ => {}
+        }
+    }
+
+    /// Deliver everything queued on every rail (rail 0 first), feeding completions back.
+    fn run(&mut self, e: &mut SendEngine<PathKey>, now: Instant) -> bool {
+        let mut any = false;
+        for rail in 0..2 {
+            while let Some(a) = self.queues[rail].pop_front() {
+                any = true;
+                let (_, wr) = wr_of(&a);
+                if self.cut[rail].is_none() {
+                    if let Some(n) = self.cut_after[rail] {
+                        if n == 0 {
+                            self.cut[rail] = Some(Cut {
+                                land: self.land_unacked[rail],
+                                first_error_sent: false,
+                            });
+                        } else {
+                            self.cut_after[rail] = Some(n - 1);
+                        }
+                    }
+                }
+                match &mut self.cut[rail] {
+                    None => {
+                        self.place(&a);
+                        e.on_completion(rail, wr, wc::SUCCESS, now);
+                        if let Action::ReadRecord { msg, .. } = a {
+                            e.resolved(msg, self.completed.contains(&msg));
+                        }
+                        if let Action::Rail(RailAction::Rearm { gen, .. }) = a {
+                            self.rearms.push(gen);
+                        }
+                    }
+                    Some(cut) => {
+                        let status = if cut.first_error_sent {
+                            wc::WR_FLUSH_ERR
+                        } else {
+                            wc::RETRY_EXC_ERR
+                        };
+                        cut.first_error_sent = true;
+                        if cut.land > 0 {
+                            cut.land -= 1;
+                            self.place(&a);
+                        }
+                        e.on_completion(rail, wr, status, now);
+                    }
+                }
+            }
+        }
+        any
+    }
+
+    /// Poll and deliver until nothing moves.
+    fn settle(&mut self, e: &mut SendEngine<PathKey>, now: Instant) {
+        for _ in 0..1000 {
+            let mut acts = Vec::new();
+            e.poll(now, &mut acts);
+            let posted = !acts.is_empty();
+            self.post(acts);
+            if !self.run(e, now) && !posted {
+                return;
+            }
+        }
+        panic!("fabric did not settle");
+    }
+
+    fn send(&mut self, e: &mut SendEngine<PathKey>, msg: u64, len: u64) {
+        e.push(msg, len, true).unwrap();
+        self.nchunks.insert(msg, e.chunks(len) as u32);
+    }
+
+    fn on_rail(&self, rail: usize, kind: WrKind) -> Vec<(u64, u32)> {
+        self.log
+            .iter()
+            .map(wr_of)
+            .filter(|(r, w)| *r == rail && w.kind == kind)
+            .map(|(_, w)| (w.msg, w.index))
+            .collect()
+    }
+}
+
+fn done(e: &SendEngine<PathKey>, msg: u64) -> bool {
+    e.state(msg) == Some(&MsgState::Done)
+}
+
+#[test]
+fn wr_ids_round_trip() {
+    for kind in [
+        WrKind::Data,
+        WrKind::Marker,
+        WrKind::ReadRecord,
+        WrKind::Fifo,
+        WrKind::Probe,
+        WrKind::Rearm,
+        WrKind::RearmAck,
+        WrKind::Recv,
+    ] {
+        for (rail, msg, index) in [
+            (0, 0, 0),
+            (1, (1 << 40) - 1, MAX_CHUNKS + 1),
+            (1, 12345, 77),
+        ] {
+            let w = WrId {
+                kind,
+                rail,
+                msg,
+                index,
+            };
+            assert_eq!(WrId::decode(w.encode()), w);
+        }
+    }
+    // Only the low 40 bits of a sequence number travel.
+    let w = WrId {
+        kind: WrKind::Data,
+        rail: 0,
+        msg: (1 << 40) + 5,
+        index: 1,
+    };
+    assert_eq!(WrId::decode(w.encode()).msg, 5);
+}
+
+#[test]
+fn statuses_are_classified() {
+    assert_eq!(classify(wc::SUCCESS), Outcome::Ok);
+    for s in [
+        wc::RETRY_EXC_ERR,
+        wc::WR_FLUSH_ERR,
+        wc::RESP_TIMEOUT_ERR,
+        wc::FATAL_ERR,
+        wc::REM_OP_ERR,
+    ] {
+        assert_eq!(classify(s), Outcome::PathFailure, "{}", status_name(s));
+    }
+    for s in [
+        wc::REM_ACCESS_ERR,
+        wc::LOC_PROT_ERR,
+        wc::LOC_LEN_ERR,
+        wc::RNR_RETRY_EXC_ERR,
+        99,
+    ] {
+        assert_eq!(classify(s), Outcome::Fatal, "{}", status_name(s));
+    }
+    assert_eq!(
+        status_name(wc::RETRY_EXC_ERR),
+        "transport retry counter exceeded"
+    );
+}
+
+#[test]
+fn healthy_path_uses_the_primary_rail_only() {
+    let h = health();
+    let mut e = engine(&h, 4, 64);
+    let mut f = Fabric::default();
+    let now = Instant::now();
+    for (m, len) in [(1, 10), (2, 0), (3, 4), (4, 1)] {
+        f.send(&mut e, m, len);
+    }
+    f.settle(&mut e, now);
+    for m in 1..=4 {
+        assert!(done(&e, m), "msg {m}");
+    }
+    assert_eq!(
+        f.on_rail(0, WrKind::Data),
+        [(1, 0), (1, 1), (1, 2), (3, 0), (4, 0)]
+    );
+    assert_eq!(
+        f.on_rail(0, WrKind::Marker),
+        [(1, 3), (2, 0), (3, 1), (4, 1)]
+    );
+    assert!(
+        f.log.iter().all(|a| wr_of(a).0 == 0),
+        "nothing on the backup rail"
+    );
+    // Chunk lengths: 10 bytes in chunks of 4 → 4, 4, 2.
+    let lens: Vec<u64> = f
+        .log
+        .iter()
+        .filter_map(|a| match a {
+            Action::Data {
+                msg: 1,
+                len,
+                offset,
+                ..
+            } => Some(*offset * 100 + len),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lens, [4, 404, 802]);
+    assert!(f.violations.is_empty(), "{:?}", f.violations);
+    e.reap(1);
+    assert_eq!(e.state(1), None);
+    assert_eq!(e.pending(), 3);
+}
+
+#[test]
+fn lost_chunks_are_resent_on_the_backup_rail_and_the_marker_follows() {
+    let h = health();
+    let mut e = engine(&h, 4, 64);
+    let mut f = Fabric::default();
+    let now = Instant::now();
+    // Rail 0 delivers 2 work requests, then dies (nothing else lands).
+    f.cut_after[0] = Some(2);
+    f.send(&mut e, 1, 16); // chunks 0..4 + marker
+    f.settle(&mut e, now);
+    assert!(done(&e, 1));
+    assert_eq!(f.on_rail(0, WrKind::Data), [(1, 0), (1, 1), (1, 2), (1, 3)]);
+    // The marker was lost: the record is read over rail 1 first.
+    assert_eq!(f.on_rail(1, WrKind::ReadRecord), [(1, 0)]);
+    // Not landed: exactly the unacknowledged chunks 2 and 3 are redone, then the marker.
+    assert_eq!(f.on_rail(1, WrKind::Data), [(1, 2), (1, 3)]);
+    assert_eq!(f.on_rail(1, WrKind::Marker), [(1, 4)]);
+    assert_eq!(f.placed[&(1, 0)], 1, "acknowledged chunks are not resent");
+    assert!(f.violations.is_empty(), "{:?}", f.violations);
+    let ev = e.rails.take_events();
+    assert_eq!(
+        ev,
+        [Event::Failover {
+            rail: 0,
+            status: wc::RETRY_EXC_ERR,
+            to: Some(1),
+            newly: true
+        }]
+    );
+    assert!(!h.is_up(&key("mlx5_0:1")) && h.is_up(&key("mlx5_1:1")));
+    // New messages go straight to rail 1.
+    f.send(&mut e, 2, 3);
+    f.settle(&mut e, now);
+    assert!(done(&e, 2));
+    assert_eq!(f.on_rail(1, WrKind::Marker), [(1, 4), (2, 1)]);
+}
+
+#[test]
+fn a_marker_that_landed_with_its_ack_lost_is_not_redone() {
+    let h = health();
+    let mut e = engine(&h, 4, 64);
+    let mut f = Fabric::default();
+    let now = Instant::now();
+    // Rail 0 acknowledges one chunk; the other chunk and the marker land unacknowledged.
+    f.cut_after[0] = Some(1);
+    f.land_unacked[0] = 2;
+    f.send(&mut e, 1, 8);
+    f.send(&mut e, 2, 4);
+    f.settle(&mut e, now);
+    assert!(done(&e, 1) && done(&e, 2));
+    // Message 1 completed at the receiver before the failure: the read says so and
+    // nothing of it is written again.
+    assert_eq!(f.on_rail(1, WrKind::ReadRecord), [(1, 0), (2, 0)]);
+    assert!(f.on_rail(1, WrKind::Data).iter().all(|&(m, _)| m != 1));
+    assert_eq!(f.on_rail(1, WrKind::Data), [(2, 0)]);
+    assert_eq!(f.on_rail(1, WrKind::Marker), [(2, 1)]);
+    assert!(f.violations.is_empty(), "{:?}", f.violations);
+}
+
+#[test]
+fn chunks_lost_before_the_marker_was_posted_are_simply_resent() {
+    let h = health();
+    // A send queue so small that the marker cannot be posted with the data.
+    let mut e = engine(&h, 4, RESERVED_SLOTS + 2);
+    let mut f = Fabric::default();
+    let now = Instant::now();
+    f.cut_after[0] = Some(1);
+    f.send(&mut e, 1, 16);
+    // First round: two chunks on rail 0; chunk 1 fails, nothing else was posted.
+    let mut acts = Vec::new();
+    e.poll(now, &mut acts);
+    assert_eq!(acts.len(), 2);
+    f.post(acts);
+    f.run(&mut e, now);
+    assert_eq!(
+        e.state(1),
+        Some(&MsgState::Sending),
+        "no read needed: the marker never left"
+    );
+    f.settle(&mut e, now);
+    assert!(done(&e, 1));
+    assert!(f.on_rail(1, WrKind::ReadRecord).is_empty());
+    assert_eq!(f.on_rail(1, WrKind::Data), [(1, 1), (1, 2), (1, 3)]);
+    assert_eq!(f.on_rail(1, WrKind::Marker), [(1, 4)]);
+    assert!(f.violations.is_empty(), "{:?}", f.violations);
+}
+
+#[test]
+fn health_is_shared_by_connections_to_the_same_peer_port() {
+    let h = health();
+    let (mut a, mut b) = (engine(&h, 4, 64), engine(&h, 4, 64));
+    let (mut fa, mut fb) = (Fabric::default(), Fabric::default());
+    let now = Instant::now();
+    fa.cut_after[0] = Some(0);
+    fa.send(&mut a, 1, 4);
+    fa.settle(&mut a, now);
+    assert!(done(&a, 1));
+    // Connection b never saw an error but avoids the failed path at once.
+    fb.send(&mut b, 1, 4);
+    fb.settle(&mut b, now);
+    assert!(done(&b, 1));
+    assert!(fb.on_rail(0, WrKind::Data).is_empty());
+    assert_eq!(fb.on_rail(1, WrKind::Marker), [(1, 1)]);
+    // A different peer port through the same local port is unaffected.
+    let other = RailSet::new(
+        vec![
+            PathKey {
+                remote_gid: [9; 16],
+                ..key("mlx5_0:1")
+            },
+            key("mlx5_1:1"),
+        ],
+        h.clone(),
+        true,
+    );
+    assert_eq!(other.active(), Some(0));
+    // b's own failure on that path later is not news for the process.
+    let now2 = now + MS;
+    b.rails.failed(0, wc::RETRY_EXC_ERR, now2);
+    assert_eq!(
+        b.rails.take_events(),
+        [Event::Failover {
+            rail: 0,
+            status: wc::RETRY_EXC_ERR,
+            to: Some(1),
+            newly: false
+        }]
+    );
+}
+
+#[test]
+fn failed_path_is_rearmed_probed_and_taken_back_after_the_window() {
+    let h = health();
+    let mut e = engine(&h, 4, 64);
+    let mut f = Fabric::default();
+    let t0 = Instant::now();
+    f.cut_after[0] = Some(0);
+    f.send(&mut e, 1, 4);
+    f.settle(&mut e, t0);
+    assert!(done(&e, 1));
+    assert_eq!(e.rails.state(0), RailState::Broken);
+    // Inside the window: nothing is tried.
+    f.settle(&mut e, t0 + WINDOW - MS);
+    assert!(f.rearms.is_empty());
+    // The link comes back; at the end of the window the QP is re-armed via rail 1.
+    f.cut = [None, None];
+    f.cut_after = [None, None];
+    f.settle(&mut e, t0 + WINDOW);
+    assert_eq!(f.rearms, [1]);
+    assert!(matches!(
+        e.rails.state(0),
+        RailState::Rearming { gen: 1, .. }
+    ));
+    // The peer acknowledges: probe on rail 0, success, path back.
+    assert_eq!(e.rails.rearm_acked(1), Some(0));
+    assert_eq!(e.rails.rearm_acked(1), None, "once");
+    e.rails.take_events();
+    f.settle(&mut e, t0 + WINDOW + MS);
+    assert_eq!(f.on_rail(0, WrKind::Probe).len(), 1);
+    assert_eq!(
+        e.rails.take_events(),
+        [Event::Recovered {
+            rail: 0,
+            down_for: WINDOW + MS
+        }]
+    );
+    assert!(h.is_up(&key("mlx5_0:1")));
+    // Traffic returns to the primary.
+    f.send(&mut e, 2, 4);
+    f.settle(&mut e, t0 + WINDOW + 2 * MS);
+    assert_eq!(f.on_rail(0, WrKind::Marker).last(), Some(&(2, 1)));
+    assert!(f.violations.is_empty(), "{:?}", f.violations);
+}
+
+#[test]
+fn a_failed_probe_doubles_the_window() {
+    let h = health();
+    let mut e = engine(&h, 4, 64);
+    let mut f = Fabric::default();
+    let t0 = Instant::now();
+    f.cut_after[0] = Some(0);
+    f.send(&mut e, 1, 4);
+    f.settle(&mut e, t0);
+    let t1 = t0 + WINDOW;
+    f.settle(&mut e, t1);
+    assert_eq!(f.rearms, [1]);
+    e.rails.rearm_acked(1);
+    // Still cut: the probe fails.
+    f.settle(&mut e, t1);
+    assert_eq!(f.on_rail(0, WrKind::Probe).len(), 1);
+    let ev = e.rails.take_events();
+    assert!(ev.contains(&Event::ProbeFailed { rail: 0 }), "{ev:?}");
+    assert_eq!(e.rails.state(0), RailState::Broken);
+    // Next attempt only after twice the window.
+    f.settle(&mut e, t1 + 2 * WINDOW - MS);
+    assert_eq!(f.rearms, [1]);
+    f.settle(&mut e, t1 + 2 * WINDOW);
+    assert_eq!(f.rearms, [1, 2]);
+}
+
+#[test]
+fn an_unanswered_rearm_times_out_and_is_retried() {
+    let h = health();
+    let mut e = engine(&h, 4, 64);
+    let mut f = Fabric::default();
+    let t0 = Instant::now();
+    f.cut_after[0] = Some(0);
+    f.send(&mut e, 1, 4);
+    f.settle(&mut e, t0);
+    f.settle(&mut e, t0 + WINDOW);
+    assert_eq!(f.rearms, [1]);
+    // The peer never answers (no receive progress on its side).
+    f.settle(&mut e, t0 + 2 * WINDOW);
+    assert!(e
+        .rails
+        .take_events()
+        .contains(&Event::RearmTimedOut { rail: 0 }));
+    assert_eq!(e.rails.state(0), RailState::Broken);
+    f.settle(&mut e, t0 + 4 * WINDOW);
+    assert_eq!(f.rearms, [1, 2]);
+    assert_eq!(
+        e.rails.rearm_acked(1),
+        None,
+        "a stale generation is ignored"
+    );
+    assert_eq!(e.rails.rearm_acked(2), Some(0));
+}
+
+#[test]
+fn both_rails_failing_fails_the_messages() {
+    let h = health();
+    let mut e = engine(&h, 4, 64);
+    let mut f = Fabric::default();
+    let now = Instant::now();
+    f.cut_after = [Some(0), Some(0)];
+    f.send(&mut e, 1, 8);
+    f.settle(&mut e, now);
+    match e.state(1) {
+        Some(MsgState::Failed(why)) => assert!(why.contains("every rail"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(e.fatal().is_some());
+    e.push(2, 1, true).unwrap();
+    assert!(matches!(e.state(2), Some(MsgState::Failed(_))));
+}
+
+#[test]
+fn without_a_backup_rail_a_failure_is_final() {
+    let h = health();
+    let rails = RailSet::new(vec![key("mlx5_0:1")], h.clone(), true);
+    let mut e = SendEngine::new(rails, 4, 64);
+    let mut f = Fabric::default();
+    f.cut_after[0] = Some(0);
+    f.send(&mut e, 1, 4);
+    f.settle(&mut e, Instant::now());
+    assert!(matches!(e.state(1), Some(MsgState::Failed(_))));
+}
+
+#[test]
+fn protocol_errors_do_not_fail_over() {
+    let h = health();
+    let mut e = engine(&h, 4, 64);
+    e.push(1, 8, true).unwrap();
+    let mut acts = Vec::new();
+    e.poll(Instant::now(), &mut acts);
+    let (rail, wr) = wr_of(&acts[0]);
+    e.on_completion(rail, wr, wc::REM_ACCESS_ERR, Instant::now());
+    match e.state(1) {
+        Some(MsgState::Failed(why)) => assert!(why.contains("remote access error"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(h.is_up(&key("mlx5_0:1")), "not a path failure");
+}
+
+#[test]
+fn oversized_messages_are_refused() {
+    let h = health();
+    let mut e = engine(&h, 4096, 64);
+    let err = e.push(1, 4096 * (MAX_CHUNKS as u64 + 1), true).unwrap_err();
+    assert!(err.contains("FERROCX_IB_CHUNK_BYTES"), "{err}");
+    // A truncated message is its marker only, whatever its size.
+    e.push(2, u64::MAX / 2, false).unwrap();
+}
+
+/// Random message sizes and failure points, many seeds: every message completes, every
+/// chunk lands, and nothing is written into a completed message.
+#[test]
+fn random_failures_never_write_into_completed_messages() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for round in 0..300 {
+        let h = health();
+        let depth = RESERVED_SLOTS + 1 + rnd(12) as usize;
+        let mut e = engine(&h, 4, depth);
+        let mut f = Fabric::default();
+        f.cut_after[0] = Some(rnd(20) as usize);
+        f.land_unacked[0] = rnd(4) as usize;
+        let now = Instant::now();
+        let nmsg = 1 + rnd(8);
+        for m in 1..=nmsg {
+            let len = rnd(30);
+            f.send(&mut e, m, len);
+        }
+        f.settle(&mut e, now);
+        for m in 1..=nmsg {
+            assert!(done(&e, m), "round {round} msg {m}: {:?}", e.state(m));
+            assert!(
+                f.completed.contains(&m),
+                "round {round} msg {m} never completed"
+            );
+        }
+        assert!(f.violations.is_empty(), "round {round}: {:?}", f.violations);
+    }
+}
+
+fn fifo_wr(a: &RecvAction) -> (usize, WrId) {
+    match *a {
+        RecvAction::Fifo { rail, seq } => (
+            rail,
+            WrId {
+                kind: WrKind::Fifo,
+                rail,
+                msg: seq,
+                index: 0,
+            },
+        ),
+        RecvAction::Rail(RailAction::Probe { rail }) => (
+            rail,
+            WrId {
+                kind: WrKind::Probe,
+                rail,
+                msg: 0,
+                index: 0,
+            },
+        ),
+        RecvAction::Rail(r) => panic!("the receiver never re-arms: {r:?}"),
+    }
+}
+
+#[test]
+fn fifo_entries_are_rewritten_on_the_surviving_rail() {
+    let h = health();
+    let rails = RailSet::new(vec![key("mlx5_0:1"), key("mlx5_1:1")], h.clone(), false);
+    let mut w = FifoWriter::new(rails, 16);
+    let t0 = Instant::now();
+    for s in 1..=3 {
+        w.push(s);
+    }
+    let mut acts = Vec::new();
+    w.poll(t0, &mut acts);
+    assert_eq!(
+        acts.iter().map(|a| fifo_wr(a).0).collect::<Vec<_>>(),
+        [0, 0, 0]
+    );
+    // Entry 1 acknowledged, entry 2 fails, entry 3 flushed.
+    let wrs: Vec<_> = acts.iter().map(fifo_wr).collect();
+    w.on_completion(0, wrs[0].1, wc::SUCCESS, t0);
+    w.on_completion(0, wrs[1].1, wc::RETRY_EXC_ERR, t0);
+    w.on_completion(0, wrs[2].1, wc::WR_FLUSH_ERR, t0);
+    assert_eq!(w.unfinished(), 2);
+    let mut again = Vec::new();
+    w.poll(t0, &mut again);
+    assert_eq!(
+        again,
+        [
+            RecvAction::Fifo { rail: 1, seq: 2 },
+            RecvAction::Fifo { rail: 1, seq: 3 }
+        ]
+    );
+    for a in &again {
+        let (r, wr) = fifo_wr(a);
+        w.on_completion(r, wr, wc::SUCCESS, t0);
+    }
+    assert_eq!(w.unfinished(), 0);
+    // The receiver does not re-arm (the sender drives it): its QP stays broken until
+    // the peer's request arrives, then it probes after the window.
+    let mut none = Vec::new();
+    w.poll(t0 + WINDOW, &mut none);
+    assert!(none.is_empty(), "{none:?}");
+    w.rails.rearmed_by_peer(0);
+    let mut probe = Vec::new();
+    w.poll(t0 + WINDOW, &mut probe);
+    assert_eq!(probe, [RecvAction::Rail(RailAction::Probe { rail: 0 })]);
+    let (r, wr) = fifo_wr(&probe[0]);
+    w.on_completion(r, wr, wc::SUCCESS, t0 + WINDOW);
+    assert!(h.is_up(&key("mlx5_0:1")));
+    w.push(4);
+    let mut back = Vec::new();
+    w.poll(t0 + WINDOW, &mut back);
+    assert_eq!(back, [RecvAction::Fifo { rail: 0, seq: 4 }]);
+}
