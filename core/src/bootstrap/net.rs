@@ -94,7 +94,7 @@ pub(crate) fn connect_retry(
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Error::Timeout {
-                what: format!("{what} ({attempts} attempts; last error: {last})"),
+                what: connect_failure(what, addrs, attempts, &last),
                 peer,
                 after: timeout,
             });
@@ -102,6 +102,20 @@ pub(crate) fn connect_retry(
         std::thread::sleep(backoff.min(left));
         backoff = (backoff * 2).min(RETRY_MAX);
     }
+}
+
+/// What a [`connect_retry`] that timed out reports: `what`, every address tried when
+/// there were several (a name that resolved to more than one), the number of attempts and
+/// the last error (which names its address).
+fn connect_failure(what: &str, addrs: &[SocketAddr], attempts: u32, last: &str) -> String {
+    let tried = if addrs.len() > 1 {
+        let list: Vec<String> = addrs.iter().map(SocketAddr::to_string).collect();
+        format!("tried {}; ", list.join(", "))
+    } else {
+        String::new()
+    };
+    let plural = if attempts == 1 { "" } else { "s" };
+    format!("{what} ({tried}{attempts} attempt{plural}; last error: {last})")
 }
 
 /// Accept one connection on a non-blocking `listener`, or `None` once `deadline` passes or
@@ -154,4 +168,75 @@ pub(crate) fn read_frame_by(
     s.set_read_timeout(Some(left))?;
     let mut r = s;
     wire::read_frame(&mut r, max_len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connect_timeout_names_the_address_and_says_it_timed_out() {
+        let addr: SocketAddr = "10.200.0.99:29500".parse().unwrap();
+        let start = Instant::now();
+        // A deadline already passed: no attempt, and the error still names everything.
+        let e = connect_retry(
+            &[addr],
+            start,
+            Duration::from_secs(3),
+            "connecting to X",
+            Some(0),
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("timed out after 3.0s waiting for rank 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("connecting to X (0 attempts; last error: no attempt made)"),
+            "{text}"
+        );
+        assert_eq!(e.peer(), Some(0));
+
+        // Several addresses: each is listed.
+        let v6: SocketAddr = "[fd00::1]:29500".parse().unwrap();
+        let what = connect_failure("connecting to root", &[addr, v6], 1, "x: refused");
+        assert_eq!(
+            what,
+            "connecting to root (tried 10.200.0.99:29500, [fd00::1]:29500; 1 attempt; last error: x: refused)"
+        );
+    }
+
+    #[test]
+    fn a_refused_connect_is_retried_until_the_deadline() {
+        // A port nothing listens on: bind, note the port, close.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let t = Duration::from_millis(300);
+        let start = Instant::now();
+        let e = connect_retry(
+            &[addr],
+            deadline_after(t),
+            t,
+            "connecting to the root",
+            None,
+        )
+        .unwrap_err();
+        let took = start.elapsed();
+        let text = e.to_string();
+        assert!(took >= t && took < t + Duration::from_secs(2), "{took:?}");
+        assert!(text.contains("timed out after 0.3s"), "{text}");
+        assert!(
+            text.contains(&format!("last error: 127.0.0.1:{port}: ")),
+            "{text}"
+        );
+        assert!(
+            !text.contains(" 1 attempt;"),
+            "refusals are retried: {text}"
+        );
+    }
 }
