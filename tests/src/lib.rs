@@ -2,6 +2,8 @@
 //! processes of the `fxtest-worker` binary, bounded in time, and collect
 //! their outputs; locate (building if needed) plugin `.so` files.
 
+pub mod netns;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -45,23 +47,43 @@ pub fn run_ranks(
     limit: Duration,
 ) -> Vec<RankOutput> {
     let root = format!("127.0.0.1:{}", free_port());
-    let mut children: Vec<(usize, Child)> = (0..n)
+    let cmds = (0..n)
         .map(|r| {
             let mut c = Command::new(worker);
             c.args(args)
                 .env("FERROCX_COMM_ID", &root)
                 .env("FERROCX_RANK", r.to_string())
                 .env("FERROCX_NRANKS", n.to_string())
-                .env("FERROCX_LOCAL_RANK", r.to_string())
-                .env_remove("FERROCX_TRANSPORTS")
-                .env_remove("FERROCX_PLUGINS")
-                .env_remove("FERROCX_PLUGIN_PATH")
-                .env_remove("FERROCX_BUILTIN_PLUGINS")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
+                .env("FERROCX_LOCAL_RANK", r.to_string());
+            clear_selection_env(&mut c);
             for (k, v) in env {
                 c.env(k, v);
             }
+            c
+        })
+        .collect();
+    run_commands(cmds, limit)
+}
+
+/// Remove the transport selection variables a developer's shell may hold, so a
+/// test sees the defaults unless it sets them.
+pub fn clear_selection_env(c: &mut Command) {
+    c.env_remove("FERROCX_TRANSPORTS")
+        .env_remove("FERROCX_PLUGINS")
+        .env_remove("FERROCX_PLUGIN_PATH")
+        .env_remove("FERROCX_BUILTIN_PLUGINS");
+}
+
+/// Start every command (command `i` is rank `i`) with piped output, and wait at
+/// most `limit` for all of them. Commands still running at the limit are killed
+/// (the test then fails on their code).
+pub fn run_commands(cmds: Vec<Command>, limit: Duration) -> Vec<RankOutput> {
+    let n = cmds.len();
+    let mut children: Vec<(usize, Child)> = cmds
+        .into_iter()
+        .enumerate()
+        .map(|(r, mut c)| {
+            c.stdout(Stdio::piped()).stderr(Stdio::piped());
             (r, c.spawn().expect("spawn worker"))
         })
         .collect();
