@@ -58,6 +58,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "rendezvous address host:port; rank 0 listens there",
     ),
     (
+        "FERROCX_HOSTID",
+        "(hostname + boot id)",
+        "host identity: ranks with different values count as different hosts",
+    ),
+    (
         "FERROCX_RANK",
         "(none)",
         "this rank (set by fxrun); else OMPI_COMM_WORLD_RANK, SLURM_PROCID, RANK",
@@ -157,6 +162,42 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "FERROCX_SHM_SINGLE_COPY_MIN",
         "16384",
         "smallest message (bytes) sent by single copy into a registered buffer",
+    ),
+    (
+        "FERROCX_SOCKET_DISABLE",
+        "0",
+        "1 makes the net-socket transport decline every peer",
+    ),
+    (
+        "FERROCX_SOCKET_IFNAME",
+        "(not lo, docker)",
+        "interfaces (rails) net-socket uses: eth (prefix), =eth0 (exact), ^docker,lo (exclude)",
+    ),
+    (
+        "FERROCX_SOCKET_NRAILS",
+        "4",
+        "most interfaces one net-socket connection stripes over",
+    ),
+    ("FERROCX_SOCKET_NSOCKS", "1", "TCP sockets per rail and connection"),
+    (
+        "FERROCX_SOCKET_CHUNK_SIZE",
+        "524288",
+        "bytes per chunk striped over net-socket's sockets",
+    ),
+    (
+        "FERROCX_SOCKET_WINDOW",
+        "33554432",
+        "unacknowledged bytes per multi-rail net-socket connection",
+    ),
+    (
+        "FERROCX_SOCKET_RAIL_TIMEOUT",
+        "5s",
+        "data unacknowledged this long fails a net-socket rail (TCP_USER_TIMEOUT)",
+    ),
+    (
+        "FERROCX_SOCKET_RECOVERY",
+        "10s",
+        "quiet time before a failed net-socket rail is probed and taken back",
     ),
 ];
 
