@@ -60,6 +60,14 @@ fn keys_of(shared: &Shared, leases: &[MrLease]) -> ([u32; RAILS], [u32; RAILS]) 
     (l, r)
 }
 
+fn off_hello() -> usize {
+    std::mem::offset_of!(ctrl::Ctrl, hello)
+}
+
+fn off_hello_src() -> usize {
+    std::mem::offset_of!(ctrl::Ctrl, hello_src)
+}
+
 fn random_psn() -> u32 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(Instant::now().elapsed().as_nanos() as u64);
@@ -105,6 +113,8 @@ enum Side {
         next: u64,
         msgs: BTreeMap<u64, RecvMsg>,
         rearm_gen: u64,
+        /// The sender's hello arrived: its QPs accept writes.
+        hello: bool,
     },
     /// Before `connect`.
     Unconnected,
@@ -365,9 +375,35 @@ impl Inner {
                     next: 1,
                     msgs: BTreeMap::new(),
                     rearm_gen: 0,
+                    hello: false,
                 }
             }
         };
+        if self.dir == Direction::Send {
+            // Tell the receiver our QPs are ready, on every rail (any one suffices).
+            self.region.write(off_hello_src(), !self.conn_id);
+            for r in 0..n {
+                let wr = WrId {
+                    kind: WrKind::Rearm,
+                    rail: r,
+                    msg: 0,
+                    index: 0,
+                };
+                let rq = &mut self.rails[r];
+                rq.qp.write(
+                    wr.encode(),
+                    self.region.lkey(rq.dev),
+                    self.region.addr(off_hello_src()),
+                    8,
+                    pb.rails[r].rkey,
+                    pb.region + off_hello() as u64,
+                    None,
+                )?;
+                if let Side::Send { engine, .. } = &mut self.side {
+                    engine.reserve(r);
+                }
+            }
+        }
         let names: Vec<String> = (0..n).map(|r| self.rail_name(r)).collect();
         self.shared.host.debug(format!(
             "net-ib: rank {} connected to rank {} over {}",
@@ -564,24 +600,32 @@ impl Inner {
     }
 
     fn finished(&mut self, seq: u64) -> PluginResult<Option<usize>> {
+        let mut leases = Vec::new();
         let out = match &mut self.side {
-            Side::Send { engine, msgs, .. } => match engine.state(seq).cloned() {
-                Some(MsgState::Done) => {
-                    engine.reap(seq);
-                    msgs.remove(&seq).map(|m| Ok(m.len as usize))
+            Side::Send { engine, msgs, .. } => {
+                let out = match engine.state(seq).cloned() {
+                    Some(MsgState::Done) => Some(Ok(())),
+                    Some(MsgState::Failed(why)) => Some(Err(why)),
+                    _ => None,
+                };
+                match out {
+                    Some(res) => {
+                        engine.reap(seq);
+                        msgs.remove(&seq).map(|m| {
+                            leases = m.leases;
+                            res.map(|()| m.len as usize)
+                        })
+                    }
+                    None => None,
                 }
-                Some(MsgState::Failed(why)) => {
-                    engine.reap(seq);
-                    msgs.remove(&seq).map(|_| Err(why))
-                }
-                _ => None,
-            },
+            }
             Side::Recv { msgs, .. } => match msgs.get(&seq).and_then(|m| m.done.clone()) {
                 Some(d) => msgs.remove(&seq).map(|_| d),
                 None => None,
             },
             Side::Unconnected => None,
         };
+        self.release(leases);
         match out {
             Some(Ok(n)) => Ok(Some(n)),
             Some(Err(why)) => Err(self.err(why)),
@@ -741,13 +785,25 @@ impl Inner {
         Ok(())
     }
 
-    fn rearm_as_receiver(&mut self, req: Rearm) -> PluginResult<()> {
-        let r = req.rail as usize;
-        // Completions of the old incarnation are in the CQ already: drain them first.
+    /// Process every completion already in rail `r`'s CQ (before its QP is reset).
+    fn drain(&mut self, r: usize) -> PluginResult<()> {
+        let now = Instant::now();
         let mut wcs = Vec::new();
         self.rails[r].qp.poll(&mut wcs)?;
+        for wc in wcs {
+            self.on_completion(r, wc.wr_id, wc.status, wc.opcode, wc.imm, now)?;
+        }
+        Ok(())
+    }
+
+    fn rearm_as_receiver(&mut self, req: Rearm) -> PluginResult<()> {
+        let r = req.rail as usize;
+        self.drain(r)?;
         self.rails[r].qp.reset()?;
         self.rails[r].recvs = 0;
+        if let Side::Recv { writer, .. } = &mut self.side {
+            writer.rail_reset(r, SQ_DEPTH);
+        }
         let pw = self.rails[r].peer.expect("connected");
         let remote = RemoteQp {
             qpn: pw.qpn,
@@ -773,6 +829,7 @@ impl Inner {
         };
         writer.rails.rearmed_by_peer(r);
         let via = writer.rails.active().unwrap_or(r);
+        writer.reserve(via);
         self.region
             .write(std::mem::offset_of!(ctrl::Ctrl, rearm_ack_src), req.gen);
         let pb = *self.peer_region()?;
@@ -812,7 +869,13 @@ impl Inner {
                     self.post_send_action(&pb, a)?;
                 }
             }
-            Side::Recv { writer, .. } => {
+            Side::Recv { writer, hello, .. } => {
+                if !*hello {
+                    if self.region.read::<u64>(off_hello()) != !self.conn_id {
+                        return Ok(()); // announce nothing before the sender can take it
+                    }
+                    *hello = true;
+                }
                 let mut acts = Vec::new();
                 writer.poll(now, &mut acts);
                 for a in acts {
@@ -901,10 +964,12 @@ impl Inner {
             Action::Rail(RailAction::Probe { rail }) => self.post_probe(pb, rail),
             Action::Rail(RailAction::Rearm { rail, via, gen }) => {
                 let (sp, rp) = (random_psn(), random_psn());
-                // Drop the old incarnation's completions, then RESET → RTS with new PSNs.
-                let mut wcs = Vec::new();
-                self.rails[rail].qp.poll(&mut wcs)?;
+                // Finish the old incarnation's completions, then RESET → RTS with new PSNs.
+                self.drain(rail)?;
                 self.rails[rail].qp.reset()?;
+                if let Side::Send { engine, .. } = &mut self.side {
+                    engine.rail_reset(rail, SQ_DEPTH);
+                }
                 let pw = self.rails[rail].peer.expect("connected");
                 let remote = RemoteQp {
                     qpn: pw.qpn,

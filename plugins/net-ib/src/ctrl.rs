@@ -12,6 +12,7 @@
 //! | `record_read[s]` | sender | sender (RDMA READ of `records[s]`) | failover: was the lost marker placed? |
 //! | `rearm` | receiver | sender | re-arm a failed rail's QP with these PSNs |
 //! | `rearm_ack` | sender | receiver | the re-arm of generation `gen` is done |
+//! | `hello` | receiver | sender | the sender's QPs are ready (its connection id) |
 //! | `probe` | either | the other end | target of recovery probes |
 //! | `*_src` | either | itself | local sources of the small writes above |
 //!
@@ -91,6 +92,11 @@ shareable! {
         pub rearm_ack: u64,
         /// Its source (receiver side).
         pub rearm_ack_src: u64,
+        /// The sender's hello, written once its QPs are ready: the connection id
+        /// (receiver side). The receiver announces buffers only after it.
+        pub hello: u64,
+        /// Its source (sender side).
+        pub hello_src: u64,
         /// Probe target.
         pub probe: u64,
         /// Probe source.

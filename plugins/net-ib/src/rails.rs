@@ -791,6 +791,19 @@ impl<K: std::hash::Hash + Eq + Clone> SendEngine<K> {
         }
     }
 
+    /// A work request posted on `rail` outside the engine (its completion comes back
+    /// through [`on_completion`](Self::on_completion)): take its send-queue slot.
+    pub fn reserve(&mut self, rail: usize) {
+        self.credits[rail] = self.credits[rail].saturating_sub(1);
+    }
+
+    /// `rail`'s QP was reset (re-arm): work requests still on it vanished without
+    /// completions. Treat them as lost and give the send queue its slots back.
+    pub fn rail_reset(&mut self, rail: usize, sq_depth: usize) {
+        self.rail_lost(rail);
+        self.credits[rail] = sq_depth;
+    }
+
     /// Resolve message `msg` after its record read: `landed` when the receiver's record
     /// slot holds this message's marker.
     pub fn resolved(&mut self, msg: u64, landed: bool) {
@@ -900,6 +913,34 @@ impl<K: std::hash::Hash + Eq + Clone> FifoWriter<K> {
         }
     }
 
+    /// A work request posted on `rail` outside the writer (its completion comes back
+    /// through [`on_completion`](Self::on_completion)): take its send-queue slot.
+    pub fn reserve(&mut self, rail: usize) {
+        self.credits[rail] = self.credits[rail].saturating_sub(1);
+    }
+
+    /// `rail`'s QP was reset at the peer's request: FIFO writes still on it vanished
+    /// without completions; write them again and give the send queue its slots back.
+    pub fn rail_reset(&mut self, rail: usize, sq_depth: usize) {
+        self.requeue(rail);
+        self.credits[rail] = sq_depth;
+    }
+
+    fn requeue(&mut self, rail: usize) {
+        let mut lost: Vec<u64> = self
+            .inflight
+            .fail_rail(rail)
+            .into_iter()
+            .map(|c| c.msg)
+            .collect();
+        lost.reverse();
+        for seq in lost {
+            if !self.pending.contains(&seq) {
+                self.pending.push_front(seq);
+            }
+        }
+    }
+
     /// A send-queue completion on `rail`.
     pub fn on_completion(&mut self, rail: usize, wr: WrId, status: u32, now: Instant) {
         if let Some(c) = self.credits.get_mut(rail) {
@@ -922,16 +963,7 @@ impl<K: std::hash::Hash + Eq + Clone> FifoWriter<K> {
                 } else {
                     self.rails.failed(rail, status, now);
                 }
-                let mut lost: Vec<u64> = self
-                    .inflight
-                    .fail_rail(rail)
-                    .into_iter()
-                    .map(|c| c.msg)
-                    .collect();
-                lost.reverse();
-                for seq in lost {
-                    self.pending.push_front(seq);
-                }
+                self.requeue(rail);
             }
             Outcome::Fatal => {
                 self.fatal = Some(format!(

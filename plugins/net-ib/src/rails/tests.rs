@@ -725,3 +725,51 @@ fn fifo_entries_are_rewritten_on_the_surviving_rail() {
     w.poll(t0 + WINDOW, &mut back);
     assert_eq!(back, [RecvAction::Fifo { rail: 0, seq: 4 }]);
 }
+
+#[test]
+fn a_reset_rail_gives_back_its_slots_and_requeues_fifo_entries() {
+    let h = health();
+    let rails = RailSet::new(vec![key("mlx5_0:1"), key("mlx5_1:1")], h.clone(), false);
+    let mut w = FifoWriter::new(rails, 3);
+    let t0 = Instant::now();
+    w.reserve(0); // e.g. a re-arm acknowledgement posted outside the writer
+    for s in 1..=4 {
+        w.push(s);
+    }
+    let mut acts = Vec::new();
+    w.poll(t0, &mut acts);
+    // 3 slots, one reserved, one always kept free: a single entry goes out.
+    assert_eq!(acts, [RecvAction::Fifo { rail: 0, seq: 1 }]);
+    // The QP is reset under it (no completion will come): entry 1 is written again,
+    // in order, and the slots are back.
+    w.rail_reset(0, 3);
+    let mut again = Vec::new();
+    w.poll(t0, &mut again);
+    assert_eq!(
+        again,
+        [
+            RecvAction::Fifo { rail: 0, seq: 1 },
+            RecvAction::Fifo { rail: 0, seq: 2 }
+        ]
+    );
+    assert_eq!(w.unfinished(), 4);
+
+    let mut e = engine(&h, 4, RESERVED_SLOTS + 2);
+    e.reserve(0);
+    e.push(9, 8, true).unwrap();
+    let mut acts = Vec::new();
+    e.poll(t0, &mut acts);
+    assert_eq!(acts.len(), 1, "one slot taken by the reservation: {acts:?}");
+    e.rail_reset(0, RESERVED_SLOTS + 2);
+    let mut acts = Vec::new();
+    e.poll(t0, &mut acts);
+    // The reset lost chunk 0 (no marker yet): it is redone along with chunk 1.
+    let data: Vec<u32> = acts
+        .iter()
+        .filter_map(|a| match a {
+            Action::Data { index, .. } => Some(*index),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(data, [0, 1]);
+}
