@@ -10,7 +10,7 @@
 //! | `FERROCX_IB_BACKUP` | `1` | `0`: no backup rail (a failed path fails the connection) |
 //! | `FERROCX_IB_RECOVERY_MS` | `5000` | quiet window before a failed path is probed |
 //! | `FERROCX_IB_CHUNK_BYTES` | `1048576` | bytes per RDMA WRITE (the unit that is resent on failover) |
-//! | `FERROCX_IB_REG_CACHE` | `64` | registrations kept per device after their last use (0: none) |
+//! | `FERROCX_IB_REG_CACHE` | `0` | unused transfer registrations kept per device (unsafe if memory is freed and remapped) |
 
 use ferrocx_sdk::{Host, PluginError, PluginResult};
 use std::time::Duration;
@@ -152,7 +152,7 @@ impl Default for Config {
             backup: true,
             recovery: Duration::from_millis(5000),
             chunk_bytes: 1 << 20,
-            reg_cache: 64,
+            reg_cache: 0,
         }
     }
 }
@@ -300,7 +300,7 @@ mod tests {
                     "FERROCX_IB_BACKUP" => "0",
                     "FERROCX_IB_RECOVERY_MS" => "250",
                     "FERROCX_IB_CHUNK_BYTES" => "65536",
-                    "FERROCX_IB_REG_CACHE" => "0",
+                    "FERROCX_IB_REG_CACHE" => "16",
                     _ => return None,
                 }
                 .into(),
@@ -311,7 +311,7 @@ mod tests {
         assert!(c.hca.unwrap().exclude);
         assert_eq!((c.timeout, c.retry_cnt, c.gid_index), (14, 3, Some(3)));
         assert_eq!(c.recovery, Duration::from_millis(250));
-        assert_eq!((c.chunk_bytes, c.reg_cache), (65536, 0));
+        assert_eq!((c.chunk_bytes, c.reg_cache), (65536, 16));
     }
 
     #[test]
