@@ -11,6 +11,12 @@
 #      (prefix: every rail).
 # Every output goes to OUT, plus summary.md.
 #
+# fxperf sendrecv with 2 ranks sends both ways at once, so its ceiling is iperf3
+# --bidir (per direction); those runs are measured too. RATE (e.g. 2gbit) shapes
+# every rail in both directions with a token bucket (tc tbf), so the link, not the
+# 2-core CPU, is the bottleneck — as with real NICs — and two rails can be compared
+# with one. Unset RATE measures raw veth, which is CPU-bound.
+#
 #   bench/netns-iperf.sh                  # as root; RAILS=2 T=5
 #   FXPERF=/path/fxperf bench/netns-iperf.sh   # use that binary, skip the build
 # Other knobs: OUT (default bench/results/<date>-netns-iperf), SIZES (fxperf's
@@ -25,6 +31,7 @@ T="${T:-5}"
 SIZES="${SIZES:--b 1M -e 256M -f 2}"
 ITERS="${ITERS:--n 20 -w 5}"
 BIND="${BIND:-1}"
+RATE="${RATE:-}"
 OUT="${OUT:-$HERE/results/$(date +%F)-netns-iperf}"
 
 die() { echo "netns-iperf: $*" >&2; exit 1; }
@@ -65,6 +72,11 @@ for r in $(seq 0 $((RAILS - 1))); do
   ip -n "$NSB" addr add "$(addr "$r" 2)/24" dev "fxr$r"
   ip -n "$NSA" link set "fxr$r" up
   ip -n "$NSB" link set "fxr$r" up
+  if [ -n "$RATE" ]; then
+    for ns in "$NSA" "$NSB"; do
+      tc -n "$ns" qdisc add dev "fxr$r" root tbf rate "$RATE" burst 512kb latency 20ms
+    done
+  fi
 done
 
 # CPU pinning: rank / client on the first CPU, peer / server on the second.
@@ -79,7 +91,7 @@ mkdir -p "$OUT"
 {
   echo "# date: $(date -Is)  host: $(hostname)  cpus: $NCPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
   echo "# kernel: $(uname -r)  ferrocx: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')  $(iperf3 --version | head -1)"
-  echo "# rails: $RAILS (veth pairs fxr0..fxr$((RAILS - 1)) between namespaces $NSA and $NSB), iperf3 -t $T, fxperf $SIZES $ITERS, bind $BIND"
+  echo "# rails: $RAILS (veth pairs fxr0..fxr$((RAILS - 1)) between namespaces $NSA and $NSB), shaped: ${RATE:-no}, iperf3 -t $T, fxperf $SIZES $ITERS, bind $BIND"
 } > "$OUT/machine.txt"
 cat "$OUT/machine.txt"
 
@@ -93,8 +105,14 @@ wait_listen() {
   die "iperf3 server on port $port in $NSB did not start"
 }
 
-# The receiver's bit rate in Gbit/s from an iperf3 -f g report (the [SUM] line with -P).
-iperf_gbps() { grep -E 'receiver' "$1" | tail -1 | awk '{for (i = 1; i <= NF; i++) if ($i == "Gbits/sec") print $(i - 1)}'; }
+# The receiver's bit rate in Gbit/s from an iperf3 -f g report (the [SUM] line with -P;
+# with --bidir, the mean of the two directions).
+iperf_gbps() {
+  grep -E 'receiver' "$1" | awk '
+    { for (i = 1; i <= NF; i++) if ($i == "Gbits/sec") v = $(i - 1) }
+    /\[SUM\]/ { sum = v } / \[(TX|RX)-C\]/ { bi += v; nb++ } { last = v }
+    END { if (nb) printf "%.2f\n", bi / nb; else if (sum != "") print sum; else print last }'
+}
 
 # iperf RAIL PORT FILE [client flags]: one server in B (one test, then exits), one client in A.
 iperf_start() {
@@ -112,10 +130,17 @@ wait
 echo "== iperf3 rail 0, -P 2" >&2
 iperf_start 0 5202 "$OUT/iperf-rail0-P2.txt" -P 2
 wait
+echo "== iperf3 rail 0, --bidir" >&2
+iperf_start 0 5205 "$OUT/iperf-rail0-bidir.txt" --bidir
+wait
 if [ "$RAILS" -ge 2 ]; then
   echo "== iperf3 on both rails at once (one iperf3 per rail)" >&2
   iperf_start 0 5203 "$OUT/iperf-2rails-rail0.txt"
   iperf_start 1 5204 "$OUT/iperf-2rails-rail1.txt"
+  wait
+  echo "== iperf3 on both rails at once, --bidir" >&2
+  iperf_start 0 5206 "$OUT/iperf-2rails-bidir-rail0.txt" --bidir
+  iperf_start 1 5207 "$OUT/iperf-2rails-bidir-rail1.txt" --bidir
   wait
 fi
 PIDS=()
@@ -162,6 +187,12 @@ fi
     row "rails 0 and 1 at once: rail 0" "$g0"
     row "rails 0 and 1 at once: rail 1" "$g1"
     row "rails 0 and 1 at once: sum" "$(awk -v a="$g0" -v b="$g1" 'BEGIN { printf "%.2f", a + b }')"
+  fi
+  row "rail 0, --bidir (per direction)" "$(iperf_gbps "$OUT/iperf-rail0-bidir.txt")"
+  if [ "$RAILS" -ge 2 ]; then
+    b0="$(iperf_gbps "$OUT/iperf-2rails-bidir-rail0.txt")"
+    b1="$(iperf_gbps "$OUT/iperf-2rails-bidir-rail1.txt")"
+    row "rails 0 and 1 at once, --bidir: sum per direction" "$(awk -v a="$b0" -v b="$b1" 'BEGIN { printf "%.2f", a + b }')"
   fi
   echo
   echo "| fxperf (rank 0 in A, rank 1 in B) | transport | largest size | busbw there, GB/s (Gbit/s) | peak busbw, GB/s (size) | avg busbw, GB/s |"

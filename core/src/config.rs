@@ -178,7 +178,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "4",
         "most interfaces one net-socket connection stripes over",
     ),
-    ("FERROCX_SOCKET_NSOCKS", "1", "TCP sockets per rail and connection"),
+    (
+        "FERROCX_SOCKET_NSOCKS",
+        "1",
+        "TCP sockets per rail and connection",
+    ),
     (
         "FERROCX_SOCKET_CHUNK_SIZE",
         "524288",
