@@ -34,6 +34,10 @@ impl PluginError {
             format!("{what}: {}", std::io::Error::last_os_error()),
         )
     }
+    /// `FX_SYSTEM`: a failure of the system or a driver.
+    pub fn system(message: impl Into<String>) -> Self {
+        Self::new(FX_SYSTEM, message)
+    }
     /// `FX_SYSTEM` from an `io::Error`.
     pub fn io(what: impl fmt::Display, err: std::io::Error) -> Self {
         Self::new(FX_SYSTEM, format!("{what}: {err}"))

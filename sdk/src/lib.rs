@@ -12,6 +12,8 @@
 
 pub mod abi;
 mod blob;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod env;
 mod error;
 mod export;
