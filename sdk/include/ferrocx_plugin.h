@@ -92,8 +92,8 @@ typedef struct fx_peer_info {
   int32_t pid;
   uint64_t host_hash; /* equal means same host */
   uint64_t comm_hash; /* equal on every rank of the communicator */
-  int32_t cuda_device; /* -1 when none */
-  int32_t reserved;
+  int32_t cuda_device; /* -1 when none (ordinal in the rank's own process) */
+  int32_t cuda_pci;    /* PCI location: domain << 16 | bus << 8 | device << 3; -1 when none */
   char host_name[FX_HOST_NAME_BYTES];
 } fx_peer_info_t;
 

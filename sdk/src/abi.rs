@@ -101,10 +101,12 @@ pub struct FxPeerInfo {
     pub host_hash: u64,
     /// Identity of the communicator (equal on every rank of it).
     pub comm_hash: u64,
-    /// CUDA device ordinal, or -1.
+    /// CUDA device ordinal (in the rank's own process), or -1.
     pub cuda_device: i32,
-    /// Zero.
-    pub reserved: i32,
+    /// PCI location of that device, packed as `domain << 16 | bus << 8 | device << 3`
+    /// (`ferrocx_sdk::cuda::pci_id`): equal in every process for the same GPU. -1 when
+    /// the rank has no device. (Was `reserved`, always 0, before GPU support.)
+    pub cuda_pci: i32,
     /// Host name, NUL-terminated.
     pub host_name: [c_char; FX_HOST_NAME_BYTES],
 }
@@ -289,7 +291,7 @@ impl FxPeerInfo {
             host_hash: 0,
             comm_hash: 0,
             cuda_device: -1,
-            reserved: 0,
+            cuda_pci: -1,
             host_name: [0; FX_HOST_NAME_BYTES],
         }
     }

@@ -121,7 +121,7 @@ fn expected() -> Expected {
         host_hash => host_hash,
         comm_hash => comm_hash,
         cuda_device => cuda_device,
-        reserved => reserved,
+        cuda_pci => cuda_pci,
         host_name => host_name,
     });
     layout!(out, structs, "fx_conn_req_t", FxConnReq {
