@@ -22,6 +22,7 @@ pub mod algo;
 pub mod bootstrap;
 mod comm;
 pub mod config;
+pub mod device;
 mod error;
 pub mod log;
 mod plan;

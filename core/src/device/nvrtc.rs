@@ -1,0 +1,1 @@
+//! NVRTC loaded at run time (being written).
