@@ -67,6 +67,8 @@ pub enum Error {
     Unsupported(String),
     /// An operating-system error outside any plugin.
     Io(String),
+    /// A CUDA driver call failed (the message names the call and the driver's code).
+    Cuda(String),
 }
 
 /// `Result` with [`Error`].
@@ -117,6 +119,7 @@ impl fmt::Display for Error {
             Error::Destroyed(m) => write!(f, "communicator is no longer usable: {m}"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Io(m) => write!(f, "I/O error: {m}"),
+            Error::Cuda(m) => write!(f, "CUDA error: {m}"),
         }
     }
 }
@@ -136,5 +139,14 @@ impl Error {
 
     pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
+    }
+
+    /// From an `sdk::cuda` failure: no driver or device → `Unsupported`, else `Cuda`.
+    pub(crate) fn cuda(e: ferrocx_sdk::PluginError) -> Self {
+        if e.code() == ferrocx_sdk::abi::FX_UNSUPPORTED {
+            Error::Unsupported(e.message().to_string())
+        } else {
+            Error::Cuda(e.message().to_string())
+        }
     }
 }

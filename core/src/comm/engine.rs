@@ -118,6 +118,14 @@ struct Queuer<'a> {
 }
 
 impl Poster for Queuer<'_> {
+    fn device_ok(&self, channel: usize, peer: usize, dir: Dir) -> bool {
+        let i = Engine::slot_of(self.nranks, channel, peer, dir);
+        self.conns
+            .get(i)
+            .and_then(Option::as_ref)
+            .is_some_and(|q| q.conn.plugin.takes_device_memory())
+    }
+
     fn post(&mut self, posts: &[Post]) -> Arc<StageDone> {
         let done = StageDone::new(posts.len());
         let now = *self.now.get_or_insert_with(Instant::now);
@@ -403,7 +411,9 @@ impl Engine {
         }
         st.active.clear();
         st.in_flight = 0;
-        while let Some(run) = st.plans.pop_front() {
+        while let Some(mut run) = st.plans.pop_front() {
+            // Never leave a GPU stream waiting on a plan that will not run.
+            run.plan.finish_device();
             // Reclaim first: a waiter woken by `finish` may read the stats at once.
             let done = run.done.clone();
             let _ = st.reclaim.send(run);
@@ -445,6 +455,14 @@ impl Engine {
             now: None,
         };
         while let Some(run) = plans.front_mut() {
+            // A device plan starts once the users' streams reached its launch point.
+            if let Some(d) = run.plan.device.as_mut() {
+                match d.ready() {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => return Some(e),
+                }
+            }
             // Channels whose earliest unfinished runner is still waiting:
             // later runners of the same channel must not start before it ends.
             let mut blocked = 0u64;
@@ -454,7 +472,7 @@ impl Engine {
                 if blocked & bit != 0 {
                     continue;
                 }
-                if r.scratch.is_none() && r.scratch_bytes() > 0 {
+                if r.dev.is_none() && r.scratch.is_none() && r.scratch_bytes() > 0 {
                     let words = r.scratch_bytes().div_ceil(8);
                     let buf = match pool.iter().position(|b| b.capacity() >= words) {
                         Some(i) => pool.swap_remove(i),
@@ -485,6 +503,7 @@ impl Engine {
                 break;
             }
             let mut run = plans.pop_front().expect("front exists");
+            run.plan.finish_device();
             let (done, err) = (run.done.clone(), run.error.take());
             let _ = reclaim.send(run);
             done.finish(err);

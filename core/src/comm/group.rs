@@ -26,6 +26,8 @@ use std::marker::PhantomData;
 pub struct Group<'a> {
     pub(super) comm: &'a Communicator,
     pub(super) tasks: Vec<Task>,
+    /// One per device operation: the streams a device group is ordered on.
+    pub(super) streams: Vec<crate::device::RawStream>,
     _bufs: PhantomData<&'a mut [u8]>,
 }
 
@@ -34,6 +36,7 @@ impl<'a> Group<'a> {
         Group {
             comm,
             tasks: Vec::new(),
+            streams: Vec::new(),
             _bufs: PhantomData,
         }
     }
@@ -86,9 +89,28 @@ impl<'a> Group<'a> {
         self.tasks.is_empty()
     }
 
-    /// Connect what is needed, run every operation, wait for all of them.
+    /// Connect what is needed, run every operation, wait for all of them. A group of
+    /// device operations (`*_on`) is queued instead: it starts once every stream it
+    /// names has reached this point, and every one of those streams waits for all of it.
     pub fn group_end(self) -> Result<()> {
-        self.comm.run_tasks(self.tasks)
+        if self.streams.is_empty() {
+            return self.comm.run_tasks(self.tasks);
+        }
+        self.check_one_kind()?;
+        // SAFETY: every stream and device buffer was given by `*_on` calls whose
+        // contracts cover this launch.
+        unsafe { self.comm.launch_device(self.tasks, &self.streams) }
+    }
+
+    fn check_one_kind(&self) -> Result<()> {
+        if self.streams.len() != self.tasks.len() {
+            return Err(crate::Error::invalid(format!(
+                "a group holds either host or device buffers: this one has {} host and {} device operations",
+                self.tasks.len() - self.streams.len(),
+                self.streams.len()
+            )));
+        }
+        Ok(())
     }
 
     /// Start the group and return without waiting.
@@ -99,6 +121,11 @@ impl<'a> Group<'a> {
     /// waits, but leaking it (`mem::forget`) ends the borrows early: that is
     /// why this is `unsafe`.
     pub unsafe fn launch(self) -> Result<Request> {
+        if !self.streams.is_empty() {
+            return Err(crate::Error::invalid(
+                "a group of device operations is stream-ordered: end it with group_end()",
+            ));
+        }
         self.comm.start_tasks(self.tasks)
     }
 }

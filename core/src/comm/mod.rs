@@ -2,6 +2,7 @@
 
 pub(crate) mod coll;
 mod connection;
+mod device;
 mod engine;
 mod group;
 mod registration;
@@ -60,6 +61,22 @@ pub struct Communicator {
     schedules: ScheduleCache,
     report: Vec<PluginReport>,
     state: AtomicU8,
+    /// This rank's GPU, when CUDA is usable here (`FERROCX_DEVICE`).
+    gpu: Option<Arc<crate::device::Gpu>>,
+    /// Stream-ordered operations not yet known finished (their errors surface later).
+    device_ops: Mutex<Vec<Arc<crate::plan::StageDone>>>,
+}
+
+/// This rank's GPU: `FERROCX_DEVICE`, else the local rank modulo the device count;
+/// none without a CUDA driver or with `FERROCX_DEVICE=-1`. A device that exists but
+/// cannot be opened is an error.
+fn open_gpu(local_rank: usize) -> Result<Option<Arc<crate::device::Gpu>>> {
+    let Some(dev) = crate::device::choose_device(local_rank)? else {
+        return Ok(None);
+    };
+    let gpu = crate::device::Gpu::open(dev)?;
+    tracing::info!(target: "ferrocx::device", "using CUDA device {dev} (PCI {:#x})", gpu.pci());
+    Ok(Some(gpu))
 }
 
 fn peer_info(r: &RankInfo, nranks: usize, comm_hash: u64) -> FxPeerInfo {
@@ -160,10 +177,31 @@ impl Communicator {
 
         let bootstrap = Bootstrap::init(&cfg.root, cfg.rank, cfg.nranks, -1, timeout)?;
         let comm_hash = bootstrap.comm_hash();
+        let gpu = open_gpu(bootstrap.peers()[cfg.rank].local_rank)?;
+        // Every rank's device and its PCI location (the same GPU has the same PCI id
+        // in every process), for transports that pair GPUs (p2p).
+        let mine = match &gpu {
+            Some(g) => [g.device(), g.pci()],
+            None => [-1, -1],
+        };
+        let mut bytes = [0u8; 8];
+        bytes[..4].copy_from_slice(&mine[0].to_le_bytes());
+        bytes[4..].copy_from_slice(&mine[1].to_le_bytes());
+        let devices = bootstrap.all_gather(&bytes)?;
         let peer_info = bootstrap
             .peers()
             .iter()
-            .map(|r| peer_info(r, cfg.nranks, comm_hash))
+            .zip(&devices)
+            .map(|(r, d)| {
+                let mut p = peer_info(r, cfg.nranks, comm_hash);
+                let word = |i: usize| {
+                    d.get(i..i + 4)
+                        .map_or(-1, |b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                };
+                p.cuda_device = word(0);
+                p.cuda_pci = word(4);
+                p
+            })
             .collect();
         let shared = Arc::new(CommShared {
             rank: cfg.rank,
@@ -209,6 +247,8 @@ impl Communicator {
             schedules: ScheduleCache::default(),
             report,
             state: AtomicU8::new(LIVE),
+            gpu,
+            device_ops: Mutex::new(Vec::new()),
         })
     }
 
@@ -278,6 +318,7 @@ impl Communicator {
             peer,
             ptr,
             len,
+            device: false,
         })
     }
 
@@ -330,8 +371,19 @@ impl Communicator {
             &self.schedules,
             self.rank(),
             self.nranks(),
-        );
-        let done = match self.engine.submit(plans, driving)? {
+            self.gpu.as_ref(),
+        )?;
+        let done = self.submit_plans(plans, driving)?;
+        Ok(Request::new(self.engine.clone(), done, driving))
+    }
+
+    /// Queue plans, making the connections they need first.
+    pub(crate) fn submit_plans(
+        &self,
+        plans: Vec<crate::plan::Plan>,
+        driving: bool,
+    ) -> Result<Arc<crate::plan::StageDone>> {
+        Ok(match self.engine.submit(plans, driving)? {
             Submitted::Queued(done) => done,
             Submitted::Missing(plans, missing) => {
                 self.connect(missing)?;
@@ -344,8 +396,7 @@ impl Communicator {
                     }
                 }
             }
-        };
-        Ok(Request::new(self.engine.clone(), done, driving))
+        })
     }
 
     /// Establish connections on the service thread; fatal failures break the communicator.

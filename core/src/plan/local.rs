@@ -2,6 +2,9 @@
 //! average. The only place the executor dereferences schedule addresses.
 
 use crate::algo::{Buf, Local, Region};
+use crate::device::mem::copy_async;
+use crate::device::Gpu;
+use crate::error::Result;
 use crate::reduce;
 use crate::types::{DataType, RedOp};
 
@@ -68,6 +71,54 @@ pub(crate) unsafe fn run(locals: &[Local], b: &Bases, dtype: DataType, op: RedOp
             }
         }
     }
+}
+
+/// Queue local steps on the GPU's executor stream: copies as `cuMemcpyAsync`,
+/// reductions and the final average as NVRTC kernels. Nothing runs on the host.
+///
+/// # Safety
+/// As [`run`], with device addresses; the memory must stay valid until the stream
+/// has run the work (the runner waits for an event recorded after it).
+pub(crate) unsafe fn run_device(
+    locals: &[Local],
+    b: &Bases,
+    dtype: DataType,
+    op: RedOp,
+    nranks: usize,
+    gpu: &Gpu,
+) -> Result<()> {
+    let stream = gpu.stream();
+    for l in locals {
+        match *l {
+            Local::Copy { dst, src } => {
+                let (d, n) = b.addr(&dst);
+                let (s, _) = b.addr(&src);
+                // SAFETY: the caller's contract.
+                unsafe { copy_async(d, s, n, stream)? };
+            }
+            Local::Reduce { dst, a, b: src } => {
+                let (d, _) = b.addr(&dst);
+                let (x, _) = b.addr(&a);
+                let (y, _) = b.addr(&src);
+                // SAFETY: the caller's contract; dst equals a source or is disjoint.
+                unsafe {
+                    gpu.kernels()?
+                        .reduce(dtype, op, d as u64, x as u64, y as u64, dst.len, stream)?
+                };
+            }
+            Local::Finish { dst } => {
+                if op == RedOp::Avg {
+                    let (d, _) = b.addr(&dst);
+                    // SAFETY: the caller's contract.
+                    unsafe {
+                        gpu.kernels()?
+                            .finish(dtype, op, d as u64, dst.len, nranks, stream)?
+                    };
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Copy `bytes` from `src` into `buf` (staging an in-place input).

@@ -13,7 +13,7 @@ mod task;
 
 pub(crate) use cache::ScheduleCache;
 pub(crate) use done::StageDone;
-pub(crate) use planner::{plan, Plan, PlanConfig};
+pub(crate) use planner::{plan, Plan, PlanConfig, PlanDevice};
 pub(crate) use runner::{Post, Poster, ScratchBuf, Step};
 pub(crate) use task::{CollTask, P2pTask, Task};
 

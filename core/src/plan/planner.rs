@@ -11,8 +11,12 @@ use super::task::{CollTask, P2pTask, Task};
 use crate::algo::{self, Algo, Buf, CollArgs, Part, Region, Schedule, Stage, Xfer};
 use crate::comm::Dir;
 use crate::config;
+use crate::device::mem::DevBuf;
+use crate::device::order::Signal;
+use crate::device::Gpu;
 use crate::error::Result;
 use crate::types::{DataType, RedOp};
+use ferrocx_sdk::cuda::Event;
 use std::sync::Arc;
 
 /// Most channels a communicator may use.
@@ -65,6 +69,78 @@ pub(crate) struct Plan {
     pub runners: Vec<Option<Runner>>,
     /// Runners not finished yet.
     pub left: usize,
+    /// Device work: the gate before it starts, the signals after it ends.
+    pub device: Option<PlanDevice>,
+}
+
+/// What a plan with device buffers needs around its runners.
+pub(crate) struct PlanDevice {
+    pub gpu: Arc<Gpu>,
+    /// Events on the users' streams: the plan starts once all are done.
+    pub gate: Vec<Event>,
+    /// Gate passed and prelude copies done.
+    pub open: bool,
+    /// (dst, src, bytes): in-place inputs copied aside once the gate opens.
+    pub prelude: Vec<(usize, usize, usize)>,
+    /// The device buffers those copies go to (alive as long as the plan).
+    pub inputs: Vec<DevBuf>,
+    /// Released when the plan ends (or fails: dropping fires them too).
+    pub signals: Vec<Signal>,
+}
+
+impl PlanDevice {
+    pub fn new(gpu: Arc<Gpu>) -> Self {
+        PlanDevice {
+            gpu,
+            gate: Vec::new(),
+            open: false,
+            prelude: Vec::new(),
+            inputs: Vec::new(),
+            signals: Vec::new(),
+        }
+    }
+
+    /// Whether the plan may start: the users' streams reached the launch point and
+    /// the prelude copies are done. Never blocks.
+    pub fn ready(&mut self) -> Result<bool> {
+        if self.open {
+            return Ok(true);
+        }
+        self.gpu.bind()?;
+        for e in &self.gate {
+            if !e.done().map_err(crate::Error::cuda)? {
+                return Ok(false);
+            }
+        }
+        self.gate.clear();
+        if self.prelude.is_empty() {
+            self.open = true;
+            return Ok(true);
+        }
+        for (d, s, n) in std::mem::take(&mut self.prelude) {
+            // SAFETY: `s` is a validated device buffer of the task, `d` one of
+            // `inputs`; both live as long as the plan.
+            unsafe { crate::device::mem::copy_async(d, s, n, self.gpu.stream())? };
+        }
+        self.gate.push(self.gpu.mark()?);
+        Ok(false)
+    }
+
+    /// The plan ended: release the users' streams.
+    pub fn finish(&mut self) {
+        for s in &mut self.signals {
+            s.fire();
+        }
+    }
+}
+
+impl Drop for PlanDevice {
+    fn drop(&mut self) {
+        // Staged inputs go back to the pool: later users queue behind on the stream.
+        for b in self.inputs.drain(..) {
+            self.gpu.put_dev(b);
+        }
+    }
 }
 
 impl Plan {
@@ -72,6 +148,14 @@ impl Plan {
         Plan {
             runners: Vec::new(),
             left: 0,
+            device: None,
+        }
+    }
+
+    /// Release the device streams waiting for this plan (no-op for host plans).
+    pub fn finish_device(&mut self) {
+        if let Some(d) = &mut self.device {
+            d.finish();
         }
     }
 
@@ -116,7 +200,8 @@ pub(crate) fn plan(
     cache: &ScheduleCache,
     rank: usize,
     nranks: usize,
-) -> Vec<Plan> {
+    gpu: Option<&Arc<Gpu>>,
+) -> Result<Vec<Plan>> {
     let nch = cfg.nchannels;
     let mut plans = Vec::new();
     let mut cur = Plan::new();
@@ -150,8 +235,36 @@ pub(crate) fn plan(
             .algo
             .or(cfg.algo.filter(|a| a.applies(t.kind)))
             .unwrap_or_else(|| algo::choose(t.kind, nranks, bytes));
-        let staging = t.stage_send.then(|| stage_input(&t));
-        let send = staging.as_ref().map_or(t.send, |b| b.as_ptr() as usize);
+        let dev_gpu = match (t.device, gpu) {
+            (false, _) => None,
+            (true, Some(g)) => Some(g.clone()),
+            (true, None) => {
+                return Err(crate::Error::Unsupported(
+                    "device buffers need a GPU (none is open for this communicator)".into(),
+                ))
+            }
+        };
+        let (staging, send) = match &dev_gpu {
+            None => {
+                let staging = t.stage_send.then(|| stage_input(&t));
+                let send = staging.as_ref().map_or(t.send, |b| b.as_ptr() as usize);
+                (staging, send)
+            }
+            Some(g) => {
+                let d = cur.device.get_or_insert_with(|| PlanDevice::new(g.clone()));
+                if t.stage_send {
+                    let bytes = t.send_elems * t.dtype.size();
+                    g.bind()?;
+                    let buf = g.dev_buf(bytes)?;
+                    let at = buf.ptr();
+                    d.prelude.push((at, t.send, bytes));
+                    d.inputs.push(buf);
+                    (None, at)
+                } else {
+                    (None, t.send)
+                }
+            }
+        };
         let esize = t.dtype.size();
         for (i, &ch) in chosen.iter().enumerate() {
             let sched = cache.get(&CollArgs {
@@ -175,7 +288,7 @@ pub(crate) fn plan(
                 scratch: 0,
                 esize,
             };
-            cur.add(Runner::new(
+            let r = Runner::new(
                 ch,
                 sched,
                 bases,
@@ -184,63 +297,82 @@ pub(crate) fn plan(
                 nranks,
                 true,
                 staging.clone(),
-            ));
+            );
+            cur.add(match &dev_gpu {
+                Some(g) => r.on_device(g.clone()),
+                None => r,
+            });
         }
     }
     if !p2p.is_empty() {
-        // One stage with every send and receive, in posting order (messages
-        // to one peer match in order), on the least-loaded channel — which
-        // depends on the collectives only, so both ends pick the same one.
         let ch = (0..nch).min_by_key(|&c| (load[c], c)).unwrap_or(0);
-        let mut st = Stage::default();
-        for P2pTask {
-            dir,
-            peer,
-            ptr,
-            len,
-        } in p2p
-        {
-            // Absolute addresses: base 0, one-byte elements.
-            let x = Xfer {
+        // Host and device operations run in separate runners (one stage each).
+        for device in [false, true] {
+            let mut st = Stage::default();
+            for &P2pTask {
+                dir,
                 peer,
-                region: Region::new(
-                    if dir == Dir::Send {
-                        Buf::Send
-                    } else {
-                        Buf::Recv
-                    },
-                    ptr,
-                    len,
-                ),
+                ptr,
+                len,
+                device: d,
+            } in p2p.iter().filter(|t| t.device == device)
+            {
+                let x = Xfer {
+                    peer,
+                    region: Region::new(
+                        if dir == Dir::Send {
+                            Buf::Send
+                        } else {
+                            Buf::Recv
+                        },
+                        ptr,
+                        len,
+                    ),
+                };
+                debug_assert_eq!(d, device);
+                match dir {
+                    Dir::Send => st.sends.push(x),
+                    Dir::Recv => st.recvs.push(x),
+                }
+            }
+            if st.sends.is_empty() && st.recvs.is_empty() {
+                continue;
+            }
+            let sched = Arc::new(Schedule {
+                stages: vec![st],
+                scratch: 0,
+            });
+            let bases = Bases {
+                send: 0,
+                recv: 0,
+                scratch: 0,
+                esize: 1,
             };
-            match dir {
-                Dir::Send => st.sends.push(x),
-                Dir::Recv => st.recvs.push(x),
+            let r = Runner::new(
+                ch,
+                sched,
+                bases,
+                DataType::U8,
+                RedOp::Sum,
+                nranks,
+                false,
+                None,
+            );
+            if device {
+                let g = gpu.ok_or_else(|| {
+                    crate::Error::Unsupported(
+                        "device buffers need a GPU (none is open for this communicator)".into(),
+                    )
+                })?;
+                cur.device.get_or_insert_with(|| PlanDevice::new(g.clone()));
+                cur.add(r.on_device(g.clone()));
+            } else {
+                cur.add(r);
             }
         }
-        let sched = Arc::new(Schedule {
-            stages: vec![st],
-            scratch: 0,
-        });
-        let bases = Bases {
-            send: 0,
-            recv: 0,
-            scratch: 0,
-            esize: 1,
-        };
-        cur.add(Runner::new(
-            ch,
-            sched,
-            bases,
-            DataType::U8,
-            RedOp::Sum,
-            nranks,
-            false,
-            None,
-        ));
     }
     if cur.left > 0 {
         plans.push(cur);
     }
-    plans
+    Ok(plans)
 }

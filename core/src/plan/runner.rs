@@ -5,8 +5,11 @@
 use super::local::{self, Bases};
 use crate::algo::{Schedule, Xfer};
 use crate::comm::Dir;
+use crate::device::mem::{copy_async, DevBuf};
+use crate::device::Gpu;
 use crate::error::Error;
 use crate::types::{DataType, RedOp};
+use ferrocx_sdk::cuda::{Event, PinnedHost};
 use std::sync::Arc;
 
 /// Below this a send is assumed eager (copied out at once by the transport).
@@ -30,6 +33,9 @@ pub(crate) struct Post {
 pub(crate) trait Poster {
     /// Queue transfers; they complete into the returned stage counter.
     fn post(&mut self, posts: &[Post]) -> Arc<super::StageDone>;
+    /// Whether the connection for (channel, peer, dir) takes device memory itself
+    /// (`FX_CAP_CUDA_MEM`); otherwise device runners stage through pinned host memory.
+    fn device_ok(&self, channel: usize, peer: usize, dir: Dir) -> bool;
 }
 
 /// Result of [`Runner::advance`].
@@ -59,6 +65,57 @@ pub(crate) struct Runner {
     pub _staging: Option<Arc<ScratchBuf>>,
     /// Reused list of transfers (no allocation per stage once warm).
     posts: Vec<Post>,
+    /// Device buffers: local steps run on the GPU, stream-ordered.
+    pub dev: Option<DevRun>,
+}
+
+/// Where a device runner is within its current stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Next: stage device data bound for host-only transports, then post.
+    Start,
+    /// Transfers built (and staged copies queued): post them once the copies are done.
+    Post,
+    /// Waiting for the transfers; then copy staged receives in and run the locals.
+    Transfer,
+}
+
+/// The device side of a runner: the GPU work it queued last, its device scratch,
+/// and the pinned memory of transfers staged for host-only transports.
+pub(crate) struct DevRun {
+    gpu: Arc<Gpu>,
+    scratch: Option<DevBuf>,
+    pending: Option<Event>,
+    phase: Phase,
+    stage_mem: Option<PinnedHost>,
+    /// (device address, pinned address, bytes) of this stage's staged receives.
+    staged_recvs: Vec<(usize, usize, usize)>,
+}
+
+impl DevRun {
+    pub fn new(gpu: Arc<Gpu>) -> Self {
+        DevRun {
+            gpu,
+            scratch: None,
+            pending: None,
+            phase: Phase::Start,
+            stage_mem: None,
+            staged_recvs: Vec::new(),
+        }
+    }
+}
+
+impl Drop for DevRun {
+    fn drop(&mut self) {
+        // Later users of these buffers queue on the same executor stream, after
+        // whatever of ours may still be in it.
+        if let Some(b) = self.scratch.take() {
+            self.gpu.put_dev(b);
+        }
+        if let Some(b) = self.stage_mem.take() {
+            self.gpu.put_pinned(b);
+        }
+    }
 }
 
 impl Runner {
@@ -86,7 +143,14 @@ impl Runner {
             scratch: None,
             _staging: staging,
             posts: Vec::new(),
+            dev: None,
         }
+    }
+
+    /// Run on device memory: locals as GPU work on `gpu`'s executor stream.
+    pub fn on_device(mut self, gpu: Arc<Gpu>) -> Self {
+        self.dev = Some(DevRun::new(gpu));
+        self
     }
 
     /// Scratch bytes this runner needs.
@@ -110,6 +174,12 @@ impl Runner {
 
     /// Move as far as possible without blocking.
     pub fn advance(&mut self, poster: &mut dyn Poster) -> Step {
+        if self.dev.is_some() {
+            return match self.advance_device(poster) {
+                Ok(s) => s,
+                Err(e) => Step::Failed(e),
+            };
+        }
         loop {
             if let Some(done) = &self.cur {
                 if !done.is_done() {
@@ -159,5 +229,149 @@ impl Runner {
             }
             self.cur = Some(poster.post(&self.posts));
         }
+    }
+
+    /// [`advance`](Self::advance) for device buffers. Per stage: copy device data
+    /// bound for host-only transports into pinned memory (GPU copy, event), post the
+    /// transfers, wait for them, copy staged receives back and queue the local steps
+    /// (copies, NVRTC reductions) on the executor stream, wait for that event.
+    fn advance_device(&mut self, poster: &mut dyn Poster) -> Result<Step, Error> {
+        let dev = self.dev.as_mut().expect("device runner");
+        dev.gpu.bind()?;
+        if dev.scratch.is_none() && self.sched.scratch > 0 {
+            let b = dev.gpu.dev_buf(self.sched.scratch * self.bases.esize)?;
+            self.bases.scratch = b.ptr();
+            dev.scratch = Some(b);
+        }
+        loop {
+            let dev = self.dev.as_mut().expect("device runner");
+            if let Some(ev) = &dev.pending {
+                if !ev.done().map_err(Error::cuda)? {
+                    return Ok(Step::Blocked);
+                }
+                dev.pending = None;
+            }
+            match dev.phase {
+                Phase::Start => {
+                    let Some(st) = self.sched.stages.get(self.stage) else {
+                        return Ok(Step::Done);
+                    };
+                    if st.is_local() {
+                        self.device_locals()?;
+                        self.stage += 1;
+                        continue;
+                    }
+                    self.build_device_posts(poster)?;
+                    let dev = self.dev.as_mut().expect("device runner");
+                    dev.phase = Phase::Post;
+                }
+                Phase::Post => {
+                    self.cur = Some(poster.post(&self.posts));
+                    self.dev.as_mut().expect("device runner").phase = Phase::Transfer;
+                }
+                Phase::Transfer => {
+                    let done = self.cur.as_ref().expect("posted");
+                    if !done.is_done() {
+                        return Ok(Step::Blocked);
+                    }
+                    if let Some(e) = done.take_error() {
+                        self.cur = None;
+                        return Ok(Step::Failed(e));
+                    }
+                    self.cur = None;
+                    let dev = self.dev.as_mut().expect("device runner");
+                    let stream = dev.gpu.stream();
+                    for &(d, h, n) in &dev.staged_recvs {
+                        // SAFETY: `d` lies in a validated device buffer or our scratch;
+                        // `h` in our pinned staging, which lives until the event below.
+                        unsafe { copy_async(d, h, n, stream)? };
+                    }
+                    dev.phase = Phase::Start;
+                    self.device_locals()?;
+                    self.stage += 1;
+                }
+            }
+        }
+    }
+
+    /// Queue the current stage's local steps on the executor stream and wait for them.
+    fn device_locals(&mut self) -> Result<(), Error> {
+        let st = &self.sched.stages[self.stage];
+        let dev = self.dev.as_mut().expect("device runner");
+        // SAFETY: regions lie in validated device buffers or this runner's device
+        // scratch; the stage's transfers (and staged copies) are complete or ordered
+        // before on the same stream.
+        unsafe {
+            local::run_device(
+                &st.locals,
+                &self.bases,
+                self.dtype,
+                self.op,
+                self.nranks,
+                &dev.gpu,
+            )?
+        };
+        dev.pending = Some(dev.gpu.mark()?);
+        Ok(())
+    }
+
+    /// The current stage's transfers, with those through host-only transports
+    /// redirected to pinned staging (sends copied there first, on the GPU).
+    fn build_device_posts(&mut self, poster: &mut dyn Poster) -> Result<(), Error> {
+        let st = &self.sched.stages[self.stage];
+        let dev = self.dev.as_mut().expect("device runner");
+        let esize = self.bases.esize;
+        let staged = |x: &Xfer, dir| !poster.device_ok(self.channel, x.peer, dir);
+        let need: usize = st
+            .sends
+            .iter()
+            .filter(|x| staged(x, Dir::Send))
+            .chain(st.recvs.iter().filter(|x| staged(x, Dir::Recv)))
+            .map(|x| x.region.len * esize)
+            .sum();
+        if need > 0 && dev.stage_mem.as_ref().is_none_or(|m| m.len() < need) {
+            if let Some(old) = dev.stage_mem.take() {
+                dev.gpu.put_pinned(old);
+            }
+            dev.stage_mem = Some(dev.gpu.pinned(need)?);
+        }
+        let base = dev.stage_mem.as_ref().map_or(0, |m| m.host() as usize);
+        let mut off = 0;
+        let stream = dev.gpu.stream();
+        self.posts.clear();
+        dev.staged_recvs.clear();
+        let mut copies = false;
+        // Receives first: a rendezvous transport can advertise where data goes.
+        for (list, dir) in [(&st.recvs, Dir::Recv), (&st.sends, Dir::Send)] {
+            for x in list.iter() {
+                let (ptr, len) = self.bases.addr(&x.region);
+                let ptr = if staged(x, dir) {
+                    let h = base + off;
+                    off += len;
+                    if dir == Dir::Send {
+                        // SAFETY: `ptr` is in a validated device buffer or our scratch,
+                        // `h` in our pinned staging (large enough: `need`).
+                        unsafe { copy_async(h, ptr, len, stream)? };
+                        copies = true;
+                    } else {
+                        dev.staged_recvs.push((ptr, h, len));
+                    }
+                    h
+                } else {
+                    ptr
+                };
+                self.posts.push(Post {
+                    channel: self.channel,
+                    peer: x.peer,
+                    dir,
+                    ptr,
+                    len,
+                });
+            }
+        }
+        if copies {
+            dev.pending = Some(dev.gpu.mark()?);
+        }
+        Ok(())
     }
 }

@@ -26,6 +26,8 @@ pub(crate) struct CollTask {
     /// cannot handle: the executor copies the input aside first.
     pub stage_send: bool,
     pub v: Option<Arc<VCounts>>,
+    /// The buffers are CUDA device memory (stream-ordered device API).
+    pub device: bool,
 }
 
 /// A point-to-point operation of a group.
@@ -35,6 +37,8 @@ pub(crate) struct P2pTask {
     pub peer: usize,
     pub ptr: usize,
     pub len: usize,
+    /// The buffer is CUDA device memory.
+    pub device: bool,
 }
 
 /// What a group holds.
@@ -129,6 +133,7 @@ impl CollTask {
             send_elems,
             stage_send: false,
             v,
+            device: false,
         };
         if in_place {
             let buf = recv;

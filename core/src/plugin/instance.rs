@@ -197,6 +197,11 @@ impl PluginInstance {
         Ok(did != 0)
     }
 
+    /// Whether the plugin moves CUDA device memory itself (`FX_CAP_CUDA_MEM`).
+    pub fn takes_device_memory(&self) -> bool {
+        self.t().caps & ferrocx_sdk::abi::FX_CAP_CUDA_MEM != 0
+    }
+
     /// Whether registration is meaningful for this plugin.
     pub fn can_register(&self) -> bool {
         self.t().register.is_some() && self.t().caps & FX_CAP_REGISTER != 0

@@ -50,7 +50,9 @@ fn main() -> ExitCode {
         Some("abort") => abort(),
         Some("oneway") => oneway(),
         Some("idle") => idle(),
-        Some("coll-matrix") => coll::matrix::run(opt("--filter")),
+        Some("coll-matrix") => {
+            coll::matrix::run(opt("--filter"), opt("--mem").as_deref() == Some("cuda"))
+        }
         Some("coll-mix") => coll::mix::run(
             args[1].parse().expect("seed"),
             args[2].parse().expect("iterations"),

@@ -85,10 +85,22 @@ pub fn cases(n: usize) -> Vec<Case> {
     v
 }
 
-/// Run the matrix (cases whose description contains `filter`, if given).
-pub fn run(filter: Option<String>) -> Result<String, String> {
+/// Run the matrix (cases whose description contains `filter`, if given); with
+/// `device`, on CUDA device memory through the stream-ordered API.
+pub fn run(filter: Option<String>, device: bool) -> Result<String, String> {
     let comm = Communicator::from_env().map_err(e2s)?;
     let (me, n) = (comm.rank(), comm.nranks());
+    let stream = if device {
+        if comm.device().is_none() {
+            return Err(format!(
+                "rank {me}: --mem cuda but no GPU: {:?}",
+                ferrocx_sdk::cuda::available()
+            ));
+        }
+        Some(ferrocx_sdk::cuda::Stream::new().map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
     let all = cases(n);
     let start = Instant::now();
     let mut failures: Vec<String> = Vec::new();
@@ -108,8 +120,11 @@ pub fn run(filter: Option<String>) -> Result<String, String> {
         }
         let mut p = Prepared::new(case, me, n);
         let t = Instant::now();
-        p.run(&comm)
-            .map_err(|e| format!("case {i}: rank {me}: {d}: the call failed: {e}"))?;
+        match &stream {
+            Some(s) => p.run_device(&comm, s),
+            None => p.run(&comm).map_err(e2s),
+        }
+        .map_err(|e| format!("case {i}: rank {me}: {d}: the call failed: {e}"))?;
         let took = t.elapsed();
         match per_kind.iter_mut().find(|x| x.0 == case.kind) {
             Some(x) => {
@@ -175,5 +190,6 @@ pub fn run(filter: Option<String>) -> Result<String, String> {
             failures.len()
         ));
     }
-    Ok(format!("rank {me}: {ran} collective cases verified"))
+    let mem = if device { " on device memory" } else { "" };
+    Ok(format!("rank {me}: {ran} collective cases verified{mem}"))
 }

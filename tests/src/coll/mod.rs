@@ -6,6 +6,7 @@
 //! its own reductions, its own reading of NCCL's buffer layouts.
 
 pub mod bad;
+pub mod device;
 pub mod matrix;
 pub mod mix;
 pub mod soak;

@@ -71,6 +71,8 @@ pub struct PerfArgs {
     pub check: bool,
     /// Register buffers (`-R`).
     pub register: bool,
+    /// `--mem cuda`: buffers in GPU memory, stream-ordered calls (default host).
+    pub cuda: bool,
     /// Element types (`-d`; default `float`, `all` for every type).
     pub dtypes: Vec<DataType>,
     /// Reduction operators (`-o`; default `sum`, `all` for every operator).
@@ -116,6 +118,9 @@ Benchmarks (nccl-tests' names; `all_reduce_perf` etc. are accepted too):
   -o          reduction: sum prod min max avg, or all; default sum (all_reduce, reduce_scatter, reduce)
   -r          root of broadcast, reduce, gather, scatter: a rank, or all (-1) for every rank in turn; default 0
   -R          register buffers (single-copy path on shm), default 1
+  --mem M     host (default) or cuda: buffers in GPU memory (this rank's FERROCX_DEVICE),
+              calls queued on a CUDA stream; time = iterations queued, then the stream
+              synchronized (as nccl-tests)
   --json F    also write the rows as JSON to F
 
 Sizes are nccl-tests' (`size` is the larger of one rank's send and receive buffers; `count` is
@@ -154,6 +159,7 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
         warmup: 5,
         check: true,
         register: true,
+        cuda: false,
         dtypes: vec![DataType::F32],
         redops: vec![RedOp::Sum],
         root: Some(0),
@@ -229,6 +235,13 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
                 };
             }
             "--json" => a.json = Some(value(i, s)?),
+            "--mem" => {
+                a.cuda = match value(i, s)?.as_str() {
+                    "host" => false,
+                    "cuda" => true,
+                    other => return Err(format!("--mem takes host or cuda, not '{other}'")),
+                }
+            }
             _ if s.starts_with('-') => return Err(format!("unknown option '{s}'\n\n{USAGE}")),
             _ => {
                 if !a.op.is_empty() {

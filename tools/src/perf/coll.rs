@@ -2,6 +2,7 @@
 
 use super::args::{sizes, PerfArgs};
 use super::data::{poison, vcounts, Case};
+use super::device::DevBufs;
 use super::sendrecv::{max_over_ranks, sum_over_ranks};
 use super::table::{Row, Timing};
 use ferrocx::{CollKind, CollSpec, Communicator, DataType, Error, RedOp, Result};
@@ -119,19 +120,25 @@ fn layout(kind: CollKind, count: usize, n: usize, rank: usize, root: usize) -> R
 }
 
 /// Warm up, then time `iters` calls after a barrier; µs per call, max over ranks.
-fn time_calls(
+/// `sync` waits for queued device work (a no-op for host buffers): calls on device
+/// buffers are queued on a stream, timed from the first queued call until the stream
+/// has run the last one, as nccl-tests does.
+pub(crate) fn time_calls(
     comm: &Communicator,
     a: &PerfArgs,
     mut call: impl FnMut() -> Result<()>,
+    sync: impl Fn() -> Result<()>,
 ) -> Result<f64> {
     for _ in 0..a.warmup {
         call()?;
     }
+    sync()?;
     comm.barrier()?;
     let t0 = Instant::now();
     for _ in 0..a.iters {
         call()?;
     }
+    sync()?;
     let us = t0.elapsed().as_secs_f64() * 1e6 / a.iters as f64;
     max_over_ranks(comm, us)
 }
@@ -139,6 +146,57 @@ fn time_calls(
 struct Bufs {
     send: AlignedBuf,
     recv: AlignedBuf,
+    /// `--mem cuda`: the device mirrors the calls use.
+    dev: Option<DevBufs>,
+}
+
+impl Bufs {
+    fn sync(&self) -> Result<()> {
+        self.dev.as_ref().map_or(Ok(()), DevBufs::sync)
+    }
+
+    /// Copy the host send bytes and receive bytes to the device mirrors.
+    fn upload(&self, sb: usize, rb: usize) -> Result<()> {
+        if let Some(d) = &self.dev {
+            d.send.upload(&self.send.get()[..sb])?;
+            d.recv.upload(&self.recv.get()[..rb])?;
+        }
+        Ok(())
+    }
+
+    /// Copy the device receive bytes back (after a synchronized call).
+    fn download(&mut self, rb: usize) -> Result<()> {
+        if let Some(d) = &self.dev {
+            d.recv.download(&mut self.recv.get_mut()[..rb])?;
+        }
+        Ok(())
+    }
+}
+
+/// One call: on the host buffers, or queued on the device mirrors' stream.
+fn call_once(
+    comm: &Communicator,
+    spec: &CollSpec,
+    bufs: &mut Bufs,
+    (sb, rb): (usize, usize),
+    in_place: bool,
+) -> Result<()> {
+    match &bufs.dev {
+        // SAFETY: the stream and buffers belong to `bufs`, which outlives the
+        // synchronization that ends every timing and check.
+        Some(d) => unsafe {
+            if in_place {
+                comm.collective_in_place_on(spec, d.recv.ptr, d.stream.raw())
+            } else {
+                comm.collective_on(spec, d.send.ptr, d.recv.ptr, d.stream.raw())
+            }
+        },
+        None if in_place => comm.collective_in_place(spec, &mut bufs.recv.get_mut()[..rb]),
+        None => {
+            let (send, recv) = (&bufs.send, &mut bufs.recv);
+            comm.collective(spec, &send.get()[..sb], &mut recv.get_mut()[..rb])
+        }
+    }
 }
 
 /// One row: out-of-place then in-place, each timed and (with -c 1) checked.
@@ -183,23 +241,26 @@ fn measure(
     };
 
     // Out-of-place.
-    let prepare_oop = |bufs: &mut Bufs, s: u64| {
+    let prepare_oop = |bufs: &mut Bufs, s: u64| -> Result<()> {
         case.fill_input(s, &mut bufs.send.get_mut()[..sb]);
         bufs.recv.get_mut()[..rb].fill(poison(s));
+        bufs.upload(sb, rb)
     };
-    prepare_oop(bufs, seed);
+    prepare_oop(bufs, seed)?;
     let t = {
-        let (send, recv) = (&bufs.send, &mut bufs.recv);
-        let (s, r) = (&send.get()[..sb], &mut recv.get_mut()[..rb]);
-        time_calls(comm, a, || comm.collective(&spec, s, r))?
+        let b = std::cell::RefCell::new(&mut *bufs);
+        time_calls(
+            comm,
+            a,
+            || call_once(comm, &spec, &mut b.borrow_mut(), (sb, rb), false),
+            || b.borrow().sync(),
+        )?
     };
     let wrong = if a.check {
-        prepare_oop(bufs, seed + 1);
-        comm.collective(
-            &spec,
-            &bufs.send.get()[..sb],
-            &mut bufs.recv.get_mut()[..rb],
-        )?;
+        prepare_oop(bufs, seed + 1)?;
+        call_once(comm, &spec, bufs, (sb, rb), false)?;
+        bufs.sync()?;
+        bufs.download(rb)?;
         let local = case.check_output(seed + 1, &bufs.recv.get()[..rb]);
         Some(sum_over_ranks(comm, local)?)
     } else {
@@ -210,19 +271,27 @@ fn measure(
     // In-place: one buffer of max(send, recv) elements, NCCL's layout.
     let whole = lay.send.max(lay.recv) * es;
     let (ib, ob) = (lay.in_off * es, lay.out_off * es);
-    let prepare_ip = |bufs: &mut Bufs, s: u64| {
+    let prepare_ip = |bufs: &mut Bufs, s: u64| -> Result<()> {
         let buf = &mut bufs.recv.get_mut()[..whole];
         buf.fill(poison(s));
         case.fill_input(s, &mut buf[ib..ib + sb]);
+        bufs.upload(0, whole)
     };
-    prepare_ip(bufs, seed + 2);
+    prepare_ip(bufs, seed + 2)?;
     let t = {
-        let buf = &mut bufs.recv.get_mut()[..whole];
-        time_calls(comm, a, || comm.collective_in_place(&spec, buf))?
+        let b = std::cell::RefCell::new(&mut *bufs);
+        time_calls(
+            comm,
+            a,
+            || call_once(comm, &spec, &mut b.borrow_mut(), (whole, whole), true),
+            || b.borrow().sync(),
+        )?
     };
     let wrong = if a.check {
-        prepare_ip(bufs, seed + 3);
-        comm.collective_in_place(&spec, &mut bufs.recv.get_mut()[..whole])?;
+        prepare_ip(bufs, seed + 3)?;
+        call_once(comm, &spec, bufs, (whole, whole), true)?;
+        bufs.sync()?;
+        bufs.download(whole)?;
         let local = case.check_output(seed + 3, &bufs.recv.get()[ob..ob + rb]);
         Some(sum_over_ranks(comm, local)?)
     } else {
@@ -270,8 +339,14 @@ pub fn run(
     let mut bufs = Bufs {
         send: AlignedBuf::new(cap),
         recv: AlignedBuf::new(cap),
+        dev: if a.cuda {
+            Some(DevBufs::new(comm, cap)?)
+        } else {
+            None
+        },
     };
-    let regs = if a.register {
+    // Registration of device buffers is not wired yet: -R applies to host memory.
+    let regs = if a.register && !a.cuda {
         Some((
             comm.register(bufs.send.get())?,
             comm.register(bufs.recv.get())?,

@@ -3,5 +3,6 @@
 pub mod args;
 pub mod coll;
 pub mod data;
+pub mod device;
 pub mod sendrecv;
 pub mod table;

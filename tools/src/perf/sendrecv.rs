@@ -1,9 +1,10 @@
 //! `fxperf sendrecv`: every rank sends to rank+1 and receives from rank-1 in one group.
 
 use super::args::{sizes, PerfArgs};
+use super::coll::time_calls;
+use super::device::DevBufs;
 use super::table::{Row, Timing};
 use ferrocx::{Communicator, Result};
-use std::time::Instant;
 
 /// Byte expected at `i` of the buffer sent by `rank` in round `round`.
 fn pattern(rank: usize, round: usize, i: usize) -> u8 {
@@ -36,7 +37,13 @@ pub fn run(comm: &Communicator, a: &PerfArgs, mut emit: impl FnMut(&Row)) -> Res
     let max = a.max_bytes;
     let sbuf = vec![0u8; max.max(1)];
     let mut rbuf = vec![0u8; max.max(1)];
-    let regs = if a.register {
+    let dev = if a.cuda {
+        Some(DevBufs::new(comm, max.max(1))?)
+    } else {
+        None
+    };
+    // Registration of device buffers is not wired yet: -R applies to host memory.
+    let regs = if a.register && dev.is_none() {
         Some((comm.register(&sbuf)?, comm.register(&rbuf)?))
     } else {
         None
@@ -47,25 +54,40 @@ pub fn run(comm: &Communicator, a: &PerfArgs, mut emit: impl FnMut(&Row)) -> Res
         for (i, b) in sbuf[..size].iter_mut().enumerate() {
             *b = pattern(rank, round, i);
         }
+        if let Some(d) = &dev {
+            d.send.upload(&sbuf[..size])?;
+        }
         let step = |sbuf: &[u8], rbuf: &mut [u8]| -> Result<()> {
             let mut g = comm.group_start();
-            g.send(&sbuf[..size], right)?;
-            g.recv(&mut rbuf[..size], left)?;
+            match &dev {
+                // SAFETY: the stream and buffers live until the end of the run, after
+                // every synchronization.
+                Some(d) => unsafe {
+                    g.send_on(d.send.ptr, size, right, d.stream.raw())?;
+                    g.recv_on(d.recv.ptr, size, left, d.stream.raw())?;
+                },
+                None => {
+                    g.send(&sbuf[..size], right)?;
+                    g.recv(&mut rbuf[..size], left)?;
+                }
+            }
             g.group_end()
         };
-        for _ in 0..a.warmup {
-            step(&sbuf, &mut rbuf)?;
-        }
-        comm.barrier()?;
-        let t0 = Instant::now();
-        for _ in 0..a.iters {
-            step(&sbuf, &mut rbuf)?;
-        }
-        let us = t0.elapsed().as_secs_f64() * 1e6 / a.iters as f64;
-        let time_us = max_over_ranks(comm, us)?;
+        let sync = || dev.as_ref().map_or(Ok(()), DevBufs::sync);
+        let time_us = {
+            let r = std::cell::RefCell::new(&mut rbuf);
+            time_calls(comm, a, || step(&sbuf, &mut r.borrow_mut()[..]), sync)?
+        };
         let wrong = if a.check {
             rbuf[..size].fill(0);
+            if let Some(d) = &dev {
+                d.recv.upload(&rbuf[..size])?;
+            }
             step(&sbuf, &mut rbuf)?;
+            sync()?;
+            if let Some(d) = &dev {
+                d.recv.download(&mut rbuf[..size])?;
+            }
             let local = rbuf[..size]
                 .iter()
                 .enumerate()

@@ -1,0 +1,316 @@
+//! The stream-ordered API for CUDA device buffers.
+//!
+//! `*_on` calls take device addresses and a CUDA stream and return at once: the
+//! operation starts after the work already queued on the stream and the stream resumes
+//! only after it (see `device::order`). Errors found at the call (bad buffer, wrong
+//! device, rank out of range) are returned; errors during the operation break the
+//! communicator like host errors do and are returned by the next call, or by
+//! [`Communicator::device_error`].
+//!
+//! ```no_run
+//! # unsafe fn demo(comm: &ferrocx::Communicator, d_in: u64, d_out: u64, n: usize,
+//! #                stream: ferrocx::RawStream) -> ferrocx::Result<()> {
+//! use ferrocx::{CollKind, CollSpec, DataType, RedOp};
+//! let spec = CollSpec::new(CollKind::AllReduce, DataType::F32, n).op(RedOp::Sum);
+//! comm.collective_on(&spec, d_in, d_out, stream)?; // queued behind the stream's work
+//! // ... more kernels on `stream` see the reduced `d_out` ...
+//! # Ok(()) }
+//! ```
+
+use super::group::Group;
+use super::{Communicator, Dir};
+use crate::device::{mem, order::Signal, Gpu, RawStream};
+use crate::error::{Error, Result};
+use crate::plan::{CollTask, P2pTask, PlanDevice, Task};
+use ferrocx_sdk::cuda::{self, Event};
+use std::sync::Arc;
+
+impl Communicator {
+    /// The CUDA device this rank uses (`FERROCX_DEVICE`, else local rank modulo the
+    /// device count), or `None` without CUDA.
+    pub fn device(&self) -> Option<i32> {
+        self.gpu.as_ref().map(|g| g.device())
+    }
+
+    pub(crate) fn gpu(&self) -> Result<&Arc<Gpu>> {
+        self.gpu.as_ref().ok_or_else(|| {
+            Error::Unsupported(match cuda::available() {
+                Err(why) => format!("device buffers need CUDA: {why}"),
+                Ok(_) => {
+                    "device buffers need a GPU, and this rank has none (FERROCX_DEVICE=-1)".into()
+                }
+            })
+        })
+    }
+
+    /// `ptr` checked to be device memory of this rank's GPU: (ptr, bytes from it to
+    /// the end of its allocation). Null stays (0, 0) for the size checks to judge.
+    fn device_extent(&self, what: &str, ptr: u64) -> Result<(usize, usize)> {
+        if ptr == 0 {
+            return Ok((0, 0));
+        }
+        let gpu = self.gpu()?;
+        gpu.bind()?;
+        let ptr = ptr as usize;
+        match cuda::device_of(ptr) {
+            Some(d) if d == gpu.device() => {}
+            Some(d) => {
+                return Err(Error::invalid(format!(
+                    "{what} at {ptr:#x} is on GPU {d}, but rank {} uses GPU {}",
+                    self.rank(),
+                    gpu.device()
+                )))
+            }
+            None => {
+                return Err(Error::invalid(format!(
+                "{what} at {ptr:#x} is not CUDA device memory (use the host API for host buffers)"
+            )))
+            }
+        }
+        let (base, size) = mem::allocation_of(ptr).ok_or_else(|| {
+            Error::invalid(format!(
+                "{what} at {ptr:#x}: CUDA does not know its allocation"
+            ))
+        })?;
+        Ok((ptr, base + size - ptr))
+    }
+
+    fn device_coll_task(
+        &self,
+        spec: &CollSpec,
+        send: u64,
+        recv: u64,
+        in_place: bool,
+    ) -> Result<CollTask> {
+        let name = spec.kind.name();
+        let s = self.device_extent(&format!("{name}: the send buffer"), send)?;
+        let r = self.device_extent(&format!("{name}: the receive buffer"), recv)?;
+        let mut t = self.coll_task(spec, s, r, in_place)?;
+        t.device = true;
+        Ok(t)
+    }
+
+    fn device_p2p(&self, dir: Dir, ptr: u64, len: usize, peer: usize) -> Result<P2pTask> {
+        let verb = if dir == Dir::Send { "send" } else { "recv" };
+        let (p, avail) = self.device_extent(&format!("{verb}: the buffer"), ptr)?;
+        if len > 0 && p == 0 {
+            return Err(Error::invalid(format!(
+                "{verb}: buffer is null but length is {len}"
+            )));
+        }
+        if len > avail {
+            return Err(Error::invalid(format!(
+                "{verb}: {len} bytes at {p:#x} run past the end of its device allocation ({avail} bytes left)"
+            )));
+        }
+        let mut op = self.make_op(dir, p, len, peer)?;
+        op.device = true;
+        Ok(op)
+    }
+
+    /// A collective on device buffers, ordered on `stream` (see [`collective`](Self::collective)
+    /// for the layouts; `send`/`recv` are device addresses, 0 for an unused buffer).
+    ///
+    /// # Safety
+    /// `stream` must be a live CUDA stream of this rank's device (or null, the legacy
+    /// default stream); the buffers must stay allocated until the stream has passed
+    /// this operation.
+    pub unsafe fn collective_on(
+        &self,
+        spec: &CollSpec,
+        send: u64,
+        recv: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        let t = self.device_coll_task(spec, send, recv, false)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_device(vec![t.into()], &[stream]) }
+    }
+
+    /// An in-place collective on a device buffer, ordered on `stream`.
+    ///
+    /// # Safety
+    /// As [`collective_on`](Self::collective_on).
+    pub unsafe fn collective_in_place_on(
+        &self,
+        spec: &CollSpec,
+        buf: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        let t = self.device_coll_task(spec, buf, buf, true)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_device(vec![t.into()], &[stream]) }
+    }
+
+    /// Send `len` bytes of device memory to `peer`, ordered on `stream`.
+    ///
+    /// # Safety
+    /// As [`collective_on`](Self::collective_on).
+    pub unsafe fn send_on(
+        &self,
+        buf: u64,
+        len: usize,
+        peer: usize,
+        stream: RawStream,
+    ) -> Result<()> {
+        let op = self.device_p2p(Dir::Send, buf, len, peer)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_device(vec![Task::P2p(op)], &[stream]) }
+    }
+
+    /// Receive `len` bytes from `peer` into device memory, ordered on `stream`.
+    ///
+    /// # Safety
+    /// As [`collective_on`](Self::collective_on).
+    pub unsafe fn recv_on(
+        &self,
+        buf: u64,
+        len: usize,
+        peer: usize,
+        stream: RawStream,
+    ) -> Result<()> {
+        let op = self.device_p2p(Dir::Recv, buf, len, peer)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_device(vec![Task::P2p(op)], &[stream]) }
+    }
+
+    /// The first error of a finished stream-ordered operation not reported yet.
+    pub fn device_error(&self) -> Result<()> {
+        let mut ops = self.device_ops.lock();
+        let mut first = None;
+        ops.retain(|d| {
+            if !d.is_done() {
+                return true;
+            }
+            if let Some(e) = d.take_error() {
+                first.get_or_insert(e);
+            }
+            false
+        });
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Plan `tasks` (device buffers) and queue them behind `streams`; return at once.
+    ///
+    /// # Safety
+    /// As [`collective_on`](Self::collective_on), for every stream.
+    pub(crate) unsafe fn launch_device(
+        &self,
+        tasks: Vec<Task>,
+        streams: &[RawStream],
+    ) -> Result<()> {
+        self.check_live()?;
+        self.device_error()?;
+        let gpu = self.gpu()?.clone();
+        gpu.bind()?;
+        let mut plans = crate::plan::plan(
+            tasks,
+            &self.plan_cfg,
+            &self.schedules,
+            self.rank(),
+            self.nranks(),
+            Some(&gpu),
+        )?;
+        let mut uniq: Vec<RawStream> = streams.to_vec();
+        uniq.sort_unstable_by_key(|s| *s as usize);
+        uniq.dedup();
+        let mut gate = Vec::with_capacity(uniq.len());
+        let mut signals: Vec<Signal> = Vec::with_capacity(uniq.len());
+        for &s in &uniq {
+            let e = Event::new().map_err(Error::cuda)?;
+            // SAFETY: `s` is a live stream of this device (the caller's contract).
+            unsafe { e.record(s) }.map_err(Error::cuda)?;
+            gate.push(e);
+            // SAFETY: as above.
+            signals.push(unsafe { gpu.flags().wait_on(s)? });
+        }
+        if plans.is_empty() {
+            return Ok(()); // nothing to move: the signals fire as they drop
+        }
+        let first = plans.first_mut().expect("not empty");
+        first
+            .device
+            .get_or_insert_with(|| PlanDevice::new(gpu.clone()))
+            .gate = gate;
+        let last = plans.last_mut().expect("not empty");
+        last.device
+            .get_or_insert_with(|| PlanDevice::new(gpu.clone()))
+            .signals = signals;
+        let done = self.submit_plans(plans, false)?;
+        self.device_ops.lock().push(done);
+        Ok(())
+    }
+}
+
+impl Group<'_> {
+    fn add_device(&mut self, t: Task, stream: RawStream) {
+        self.tasks.push(t);
+        self.streams.push(stream);
+    }
+
+    /// Add a collective on device buffers ordered on `stream` (see
+    /// [`Communicator::collective_on`]). A group holds either host or device buffers.
+    ///
+    /// # Safety
+    /// As [`Communicator::collective_on`].
+    pub unsafe fn collective_on(
+        &mut self,
+        spec: &CollSpec,
+        send: u64,
+        recv: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        let t = self.comm.device_coll_task(spec, send, recv, false)?;
+        self.add_device(t.into(), stream);
+        Ok(())
+    }
+
+    /// Add an in-place collective on a device buffer ordered on `stream`.
+    ///
+    /// # Safety
+    /// As [`Communicator::collective_on`].
+    pub unsafe fn collective_in_place_on(
+        &mut self,
+        spec: &CollSpec,
+        buf: u64,
+        stream: RawStream,
+    ) -> Result<()> {
+        let t = self.comm.device_coll_task(spec, buf, buf, true)?;
+        self.add_device(t.into(), stream);
+        Ok(())
+    }
+
+    /// Add a device send ordered on `stream`.
+    ///
+    /// # Safety
+    /// As [`Communicator::collective_on`].
+    pub unsafe fn send_on(
+        &mut self,
+        buf: u64,
+        len: usize,
+        peer: usize,
+        stream: RawStream,
+    ) -> Result<()> {
+        let op = self.comm.device_p2p(Dir::Send, buf, len, peer)?;
+        self.add_device(Task::P2p(op), stream);
+        Ok(())
+    }
+
+    /// Add a device receive ordered on `stream`.
+    ///
+    /// # Safety
+    /// As [`Communicator::collective_on`].
+    pub unsafe fn recv_on(
+        &mut self,
+        buf: u64,
+        len: usize,
+        peer: usize,
+        stream: RawStream,
+    ) -> Result<()> {
+        let op = self.comm.device_p2p(Dir::Recv, buf, len, peer)?;
+        self.add_device(Task::P2p(op), stream);
+        Ok(())
+    }
+}
+
+use super::coll::CollSpec;

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# GPU checks and benchmarks of ferrocx on one host with two GPUs (two ranks, one GPU
+# each), next to NCCL on the same GPUs. Writes every log into OUT and a summary.
+#
+#   scripts/gpu-check.sh BIN OUT [STEP...]
+#
+# BIN holds release binaries built on another machine (no Rust toolchain needed here):
+# fxrun, fxperf, fxtest-worker, and the test binaries sdk-tests, core-tests, p2p-tests
+# (see scripts/gpu-build.sh). STEPs (default: all, in this order): info detect kernels
+# p2p matrix-p2p matrix-staged sendrecv mix kill perf nccl.
+# nccl builds nccl-tests from NCCL_TESTS_SRC (default gpu-run/nccl-tests, a fetched
+# copy, never committed) with the host's CUDA and NCCL, then runs it with -g 2.
+# Never enables NVLink multicast (NCCL_NVLS_ENABLE=0; ferrocx never calls cuMulticastCreate).
+set -uo pipefail
+BIN="$(cd "$1" && pwd)"; OUT="$2"; shift 2
+STEPS="${*:-info detect kernels p2p matrix-p2p matrix-staged sendrecv mix kill perf nccl}"
+SIZES="${SIZES:--b 8 -e 1G -f 2}"
+ITERS="${ITERS:--n 20 -w 5}"
+export NCCL_NVLS_ENABLE=0 FERROCX_TIMEOUT="${FERROCX_TIMEOUT:-120}"
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+
+run_step() {  # run_step NAME CMD...: log to OUT/NAME.log, result line in the summary
+  local name="$1"; shift
+  local t0=$SECONDS
+  echo "== $name: $*" | tee -a "$SUMMARY"
+  timeout 900 "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "   $name: rc=$rc ($((SECONDS - t0)) s)" | tee -a "$SUMMARY"
+  tail -n 3 "$OUT/$name.log" | sed 's/^/   | /' | tee -a "$SUMMARY"
+  return 0
+}
+
+for s in $STEPS; do
+  case "$s" in
+    info)
+      { date -Is; hostname; nvidia-smi; nvidia-smi topo -m; nvcc --version 2>&1 | tail -2
+        ls /usr/lib/x86_64-linux-gnu/libnccl* /usr/local/cuda/lib64/libnvrtc* 2>&1; } > "$OUT/info.txt" 2>&1 ;;
+    detect) run_step detect "$BIN/sdk-tests" cuda --nocapture ;;
+    kernels) run_step kernels "$BIN/core-tests" device:: --nocapture --test-threads 1 ;;
+    p2p) [ -x "$BIN/p2p-tests" ] && run_step p2p "$BIN/p2p-tests" --nocapture --test-threads 1 ;;
+    matrix-p2p) run_step matrix-p2p "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-matrix --mem cuda ;;
+    matrix-staged) FERROCX_TRANSPORTS=shm run_step matrix-staged "$BIN/fxrun" -n 2 -- \
+        "$BIN/fxtest-worker" coll-matrix --mem cuda --filter "${STAGED_FILTER:-count 1000}" ;;
+    sendrecv) run_step sendrecv "$BIN/fxperf" --np 2 --mem cuda -b 0 -e 256M -f 4 -n 5 -w 1 -c 1 sendrecv ;;
+    mix) [ -n "$(grep -l coll-mix-dev "$BIN/fxtest-worker" 2>/dev/null)" ] && \
+        run_step mix "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-mix-dev 1000 ;;
+    kill) [ -n "$(grep -l ring-loop-dev "$BIN/fxtest-worker" 2>/dev/null)" ] && \
+        run_step kill "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" ring-loop-dev 8388608 --victim 1 --kill-after-ms 800 ;;
+    perf)
+      for b in sendrecv alltoall all_gather all_reduce reduce_scatter broadcast; do
+        # shellcheck disable=SC2086
+        run_step "fxperf-$b" "$BIN/fxperf" --np 2 --mem cuda $SIZES $ITERS -c 1 "$b"
+      done ;;
+    nccl)
+      SRC="${NCCL_TESTS_SRC:-gpu-run/nccl-tests}"
+      if [ -d "$SRC" ]; then
+        run_step nccl-build make -C "$SRC" -j 16 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" ${NCCL_HOME:+NCCL_HOME=$NCCL_HOME}
+        for b in sendrecv alltoall all_gather all_reduce reduce_scatter broadcast; do
+          # shellcheck disable=SC2086
+          run_step "nccl-$b" "$SRC/build/${b}_perf" $SIZES $ITERS -c 1 -g 2
+        done
+      else
+        echo "   nccl: no nccl-tests source at $SRC" | tee -a "$SUMMARY"
+      fi ;;
+    *) echo "unknown step $s" | tee -a "$SUMMARY" ;;
+  esac
+done
+echo "logs in $OUT"
