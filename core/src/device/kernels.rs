@@ -1,1 +1,1423 @@
-//! Reduction kernels for device memory (being written).
+//! Element-wise reduction kernels for device memory, compiled at run time with
+//! NVRTC ([`super::nvrtc`]).
+//!
+//! [`Kernels`] (one per CUDA context) queues `dst[i] = a[i] op b[i]`
+//! ([`Kernels::reduce`]) and the operator's last step ([`Kernels::finish`]:
+//! avg's division by the rank count) on a stream, for every [`DataType`] ×
+//! [`RedOp`].
+//!
+//! ## Semantics: those of the CPU kernels ([`crate::reduce`])
+//!
+//! The CUDA C is generated from the same definitions as [`crate::reduce`]:
+//! integers wrap (computed in the unsigned type of the same width); `Avg`
+//! reduces as `Sum` and [`Kernels::finish`] divides once at the end (integers:
+//! truncating division of the wrapped sum, signed types through `i64`,
+//! unsigned through `u64`, by `nranks` clamped as the CPU clamps it; floats in
+//! their own precision, by `nranks as f32` / `nranks as f64`); float min/max
+//! are the selects `a < b ? a : b` / `a > b ? a : b` (so a NaN in `a` yields
+//! `b`, a NaN in `b` yields the NaN, and `min(-0, +0)` is `+0`, as on the CPU);
+//! f16 and bf16 are widened to f32 on their raw `u16` bits, combined, and
+//! narrowed once with the very conversions of `reduce/half.rs`, written again
+//! in CUDA C (no `cuda_fp16.h`: NVRTC may not find headers). Compiled with
+//! `--fmad=false --ftz=false --prec-div=true --prec-sqrt=true`: no fused
+//! multiply-adds (the f16 narrowing relies on a separately rounded multiply
+//! and add), subnormals kept, IEEE division.
+//!
+//! The results are therefore identical bit for bit to the CPU's, with one
+//! exception: the payload and sign of a NaN *produced by arithmetic* (sum,
+//! prod, avg of a NaN or of inf − inf, 0 × inf): the GPU returns its canonical
+//! NaN, x86 propagates an operand's payload or returns its own default NaN;
+//! both are NaN (and stay NaN through f16/bf16). Min/max only select, and are
+//! identical including NaN bits.
+//!
+//! ## Kernels
+//!
+//! One CUDA source per (type, operator) — `sum`, `prod`, `min`, `max` (avg
+//! uses `sum`) — and one per type for the finish step; see [`reduce_source`]
+//! and [`finish_source`]. Entry points are named
+//! `ferrocx_reduce_<type>_<op>` and `ferrocx_finish_<type>` (type names as
+//! nccl-tests prints them: `ferrocx_reduce_bfloat16_sum`), so profilers show
+//! what ran. Each is a grid-stride loop over 16-byte vectors (`ld.global.v4`)
+//! when the three pointers have the same alignment modulo 16 (a scalar head
+//! brings them to a 16-byte boundary, a scalar tail finishes), unrolled four
+//! vectors deep for large arrays; other alignments take a scalar grid-stride
+//! loop. Blocks of [`BLOCK`] threads; the grid is the device's SM count ×
+//! the kernel's occupancy (blocks per SM) — one full wave — or fewer blocks
+//! when there is less work than that.
+//!
+//! ## Compilation and caching
+//!
+//! A source is compiled the first time its kernel is used (or at
+//! [`Kernels::prepare`]), once per process for each compute capability:
+//! by default ([`Image::Auto`]) to a CUBIN for the device's real architecture
+//! (`--gpu-architecture=sm_90`: no driver JIT, whatever PTX version the driver
+//! accepts), falling back to PTX (`compute_90`, or the newest virtual
+//! architecture this NVRTC knows that is not newer than the device) for the
+//! driver to JIT when NVRTC cannot target the device. Images are kept in a
+//! process-wide cache; modules are loaded once per context and shared by every
+//! `Kernels` of that context (they live while one does: each holds a retain
+//! of the primary context, so a context handle is never reused under a cached
+//! module).
+//!
+//! ## Errors
+//!
+//! [`Error::Unsupported`]: no CUDA driver or device, no NVRTC, or a kernel
+//! that NVRTC or the driver would not build or load (the message names the
+//! kernel, type, operator, architecture and NVRTC's or the JIT's log);
+//! [`Error::InvalidArgument`]: a null pointer or one not aligned to the
+//! element size (checked before anything is queued); [`Error::Io`]: a failed
+//! driver call (`cuLaunchKernel`, …; the message names the call, the kernel
+//! and the driver's code).
+//!
+//! ## Environment
+//!
+//! No variable of its own; NVRTC is found as [`super::nvrtc`] says
+//! (`FERROCX_NVRTC_LIB`, `CUDA_HOME`).
+
+use super::nvrtc::Nvrtc;
+use crate::error::{Error, Result};
+use crate::types::{DataType, RedOp};
+use ferrocx_sdk::cuda::{self, sys, Context};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::fmt::Write as _;
+use std::sync::{Arc, OnceLock, Weak};
+
+/// Threads per block of every kernel.
+pub const BLOCK: u32 = 256;
+
+/// NVRTC options of every compile (besides the architecture).
+pub const NVRTC_OPTIONS: [&str; 6] = [
+    "-default-device",
+    "--std=c++17",
+    "--fmad=false",
+    "--ftz=false",
+    "--prec-div=true",
+    "--prec-sqrt=true",
+];
+
+/// Which code image the kernels are built as.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Image {
+    /// CUBIN for the device's architecture, else PTX (the default).
+    #[default]
+    Auto,
+    /// CUBIN only (an error when NVRTC cannot target the device).
+    Cubin,
+    /// PTX only, compiled by the driver's JIT at module load.
+    Ptx,
+}
+
+/// The kernels of one source: the four binary operators, and the finish step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Sum,
+    Prod,
+    Min,
+    Max,
+    Finish,
+}
+
+const KINDS: usize = 5;
+const SLOTS: usize = DataType::ALL.len() * KINDS;
+
+impl Kind {
+    /// The kernel that does `op`'s reduction steps (avg reduces as sum).
+    fn of(op: RedOp) -> Kind {
+        match op {
+            RedOp::Sum | RedOp::Avg => Kind::Sum,
+            RedOp::Prod => Kind::Prod,
+            RedOp::Min => Kind::Min,
+            RedOp::Max => Kind::Max,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Sum => "sum",
+            Kind::Prod => "prod",
+            Kind::Min => "min",
+            Kind::Max => "max",
+            Kind::Finish => "finish",
+        }
+    }
+}
+
+fn slot(dtype: DataType, kind: Kind) -> usize {
+    dtype as usize * KINDS + kind.index()
+}
+
+// ---------------------------------------------------------------------------
+// CUDA C generation
+// ---------------------------------------------------------------------------
+
+/// Shared by every source: the function qualifier, bit casts, and the four
+/// f16/bf16 conversions of `reduce/half.rs`, statement for statement. Also
+/// valid host C++ (without `__CUDACC__`), which the unit tests compile with
+/// the system's C++ compiler to check the translation against the CPU kernels.
+const PRELUDE: &str = r#"
+#ifdef __CUDACC__
+#define FX_FN static __device__ __forceinline__
+FX_FN float fx_u2f(unsigned int u) { return __uint_as_float(u); }
+FX_FN unsigned int fx_f2u(float f) { return __float_as_uint(f); }
+#else
+#include <string.h>
+#define FX_FN static inline
+FX_FN float fx_u2f(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+FX_FN unsigned int fx_f2u(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+#endif
+
+/* bf16 bits -> f32 (exact). */
+FX_FN float fx_bf16_to_f32(unsigned short h) {
+    return fx_u2f((unsigned int)h << 16);
+}
+
+/* f32 -> bf16 bits, round to nearest even; NaN quieted, sign and top payload kept. */
+FX_FN unsigned short fx_f32_to_bf16(float x) {
+    const unsigned int b = fx_f2u(x);
+    const unsigned int rounded = (b + (0x7fffu + ((b >> 16) & 1u))) >> 16;
+    const unsigned int nan = (b >> 16) | 0x40u;
+    const unsigned int r = (b & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+    return (unsigned short)r;
+}
+
+/* f16 bits -> f32 (exact; the method of Maratyszcza's FP16 library). */
+FX_FN float fx_f16_to_f32(unsigned short h) {
+    const unsigned int w = (unsigned int)h << 16;
+    const unsigned int sign = w & 0x80000000u;
+    const unsigned int two_w = w + w;
+    const float normal = fx_u2f((two_w >> 4) + (0xe0u << 23)) * fx_u2f((127u - 112u) << 23);
+    const float sub = fx_u2f((two_w >> 17) | (126u << 23)) - 0.5f;
+    const float r = (h & 0x7c00u) == 0u ? sub : normal;
+    return fx_u2f(sign | fx_f2u(r));
+}
+
+/* f32 -> f16 bits, IEEE round to nearest even; NaN -> quiet NaN, sign kept. */
+FX_FN unsigned short fx_f32_to_f16(float x) {
+    const unsigned int w = fx_f2u(x);
+    const unsigned int a = w & 0x7fffffffu;
+    const float base = fx_u2f(a) * fx_u2f((127u + 112u) << 23) * fx_u2f((127u - 110u) << 23);
+    int ei = (int)(a & 0x7f800000u);
+    if (ei < (113 << 23)) ei = 113 << 23;
+    const unsigned int e = (unsigned int)ei;
+    const unsigned int bits = fx_f2u(fx_u2f(e + (15u << 23)) + base);
+    const unsigned int nonsign = ((bits >> 13) & 0x7c00u) + (bits & 0x0fffu);
+    const unsigned int r = a > 0x7f800000u ? 0x7e00u : nonsign;
+    return (unsigned short)(r | ((w >> 16) & 0x8000u));
+}
+"#;
+
+/// How a type is declared and computed on in CUDA C.
+enum CType {
+    /// Integer: its C type and the unsigned type of the same width.
+    Int {
+        c: &'static str,
+        unsigned: &'static str,
+        signed: bool,
+    },
+    /// A 16-bit float on `unsigned short` bits: widen and narrow functions.
+    Half {
+        widen: &'static str,
+        narrow: &'static str,
+    },
+    /// `float` or `double`.
+    Float {
+        c: &'static str,
+        divisor: &'static str,
+    },
+}
+
+fn ctype(dtype: DataType) -> CType {
+    let int = |c, unsigned, signed| CType::Int {
+        c,
+        unsigned,
+        signed,
+    };
+    match dtype {
+        DataType::I8 => int("signed char", "unsigned char", true),
+        DataType::U8 => int("unsigned char", "unsigned char", false),
+        DataType::I32 => int("int", "unsigned int", true),
+        DataType::U32 => int("unsigned int", "unsigned int", false),
+        DataType::I64 => int("long long", "unsigned long long", true),
+        DataType::U64 => int("unsigned long long", "unsigned long long", false),
+        DataType::F16 => CType::Half {
+            widen: "fx_f16_to_f32",
+            narrow: "fx_f32_to_f16",
+        },
+        DataType::Bf16 => CType::Half {
+            widen: "fx_bf16_to_f32",
+            narrow: "fx_f32_to_bf16",
+        },
+        DataType::F32 => CType::Float {
+            c: "float",
+            divisor: "f",
+        },
+        DataType::F64 => CType::Float {
+            c: "double",
+            divisor: "d",
+        },
+    }
+}
+
+/// `typedef elem_t` and the element function of `kind`: `fx_op(a, b)` for an
+/// operator, `fx_fin(x, si, ui, f, d)` for the finish step (divisors: `si`
+/// for signed integers, `ui` unsigned, `f` f32/f16/bf16, `d` f64).
+fn element_source(dtype: DataType, kind: Kind) -> String {
+    const FIN: &str =
+        "FX_FN elem_t fx_fin(elem_t x, long long si, unsigned long long ui, float f, double d)";
+    const OP: &str = "FX_FN elem_t fx_op(elem_t a, elem_t b)";
+    let sel = |k: Kind| match k {
+        Kind::Min => "a < b ? a : b",
+        _ => "a > b ? a : b",
+    };
+    let mut s = String::new();
+    match ctype(dtype) {
+        CType::Int {
+            c,
+            unsigned,
+            signed,
+        } => {
+            let _ = writeln!(s, "typedef {c} elem_t;\ntypedef {unsigned} uelem_t;");
+            let body = match kind {
+                Kind::Sum => "(elem_t)((uelem_t)a + (uelem_t)b)".to_string(),
+                Kind::Prod => "(elem_t)((uelem_t)a * (uelem_t)b)".to_string(),
+                Kind::Min | Kind::Max => sel(kind).to_string(),
+                Kind::Finish if signed => "(elem_t)((long long)x / si)".to_string(),
+                Kind::Finish => "(elem_t)((unsigned long long)x / ui)".to_string(),
+            };
+            let head = if kind == Kind::Finish { FIN } else { OP };
+            let _ = writeln!(s, "{head} {{ return {body}; }}");
+        }
+        CType::Half { widen, narrow } => {
+            let _ = writeln!(s, "typedef unsigned short elem_t;");
+            let body = match kind {
+                Kind::Sum => format!("return {narrow}({widen}(a) + {widen}(b));"),
+                Kind::Prod => format!("return {narrow}({widen}(a) * {widen}(b));"),
+                Kind::Min => format!(
+                    "const float x = {widen}(a), y = {widen}(b); return {narrow}(x < y ? x : y);"
+                ),
+                Kind::Max => format!(
+                    "const float x = {widen}(a), y = {widen}(b); return {narrow}(x > y ? x : y);"
+                ),
+                Kind::Finish => format!("return {narrow}({widen}(x) / f);"),
+            };
+            let head = if kind == Kind::Finish { FIN } else { OP };
+            let _ = writeln!(s, "{head} {{ {body} }}");
+        }
+        CType::Float { c, divisor } => {
+            let _ = writeln!(s, "typedef {c} elem_t;");
+            let body = match kind {
+                Kind::Sum => "a + b".to_string(),
+                Kind::Prod => "a * b".to_string(),
+                Kind::Min | Kind::Max => sel(kind).to_string(),
+                Kind::Finish => format!("x / {divisor}"),
+            };
+            let head = if kind == Kind::Finish { FIN } else { OP };
+            let _ = writeln!(s, "{head} {{ return {body}; }}");
+        }
+    }
+    s
+}
+
+/// The vector type and helpers every kernel uses (after `elem_t`).
+const VECTOR: &str = r#"
+#define FX_V (16 / sizeof(elem_t))
+struct alignas(16) fx_u4 { unsigned int x, y, z, w; };
+union fx_vec { fx_u4 u; elem_t e[FX_V]; };
+typedef unsigned long long fx_size;
+"#;
+
+/// The entry point's name for `kind` on `dtype`.
+fn kernel_name(dtype: DataType, kind: Kind) -> String {
+    match kind {
+        Kind::Finish => format!("ferrocx_finish_{}", dtype.name()),
+        k => format!("ferrocx_reduce_{}_{}", dtype.name(), k.name()),
+    }
+}
+
+fn source(dtype: DataType, kind: Kind) -> String {
+    let name = kernel_name(dtype, kind);
+    let mut s = format!(
+        "/* ferrocx: {name} (generated by core/src/device/kernels.rs) */\n#define FX_BLOCK {BLOCK}\n"
+    );
+    s.push_str(PRELUDE);
+    s.push_str(&element_source(dtype, kind));
+    s.push_str(VECTOR);
+    let body = if kind == Kind::Finish {
+        FINISH_KERNEL
+    } else {
+        REDUCE_KERNEL
+    };
+    s.push_str(&body.replace("FX_NAME", &name));
+    s
+}
+
+const REDUCE_KERNEL: &str = r#"
+FX_FN fx_u4 fx_vop(const fx_u4 x, const fx_u4 y) {
+    fx_vec p, q, r;
+    p.u = x;
+    q.u = y;
+#pragma unroll
+    for (int k = 0; k < (int)FX_V; ++k) r.e[k] = fx_op(p.e[k], q.e[k]);
+    return r.u;
+}
+
+/* dst[i] = a[i] op b[i] for i < n; dst may be a or b (each element is read
+   before it is written, by the same thread). */
+extern "C" __global__ void __launch_bounds__(FX_BLOCK)
+FX_NAME(elem_t* dst, const elem_t* a, const elem_t* b, fx_size n) {
+    const fx_size tid = (fx_size)blockIdx.x * blockDim.x + threadIdx.x;
+    const fx_size stride = (fx_size)gridDim.x * blockDim.x;
+    const fx_size mis = (fx_size)dst & 15ull;
+    if (((fx_size)a & 15ull) != mis || ((fx_size)b & 15ull) != mis) {
+        for (fx_size i = tid; i < n; i += stride) dst[i] = fx_op(a[i], b[i]);
+        return;
+    }
+    fx_size head = ((16ull - mis) & 15ull) / sizeof(elem_t);
+    if (head > n) head = n;
+    if (tid < head) dst[tid] = fx_op(a[tid], b[tid]);
+    dst += head;
+    a += head;
+    b += head;
+    n -= head;
+    fx_u4* D = (fx_u4*)dst;
+    const fx_u4* A = (const fx_u4*)a;
+    const fx_u4* B = (const fx_u4*)b;
+    const fx_size nv = n / FX_V;
+    fx_size i = tid;
+    for (; i + 3ull * stride < nv; i += 4ull * stride) {
+        const fx_u4 a0 = A[i], a1 = A[i + stride], a2 = A[i + 2ull * stride], a3 = A[i + 3ull * stride];
+        const fx_u4 b0 = B[i], b1 = B[i + stride], b2 = B[i + 2ull * stride], b3 = B[i + 3ull * stride];
+        D[i] = fx_vop(a0, b0);
+        D[i + stride] = fx_vop(a1, b1);
+        D[i + 2ull * stride] = fx_vop(a2, b2);
+        D[i + 3ull * stride] = fx_vop(a3, b3);
+    }
+    for (; i < nv; i += stride) D[i] = fx_vop(A[i], B[i]);
+    for (fx_size j = nv * FX_V + tid; j < n; j += stride) dst[j] = fx_op(a[j], b[j]);
+}
+"#;
+
+const FINISH_KERNEL: &str = r#"
+FX_FN fx_u4 fx_vfin(const fx_u4 x, long long si, unsigned long long ui, float f, double d) {
+    fx_vec p, r;
+    p.u = x;
+#pragma unroll
+    for (int k = 0; k < (int)FX_V; ++k) r.e[k] = fx_fin(p.e[k], si, ui, f, d);
+    return r.u;
+}
+
+/* dst[i] = dst[i] / nranks for i < n (the divisor in each type's form). */
+extern "C" __global__ void __launch_bounds__(FX_BLOCK)
+FX_NAME(elem_t* dst, fx_size n, long long si, unsigned long long ui, float f, double d) {
+    const fx_size tid = (fx_size)blockIdx.x * blockDim.x + threadIdx.x;
+    const fx_size stride = (fx_size)gridDim.x * blockDim.x;
+    const fx_size mis = (fx_size)dst & 15ull;
+    fx_size head = ((16ull - mis) & 15ull) / sizeof(elem_t);
+    if (head > n) head = n;
+    if (tid < head) dst[tid] = fx_fin(dst[tid], si, ui, f, d);
+    dst += head;
+    n -= head;
+    fx_u4* D = (fx_u4*)dst;
+    const fx_size nv = n / FX_V;
+    fx_size i = tid;
+    for (; i + 3ull * stride < nv; i += 4ull * stride) {
+        const fx_u4 x0 = D[i], x1 = D[i + stride], x2 = D[i + 2ull * stride], x3 = D[i + 3ull * stride];
+        D[i] = fx_vfin(x0, si, ui, f, d);
+        D[i + stride] = fx_vfin(x1, si, ui, f, d);
+        D[i + 2ull * stride] = fx_vfin(x2, si, ui, f, d);
+        D[i + 3ull * stride] = fx_vfin(x3, si, ui, f, d);
+    }
+    for (; i < nv; i += stride) D[i] = fx_vfin(D[i], si, ui, f, d);
+    for (fx_size j = nv * FX_V + tid; j < n; j += stride) dst[j] = fx_fin(dst[j], si, ui, f, d);
+}
+"#;
+
+/// The CUDA C source of `op`'s reduction kernel on `dtype` (avg's is sum's).
+pub fn reduce_source(dtype: DataType, op: RedOp) -> String {
+    source(dtype, Kind::of(op))
+}
+
+/// The CUDA C source of the finish (avg division) kernel on `dtype`.
+pub fn finish_source(dtype: DataType) -> String {
+    source(dtype, Kind::Finish)
+}
+
+// ---------------------------------------------------------------------------
+// Compilation (process-wide) and modules (per context)
+// ---------------------------------------------------------------------------
+
+/// A compiled image and how it was made.
+struct Compiled {
+    bytes: Vec<u8>,
+    /// e.g. `CUBIN sm_90` or `PTX compute_90`.
+    what: String,
+}
+
+/// Compile `kind` on `dtype` for compute capability `cc` (e.g. 90), once per
+/// process.
+fn compiled(
+    nvrtc: &Nvrtc,
+    cc: i32,
+    pref: Image,
+    dtype: DataType,
+    kind: Kind,
+) -> Result<Arc<Compiled>, String> {
+    type Cache = HashMap<(i32, Image, usize), Result<Arc<Compiled>, String>>;
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    let mut cache = CACHE.get_or_init(Default::default).lock();
+    cache
+        .entry((cc, pref, slot(dtype, kind)))
+        .or_insert_with(|| compile(nvrtc, cc, pref, dtype, kind).map(Arc::new))
+        .clone()
+}
+
+fn compile(
+    nvrtc: &Nvrtc,
+    cc: i32,
+    pref: Image,
+    dtype: DataType,
+    kind: Kind,
+) -> Result<Compiled, String> {
+    let src = source(dtype, kind);
+    let file = format!("{}.cu", kernel_name(dtype, kind));
+    let opts = |arch: String| {
+        let mut v = vec![arch];
+        v.extend(NVRTC_OPTIONS.iter().map(|s| s.to_string()));
+        v
+    };
+    let (maj, min) = nvrtc.version();
+    let mut cubin_err = None;
+    if pref != Image::Ptx {
+        let o = opts(format!("--gpu-architecture=sm_{cc}"));
+        let o: Vec<&str> = o.iter().map(String::as_str).collect();
+        match nvrtc.compile_cubin(&src, &file, &o) {
+            Ok(bytes) => {
+                return Ok(Compiled {
+                    bytes,
+                    what: format!("CUBIN sm_{cc} (NVRTC {maj}.{min})"),
+                })
+            }
+            Err(e) if pref == Image::Cubin => return Err(e),
+            Err(e) => cubin_err = Some(e),
+        }
+    }
+    // PTX for the device's virtual architecture, or the newest one this NVRTC
+    // knows that is not newer (the driver JITs it forward).
+    let virt = match nvrtc.supported_archs() {
+        Some(archs) => archs
+            .into_iter()
+            .filter(|&a| a <= cc)
+            .max()
+            .ok_or_else(|| {
+                format!("NVRTC {maj}.{min} supports no architecture up to compute_{cc}")
+            })?,
+        None => cc,
+    };
+    let o = opts(format!("--gpu-architecture=compute_{virt}"));
+    let o: Vec<&str> = o.iter().map(String::as_str).collect();
+    match nvrtc.compile(&src, &file, &o) {
+        Ok(bytes) => Ok(Compiled {
+            bytes,
+            what: format!("PTX compute_{virt} (NVRTC {maj}.{min})"),
+        }),
+        Err(e) => Err(match cubin_err {
+            Some(c) => format!("{e}\n(CUBIN for sm_{cc} failed first: {c})"),
+            None => e,
+        }),
+    }
+}
+
+/// A loaded kernel.
+struct Func {
+    module: sys::CUmodule,
+    func: sys::CUfunction,
+    /// Resident blocks of `BLOCK` threads per SM.
+    blocks_per_sm: u32,
+    info: KernelInfo,
+}
+
+// SAFETY: module and function handles may be used from any thread (with their
+// context current); they are immutable after loading.
+unsafe impl Send for Func {}
+// SAFETY: as above.
+unsafe impl Sync for Func {}
+
+/// What was built for one kernel (for logs and tests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelInfo {
+    /// Entry point, e.g. `ferrocx_reduce_float_sum`.
+    pub name: String,
+    /// The image loaded, e.g. `CUBIN sm_90 (NVRTC 13.0)`.
+    pub image: String,
+    /// Registers per thread.
+    pub registers: i32,
+    /// Local memory per thread in bytes (spills; 0 expected).
+    pub local_bytes: i32,
+    /// Resident blocks of [`BLOCK`] threads per SM.
+    pub blocks_per_sm: u32,
+}
+
+/// Modules of one context, shared by every [`Kernels`] of it.
+struct Shared {
+    /// A retain of the (primary) context: it outlives the modules.
+    ctx: Context,
+    slots: Vec<OnceLock<std::result::Result<Func, String>>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let loaded: Vec<sys::CUmodule> = self
+            .slots
+            .iter()
+            .filter_map(|s| s.get()?.as_ref().ok().map(|f| f.module))
+            .collect();
+        if loaded.is_empty() {
+            return;
+        }
+        // SAFETY: the context is retained by `self.ctx`; every module was
+        // loaded into it and is unloaded once; the push is undone by the pop.
+        unsafe {
+            if sys::cuCtxPushCurrent_v2(self.ctx.raw()) != sys::CUresult::CUDA_SUCCESS {
+                return;
+            }
+            for m in loaded {
+                sys::cuModuleUnload(m);
+            }
+            let mut old = std::ptr::null_mut();
+            sys::cuCtxPopCurrent_v2(&mut old);
+        }
+    }
+}
+
+/// Load `image` into the current context and get its entry point `name`.
+fn load(image: &Compiled, name: &str) -> std::result::Result<Func, String> {
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    let mut log = vec![0u8; 8192];
+    let mut opts = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut vals = [log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
+    // SAFETY: the caller made the context current; `image` is a complete
+    // CUBIN or NUL-terminated PTX; the JIT options are the error log buffer
+    // and its size (passed by value in the pointer, as the API specifies),
+    // both live for the call.
+    let r = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            image.bytes.as_ptr() as *const c_void,
+            opts.len() as u32,
+            opts.as_mut_ptr(),
+            vals.as_mut_ptr(),
+        )
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        return Err(format!(
+            "cuModuleLoadDataEx of {name} ({}) failed: {}{}",
+            image.what,
+            cuda::name(r),
+            if end > 0 {
+                format!("; JIT log: {}", String::from_utf8_lossy(&log[..end]).trim())
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let unload = |e: String| {
+        // SAFETY: loaded above, unloaded once on this error path.
+        unsafe { sys::cuModuleUnload(module) };
+        e
+    };
+    let cname = CString::new(name).expect("kernel names have no NUL");
+    let mut func: sys::CUfunction = std::ptr::null_mut();
+    // SAFETY: a loaded module; NUL-terminated name; valid out pointer.
+    let r = unsafe { sys::cuModuleGetFunction(&mut func, module, cname.as_ptr()) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(unload(format!(
+            "cuModuleGetFunction({name}) failed: {}",
+            cuda::name(r)
+        )));
+    }
+    let attr = |a: sys::CUfunction_attribute| {
+        let mut v = 0;
+        // SAFETY: a valid function; valid out pointer.
+        let r = unsafe { sys::cuFuncGetAttribute(&mut v, a, func) };
+        if r == sys::CUresult::CUDA_SUCCESS {
+            v
+        } else {
+            -1
+        }
+    };
+    let mut blocks = 0;
+    // SAFETY: a valid function; valid out pointer; no dynamic shared memory.
+    let r = unsafe {
+        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, func, BLOCK as i32, 0)
+    };
+    if r != sys::CUresult::CUDA_SUCCESS || blocks <= 0 {
+        return Err(unload(format!(
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor({name}) failed: {} ({blocks} blocks)",
+            cuda::name(r)
+        )));
+    }
+    use sys::CUfunction_attribute as FA;
+    Ok(Func {
+        module,
+        func,
+        blocks_per_sm: blocks as u32,
+        info: KernelInfo {
+            name: name.to_string(),
+            image: image.what.clone(),
+            registers: attr(FA::CU_FUNC_ATTRIBUTE_NUM_REGS),
+            local_bytes: attr(FA::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+            blocks_per_sm: blocks as u32,
+        },
+    })
+}
+
+// ---------------------------------------------------------------------------
+// The API
+// ---------------------------------------------------------------------------
+
+/// The reduction kernels of one CUDA context (cheap to make: kernels are
+/// compiled and loaded on first use; see the module docs).
+pub struct Kernels {
+    shared: Arc<Shared>,
+    ctx: sys::CUcontext,
+    device: i32,
+    cc: (i32, i32),
+    sms: u32,
+    image: Image,
+    nvrtc: &'static Nvrtc,
+}
+
+// SAFETY: the context handle may be used from any thread; everything else is
+// immutable or synchronized (`Shared`'s slots are `OnceLock`s).
+unsafe impl Send for Kernels {}
+// SAFETY: as above.
+unsafe impl Sync for Kernels {}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Kernels(device {}, sm_{}{}, {} SMs, {:?}, {:?})",
+            self.device, self.cc.0, self.cc.1, self.sms, self.image, self.nvrtc
+        )
+    }
+}
+
+fn driver(r: sys::CUresult, what: impl FnOnce() -> String) -> Result<()> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Io(format!(
+            "CUDA driver: {} failed: {}",
+            what(),
+            cuda::name(r)
+        )))
+    }
+}
+
+impl Kernels {
+    /// The kernels of `ctx`'s device (its primary context), built as
+    /// [`Image::Auto`]. Fails with [`Error::Unsupported`] when CUDA or NVRTC
+    /// cannot be used here (the message says why).
+    pub fn new(ctx: &Context) -> Result<Self> {
+        Self::with_image(ctx, Image::Auto)
+    }
+
+    /// The kernels of device `device`'s primary context; [`Error::Unsupported`]
+    /// without CUDA, without that device, or without NVRTC.
+    pub fn for_device(device: i32) -> Result<Self> {
+        cuda::available()
+            .map_err(|e| Error::Unsupported(format!("device reduction kernels need CUDA: {e}")))?;
+        let ctx = Context::primary(device).map_err(|e| {
+            Error::Unsupported(format!(
+                "device reduction kernels: no context for CUDA device {device}: {e}"
+            ))
+        })?;
+        Self::with_image(&ctx, Image::Auto)
+    }
+
+    /// [`Kernels::new`] with the image kind chosen (tests and diagnostics;
+    /// modules are shared per (context, image kind)).
+    pub fn with_image(ctx: &Context, image: Image) -> Result<Self> {
+        cuda::available()
+            .map_err(|e| Error::Unsupported(format!("device reduction kernels need CUDA: {e}")))?;
+        let nvrtc = Nvrtc::get()
+            .map_err(|e| Error::Unsupported(format!("device reduction kernels need NVRTC: {e}")))?;
+        let device = ctx.device();
+        let attr = |a: sys::CUdevice_attribute, what: &str| -> Result<i32> {
+            let mut v = 0;
+            // SAFETY: initialized driver (available() above); valid ordinal
+            // (from a live context); valid out pointer.
+            driver(
+                unsafe { sys::cuDeviceGetAttribute(&mut v, a, device) },
+                || format!("cuDeviceGetAttribute({what}) of device {device}"),
+            )?;
+            Ok(v)
+        };
+        use sys::CUdevice_attribute as A;
+        let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "major")?;
+        let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "minor")?;
+        let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "SM count")?.max(1) as u32;
+        let shared = {
+            type Map = HashMap<(usize, Image), Weak<Shared>>;
+            static CONTEXTS: OnceLock<Mutex<Map>> = OnceLock::new();
+            let mut map = CONTEXTS.get_or_init(Default::default).lock();
+            map.retain(|_, w| w.strong_count() > 0);
+            let key = (ctx.raw() as usize, image);
+            match map.get(&key).and_then(Weak::upgrade) {
+                Some(s) => s,
+                None => {
+                    let retained = Context::primary(device).map_err(|e| {
+                        Error::Unsupported(format!(
+                            "device reduction kernels: cannot retain the context of device {device}: {e}"
+                        ))
+                    })?;
+                    if retained.raw() != ctx.raw() {
+                        return Err(Error::invalid(format!(
+                            "device reduction kernels: the context given is not device {device}'s primary context"
+                        )));
+                    }
+                    let s = Arc::new(Shared {
+                        ctx: retained,
+                        slots: (0..SLOTS).map(|_| OnceLock::new()).collect(),
+                    });
+                    map.insert(key, Arc::downgrade(&s));
+                    s
+                }
+            }
+        };
+        Ok(Kernels {
+            ctx: ctx.raw(),
+            shared,
+            device,
+            cc: (major, minor),
+            sms,
+            image,
+            nvrtc,
+        })
+    }
+
+    /// The device ordinal.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    /// The device's compute capability (`major`, `minor`).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.cc
+    }
+
+    /// The device's SM count.
+    pub fn sms(&self) -> u32 {
+        self.sms
+    }
+
+    /// The NVRTC in use.
+    pub fn nvrtc(&self) -> &'static Nvrtc {
+        self.nvrtc
+    }
+
+    /// Make this context current on the calling thread when it is not.
+    fn bind(&self) -> Result<()> {
+        let mut cur: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: initialized driver; valid out pointer.
+        let r = unsafe { sys::cuCtxGetCurrent(&mut cur) };
+        if r == sys::CUresult::CUDA_SUCCESS && cur == self.ctx {
+            return Ok(());
+        }
+        // SAFETY: the context is alive (retained by `self.shared`).
+        driver(unsafe { sys::cuCtxSetCurrent(self.ctx) }, || {
+            format!("cuCtxSetCurrent (device {})", self.device)
+        })
+    }
+
+    /// The loaded kernel for `kind` on `dtype` (compiled and loaded on first
+    /// use; the context must be current).
+    fn func(&self, dtype: DataType, kind: Kind) -> Result<&Func> {
+        let slot = &self.shared.slots[slot(dtype, kind)];
+        let name = kernel_name(dtype, kind);
+        let r = slot.get_or_init(|| {
+            let cc = self.cc.0 * 10 + self.cc.1;
+            let image = compiled(self.nvrtc, cc, self.image, dtype, kind)?;
+            let f = load(&image, &name)?;
+            tracing::debug!(
+                kernel = %name,
+                image = %f.info.image,
+                registers = f.info.registers,
+                local_bytes = f.info.local_bytes,
+                blocks_per_sm = f.blocks_per_sm,
+                "device reduction kernel loaded"
+            );
+            Ok(f)
+        });
+        r.as_ref().map_err(|e| {
+            Error::Unsupported(format!(
+                "device reduction kernel {name} ({} {}) unavailable on device {} (sm_{}{}): {e}",
+                dtype,
+                kind.name(),
+                self.device,
+                self.cc.0,
+                self.cc.1
+            ))
+        })
+    }
+
+    /// Compile and load the kernels `op` on `dtype` needs (its reduction, and
+    /// for avg the finish step) now rather than at first use. Makes this
+    /// context current on the calling thread.
+    pub fn prepare(&self, dtype: DataType, op: RedOp) -> Result<()> {
+        self.bind()?;
+        self.func(dtype, Kind::of(op))?;
+        if op == RedOp::Avg {
+            self.func(dtype, Kind::Finish)?;
+        }
+        Ok(())
+    }
+
+    /// What was built for `op`'s reduction kernel on `dtype` (compiling and
+    /// loading it if needed; makes this context current).
+    pub fn reduce_info(&self, dtype: DataType, op: RedOp) -> Result<KernelInfo> {
+        self.bind()?;
+        Ok(self.func(dtype, Kind::of(op))?.info.clone())
+    }
+
+    /// What was built for the finish kernel on `dtype` (as
+    /// [`Kernels::reduce_info`]).
+    pub fn finish_info(&self, dtype: DataType) -> Result<KernelInfo> {
+        self.bind()?;
+        Ok(self.func(dtype, Kind::Finish)?.info.clone())
+    }
+
+    /// Blocks for `items` units of work (16-byte vectors or elements) of `f`.
+    fn grid(&self, f: &Func, items: usize) -> u32 {
+        let wave = self.sms as usize * f.blocks_per_sm as usize;
+        items.div_ceil(BLOCK as usize).clamp(1, wave.max(1)) as u32
+    }
+
+    fn check_ptrs(&self, what: &str, dtype: DataType, ptrs: &[sys::CUdeviceptr]) -> Result<()> {
+        for &p in ptrs {
+            if p == 0 {
+                return Err(Error::invalid(format!(
+                    "{what} on {dtype}: null device pointer"
+                )));
+            }
+            if p & (dtype.size() as u64 - 1) != 0 {
+                return Err(Error::invalid(format!(
+                    "{what} on {dtype}: device pointer {p:#x} is not aligned to {} bytes",
+                    dtype.size()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `dst[i] = a[i] op b[i]` for `i < count` (`Avg` reduces like `Sum`),
+    /// queued on `stream`. `count == 0` queues nothing. Makes this context
+    /// current on the calling thread; the first use of a (type, operator)
+    /// compiles its kernel (see [`Kernels::prepare`]).
+    ///
+    /// # Safety
+    /// `dst`, `a` and `b` must be device-accessible memory of this context,
+    /// valid for `count` elements of `dtype` until the queued work completes;
+    /// `dst` may equal `a` and/or `b` exactly but must not partially overlap
+    /// either. `stream` must be a live stream of this context (or null, the
+    /// legacy default stream).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce(
+        &self,
+        dtype: DataType,
+        op: RedOp,
+        dst: sys::CUdeviceptr,
+        a: sys::CUdeviceptr,
+        b: sys::CUdeviceptr,
+        count: usize,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        self.check_ptrs("device reduction", dtype, &[dst, a, b])?;
+        self.bind()?;
+        let f = self.func(dtype, Kind::of(op))?;
+        let mis = dst & 15;
+        let items = if a & 15 == mis && b & 15 == mis {
+            count.saturating_mul(dtype.size()).div_ceil(16)
+        } else {
+            count
+        };
+        let grid = self.grid(f, items);
+        let (mut d, mut x, mut y, mut n) = (dst, a, b, count as u64);
+        let mut params = [
+            &mut d as *mut u64 as *mut c_void,
+            &mut x as *mut u64 as *mut c_void,
+            &mut y as *mut u64 as *mut c_void,
+            &mut n as *mut u64 as *mut c_void,
+        ];
+        // SAFETY: a loaded function of this (current) context whose parameters
+        // are (T*, const T*, const T*, unsigned long long), each passed by a
+        // pointer to an 8-byte value living through the call; the memory and
+        // stream contracts are the caller's.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                f.func,
+                grid,
+                1,
+                1,
+                BLOCK,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        driver(r, || {
+            format!(
+                "cuLaunchKernel({}, {count} elements, grid {grid}×{BLOCK})",
+                f.info.name
+            )
+        })
+    }
+
+    /// The operator's last step on fully reduced elements, queued on
+    /// `stream`: for `Avg`, `dst[i] /= nranks` exactly as
+    /// [`crate::reduce::finish`] does; nothing for the other operators, for
+    /// `count == 0`, or for `nranks <= 1`.
+    ///
+    /// # Safety
+    /// `dst` must be device-accessible memory of this context, valid for
+    /// `count` elements of `dtype` until the queued work completes; `stream`
+    /// a live stream of this context (or null).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn finish(
+        &self,
+        dtype: DataType,
+        op: RedOp,
+        dst: sys::CUdeviceptr,
+        count: usize,
+        nranks: usize,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        if op != RedOp::Avg || count == 0 || nranks <= 1 {
+            return Ok(());
+        }
+        self.check_ptrs("device avg division", dtype, &[dst])?;
+        self.bind()?;
+        let f = self.func(dtype, Kind::Finish)?;
+        let grid = self.grid(f, count.saturating_mul(dtype.size()).div_ceil(16));
+        // The divisors as crate::reduce::finish computes them.
+        let mut si: i64 = i64::try_from(nranks).unwrap_or(i64::MAX);
+        let mut ui: u64 = u64::try_from(nranks).unwrap_or(u64::MAX);
+        let mut fl: f32 = nranks as f32;
+        let mut db: f64 = nranks as f64;
+        let (mut d, mut n) = (dst, count as u64);
+        let mut params = [
+            &mut d as *mut u64 as *mut c_void,
+            &mut n as *mut u64 as *mut c_void,
+            &mut si as *mut i64 as *mut c_void,
+            &mut ui as *mut u64 as *mut c_void,
+            &mut fl as *mut f32 as *mut c_void,
+            &mut db as *mut f64 as *mut c_void,
+        ];
+        // SAFETY: a loaded function of this (current) context whose parameters
+        // are (T*, unsigned long long, long long, unsigned long long, float,
+        // double), each passed by a pointer to a value of that type living
+        // through the call; the memory and stream contracts are the caller's.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                f.func,
+                grid,
+                1,
+                1,
+                BLOCK,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        driver(r, || {
+            format!(
+                "cuLaunchKernel({}, {count} elements / {nranks}, grid {grid}×{BLOCK})",
+                f.info.name
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// xorshift64*: reproducible inputs.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+    }
+
+    /// `n` elements of `dtype`: random bits, special values (zeros, infs,
+    /// NaNs, subnormals, extremes; integer MIN/MAX/-1) and ordinary values.
+    fn gen(dtype: DataType, n: usize, rng: &mut Rng) -> Vec<u8> {
+        let size = dtype.size();
+        let mut out = Vec::with_capacity(n * size);
+        for _ in 0..n {
+            let r = rng.next();
+            let pick = r & 7;
+            let x = r >> 8;
+            let v: u64 = match dtype {
+                DataType::F16 => match pick {
+                    0 | 1 => x,
+                    2 => [
+                        0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7c01, 0x0001, 0x8001,
+                        0x03ff, 0x0400, 0x7bff, 0xfbff, 0x3c00,
+                    ][(x % 14) as usize],
+                    _ => ((x & 1) << 15) | (((9 + (x >> 1) % 13) & 31) << 10) | ((x >> 8) & 0x3ff),
+                },
+                DataType::Bf16 => match pick {
+                    0 | 1 => x,
+                    2 => [
+                        0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81, 0x0001, 0x8001,
+                        0x007f, 0x0080, 0x7f7f, 0xff7f, 0x3f80,
+                    ][(x % 14) as usize],
+                    _ => ((x & 1) << 15) | ((117 + (x >> 1) % 21) << 7) | ((x >> 9) & 0x7f),
+                },
+                DataType::F32 => match pick {
+                    0 | 1 => x ^ (r << 40),
+                    2 => [
+                        0u64,
+                        0x8000_0000,
+                        0x7f80_0000,
+                        0xff80_0000,
+                        0x7fc0_0000,
+                        0xffc0_0000,
+                        0x7f80_0001,
+                        0x0000_0001,
+                        0x807f_ffff,
+                        0x0080_0000,
+                        0x7f7f_ffff,
+                        0xff7f_ffff,
+                        0x3f80_0000,
+                    ][(x % 13) as usize],
+                    _ => ((x & 1) << 31) | ((107 + (x >> 1) % 41) << 23) | ((x >> 10) & 0x7f_ffff),
+                },
+                DataType::F64 => match pick {
+                    0 | 1 => r.rotate_left(17) ^ x,
+                    2 => [
+                        0u64,
+                        1 << 63,
+                        0x7ff0 << 48,
+                        0xfff0 << 48,
+                        0x7ff8 << 48,
+                        0xfff8 << 48,
+                        (0x7ff0 << 48) | 1,
+                        1,
+                        (1 << 63) | 0x000f_ffff_ffff_ffff,
+                        1 << 52,
+                        0x7fef_ffff_ffff_ffff,
+                        0x3ff0 << 48,
+                    ][(x % 12) as usize],
+                    _ => {
+                        ((x & 1) << 63)
+                            | ((1003 + (x >> 1) % 41) << 52)
+                            | (r.rotate_left(29) & 0x000f_ffff_ffff_ffff)
+                    }
+                },
+                _ => match pick {
+                    0 => [
+                        0u64,
+                        1,
+                        u64::MAX,
+                        1 << (size * 8 - 1),
+                        (1 << (size * 8 - 1)) - 1,
+                    ][(x % 5) as usize],
+                    1 => x % 7,
+                    _ => r,
+                },
+            };
+            out.extend_from_slice(&v.to_le_bytes()[..size]);
+        }
+        out
+    }
+
+    fn bits(dtype: DataType, v: &[u8], i: usize) -> u64 {
+        let s = dtype.size();
+        let mut b = [0u8; 8];
+        b[..s].copy_from_slice(&v[i * s..(i + 1) * s]);
+        u64::from_le_bytes(b)
+    }
+
+    fn is_nan(dtype: DataType, x: u64) -> bool {
+        match dtype {
+            DataType::F16 => x & 0x7fff > 0x7c00,
+            DataType::Bf16 => x & 0x7fff > 0x7f80,
+            DataType::F32 => f32::from_bits(x as u32).is_nan(),
+            DataType::F64 => f64::from_bits(x).is_nan(),
+            _ => false,
+        }
+    }
+
+    /// Mismatches of `got` against `want` (count, first few), bit for bit
+    /// except that a NaN from arithmetic (sum, prod, avg) may be any NaN.
+    fn compare(dtype: DataType, op: RedOp, want: &[u8], got: &[u8]) -> (usize, String) {
+        let any_nan = dtype.is_float() && matches!(op, RedOp::Sum | RedOp::Prod | RedOp::Avg);
+        let mut bad = 0;
+        let mut first = String::new();
+        for i in 0..want.len() / dtype.size() {
+            let (w, g) = (bits(dtype, want, i), bits(dtype, got, i));
+            if w == g || (any_nan && is_nan(dtype, w) && is_nan(dtype, g)) {
+                continue;
+            }
+            if bad < 5 {
+                let _ = write!(first, " [{i}] want {w:#x} got {g:#x};");
+            }
+            bad += 1;
+        }
+        (bad, first)
+    }
+
+    /// Without a GPU: an error value naming the reason, never a panic.
+    #[test]
+    fn without_gpu_new_is_an_error() {
+        match cuda::available() {
+            Err(why) => {
+                let e = Kernels::for_device(0).unwrap_err();
+                assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+                let m = e.to_string();
+                assert!(m.contains("CUDA") && m.contains(&why), "{m}");
+                eprintln!("skipping: no CUDA ({m})");
+            }
+            Ok(_) => match Kernels::for_device(0) {
+                Ok(k) => eprintln!("{k:?}"),
+                Err(e) => {
+                    assert!(e.to_string().contains("NVRTC"), "{e}");
+                    eprintln!("skipping: {e}");
+                }
+            },
+        }
+        // An unknown device is an error too, with or without CUDA.
+        assert!(Kernels::for_device(12345).is_err());
+    }
+
+    #[test]
+    fn sources_are_complete() {
+        for dtype in DataType::ALL {
+            for op in RedOp::ALL {
+                let s = reduce_source(dtype, op);
+                let name = kernel_name(dtype, Kind::of(op));
+                assert!(s.contains(&format!("{name}(elem_t* dst")), "{s}");
+                assert!(s.contains("fx_op(") && !s.contains("FX_NAME"));
+            }
+            let s = finish_source(dtype);
+            assert!(
+                s.contains(&format!("ferrocx_finish_{}(", dtype.name())),
+                "{s}"
+            );
+            assert!(s.contains("fx_fin("));
+        }
+        assert!(reduce_source(DataType::Bf16, RedOp::Avg).contains("ferrocx_reduce_bfloat16_sum("));
+    }
+
+    /// The generated element functions, compiled as host C++ with the
+    /// system's compiler (`c++`; skipped without one), against the CPU
+    /// kernels of `crate::reduce`: checks the translation of every type ×
+    /// operator (and avg's division) without a GPU. For f16/bf16 every one of
+    /// the 65536 values of `a` is covered.
+    #[test]
+    fn element_functions_match_cpu_kernels() {
+        let dir = std::env::temp_dir().join(format!("ferrocx-kern-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut src = String::from(PRELUDE);
+        for dtype in DataType::ALL {
+            for kind in [Kind::Sum, Kind::Prod, Kind::Min, Kind::Max, Kind::Finish] {
+                let k = slot(dtype, kind);
+                let body = if kind == Kind::Finish {
+                    "D[i] = fx_fin(D[i], si, ui, f, dd);"
+                } else {
+                    "D[i] = fx_op(A[i], B[i]);"
+                };
+                let _ = write!(
+                    src,
+                    "namespace fx_{k} {{\n{}\nextern \"C\" void fx_host_{k}(void* d, const void* a, const void* b, unsigned long long n, long long si, unsigned long long ui, float f, double dd) {{\n  elem_t* D = (elem_t*)d; const elem_t* A = (const elem_t*)a; const elem_t* B = (const elem_t*)b;\n  (void)A; (void)B; (void)si; (void)ui; (void)f; (void)dd;\n  for (unsigned long long i = 0; i < n; ++i) {{ {body} }}\n}}\n}}\n",
+                    element_source(dtype, kind)
+                );
+            }
+        }
+        let cpp = dir.join("elements.cpp");
+        let so = dir.join("libelements.so");
+        std::fs::write(&cpp, &src).unwrap();
+        let out = std::process::Command::new("c++")
+            .args([
+                "-O2",
+                "-std=c++17",
+                "-ffp-contract=off",
+                "-fno-fast-math",
+                "-fPIC",
+                "-shared",
+                "-w",
+                "-o",
+            ])
+            .arg(&so)
+            .arg(&cpp)
+            .output();
+        let out = match out {
+            Err(e) => {
+                eprintln!("skipping: no C++ compiler (c++): {e}");
+                return;
+            }
+            Ok(o) => o,
+        };
+        assert!(
+            out.status.success(),
+            "c++ failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        type HostFn = unsafe extern "C" fn(*mut u8, *const u8, *const u8, u64, i64, u64, f32, f64);
+        // SAFETY: the library just built from our own source.
+        let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut failures = Vec::new();
+        for dtype in DataType::ALL {
+            let n = 200_000;
+            let mut a = gen(dtype, n, &mut rng);
+            let mut b = gen(dtype, n, &mut rng);
+            if dtype.size() == 2 {
+                // Every 16-bit pattern as `a` (and as `b`, shifted).
+                for i in 0..65536usize {
+                    a[2 * i..2 * i + 2].copy_from_slice(&(i as u16).to_le_bytes());
+                    let j = i.wrapping_mul(40503) & 0xffff;
+                    b[2 * (65536 + i)..2 * (65536 + i) + 2]
+                        .copy_from_slice(&(j as u16).to_le_bytes());
+                }
+            }
+            for op in RedOp::ALL {
+                let kind = Kind::of(op);
+                let host = |kind: Kind| -> libloading::Symbol<'_, HostFn> {
+                    let name = format!("fx_host_{}\0", slot(dtype, kind));
+                    // SAFETY: the function of that name in the library has
+                    // the `HostFn` signature.
+                    unsafe { lib.get::<HostFn>(name.as_bytes()) }.unwrap()
+                };
+                let mut want = vec![0u8; a.len()];
+                let mut got = vec![0u8; a.len()];
+                // SAFETY: three distinct buffers of `n` elements, aligned (Vec<u8>
+                // data is at least 8-aligned from the allocator for these sizes).
+                unsafe {
+                    crate::reduce::reduce(dtype, op, want.as_mut_ptr(), a.as_ptr(), b.as_ptr(), n);
+                    host(kind)(
+                        got.as_mut_ptr(),
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        n as u64,
+                        0,
+                        0,
+                        0.0,
+                        0.0,
+                    );
+                }
+                let (bad, first) = compare(dtype, op, &want, &got);
+                if bad > 0 {
+                    failures.push(format!("{dtype} {op}: {bad} mismatches:{first}"));
+                }
+                if op == RedOp::Avg {
+                    for nranks in [2usize, 3, 7, 1000] {
+                        let mut w = want.clone();
+                        let mut g = want.clone();
+                        // SAFETY: `n` elements each.
+                        unsafe {
+                            crate::reduce::finish(dtype, op, w.as_mut_ptr(), n, nranks);
+                            host(Kind::Finish)(
+                                g.as_mut_ptr(),
+                                std::ptr::null(),
+                                std::ptr::null(),
+                                n as u64,
+                                nranks as i64,
+                                nranks as u64,
+                                nranks as f32,
+                                nranks as f64,
+                            );
+                        }
+                        let (bad, first) = compare(dtype, op, &w, &g);
+                        if bad > 0 {
+                            failures
+                                .push(format!("{dtype} avg /{nranks}: {bad} mismatches:{first}"));
+                        }
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// Every source compiles with NVRTC, when it is here (skipped otherwise):
+    /// CUBIN and PTX for sm_90; the PTX of reductions uses 16-byte vector
+    /// accesses, no local memory, no fused multiply-add, IEEE division.
+    #[test]
+    fn sources_compile_with_nvrtc() {
+        let nvrtc = match Nvrtc::get() {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("skipping: {e}");
+                return;
+            }
+        };
+        let archs = nvrtc.supported_archs().unwrap_or_default();
+        eprintln!("{nvrtc:?}, archs {archs:?}");
+        let cc = if archs.is_empty() || archs.contains(&90) {
+            90
+        } else {
+            *archs.iter().max().unwrap()
+        };
+        for dtype in DataType::ALL {
+            for kind in [Kind::Sum, Kind::Prod, Kind::Min, Kind::Max, Kind::Finish] {
+                let name = kernel_name(dtype, kind);
+                let ptx =
+                    compile(nvrtc, cc, Image::Ptx, dtype, kind).unwrap_or_else(|e| panic!("{e}"));
+                let text = String::from_utf8_lossy(&ptx.bytes);
+                assert!(text.contains(&format!(".entry {name}(")), "{name}: {text}");
+                assert!(
+                    !text.contains("__local_depot"),
+                    "{name} uses local memory:\n{text}"
+                );
+                assert!(!text.contains("fma."), "{name} has an FMA:\n{text}");
+                let wide = |op: &str| {
+                    text.contains(&format!("{op}.global.v4."))
+                        || ["u64", "s64", "b64", "f64"]
+                            .iter()
+                            .any(|t| text.contains(&format!("{op}.global.v2.{t}")))
+                };
+                let v4 = wide("ld") && wide("st");
+                assert!(v4, "{name}: no 16-byte vector accesses:\n{text}");
+                if kind == Kind::Finish && dtype == DataType::F32 {
+                    assert!(text.contains("div.rn.f32"), "{name}:\n{text}");
+                }
+                if nvrtc.has_cubin() {
+                    let c = compile(nvrtc, cc, Image::Auto, dtype, kind).unwrap();
+                    assert!(c.what.starts_with("CUBIN"), "{}", c.what);
+                    assert_eq!(&c.bytes[..4], b"\x7fELF");
+                }
+            }
+        }
+        // An architecture newer than any this NVRTC knows falls back to PTX.
+        let c = compile(nvrtc, 999, Image::Auto, DataType::F32, Kind::Sum).unwrap();
+        assert!(c.what.starts_with("PTX"), "{}", c.what);
+    }
+}
