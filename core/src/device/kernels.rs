@@ -65,8 +65,8 @@
 //! that NVRTC or the driver would not build or load (the message names the
 //! kernel, type, operator, architecture and NVRTC's or the JIT's log);
 //! [`Error::InvalidArgument`]: a null pointer or one not aligned to the
-//! element size (checked before anything is queued); [`Error::Io`]: a failed
-//! driver call (`cuLaunchKernel`, …; the message names the call, the kernel
+//! element size (checked before anything is queued); [`Error::Cuda`]: a
+//! failed driver call (`cuLaunchKernel`, …; the message names the call, the kernel
 //! and the driver's code).
 //!
 //! ## Environment
@@ -717,11 +717,7 @@ fn driver(r: sys::CUresult, what: impl FnOnce() -> String) -> Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(Error::Io(format!(
-            "CUDA driver: {} failed: {}",
-            what(),
-            cuda::name(r)
-        )))
+        Err(Error::Cuda(format!("{} failed: {}", what(), cuda::name(r))))
     }
 }
 
