@@ -21,10 +21,10 @@ testbin() {  # testbin NAME CARGO-ARGS...
 }
 testbin sdk-tests -p ferrocx-sdk --features cuda --lib
 testbin core-tests -p ferrocx --lib
-if cargo metadata --no-deps --format-version 1 | grep -q '"name":"ferrocx-p2p"'; then
-  testbin p2p-tests -p ferrocx-p2p --lib
+if [ -f plugins/p2p/Cargo.toml ]; then
+  testbin p2p-tests -p ferrocx-p2p --lib || echo "p2p tests did not build"
 fi
-strip "$OUT"/* 2>/dev/null || true
+strip --strip-all "$OUT"/*
 if [ -n "${NCCL_TESTS_SRC:-}" ]; then
   rm -rf gpu-run/nccl-tests && cp -r "$NCCL_TESTS_SRC" gpu-run/nccl-tests
 fi

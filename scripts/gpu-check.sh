@@ -42,7 +42,7 @@ for s in $STEPS; do
     p2p) [ -x "$BIN/p2p-tests" ] && run_step p2p "$BIN/p2p-tests" --nocapture --test-threads 1 ;;
     matrix-p2p) run_step matrix-p2p "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-matrix --mem cuda ;;
     matrix-staged) FERROCX_TRANSPORTS=shm run_step matrix-staged "$BIN/fxrun" -n 2 -- \
-        "$BIN/fxtest-worker" coll-matrix --mem cuda --filter "${STAGED_FILTER:-count 1000}" ;;
+        "$BIN/fxtest-worker" coll-matrix --mem cuda --filter "${STAGED_FILTER:-count=1000}" ;;
     sendrecv) run_step sendrecv "$BIN/fxperf" --np 2 --mem cuda -b 0 -e 256M -f 4 -n 5 -w 1 -c 1 sendrecv ;;
     mix) [ -n "$(grep -l coll-mix-dev "$BIN/fxtest-worker" 2>/dev/null)" ] && \
         run_step mix "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-mix-dev 1000 ;;
