@@ -1,0 +1,110 @@
+//! Removal of shared-memory objects left behind by processes that died.
+//!
+//! A connection segment is unlinked as soon as both ends mapped it, so a name
+//! in /dev/shm only survives when its creator died between `setup` and the
+//! sender attaching; stand-in device buffers (tests) survive a killed test
+//! process. Names carry the creator's pid (`ferrocx-p2p-<pid>-…`,
+//! `ferrocx-p2pfake-<pid>-…`). One is removed at `init` when its creator's
+//! liveness lock is free **and** that pid does not exist here: a live creator
+//! in another pid namespace still holds its lock, and a creator between
+//! `shm_open` and its lock still has its pid.
+
+use crate::proc::pid_alive;
+use crate::segment::{unlink_name, Region, RECEIVER_BYTE};
+use std::path::Path;
+
+/// Directory where POSIX shared memory objects appear.
+pub const SHM_DIR: &str = "/dev/shm";
+
+const PREFIXES: [&str; 2] = ["ferrocx-p2p-", "ferrocx-p2pfake-"];
+
+/// The creator pid of one of our object names (without the leading '/').
+pub fn creator_pid(file_name: &str) -> Option<i32> {
+    let rest = PREFIXES.iter().find_map(|p| file_name.strip_prefix(p))?;
+    let pid = rest.split('-').next()?;
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) || rest.len() == pid.len() {
+        return None;
+    }
+    pid.parse().ok().filter(|&p: &i32| p > 0)
+}
+
+/// Unlink every object in `dir` whose creator is gone; returns the names removed.
+pub fn sweep_stale(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else {
+            continue;
+        };
+        let Some(pid) = creator_pid(name) else {
+            continue;
+        };
+        if pid_alive(pid) {
+            continue;
+        }
+        let path = format!("/{name}");
+        let held = Region::open(&path, None)
+            .ok()
+            .and_then(|r| r.lock_held(RECEIVER_BYTE));
+        if held != Some(true) && unlink_name(&path).is_ok() {
+            removed.push(name.to_owned());
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_only_our_names() {
+        assert_eq!(creator_pid("ferrocx-p2p-123-1f-0"), Some(123));
+        assert_eq!(creator_pid("ferrocx-p2pfake-77-3"), Some(77));
+        for bad in [
+            "ferrocx-p2p-123",
+            "ferrocx-p2p-x-1f-0",
+            "ferrocx-123-1f-0",
+            "other-p2p-1-2",
+            "ferrocx-p2p-0-1",
+        ] {
+            assert_eq!(creator_pid(bad), None, "{bad}");
+        }
+    }
+
+    /// An object nobody holds a lock on, as a crashed creator leaves it.
+    fn orphan(name: &str) {
+        let c = std::ffi::CString::new(name).unwrap();
+        // SAFETY: valid C string; the descriptor is closed right away.
+        unsafe {
+            let fd = libc::shm_open(c.as_ptr(), libc::O_CREAT | libc::O_RDWR, 0o600);
+            assert!(fd >= 0);
+            libc::ftruncate(fd, 4096);
+            libc::close(fd);
+        }
+    }
+
+    #[test]
+    fn removes_objects_of_dead_creators_only() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let crashed = format!("/ferrocx-p2p-{dead}-5eed-0");
+        orphan(&crashed);
+        // A dead pid here but a held lock: a creator in another pid namespace.
+        let elsewhere = format!("/ferrocx-p2pfake-{dead}-5eed");
+        let held = Region::create(&elsewhere, 4096, RECEIVER_BYTE).unwrap();
+        let live = format!("/ferrocx-p2p-{}-5eed-77", std::process::id());
+        orphan(&live);
+        let removed = sweep_stale(Path::new(SHM_DIR));
+        assert!(removed.contains(&crashed[1..].to_string()), "{removed:?}");
+        assert!(!Path::new(SHM_DIR).join(&crashed[1..]).exists());
+        assert!(Path::new(SHM_DIR).join(&elsewhere[1..]).exists());
+        assert!(Path::new(SHM_DIR).join(&live[1..]).exists());
+        drop(held);
+        unlink_name(&live).unwrap();
+    }
+}
