@@ -21,6 +21,7 @@ testbin() {  # testbin NAME CARGO-ARGS...
 }
 testbin sdk-tests -p ferrocx-sdk --features cuda --lib
 testbin core-tests -p ferrocx --lib
+testbin gpu-kernels -p ferrocx --test gpu_kernels
 if [ -f plugins/p2p/Cargo.toml ]; then
   testbin p2p-tests -p ferrocx-p2p --lib || echo "p2p tests did not build"
 fi

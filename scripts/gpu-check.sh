@@ -25,7 +25,7 @@ run_step() {  # run_step NAME CMD...: log to OUT/NAME.log, result line in the su
   local name="$1"; shift
   local t0=$SECONDS
   echo "== $name: $*" | tee -a "$SUMMARY"
-  timeout 900 "$@" > "$OUT/$name.log" 2>&1
+  timeout "${STEP_TIMEOUT:-900}" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   echo "   $name: rc=$rc ($((SECONDS - t0)) s)" | tee -a "$SUMMARY"
   tail -n 3 "$OUT/$name.log" | sed 's/^/   | /' | tee -a "$SUMMARY"
@@ -38,7 +38,10 @@ for s in $STEPS; do
       { date -Is; hostname; nvidia-smi; nvidia-smi topo -m; nvcc --version 2>&1 | tail -2
         ls /usr/lib/x86_64-linux-gnu/libnccl* /usr/local/cuda/lib64/libnvrtc* 2>&1; } > "$OUT/info.txt" 2>&1 ;;
     detect) run_step detect "$BIN/sdk-tests" cuda --nocapture ;;
-    kernels) run_step kernels "$BIN/core-tests" device:: --nocapture --test-threads 1 ;;
+    smoke) FERROCX_DEBUG="${FERROCX_DEBUG:-info}" run_step smoke "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" dev-smoke ;;
+    smoke-shm) FERROCX_TRANSPORTS=shm FERROCX_DEBUG="${FERROCX_DEBUG:-info}" run_step smoke-shm "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" dev-smoke ;;
+    kernels) run_step kernels "$BIN/core-tests" device:: --nocapture --test-threads 1
+             FERROCX_REQUIRE_GPU=1 run_step gpu-kernels "$BIN/gpu-kernels" --nocapture --test-threads 1 ;;
     p2p) [ -x "$BIN/p2p-tests" ] && run_step p2p "$BIN/p2p-tests" --nocapture --test-threads 1 ;;
     matrix-p2p) run_step matrix-p2p "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-matrix --mem cuda ;;
     matrix-staged) FERROCX_TRANSPORTS=shm run_step matrix-staged "$BIN/fxrun" -n 2 -- \
@@ -56,7 +59,8 @@ for s in $STEPS; do
     nccl)
       SRC="${NCCL_TESTS_SRC:-gpu-run/nccl-tests}"
       if [ -d "$SRC" ]; then
-        run_step nccl-build make -C "$SRC" -j 16 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" ${NCCL_HOME:+NCCL_HOME=$NCCL_HOME}
+        run_step nccl-build make -C "$SRC" -j 16 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
+          NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}" ${NCCL_HOME:+NCCL_HOME=$NCCL_HOME}
         for b in sendrecv alltoall all_gather all_reduce reduce_scatter broadcast; do
           # shellcheck disable=SC2086
           run_step "nccl-$b" "$SRC/build/${b}_perf" $SIZES $ITERS -c 1 -g 2

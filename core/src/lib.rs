@@ -40,5 +40,7 @@ pub use types::{Bf16, DataType, Element, RedOp, F16};
 
 #[cfg(feature = "builtin-net-socket")]
 use ferrocx_net_socket as _;
+#[cfg(feature = "builtin-p2p")]
+use ferrocx_p2p as _;
 #[cfg(feature = "builtin-shm")]
 use ferrocx_shm as _;

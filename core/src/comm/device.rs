@@ -203,6 +203,15 @@ impl Communicator {
         self.device_error()?;
         let gpu = self.gpu()?.clone();
         gpu.bind()?;
+        // Compile and load the reduction kernels now: module loads may synchronize
+        // the device, which must not happen once a user stream waits for the plan.
+        for t in &tasks {
+            if let Task::Coll(c) = t {
+                if c.kind.reduces() {
+                    gpu.kernels()?.prepare(c.dtype, c.op)?;
+                }
+            }
+        }
         let mut plans = crate::plan::plan(
             tasks,
             &self.plan_cfg,

@@ -10,9 +10,6 @@ use ferrocx_sdk::cuda::{self, sys, Context, Event, PinnedHost, Stream};
 use parking_lot::Mutex;
 use std::sync::{Arc, OnceLock};
 
-/// Buffers kept per pool for reuse.
-const POOL_MAX: usize = 16;
-
 /// One communicator's GPU.
 pub(crate) struct Gpu {
     ctx: Context,
@@ -83,39 +80,43 @@ impl Gpu {
             .map_err(|e| Error::Unsupported(format!("device reductions: {e}")))
     }
 
-    /// Device memory of at least `bytes`, from the pool when one fits.
+    /// Device memory of at least `bytes`, from the pool when one fits (the smallest).
+    /// Call on the launching thread: a new allocation may synchronize the device.
     pub fn dev_buf(&self, bytes: usize) -> Result<DevBuf> {
         let mut p = self.dev_pool.lock();
-        if let Some(i) = p.iter().position(|b| b.len() >= bytes) {
+        if let Some(i) = (0..p.len())
+            .filter(|&i| p[i].len() >= bytes)
+            .min_by_key(|&i| p[i].len())
+        {
             return Ok(p.swap_remove(i));
         }
         drop(p);
         DevBuf::new(bytes)
     }
 
-    /// Return device memory to the pool (its last use is complete).
+    /// Return device memory to the pool. Never freed before the communicator is:
+    /// `cuMemFree` synchronizes the device, and on the progress thread (while a user
+    /// stream waits for a plan) that would deadlock.
     pub fn put_dev(&self, b: DevBuf) {
-        let mut p = self.dev_pool.lock();
-        if p.len() < POOL_MAX {
-            p.push(b);
-        }
+        self.dev_pool.lock().push(b);
     }
 
-    /// Pinned host memory of at least `bytes`, from the pool when one fits.
+    /// Pinned host memory of at least `bytes`, from the pool when one fits (the
+    /// smallest). Call on the launching thread, as [`dev_buf`](Self::dev_buf).
     pub fn pinned(&self, bytes: usize) -> Result<PinnedHost> {
         let mut p = self.host_pool.lock();
-        if let Some(i) = p.iter().position(|b| b.len() >= bytes) {
+        if let Some(i) = (0..p.len())
+            .filter(|&i| p[i].len() >= bytes)
+            .min_by_key(|&i| p[i].len())
+        {
             return Ok(p.swap_remove(i));
         }
         drop(p);
         PinnedHost::new(bytes.max(4096)).map_err(Error::cuda)
     }
 
-    /// Return pinned memory to the pool (its last use is complete).
+    /// Return pinned memory to the pool (kept, like device memory: freeing synchronizes).
     pub fn put_pinned(&self, b: PinnedHost) {
-        let mut p = self.host_pool.lock();
-        if p.len() < POOL_MAX {
-            p.push(b);
-        }
+        self.host_pool.lock().push(b);
     }
 }

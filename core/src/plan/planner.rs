@@ -299,7 +299,7 @@ pub(crate) fn plan(
                 staging.clone(),
             );
             cur.add(match &dev_gpu {
-                Some(g) => r.on_device(g.clone()),
+                Some(g) => r.on_device(g.clone())?,
                 None => r,
             });
         }
@@ -365,7 +365,7 @@ pub(crate) fn plan(
                     )
                 })?;
                 cur.device.get_or_insert_with(|| PlanDevice::new(g.clone()));
-                cur.add(r.on_device(g.clone()));
+                cur.add(r.on_device(g.clone())?);
             } else {
                 cur.add(r);
             }

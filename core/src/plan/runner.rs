@@ -93,15 +93,41 @@ pub(crate) struct DevRun {
 }
 
 impl DevRun {
-    pub fn new(gpu: Arc<Gpu>) -> Self {
-        DevRun {
+    /// Allocate everything the runner will need now, on the launching thread:
+    /// allocations can synchronize the device, and once a user stream waits for this
+    /// plan, a synchronizing call on the progress thread would deadlock.
+    pub fn new(gpu: Arc<Gpu>, sched: &Schedule, esize: usize) -> Result<Self, Error> {
+        let scratch = if sched.scratch > 0 {
+            Some(gpu.dev_buf(sched.scratch * esize)?)
+        } else {
+            None
+        };
+        // Staging for the worst case: every transfer of a stage through a host-only transport.
+        let stage = sched
+            .stages
+            .iter()
+            .map(|st| {
+                st.sends
+                    .iter()
+                    .chain(st.recvs.iter())
+                    .map(|x| x.region.len * esize)
+                    .sum::<usize>()
+            })
+            .max()
+            .unwrap_or(0);
+        let stage_mem = if stage > 0 {
+            Some(gpu.pinned(stage)?)
+        } else {
+            None
+        };
+        Ok(DevRun {
             gpu,
-            scratch: None,
+            scratch,
             pending: None,
             phase: Phase::Start,
-            stage_mem: None,
+            stage_mem,
             staged_recvs: Vec::new(),
-        }
+        })
     }
 }
 
@@ -148,9 +174,13 @@ impl Runner {
     }
 
     /// Run on device memory: locals as GPU work on `gpu`'s executor stream.
-    pub fn on_device(mut self, gpu: Arc<Gpu>) -> Self {
-        self.dev = Some(DevRun::new(gpu));
-        self
+    pub fn on_device(mut self, gpu: Arc<Gpu>) -> Result<Self, Error> {
+        let dev = DevRun::new(gpu, &self.sched, self.bases.esize)?;
+        if let Some(b) = &dev.scratch {
+            self.bases.scratch = b.ptr();
+        }
+        self.dev = Some(dev);
+        Ok(self)
     }
 
     /// Scratch bytes this runner needs.
@@ -236,13 +266,7 @@ impl Runner {
     /// transfers, wait for them, copy staged receives back and queue the local steps
     /// (copies, NVRTC reductions) on the executor stream, wait for that event.
     fn advance_device(&mut self, poster: &mut dyn Poster) -> Result<Step, Error> {
-        let dev = self.dev.as_mut().expect("device runner");
-        dev.gpu.bind()?;
-        if dev.scratch.is_none() && self.sched.scratch > 0 {
-            let b = dev.gpu.dev_buf(self.sched.scratch * self.bases.esize)?;
-            self.bases.scratch = b.ptr();
-            dev.scratch = Some(b);
-        }
+        self.dev.as_ref().expect("device runner").gpu.bind()?;
         loop {
             let dev = self.dev.as_mut().expect("device runner");
             if let Some(ev) = &dev.pending {
@@ -329,11 +353,11 @@ impl Runner {
             .chain(st.recvs.iter().filter(|x| staged(x, Dir::Recv)))
             .map(|x| x.region.len * esize)
             .sum();
-        if need > 0 && dev.stage_mem.as_ref().is_none_or(|m| m.len() < need) {
-            if let Some(old) = dev.stage_mem.take() {
-                dev.gpu.put_pinned(old);
-            }
-            dev.stage_mem = Some(dev.gpu.pinned(need)?);
+        if need > dev.stage_mem.as_ref().map_or(0, |m| m.len()) {
+            return Err(Error::Cuda(format!(
+                "internal: {need} bytes to stage but {} allocated at launch",
+                dev.stage_mem.as_ref().map_or(0, |m| m.len())
+            )));
         }
         let base = dev.stage_mem.as_ref().map_or(0, |m| m.host() as usize);
         let mut off = 0;

@@ -50,6 +50,7 @@ fn main() -> ExitCode {
         Some("abort") => abort(),
         Some("oneway") => oneway(),
         Some("idle") => idle(),
+        Some("dev-smoke") => coll::device::smoke(),
         Some("coll-matrix") => {
             coll::matrix::run(opt("--filter"), opt("--mem").as_deref() == Some("cuda"))
         }

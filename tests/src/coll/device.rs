@@ -100,3 +100,65 @@ impl Prepared {
         Ok(())
     }
 }
+
+/// `dev-smoke`: one small device all-reduce and send/recv pair, each step logged
+/// to stderr with its time (to locate a hang on a GPU host).
+pub fn smoke() -> Result<String, String> {
+    let t0 = std::time::Instant::now();
+    let log = |what: &str| eprintln!("[{:8.3}s] {what}", t0.elapsed().as_secs_f64());
+    log("creating the communicator");
+    let comm = Communicator::from_env().map_err(|e| e.to_string())?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    log(&format!("rank {me}/{n} on device {:?}", comm.device()));
+    let stream = Stream::new().map_err(|e| e.to_string())?;
+    let count = 1024usize;
+    let input: Vec<u8> = (0..count)
+        .flat_map(|i| ((i + me) as f32).to_le_bytes())
+        .collect();
+    let send = DevMem::new(count * 4)?;
+    let recv = DevMem::new(count * 4)?;
+    send.upload(&input)?;
+    log("buffers ready; all_reduce");
+    let spec = ferrocx::CollSpec::new(ferrocx::CollKind::AllReduce, ferrocx::DataType::F32, count);
+    // SAFETY: live stream and buffers, synchronized below.
+    unsafe { comm.collective_on(&spec, send.ptr, recv.ptr, stream.raw()) }
+        .map_err(|e| e.to_string())?;
+    log("queued; synchronizing");
+    sync(&stream)?;
+    comm.device_error().map_err(|e| e.to_string())?;
+    let mut out = vec![0u8; count * 4];
+    recv.download(&mut out)?;
+    for i in 0..count {
+        let got = f32::from_le_bytes(out[i * 4..i * 4 + 4].try_into().unwrap());
+        let want: f32 = (0..n).map(|r| (i + r) as f32).sum();
+        if got != want {
+            return Err(format!("all_reduce element {i}: {got} != {want}"));
+        }
+    }
+    log("all_reduce verified; send/recv ring");
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    let mut g = comm.group_start();
+    // SAFETY: as above.
+    unsafe {
+        g.send_on(send.ptr, count * 4, right, stream.raw())
+            .map_err(|e| e.to_string())?;
+        g.recv_on(recv.ptr, count * 4, left, stream.raw())
+            .map_err(|e| e.to_string())?;
+    }
+    g.group_end().map_err(|e| e.to_string())?;
+    sync(&stream)?;
+    comm.device_error().map_err(|e| e.to_string())?;
+    recv.download(&mut out)?;
+    let want: Vec<u8> = (0..count)
+        .flat_map(|i| ((i + left) as f32).to_le_bytes())
+        .collect();
+    if out != want {
+        return Err("send/recv: wrong bytes".into());
+    }
+    log("send/recv verified");
+    comm.destroy().map_err(|e| e.to_string())?;
+    Ok(format!(
+        "rank {me}: device smoke passed in {:.2}s",
+        t0.elapsed().as_secs_f64()
+    ))
+}
