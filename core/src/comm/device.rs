@@ -174,6 +174,17 @@ impl Communicator {
         unsafe { self.launch_device(vec![Task::P2p(op)], &[stream]) }
     }
 
+    /// Whether some peer's transport takes no device memory (device data to it is
+    /// staged through pinned host memory), by the transport selection rules.
+    fn needs_staging(&self) -> bool {
+        *self.staging.get_or_init(|| {
+            (0..self.nranks()).filter(|&p| p != self.rank()).any(|p| {
+                super::connection::choose_plugin(&self.shared, p)
+                    .map_or(true, |pl| !pl.takes_device_memory())
+            })
+        })
+    }
+
     /// The first error of a finished stream-ordered operation not reported yet.
     pub fn device_error(&self) -> Result<()> {
         let mut ops = self.device_ops.lock();
@@ -219,6 +230,7 @@ impl Communicator {
             self.rank(),
             self.nranks(),
             Some(&gpu),
+            self.needs_staging(),
         )?;
         let mut uniq: Vec<RawStream> = streams.to_vec();
         uniq.sort_unstable_by_key(|s| *s as usize);

@@ -65,6 +65,8 @@ pub struct Communicator {
     gpu: Option<Arc<crate::device::Gpu>>,
     /// Stream-ordered operations not yet known finished (their errors surface later).
     device_ops: Mutex<Vec<Arc<crate::plan::StageDone>>>,
+    /// Whether device transfers to some peer are staged (computed on first use).
+    staging: std::sync::OnceLock<bool>,
 }
 
 /// This rank's GPU: `FERROCX_DEVICE`, else the local rank modulo the device count;
@@ -249,6 +251,7 @@ impl Communicator {
             state: AtomicU8::new(LIVE),
             gpu,
             device_ops: Mutex::new(Vec::new()),
+            staging: std::sync::OnceLock::new(),
         })
     }
 
@@ -372,6 +375,7 @@ impl Communicator {
             self.rank(),
             self.nranks(),
             self.gpu.as_ref(),
+            false,
         )?;
         let done = self.submit_plans(plans, driving)?;
         Ok(Request::new(self.engine.clone(), done, driving))

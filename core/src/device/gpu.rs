@@ -18,7 +18,23 @@ pub(crate) struct Gpu {
     flags: Flags,
     kernels: OnceLock<std::result::Result<Kernels, String>>,
     dev_pool: Mutex<Vec<DevBuf>>,
-    host_pool: Mutex<Vec<PinnedHost>>,
+    /// Per channel: device scratch and pinned staging, grown (never shrunk or freed
+    /// while the communicator lives) on launching threads. Plans run one after the
+    /// other and a channel's runners in order, so one of each per channel suffices.
+    chans: Mutex<Vec<ChanBufs>>,
+    /// Outgrown buffers a running plan may still use.
+    retired: Mutex<(Vec<DevBuf>, Vec<PinnedHost>)>,
+}
+
+#[derive(Default)]
+struct ChanBufs {
+    scratch: Option<DevBuf>,
+    stage: Option<PinnedHost>,
+}
+
+/// Round an allocation up (to a power of two, at least 1 MiB) so sizes repeat.
+fn rounded(bytes: usize) -> usize {
+    bytes.max(1 << 20).next_power_of_two()
 }
 
 impl Gpu {
@@ -36,7 +52,8 @@ impl Gpu {
             flags,
             kernels: OnceLock::new(),
             dev_pool: Mutex::new(Vec::new()),
-            host_pool: Mutex::new(Vec::new()),
+            chans: Mutex::new(Vec::new()),
+            retired: Mutex::new((Vec::new(), Vec::new())),
         }))
     }
 
@@ -80,6 +97,43 @@ impl Gpu {
             .map_err(|e| Error::Unsupported(format!("device reductions: {e}")))
     }
 
+    /// Make channel `ch`'s scratch hold `scratch` bytes and its staging `stage` bytes.
+    /// On the launching thread only: allocating may synchronize the device.
+    pub fn ensure_channel(&self, ch: usize, scratch: usize, stage: usize) -> Result<()> {
+        let mut chans = self.chans.lock();
+        if chans.len() <= ch {
+            chans.resize_with(ch + 1, ChanBufs::default);
+        }
+        let c = &mut chans[ch];
+        if scratch > c.scratch.as_ref().map_or(0, DevBuf::len) {
+            if let Some(old) = c.scratch.replace(DevBuf::new(rounded(scratch))?) {
+                self.retired.lock().0.push(old);
+            }
+        }
+        if stage > c.stage.as_ref().map_or(0, PinnedHost::len) {
+            let new = PinnedHost::new(rounded(stage)).map_err(Error::cuda)?;
+            if let Some(old) = c.stage.replace(new) {
+                self.retired.lock().1.push(old);
+            }
+        }
+        Ok(())
+    }
+
+    /// Channel `ch`'s (scratch address, bytes) and (staging host address, bytes),
+    /// as made by [`ensure_channel`](Self::ensure_channel). No allocation.
+    pub fn channel(&self, ch: usize) -> ((usize, usize), (usize, usize)) {
+        let chans = self.chans.lock();
+        let Some(c) = chans.get(ch) else {
+            return ((0, 0), (0, 0));
+        };
+        (
+            c.scratch.as_ref().map_or((0, 0), |b| (b.ptr(), b.len())),
+            c.stage
+                .as_ref()
+                .map_or((0, 0), |b| (b.host() as usize, b.len())),
+        )
+    }
+
     /// Device memory of at least `bytes`, from the pool when one fits (the smallest).
     /// Call on the launching thread: a new allocation may synchronize the device.
     pub fn dev_buf(&self, bytes: usize) -> Result<DevBuf> {
@@ -99,24 +153,5 @@ impl Gpu {
     /// stream waits for a plan) that would deadlock.
     pub fn put_dev(&self, b: DevBuf) {
         self.dev_pool.lock().push(b);
-    }
-
-    /// Pinned host memory of at least `bytes`, from the pool when one fits (the
-    /// smallest). Call on the launching thread, as [`dev_buf`](Self::dev_buf).
-    pub fn pinned(&self, bytes: usize) -> Result<PinnedHost> {
-        let mut p = self.host_pool.lock();
-        if let Some(i) = (0..p.len())
-            .filter(|&i| p[i].len() >= bytes)
-            .min_by_key(|&i| p[i].len())
-        {
-            return Ok(p.swap_remove(i));
-        }
-        drop(p);
-        PinnedHost::new(bytes.max(4096)).map_err(Error::cuda)
-    }
-
-    /// Return pinned memory to the pool (kept, like device memory: freeing synchronizes).
-    pub fn put_pinned(&self, b: PinnedHost) {
-        self.host_pool.lock().push(b);
     }
 }

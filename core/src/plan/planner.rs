@@ -201,6 +201,7 @@ pub(crate) fn plan(
     rank: usize,
     nranks: usize,
     gpu: Option<&Arc<Gpu>>,
+    stage_device: bool,
 ) -> Result<Vec<Plan>> {
     let nch = cfg.nchannels;
     let mut plans = Vec::new();
@@ -299,7 +300,7 @@ pub(crate) fn plan(
                 staging.clone(),
             );
             cur.add(match &dev_gpu {
-                Some(g) => r.on_device(g.clone())?,
+                Some(g) => r.on_device(g.clone(), stage_device)?,
                 None => r,
             });
         }
@@ -365,7 +366,7 @@ pub(crate) fn plan(
                     )
                 })?;
                 cur.device.get_or_insert_with(|| PlanDevice::new(g.clone()));
-                cur.add(r.on_device(g.clone())?);
+                cur.add(r.on_device(g.clone(), stage_device)?);
             } else {
                 cur.add(r);
             }

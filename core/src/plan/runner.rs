@@ -5,11 +5,11 @@
 use super::local::{self, Bases};
 use crate::algo::{Schedule, Xfer};
 use crate::comm::Dir;
-use crate::device::mem::{copy_async, DevBuf};
+use crate::device::mem::copy_async;
 use crate::device::Gpu;
 use crate::error::Error;
 use crate::types::{DataType, RedOp};
-use ferrocx_sdk::cuda::{Event, PinnedHost};
+use ferrocx_sdk::cuda::Event;
 use std::sync::Arc;
 
 /// Below this a send is assumed eager (copied out at once by the transport).
@@ -80,67 +80,58 @@ enum Phase {
     Transfer,
 }
 
-/// The device side of a runner: the GPU work it queued last, its device scratch,
-/// and the pinned memory of transfers staged for host-only transports.
+/// The device side of a runner: the GPU work it queued last, and where its
+/// channel's scratch and pinned staging are (made before launch; see
+/// [`Gpu::ensure_channel`]).
 pub(crate) struct DevRun {
     gpu: Arc<Gpu>,
-    scratch: Option<DevBuf>,
     pending: Option<Event>,
     phase: Phase,
-    stage_mem: Option<PinnedHost>,
+    started: bool,
+    /// (host address, bytes) of the channel's pinned staging.
+    stage: (usize, usize),
     /// (device address, pinned address, bytes) of this stage's staged receives.
     staged_recvs: Vec<(usize, usize, usize)>,
 }
 
 impl DevRun {
-    /// Allocate everything the runner will need now, on the launching thread:
-    /// allocations can synchronize the device, and once a user stream waits for this
-    /// plan, a synchronizing call on the progress thread would deadlock.
-    pub fn new(gpu: Arc<Gpu>, sched: &Schedule, esize: usize) -> Result<Self, Error> {
-        let scratch = if sched.scratch > 0 {
-            Some(gpu.dev_buf(sched.scratch * esize)?)
-        } else {
-            None
-        };
+    /// Grow the channel's buffers now, on the launching thread: allocations can
+    /// synchronize the device, and once a user stream waits for this plan, a
+    /// synchronizing call on the progress thread would deadlock. `staging`: some
+    /// peer's transport takes no device memory.
+    pub fn new(
+        gpu: Arc<Gpu>,
+        channel: usize,
+        sched: &Schedule,
+        esize: usize,
+        staging: bool,
+    ) -> Result<Self, Error> {
         // Staging for the worst case: every transfer of a stage through a host-only transport.
-        let stage = sched
-            .stages
-            .iter()
-            .map(|st| {
-                st.sends
-                    .iter()
-                    .chain(st.recvs.iter())
-                    .map(|x| x.region.len * esize)
-                    .sum::<usize>()
-            })
-            .max()
-            .unwrap_or(0);
-        let stage_mem = if stage > 0 {
-            Some(gpu.pinned(stage)?)
+        let stage = if staging {
+            sched
+                .stages
+                .iter()
+                .map(|st| {
+                    st.sends
+                        .iter()
+                        .chain(st.recvs.iter())
+                        .map(|x| x.region.len * esize)
+                        .sum::<usize>()
+                })
+                .max()
+                .unwrap_or(0)
         } else {
-            None
+            0
         };
+        gpu.ensure_channel(channel, sched.scratch * esize, stage)?;
         Ok(DevRun {
             gpu,
-            scratch,
             pending: None,
             phase: Phase::Start,
-            stage_mem,
+            started: false,
+            stage: (0, 0),
             staged_recvs: Vec::new(),
         })
-    }
-}
-
-impl Drop for DevRun {
-    fn drop(&mut self) {
-        // Later users of these buffers queue on the same executor stream, after
-        // whatever of ours may still be in it.
-        if let Some(b) = self.scratch.take() {
-            self.gpu.put_dev(b);
-        }
-        if let Some(b) = self.stage_mem.take() {
-            self.gpu.put_pinned(b);
-        }
     }
 }
 
@@ -174,11 +165,9 @@ impl Runner {
     }
 
     /// Run on device memory: locals as GPU work on `gpu`'s executor stream.
-    pub fn on_device(mut self, gpu: Arc<Gpu>) -> Result<Self, Error> {
-        let dev = DevRun::new(gpu, &self.sched, self.bases.esize)?;
-        if let Some(b) = &dev.scratch {
-            self.bases.scratch = b.ptr();
-        }
+    /// `staging`: some peer's transport takes no device memory.
+    pub fn on_device(mut self, gpu: Arc<Gpu>, staging: bool) -> Result<Self, Error> {
+        let dev = DevRun::new(gpu, self.channel, &self.sched, self.bases.esize, staging)?;
         self.dev = Some(dev);
         Ok(self)
     }
@@ -266,7 +255,15 @@ impl Runner {
     /// transfers, wait for them, copy staged receives back and queue the local steps
     /// (copies, NVRTC reductions) on the executor stream, wait for that event.
     fn advance_device(&mut self, poster: &mut dyn Poster) -> Result<Step, Error> {
-        self.dev.as_ref().expect("device runner").gpu.bind()?;
+        let dev = self.dev.as_mut().expect("device runner");
+        dev.gpu.bind()?;
+        if !dev.started {
+            // The channel's buffers as they are now (grown, if at all, before launch).
+            let ((scratch, _), stage) = dev.gpu.channel(self.channel);
+            self.bases.scratch = scratch;
+            dev.stage = stage;
+            dev.started = true;
+        }
         loop {
             let dev = self.dev.as_mut().expect("device runner");
             if let Some(ev) = &dev.pending {
@@ -353,13 +350,13 @@ impl Runner {
             .chain(st.recvs.iter().filter(|x| staged(x, Dir::Recv)))
             .map(|x| x.region.len * esize)
             .sum();
-        if need > dev.stage_mem.as_ref().map_or(0, |m| m.len()) {
+        if need > dev.stage.1 {
             return Err(Error::Cuda(format!(
-                "internal: {need} bytes to stage but {} allocated at launch",
-                dev.stage_mem.as_ref().map_or(0, |m| m.len())
+                "internal: {need} bytes to stage but the channel has {}",
+                dev.stage.1
             )));
         }
-        let base = dev.stage_mem.as_ref().map_or(0, |m| m.host() as usize);
+        let base = dev.stage.0;
         let mut off = 0;
         let stream = dev.gpu.stream();
         self.posts.clear();
