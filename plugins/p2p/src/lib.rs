@@ -61,7 +61,13 @@
 //!   that mapping (`cuIpcCloseMemHandle`) at its next progress round, or when
 //!   a copy in flight through it completes. Freeing a connection closes all
 //!   of its mappings. Each handle is opened at most once per process and
-//!   closed when its last user lets go (module [`ipc_cache`]).
+//!   closed when its last user lets go (module [`ipc_cache`]). On CUDA the
+//!   `cuIpcCloseMemHandle` itself runs on a plugin thread (`ferrocx-p2p-close`):
+//!   unmapping may wait for the whole device, and the progress thread must
+//!   never block on a device whose user stream waits for its plan. Exported
+//!   receive allocations get `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`, so a
+//!   synchronous copy into them (e.g. from pageable memory) has landed before
+//!   it returns and cannot overwrite a peer's later direct write.
 //!
 //! ## Host memory
 //!

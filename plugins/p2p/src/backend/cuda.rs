@@ -262,6 +262,22 @@ impl Device for CudaDevice {
         // driver rejects anything else with an error).
         let r = unsafe { sys::cuIpcGetMemHandle(&mut h, base) };
         check(r, "cuIpcGetMemHandle")?;
+        // Another process writes this allocation with its copy engine, ordered
+        // only by our flags. A "synchronous" cuMemcpyHtoD from pageable memory
+        // into it (fxperf's zero fill before its check) may return before its
+        // DMA landed, and would then overwrite the peer's later direct write.
+        // SYNC_MEMOPS makes such copies really synchronous for this allocation.
+        let one: u32 = 1;
+        // SAFETY: `base` is a device allocation (the export above succeeded); the
+        // value is a live u32, as the attribute expects.
+        let r = unsafe {
+            sys::cuPointerSetAttribute(
+                (&one as *const u32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                base,
+            )
+        };
+        check(r, "cuPointerSetAttribute(SYNC_MEMOPS)")?;
         let mut out = [0u8; HANDLE_BYTES];
         for (o, c) in out.iter_mut().zip(h.reserved.iter()) {
             *o = *c as u8;
@@ -285,9 +301,11 @@ impl Device for CudaDevice {
     }
 
     fn close(&self, addr: u64) {
-        // SAFETY: `addr` came from `open` and no queued copy uses it (mappings are
-        // held by copies in flight, so the last release comes after them).
-        unsafe { sys::cuIpcCloseMemHandle(addr) };
+        // cuIpcCloseMemHandle unmaps, which may wait for the whole device; this is
+        // usually the core's progress thread, while a user stream of this device
+        // waits (cuStreamWaitValue32) for a plan only that thread can finish: a
+        // deadlock. Hand the close to a thread of its own.
+        closer().send(self.ordinal(), addr);
     }
 
     fn opens(&self) -> &OpenTable {
@@ -376,6 +394,55 @@ pub fn open_count(ordinal: i32) -> usize {
         .and_then(|m| m.get(&ordinal))
         .and_then(Weak::upgrade)
         .map_or(0, |d| d.opens.open_count())
+}
+
+/// Closes IPC mappings off the calling thread (see `CudaDevice::close`).
+struct Closer {
+    tx: std::sync::Mutex<Option<std::sync::mpsc::Sender<(i32, u64)>>>,
+}
+
+impl Closer {
+    fn send(&self, ordinal: i32, addr: u64) {
+        let tx = self
+            .tx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let queued = tx.as_ref().is_some_and(|t| t.send((ordinal, addr)).is_ok());
+        drop(tx);
+        if !queued {
+            // No thread (could not be started): close here, as before.
+            close_on(ordinal, addr);
+        }
+    }
+}
+
+fn close_on(ordinal: i32, addr: u64) {
+    // Retained for the call: the device that opened `addr` may be gone by now.
+    let Ok(ctx) = Context::primary(ordinal) else {
+        return;
+    };
+    let Ok(()) = ctx.bind() else { return };
+    // SAFETY: `addr` came from cuIpcOpenMemHandle in this (primary) context and
+    // no queued copy uses it any more (mappings are held by copies in flight, so
+    // the last release comes after them).
+    unsafe { sys::cuIpcCloseMemHandle(addr) };
+}
+
+fn closer() -> &'static Closer {
+    static CLOSER: std::sync::OnceLock<Closer> = std::sync::OnceLock::new();
+    CLOSER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<(i32, u64)>();
+        let spawned = std::thread::Builder::new()
+            .name("ferrocx-p2p-close".into())
+            .spawn(move || {
+                while let Ok((ordinal, addr)) = rx.recv() {
+                    close_on(ordinal, addr);
+                }
+            });
+        Closer {
+            tx: std::sync::Mutex::new(spawned.ok().map(|_| tx)),
+        }
+    })
 }
 
 #[cfg(test)]

@@ -513,3 +513,100 @@ fn results_are_collected_in_any_order() {
         assert!(bufs[i].read(data[i].len()) == data[i]);
     }
 }
+
+/// fxperf's `sendrecv --mem cuda -c 1` on one link: ONE send buffer and ONE
+/// receive buffer reused for every message, sizes from FIFO-sized to
+/// direct-sized, many messages posted back to back with one side a whole
+/// burst ahead of the other (the sender waiting for offers, or the receiver
+/// with offers out before any send), then the check: zeros written into the
+/// receive buffer once everything finished, one more message, compare. A
+/// direct copy for an older message (or an offer left over from one) landing
+/// on the receive buffer before the zeros would leave zeros behind.
+#[test]
+fn reused_buffers_back_to_back_then_zero_check() {
+    const ITERS: usize = 13;
+    let max = 256 * 1024;
+    for (cfg, sender_ahead) in [
+        (Config::default(), true),
+        (Config::default(), false),
+        (via_ipc(Config::default()), true),
+        (via_ipc(Config::default()), false),
+        (via_ipc(small_fifo()), true),
+    ] {
+        let l = link(M, cfg);
+        let sbuf = FakeBuf::new(max).unwrap();
+        let rbuf = FakeBuf::new(max).unwrap();
+        let (tx_p2p, rx_p2p) = (&l.tx_p2p, &l.rx_p2p);
+        let (mut tx, mut rx) = (l.tx, l.rx);
+        let mut size = 8;
+        let mut round = 0u64;
+        while size <= max {
+            let data = pattern(size, 1000 + round);
+            sbuf.write(&data);
+            // Post one burst of `n` messages on each side, `first` side entirely
+            // before the other; `poll_first` rounds of progress in between.
+            // One burst of `n` messages on each side, one side entirely posted
+            // (and progressed) before the other posts anything.
+            let mut burst = |n: usize, zero_first: bool| {
+                let mut sends: Vec<Option<P2pRequest>> = (0..n).map(|_| None).collect();
+                let mut recvs: Vec<Option<P2pRequest>> = (0..n).map(|_| None).collect();
+                let mut sres: Vec<Option<PluginResult<usize>>> = (0..n).map(|_| None).collect();
+                let mut rres: Vec<Option<PluginResult<usize>>> = (0..n).map(|_| None).collect();
+                if zero_first {
+                    rbuf.write(&vec![0u8; size]);
+                }
+                let mut post_sends =
+                    |sends: &mut [Option<P2pRequest>], sres: &mut [Option<PluginResult<usize>>]| {
+                        for s in sends.iter_mut() {
+                            // SAFETY: the buffer outlives every request (drained below).
+                            let r = unsafe {
+                                tx_p2p.isend(&mut tx, sbuf.addr() as *const u8, size, None)
+                            };
+                            *s = Some(r.unwrap().expect("room for the send"));
+                        }
+                        for _ in 0..5 {
+                            sweep(tx_p2p, sends, sres);
+                        }
+                    };
+                if sender_ahead {
+                    post_sends(&mut sends, &mut sres);
+                }
+                for r in recvs.iter_mut() {
+                    // SAFETY: as above.
+                    let q = unsafe { rx_p2p.irecv(&mut rx, rbuf.addr() as *mut u8, size, None) };
+                    *r = Some(q.unwrap().expect("room for the receive"));
+                }
+                if !sender_ahead {
+                    for _ in 0..5 {
+                        sweep(rx_p2p, &mut recvs, &mut rres);
+                    }
+                    post_sends(&mut sends, &mut sres);
+                }
+                let start = Instant::now();
+                while sres.iter().chain(&rres).any(Option::is_none) {
+                    assert!(start.elapsed() < DEADLINE, "size {size}: stuck");
+                    sweep(tx_p2p, &mut sends, &mut sres);
+                    sweep(rx_p2p, &mut recvs, &mut rres);
+                }
+                for r in sres.into_iter().chain(rres) {
+                    assert_eq!(r.unwrap().unwrap(), size);
+                }
+            };
+            // Warmup + timed iterations, then the check, as fxperf does.
+            burst(ITERS, false);
+            burst(1, true);
+            let got = rbuf.read(size);
+            let wrong = got.iter().zip(&data).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                wrong, 0,
+                "size {size} (sender ahead: {sender_ahead}): {wrong} bytes wrong after the zero check"
+            );
+            size *= 2;
+            round += 1;
+        }
+        let (rs, ts) = (rx.stats(), tx.stats());
+        assert!(rs.direct_messages > 0 && ts.direct_messages > 0, "{rs:?}");
+        tx_p2p.free(tx).unwrap();
+        rx_p2p.free(rx).unwrap();
+    }
+}
