@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// before it parks and leaves the work to the progress thread.
 const PARK_AFTER: Duration = Duration::from_millis(20);
 
+/// How long a fatal transport error waits for the bootstrap to name a dead peer.
+const ROOT_CAUSE_GRACE: Duration = Duration::from_millis(250);
+
 /// Scratch buffers kept for reuse.
 const POOL_MAX: usize = 16;
 
@@ -548,9 +551,16 @@ impl Engine {
         }
         if let Some(e) = fatal {
             // A peer's death explains most transport failures: name it if known.
-            let e = match self.shared.check_peers() {
-                Err(peer_err) => peer_err,
-                Ok(()) => e,
+            // The bootstrap may learn of it a moment after a transport does (a
+            // survivor that saw the death first resets its connections to us), so
+            // give it a short grace period before blaming the messenger.
+            let grace = Instant::now() + ROOT_CAUSE_GRACE;
+            let e = loop {
+                match self.shared.check_peers() {
+                    Err(peer_err) => break peer_err,
+                    Ok(()) if Instant::now() >= grace => break e,
+                    Ok(()) => std::thread::sleep(Duration::from_millis(5)),
+                }
             };
             self.break_all(st, e);
             return true;

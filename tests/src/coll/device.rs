@@ -24,6 +24,8 @@ impl DevMem {
         Ok(DevMem { ptr, len })
     }
 
+    /// A copy from pageable memory may return before the bytes reach the device;
+    /// the context synchronization makes them visible to every stream and peer.
     pub fn upload(&self, data: &[u8]) -> Result<(), String> {
         assert!(data.len() <= self.len);
         // SAFETY: `data` is readable for its length, the allocation at least as long.
@@ -31,7 +33,10 @@ impl DevMem {
             unsafe { sys::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), data.len()) },
             "cuMemcpyHtoD",
         )
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+        // SAFETY: no arguments; the communicator's context is current.
+        cuda::check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+            .map_err(|e| e.to_string())
     }
 
     pub fn download(&self, out: &mut [u8]) -> Result<(), String> {

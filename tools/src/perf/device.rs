@@ -28,7 +28,9 @@ impl DevMem {
         Ok(DevMem { ptr, len })
     }
 
-    /// Copy `data` to the start.
+    /// Copy `data` to the start. A copy from pageable memory may return before the
+    /// bytes reach the device; the context synchronization makes them visible to
+    /// work on any stream and to peers writing the buffer.
     pub fn upload(&self, data: &[u8]) -> Result<()> {
         assert!(data.len() <= self.len);
         // SAFETY: `data` is readable for its length; the allocation is at least as long.
@@ -36,7 +38,9 @@ impl DevMem {
             unsafe { sys::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), data.len()) },
             "cuMemcpyHtoD",
         )
-        .map_err(cuda_err)
+        .map_err(cuda_err)?;
+        // SAFETY: no arguments; the communicator's context is current.
+        cuda::check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize").map_err(cuda_err)
     }
 
     /// Copy the start into `out`.
