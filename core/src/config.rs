@@ -164,6 +164,31 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "smallest message (bytes) sent by single copy into a registered buffer",
     ),
     (
+        "FERROCX_DEVICE",
+        "(local rank mod devices)",
+        "CUDA device of this rank; -1: none",
+    ),
+    (
+        "FERROCX_DEVICE_WAIT",
+        "kernel",
+        "how user streams wait for ferrocx: kernel (polling) or memop (cuStreamWaitValue32)",
+    ),
+    (
+        "FERROCX_NVRTC_LIB",
+        "(search)",
+        "NVRTC library for the device reduction kernels",
+    ),
+    (
+        "FERROCX_P2P_DISABLE",
+        "0",
+        "1 makes the p2p transport decline every peer",
+    ),
+    (
+        "FERROCX_P2P_DIRECT",
+        "1",
+        "p2p copies straight into receive buffers: 1 any, registered, 0 never",
+    ),
+    (
         "FERROCX_SOCKET_DISABLE",
         "0",
         "1 makes the net-socket transport decline every peer",
