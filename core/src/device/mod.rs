@@ -1,6 +1,6 @@
-//! GPU memory in the core: the device a rank uses ([`Gpu`]), stream ordering
-//! ([`order`]), device memory and pinned staging pools ([`mem`]), and the
-//! reduction kernels compiled at run time with NVRTC ([`kernels`]). The CUDA driver
+//! GPU memory in the core: the device a rank uses (`Gpu`), stream ordering
+//! (`order`), device memory and pinned staging (`mem`), and the reduction kernels
+//! compiled at run time with NVRTC ([`kernels`]). The CUDA driver
 //! is reached only through `ferrocx_sdk::cuda`, which reports a missing driver as an
 //! error value instead of panicking: without a GPU everything host-side works and
 //! device calls return [`Error::Unsupported`](crate::Error::Unsupported).
