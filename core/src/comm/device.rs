@@ -258,6 +258,7 @@ impl Communicator {
             .get_or_insert_with(|| PlanDevice::new(gpu.clone()))
             .signals = signals;
         let done = self.submit_plans(plans, false)?;
+        tracing::trace!(target: "ferrocx::device", "launched on {} stream(s)", uniq.len());
         self.device_ops.lock().push(done);
         Ok(())
     }

@@ -115,6 +115,7 @@ impl PlanDevice {
         self.gate.clear();
         if self.prelude.is_empty() {
             self.open = true;
+            tracing::trace!(target: "ferrocx::device", "plan gate open");
             return Ok(true);
         }
         for (d, s, n) in std::mem::take(&mut self.prelude) {
@@ -128,6 +129,7 @@ impl PlanDevice {
 
     /// The plan ended: release the users' streams.
     pub fn finish(&mut self) {
+        tracing::trace!(target: "ferrocx::device", "plan done: releasing {} stream(s)", self.signals.len());
         for s in &mut self.signals {
             s.fire();
         }

@@ -287,6 +287,7 @@ impl Runner {
                     dev.phase = Phase::Post;
                 }
                 Phase::Post => {
+                    tracing::trace!(target: "ferrocx::device", "channel {} stage {}: posting {} transfer(s)", self.channel, self.stage, self.posts.len());
                     self.cur = Some(poster.post(&self.posts));
                     self.dev.as_mut().expect("device runner").phase = Phase::Transfer;
                 }
@@ -300,6 +301,7 @@ impl Runner {
                         return Ok(Step::Failed(e));
                     }
                     self.cur = None;
+                    tracing::trace!(target: "ferrocx::device", "channel {} stage {}: transfers done", self.channel, self.stage);
                     let dev = self.dev.as_mut().expect("device runner");
                     let stream = dev.gpu.stream();
                     for &(d, h, n) in &dev.staged_recvs {
