@@ -51,6 +51,11 @@ fn main() -> ExitCode {
         Some("oneway") => oneway(),
         Some("idle") => idle(),
         Some("dev-smoke") => coll::device::smoke(),
+        Some("ring-loop-dev") => coll::device::ring_loop(
+            args[1].parse().expect("size"),
+            opt("--victim").map(|v| v.parse().expect("victim rank")),
+            opt("--kill-after-ms").map_or(500, |v| v.parse().expect("milliseconds")),
+        ),
         Some("coll-matrix") => {
             coll::matrix::run(opt("--filter"), opt("--mem").as_deref() == Some("cuda"))
         }

@@ -167,3 +167,52 @@ pub fn smoke() -> Result<String, String> {
         t0.elapsed().as_secs_f64()
     ))
 }
+
+/// `ring-loop-dev SIZE --victim V --kill-after-ms MS`: device send/recv around the
+/// ring until an error; the victim kills itself mid-transfer. Survivors must fail
+/// with an error naming the victim (no hang: `FERROCX_TIMEOUT` bounds every wait).
+pub fn ring_loop(size: usize, victim: Option<usize>, kill_after_ms: u64) -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(|e| e.to_string())?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    if victim == Some(me) {
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(kill_after_ms));
+            // SAFETY: plain libc calls on our own pid.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        });
+    }
+    let stream = Stream::new().map_err(|e| e.to_string())?;
+    let send = DevMem::new(size)?;
+    let recv = DevMem::new(size)?;
+    send.upload(&vec![me as u8; size])?;
+    let start = std::time::Instant::now();
+    let mut iters = 0u64;
+    while start.elapsed() < std::time::Duration::from_secs(60) {
+        let mut g = comm.group_start();
+        // SAFETY: live stream and buffers; synchronized below before reuse.
+        let r = unsafe {
+            g.send_on(send.ptr, size, right, stream.raw())
+                .and_then(|_| g.recv_on(recv.ptr, size, left, stream.raw()))
+                .and_then(|_| g.group_end())
+        };
+        let r = r
+            .map_err(|e| e.to_string())
+            .and_then(|_| sync(&stream))
+            .and_then(|_| comm.device_error().map_err(|e| e.to_string()));
+        match r {
+            Ok(()) => iters += 1,
+            Err(e) => {
+                println!(
+                    "ERROR after {iters} iterations, {:.2}s: {e}",
+                    start.elapsed().as_secs_f64()
+                );
+                return match victim {
+                    Some(v) if e.contains(&format!("rank {v}")) => Ok(format!("rank {me}: {e}")),
+                    _ => Err(format!("unexpected error: {e}")),
+                };
+            }
+        }
+    }
+    Err(format!("no error after {iters} iterations"))
+}
