@@ -101,3 +101,39 @@ fn byte_buffers_are_validated() {
 fn invalid_destroyed(r: ferrocx::Result<()>) {
     assert!(matches!(r, Err(Error::Destroyed(_))), "{r:?}");
 }
+
+/// Without a GPU (CI) the device API answers `Unsupported` with the reason; with one
+/// (the GPU host), host memory passed to it is refused by name.
+#[test]
+fn device_api_refuses_what_it_cannot_do() {
+    let c = comm();
+    let spec = CollSpec::new(CollKind::AllReduce, DataType::F32, 4);
+    let host = vec![0u8; 64];
+    let p = host.as_ptr() as u64;
+    // SAFETY: the calls fail before anything is queued (no GPU, or host memory).
+    let (r1, r2) = unsafe {
+        (
+            c.collective_on(&spec, p, p, std::ptr::null_mut()),
+            c.register_device(p, 64).map(|_| ()),
+        )
+    };
+    match c.device() {
+        None => {
+            for r in [r1, r2] {
+                let e = r.expect_err("no GPU");
+                assert!(matches!(e, Error::Unsupported(_)), "{e}");
+                assert!(
+                    e.to_string().contains("CUDA") || e.to_string().contains("GPU"),
+                    "{e}"
+                );
+            }
+        }
+        Some(_) => {
+            for r in [r1, r2] {
+                let e = r.expect_err("host memory");
+                assert!(e.to_string().contains("not CUDA device memory"), "{e}");
+            }
+        }
+    }
+    c.destroy().unwrap();
+}

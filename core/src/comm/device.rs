@@ -185,6 +185,28 @@ impl Communicator {
         })
     }
 
+    /// Register `len` bytes of device memory at `ptr` with every transport that can
+    /// (p2p: an IPC handle of the allocation, so transfers into it go straight there).
+    /// Release with [`deregister`](Self::deregister).
+    ///
+    /// # Safety
+    /// The memory must stay allocated until it is deregistered.
+    pub unsafe fn register_device(&self, ptr: u64, len: usize) -> Result<super::RegHandle> {
+        self.check_live()?;
+        let (p, avail) = self.device_extent("register_device: the buffer", ptr)?;
+        if len > avail {
+            return Err(Error::invalid(format!(
+                "register_device: {len} bytes at {p:#x} run past the end of its device allocation ({avail} bytes left)"
+            )));
+        }
+        self.regs.register(
+            &self.shared.plugins,
+            p as *const u8,
+            len,
+            ferrocx_sdk::abi::FX_MEM_CUDA,
+        )
+    }
+
     /// The first error of a finished stream-ordered operation not reported yet.
     pub fn device_error(&self) -> Result<()> {
         let mut ops = self.device_ops.lock();

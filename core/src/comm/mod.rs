@@ -457,8 +457,12 @@ impl Communicator {
     /// Registering the same range again increments a reference count.
     pub fn register(&self, buf: &[u8]) -> Result<RegHandle> {
         self.check_live()?;
-        self.regs
-            .register(&self.shared.plugins, buf.as_ptr(), buf.len())
+        self.regs.register(
+            &self.shared.plugins,
+            buf.as_ptr(),
+            buf.len(),
+            ferrocx_sdk::abi::FX_MEM_HOST,
+        )
     }
 
     /// Release a registration.

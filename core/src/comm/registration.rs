@@ -4,7 +4,6 @@
 
 use crate::error::{Error, Result};
 use crate::plugin::{PluginInstance, RawMemHandle};
-use ferrocx_sdk::abi::FX_MEM_HOST;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,12 +57,14 @@ pub(crate) struct Registrations {
 }
 
 impl Registrations {
-    /// Register `[ptr, ptr+len)` with every plugin that can (same range again: ref count).
+    /// Register `[ptr, ptr+len)` of memory `kind` (`FX_MEM_HOST`/`FX_MEM_CUDA`) with
+    /// every plugin that can (same range again: ref count).
     pub fn register(
         &self,
         plugins: &[Arc<PluginInstance>],
         ptr: *const u8,
         len: usize,
+        kind: i32,
     ) -> Result<RegHandle> {
         if ptr.is_null() {
             return Err(Error::invalid("register: buffer is null"));
@@ -94,7 +95,7 @@ impl Registrations {
         }
         let mut handles = Vec::new();
         for p in plugins.iter().filter(|p| p.can_register()) {
-            match p.register(ptr as *mut u8, len, FX_MEM_HOST) {
+            match p.register(ptr as *mut u8, len, kind) {
                 Ok(h) => handles.push((p.clone(), h)),
                 Err(Error::Plugin {
                     code: ferrocx_sdk::abi::FX_UNSUPPORTED,

@@ -117,7 +117,8 @@ Benchmarks (nccl-tests' names; `all_reduce_perf` etc. are accepted too):
               or all (every type in turn); default float. sendrecv always moves bytes (uint8)
   -o          reduction: sum prod min max avg, or all; default sum (all_reduce, reduce_scatter, reduce)
   -r          root of broadcast, reduce, gather, scatter: a rank, or all (-1) for every rank in turn; default 0
-  -R          register buffers (single-copy path on shm), default 1
+  -R          register buffers (single-copy path on shm; with --mem cuda: the device buffers,
+              IPC-registered for p2p), default 1
   --mem M     host (default) or cuda: buffers in GPU memory (this rank's FERROCX_DEVICE),
               calls queued on a CUDA stream; time = iterations queued, then the stream
               synchronized (as nccl-tests)

@@ -345,14 +345,19 @@ pub fn run(
             None
         },
     };
-    // Registration of device buffers is not wired yet: -R applies to host memory.
-    let regs = if a.register && !a.cuda {
-        Some((
+    let regs = match (&bufs.dev, a.register) {
+        (_, false) => None,
+        // SAFETY: the device buffers live until after the deregistration below.
+        (Some(d), true) => unsafe {
+            Some((
+                comm.register_device(d.send.ptr, cap)?,
+                comm.register_device(d.recv.ptr, cap)?,
+            ))
+        },
+        (None, true) => Some((
             comm.register(bufs.send.get())?,
             comm.register(bufs.recv.get())?,
-        ))
-    } else {
-        None
+        )),
     };
     let mut rows = Vec::new();
     let mut seed = 1u64;

@@ -42,11 +42,16 @@ pub fn run(comm: &Communicator, a: &PerfArgs, mut emit: impl FnMut(&Row)) -> Res
     } else {
         None
     };
-    // Registration of device buffers is not wired yet: -R applies to host memory.
-    let regs = if a.register && dev.is_none() {
-        Some((comm.register(&sbuf)?, comm.register(&rbuf)?))
-    } else {
-        None
+    let regs = match (&dev, a.register) {
+        (_, false) => None,
+        // SAFETY: the device buffers live until after the deregistration below.
+        (Some(d), true) => unsafe {
+            Some((
+                comm.register_device(d.send.ptr, max.max(1))?,
+                comm.register_device(d.recv.ptr, max.max(1))?,
+            ))
+        },
+        (None, true) => Some((comm.register(&sbuf)?, comm.register(&rbuf)?)),
     };
     let mut rows = Vec::new();
     let mut sbuf = sbuf;
