@@ -108,7 +108,7 @@ fn invalid_destroyed(r: ferrocx::Result<()>) {
 fn device_api_refuses_what_it_cannot_do() {
     let c = comm();
     let spec = CollSpec::new(CollKind::AllReduce, DataType::F32, 4);
-    let host = vec![0u8; 64];
+    let host = [0u8; 64];
     let p = host.as_ptr() as u64;
     // SAFETY: the calls fail before anything is queued (no GPU, or host memory).
     let (r1, r2) = unsafe {
