@@ -334,7 +334,10 @@ impl Runner {
                 &dev.gpu,
             )?
         };
-        dev.pending = Some(dev.gpu.mark()?);
+        // Nothing queued (a pure transfer stage, none staged): no event round trip.
+        if !st.locals.is_empty() || !dev.staged_recvs.is_empty() {
+            dev.pending = Some(dev.gpu.mark()?);
+        }
         Ok(())
     }
 
