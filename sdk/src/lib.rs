@@ -19,6 +19,7 @@ mod error;
 mod export;
 pub mod failover;
 mod host;
+pub mod same_host;
 mod transport;
 
 pub use blob::{Blob, Shareable};

@@ -125,15 +125,15 @@
 pub mod backend;
 pub mod blob;
 pub mod config;
+// Shared with the other same-host transport (paths stay `crate::ops` etc.).
+pub(crate) use ferrocx_sdk::same_host::{ops, proc, watchdog};
 mod conn;
 mod ctx;
 mod export;
 mod fifo;
 pub mod ipc_cache;
 mod layout;
-mod ops;
 mod pipeline;
-mod proc;
 mod recv;
 pub mod regslot;
 pub mod revoke;
@@ -141,7 +141,6 @@ mod segment;
 mod send;
 mod stats;
 mod sweep;
-mod watchdog;
 
 #[cfg(test)]
 mod tests;

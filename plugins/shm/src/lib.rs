@@ -34,6 +34,8 @@
 //! | `FERROCX_SHM_SINGLE_COPY_MIN` | `16384` (16 KiB) |
 #![warn(missing_docs)]
 
+// Shared with the other same-host transport (paths stay `crate::ops` etc.).
+pub(crate) use ferrocx_sdk::same_host::{ops, proc, watchdog};
 mod blobs;
 mod cma;
 pub mod config;
@@ -41,8 +43,6 @@ mod conn;
 mod ctx;
 mod layout;
 mod mem;
-mod ops;
-mod proc;
 mod recv;
 pub mod regslot;
 mod ring;
@@ -51,7 +51,6 @@ mod send;
 mod stats;
 mod sweep;
 mod userbuf;
-mod watchdog;
 
 #[cfg(test)]
 mod tests;

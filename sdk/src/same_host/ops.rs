@@ -1,14 +1,13 @@
-//! Fixed-capacity table of one direction's posted requests (the same as the
-//! shm transport's).
+//! Fixed-capacity table of one direction's posted requests.
 //!
 //! Messages are numbered 1, 2, … in post order and finish strictly in that
-//! order (copies complete in stream order), but the core may test them in any order, so a
+//! order (a FIFO ring, or copies completing in stream order), but the core may test them in any order, so a
 //! finished request keeps its result here until it is collected. The entry
 //! for `seq` lives at `seq % capacity`; posting fails ("not now") while that
 //! entry still holds an uncollected older request. Nothing allocates after
 //! construction except error messages.
 
-use ferrocx_sdk::{PluginError, PluginResult};
+use crate::{PluginError, PluginResult};
 
 /// Outstanding requests per connection direction.
 pub const MAX_OPS: usize = 256;
@@ -145,7 +144,7 @@ impl<T> OpTable<T> {
         let e = &mut self.entries[i];
         if seq == 0 || e.seq != seq {
             return Err(PluginError::invalid(format!(
-                "p2p request #{seq} is unknown or already completed"
+                "shm request #{seq} is unknown or already completed"
             )));
         }
         let result = match std::mem::replace(&mut e.status, Status::Pending) {
