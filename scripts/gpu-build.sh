@@ -16,12 +16,13 @@ testbin() {  # testbin NAME CARGO-ARGS...
   local name="$1"; shift
   local exe
   exe=$(cargo test --release --no-run --message-format=json "$@" 2>/dev/null |
-        grep -o '"executable":"[^"]*"' | grep -v null | head -1 | cut -d'"' -f4)
+        grep -o '"executable":"[^"]*/deps/[^"]*"' | head -1 | cut -d'"' -f4)
   [ -n "$exe" ] && cp "$exe" "$OUT/$name" && echo "$name <- $exe"
 }
 testbin sdk-tests -p ferrocx-sdk --features cuda --lib
 testbin core-tests -p ferrocx --lib
 testbin gpu-kernels -p ferrocx --test gpu_kernels
+testbin device-tests -p ferrocx-tests --test device
 if [ -f plugins/p2p/Cargo.toml ]; then
   testbin p2p-tests -p ferrocx-p2p --lib || echo "p2p tests did not build"
 fi

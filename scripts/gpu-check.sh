@@ -7,13 +7,17 @@
 # BIN holds release binaries built on another machine (no Rust toolchain needed here):
 # fxrun, fxperf, fxtest-worker, and the test binaries sdk-tests, core-tests, p2p-tests
 # (see scripts/gpu-build.sh). STEPs (default: all, in this order): info detect kernels
-# p2p matrix-p2p matrix-staged sendrecv mix kill perf nccl.
+# p2p device perf perf-unreg nccl. `device` runs tests/tests/device.rs (smoke over p2p and
+# shm, the collective matrix on device memory over p2p and staged over shm, the seed-000
+# mix 1000 iterations, a rank killed mid-transfer); the single steps smoke smoke-shm
+# matrix-p2p matrix-staged sendrecv mix kill run one piece each. `sweep` measures
+# all_reduce over FERROCX_NCHANNELS × FERROCX_DEVICE_CHUNK (SWEEP_CHANNELS, SWEEP_CHUNKS).
 # nccl builds nccl-tests from NCCL_TESTS_SRC (default gpu-run/nccl-tests, a fetched
 # copy, never committed) with the host's CUDA and NCCL, then runs it with -g 2.
 # Never enables NVLink multicast (NCCL_NVLS_ENABLE=0; ferrocx never calls cuMulticastCreate).
 set -uo pipefail
 BIN="$(cd "$1" && pwd)"; OUT="$2"; shift 2
-STEPS="${*:-info detect kernels p2p matrix-p2p matrix-staged sendrecv mix kill perf nccl}"
+STEPS="${*:-info detect kernels p2p device perf perf-unreg nccl}"
 SIZES="${SIZES:--b 8 -e 1G -f 2}"
 ITERS="${ITERS:--n 20 -w 5}"
 export NCCL_NVLS_ENABLE=0 FERROCX_TIMEOUT="${FERROCX_TIMEOUT:-120}"
@@ -47,14 +51,28 @@ for s in $STEPS; do
     matrix-staged) FERROCX_TRANSPORTS=shm run_step matrix-staged "$BIN/fxrun" -n 2 -- \
         "$BIN/fxtest-worker" coll-matrix --mem cuda --filter "${STAGED_FILTER:-count=1000}" ;;
     sendrecv) run_step sendrecv "$BIN/fxperf" --np 2 --mem cuda -b 0 -e 256M -f 4 -n 5 -w 1 -c 1 sendrecv ;;
-    mix) [ -n "$(grep -l coll-mix-dev "$BIN/fxtest-worker" 2>/dev/null)" ] && \
-        run_step mix "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-mix-dev 1000 ;;
+    device) FXTEST_WORKER="$BIN/fxtest-worker" FERROCX_REQUIRE_GPU=1 \
+        run_step device "$BIN/device-tests" --nocapture --test-threads 1 ;;
+    mix) run_step mix "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-mix 0 1000 --mem cuda ;;
     kill) [ -n "$(grep -l ring-loop-dev "$BIN/fxtest-worker" 2>/dev/null)" ] && \
         run_step kill "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" ring-loop-dev 8388608 --victim 1 --kill-after-ms 800 ;;
     perf)
       for b in sendrecv alltoall all_gather all_reduce reduce_scatter broadcast; do
         # shellcheck disable=SC2086
         run_step "fxperf-$b" "$BIN/fxperf" --np 2 --mem cuda $SIZES $ITERS -c 1 "$b"
+      done ;;
+    perf-unreg)  # fxperf registers its buffers by default (-R 1); these do not
+      for b in sendrecv all_gather; do
+        # shellcheck disable=SC2086
+        run_step "fxperf-$b-unreg" "$BIN/fxperf" --np 2 --mem cuda -R 0 $SIZES $ITERS -c 1 "$b"
+      done ;;
+    sweep)
+      for ch in ${SWEEP_CHANNELS:-2 4 8}; do
+        for ck in ${SWEEP_CHUNKS:-4194304 16777216}; do
+          # shellcheck disable=SC2086
+          FERROCX_NCHANNELS=$ch FERROCX_DEVICE_CHUNK=$ck run_step "sweep-${SWEEP_BENCH:-all_reduce}-ch$ch-chunk$ck" \
+            "$BIN/fxperf" --np 2 --mem cuda ${SWEEP_SIZES:--b 16M -e 1G -f 4} $ITERS -c 0 "${SWEEP_BENCH:-all_reduce}"
+        done
       done ;;
     nccl)
       SRC="${NCCL_TESTS_SRC:-gpu-run/nccl-tests}"

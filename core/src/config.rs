@@ -138,6 +138,16 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "largest message of pipelined and scratch-using algorithms, bytes",
     ),
     (
+        "FERROCX_DEVICE_CHUNK",
+        "16777216",
+        "FERROCX_ALGO_CHUNK for collectives on device buffers",
+    ),
+    (
+        "FERROCX_PROGRESS_NAP",
+        "sleep",
+        "how progress threads wait with operations in flight: sleep (short sleeps) or yield",
+    ),
+    (
         "FERROCX_PLAN_BUDGET",
         "268435456",
         "bytes of collective work per plan; a group beyond it is cut into several plans",

@@ -44,7 +44,11 @@ impl Gpu {
         ctx.bind().map_err(Error::cuda)?;
         let pci = cuda::pci_id(device).map_err(Error::cuda)?;
         let stream = Stream::new().map_err(Error::cuda)?;
-        let flags = Flags::new()?;
+        let flags = Flags::new(device)?;
+        if std::thread::available_parallelism().is_ok_and(|n| n.get() == 1) {
+            tracing::warn!(target: "ferrocx::device",
+                "this rank may run on one CPU only: its progress thread and a thread waiting on a CUDA stream will take turns, a scheduler slice (milliseconds) at a time; give each GPU rank two cores or more (fxrun --bind share)");
+        }
         Ok(Arc::new(Gpu {
             ctx,
             pci,

@@ -486,6 +486,19 @@ fn compile(
 ) -> Result<Compiled, String> {
     let src = source(dtype, kind);
     let file = format!("{}.cu", kernel_name(dtype, kind));
+    compile_source(nvrtc, cc, pref, &src, &file)
+}
+
+/// Compile CUDA C `src` for compute capability `cc`: a CUBIN for `sm_<cc>` unless
+/// `pref` says PTX, else (or if that fails, with `Image::Auto`) PTX for the newest
+/// virtual architecture this NVRTC knows that is not newer than the device.
+fn compile_source(
+    nvrtc: &Nvrtc,
+    cc: i32,
+    pref: Image,
+    src: &str,
+    file: &str,
+) -> Result<Compiled, String> {
     let opts = |arch: String| {
         let mut v = vec![arch];
         v.extend(NVRTC_OPTIONS.iter().map(|s| s.to_string()));
@@ -496,7 +509,7 @@ fn compile(
     if pref != Image::Ptx {
         let o = opts(format!("--gpu-architecture=sm_{cc}"));
         let o: Vec<&str> = o.iter().map(String::as_str).collect();
-        match nvrtc.compile_cubin(&src, &file, &o) {
+        match nvrtc.compile_cubin(src, file, &o) {
             Ok(bytes) => {
                 return Ok(Compiled {
                     bytes,
@@ -521,7 +534,7 @@ fn compile(
     };
     let o = opts(format!("--gpu-architecture=compute_{virt}"));
     let o: Vec<&str> = o.iter().map(String::as_str).collect();
-    match nvrtc.compile(&src, &file, &o) {
+    match nvrtc.compile(src, file, &o) {
         Ok(bytes) => Ok(Compiled {
             bytes,
             what: format!("PTX compute_{virt} (NVRTC {maj}.{min})"),
@@ -596,6 +609,36 @@ impl Drop for Shared {
 }
 
 /// Load `image` into the current context and get its entry point `name`.
+/// Compile `src` for `device` (as the reduction kernels are: CUBIN, else PTX)
+/// and load its entry point `name` into the current context, which must be
+/// `device`'s. The module stays loaded for the life of the process. Used for the
+/// stream-wait kernel, and by diagnostics that need a kernel of their own.
+pub fn load_source(
+    device: i32,
+    src: &str,
+    file: &str,
+    name: &str,
+) -> std::result::Result<sys::CUfunction, String> {
+    let nvrtc = Nvrtc::get()?;
+    let attr = |a: sys::CUdevice_attribute| {
+        let mut v = 0;
+        // SAFETY: valid out pointer; a bad ordinal is reported, not undefined.
+        cuda::check(
+            unsafe { sys::cuDeviceGetAttribute(&mut v, a, device) },
+            "cuDeviceGetAttribute",
+        )
+        .map(|_| v)
+        .map_err(|e| e.to_string())
+    };
+    use sys::CUdevice_attribute as A;
+    let cc = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? * 10
+        + attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let image = compile_source(nvrtc, cc, Image::Auto, src, file)?;
+    let f = load(&image, name)?;
+    tracing::debug!(target: "ferrocx::device", kernel = name, image = %f.info.image, "kernel loaded");
+    Ok(f.func)
+}
+
 fn load(image: &Compiled, name: &str) -> std::result::Result<Func, String> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
     let mut log = vec![0u8; 8192];

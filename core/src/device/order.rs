@@ -54,22 +54,9 @@ extern "C" __global__ void fx_wait_geq(const volatile unsigned int* flag, unsign
 "#;
 
 impl WaitKernel {
-    /// Compile (NVRTC, PTX for compute 7.0, JIT-ed by the driver) and load it.
-    fn load() -> std::result::Result<Self, String> {
-        let nvrtc = super::nvrtc::Nvrtc::get()?;
-        let ptx = nvrtc.compile(
-            WAIT_SOURCE,
-            "fx_wait.cu",
-            &["--gpu-architecture=compute_70"],
-        )?;
-        let mut module = std::ptr::null_mut();
-        // SAFETY: NUL-terminated PTX (Nvrtc::compile's contract); the caller bound the context.
-        let r = unsafe { sys::cuModuleLoadData(&mut module, ptx.as_ptr().cast()) };
-        cuda::check(r, "cuModuleLoadData(fx_wait_geq)").map_err(|e| e.to_string())?;
-        let mut func = std::ptr::null_mut();
-        // SAFETY: a loaded module (kept for the life of the process); NUL-terminated name.
-        let r = unsafe { sys::cuModuleGetFunction(&mut func, module, c"fx_wait_geq".as_ptr()) };
-        cuda::check(r, "cuModuleGetFunction(fx_wait_geq)").map_err(|e| e.to_string())?;
+    /// Compile (NVRTC: CUBIN for the device, else PTX) and load it.
+    fn load(device: i32) -> std::result::Result<Self, String> {
+        let func = super::kernels::load_source(device, WAIT_SOURCE, "fx_wait.cu", "fx_wait_geq")?;
         Ok(WaitKernel { func })
     }
 }
@@ -84,16 +71,16 @@ pub(crate) struct Signal {
 }
 
 impl Flags {
-    /// Pinned, device-mapped flag memory (the caller bound the context).
-    pub fn new() -> Result<Self> {
+    /// Pinned, device-mapped flag memory (the caller bound `device`'s context).
+    pub fn new(device: i32) -> Result<Self> {
         let mem = std::mem::ManuallyDrop::new(PinnedHost::new(SLOTS * 4).map_err(Error::cuda)?);
         let mode = std::env::var("FERROCX_DEVICE_WAIT").unwrap_or_default();
         let kernel = match mode.trim() {
             "memop" => None,
-            "" | "kernel" => match WaitKernel::load() {
+            "" | "kernel" => match WaitKernel::load(device) {
                 Ok(k) => Some(Arc::new(k)),
                 Err(e) if mode.trim().is_empty() => {
-                    tracing::info!(target: "ferrocx::device", "stream waits use cuStreamWaitValue32 (no polling kernel: {e})");
+                    tracing::warn!(target: "ferrocx::device", "stream waits fall back to cuStreamWaitValue32, which can hold other streams of the context back for milliseconds (no polling kernel: {e})");
                     None
                 }
                 Err(e) => {

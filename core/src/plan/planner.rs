@@ -29,6 +29,9 @@ pub(crate) struct PlanConfig {
     pub nchannels: usize,
     /// Largest message of a pipelined or scratch-using algorithm, in bytes.
     pub chunk_bytes: usize,
+    /// The same for device buffers: every stage costs an event round trip, so
+    /// fewer, larger stages.
+    pub device_chunk_bytes: usize,
     /// Bytes of collective work per plan before a cut.
     pub budget_bytes: usize,
     /// A collective gets one more channel per this many bytes.
@@ -54,6 +57,7 @@ impl PlanConfig {
         Ok(PlanConfig {
             nchannels: config::env_usize("FERROCX_NCHANNELS", 2)?.clamp(1, MAX_CHANNELS),
             chunk_bytes: config::env_usize("FERROCX_ALGO_CHUNK", 1 << 20)?.max(64),
+            device_chunk_bytes: config::env_usize("FERROCX_DEVICE_CHUNK", 16 << 20)?.max(64),
             budget_bytes: config::env_usize("FERROCX_PLAN_BUDGET", 256 << 20)?.max(1),
             channel_bytes: config::env_usize("FERROCX_CHANNEL_BYTES", 1 << 20)?.max(1),
             algo,
@@ -281,7 +285,12 @@ pub(crate) fn plan(
                     index: i,
                     of: nparts,
                 },
-                chunk: (cfg.chunk_bytes / esize).max(1),
+                chunk: (if t.device {
+                    cfg.device_chunk_bytes
+                } else {
+                    cfg.chunk_bytes
+                } / esize)
+                    .max(1),
                 v: t.v.as_deref(),
             });
             load[ch] += bytes / nparts + 1;

@@ -5,5 +5,5 @@
 mod progress;
 mod service;
 
-pub use progress::{backoff, Progress, ProgressThread};
+pub use progress::{backoff, nap, Nap, Progress, ProgressThread};
 pub use service::ServiceThread;

@@ -17,17 +17,46 @@ pub trait Progress: Send + Sync + 'static {
 
 /// Backoff after `idle` consecutive sweeps that moved nothing: spin, then
 /// yield, then short sleeps (at most 100 µs: ops are in flight, so a long
-/// sleep would show up as latency) so idle ranks leave the cores to others.
+/// sleep would show up as latency) so idle ranks leave the cores to others —
+/// or keep yielding, with `FERROCX_PROGRESS_NAP=yield` (see [`Nap`]).
 /// With nothing in flight the thread parks instead (see [`Progress::wait_for_work`]).
 pub fn backoff(idle: u32) {
     if idle < 64 {
         std::hint::spin_loop();
-    } else if idle < 256 {
+    } else if idle < 256 || nap() == Nap::Yield {
         std::thread::yield_now();
     } else {
         let us = 1u64 << ((idle - 256) / 32).min(7);
         std::thread::sleep(Duration::from_micros(us.min(100)));
     }
+}
+
+/// How a thread with operations in flight waits once spinning and yielding
+/// did not help (`FERROCX_PROGRESS_NAP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nap {
+    /// Short sleeps: leaves the core to other ranks (the default).
+    Sleep,
+    /// Keep yielding: lower latency where every rank has cores to spare, or
+    /// where the kernel rounds short sleeps up to a scheduler tick.
+    Yield,
+}
+
+/// The process-wide choice: `FERROCX_PROGRESS_NAP` = `sleep` (default) or
+/// `yield`. Another value warns once and means `sleep`.
+pub fn nap() -> Nap {
+    static NAP: std::sync::OnceLock<Nap> = std::sync::OnceLock::new();
+    *NAP.get_or_init(|| {
+        let set = std::env::var("FERROCX_PROGRESS_NAP").unwrap_or_default();
+        match set.trim().to_ascii_lowercase().as_str() {
+            "" | "sleep" => Nap::Sleep,
+            "yield" => Nap::Yield,
+            other => {
+                tracing::warn!("FERROCX_PROGRESS_NAP={other:?} is not sleep or yield; using sleep");
+                Nap::Sleep
+            }
+        }
+    })
 }
 
 /// Handle on the progress thread.
@@ -38,6 +67,8 @@ pub struct ProgressThread {
 impl ProgressThread {
     /// Start the thread (named `fx-progress-<rank>`).
     pub fn start<P: Progress>(rank: usize, p: Arc<P>) -> Result<Self> {
+        // Read the setting now (a warning, if any, at creation, not mid-operation).
+        nap();
         let handle = std::thread::Builder::new()
             .name(format!("fx-progress-{rank}"))
             .spawn(move || {

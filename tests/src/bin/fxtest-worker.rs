@@ -51,6 +51,9 @@ fn main() -> ExitCode {
         Some("oneway") => oneway(),
         Some("idle") => idle(),
         Some("dev-smoke") => coll::device::smoke(),
+        Some("cuda-latency") => {
+            coll::probe::run(args.get(1).map_or(200, |n| n.parse().expect("repetitions")))
+        }
         Some("ring-loop-dev") => coll::device::ring_loop(
             args[1].parse().expect("size"),
             opt("--victim").map(|v| v.parse().expect("victim rank")),
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
                 let (a, b) = v.split_once("..").unwrap_or((&v, &v));
                 (a.parse().expect("first"), b.parse().expect("last"))
             }),
+            opt("--mem").as_deref() == Some("cuda"),
         ),
         Some("coll-group") => coll::mix::group(args[1].parse().expect("repeat"), &args[2..]),
         Some("coll-many") => coll::mix::many(args[1].parse().expect("iterations")),

@@ -3,17 +3,71 @@
 //! queued on a stream with the stream-ordered API, and the results copied back.
 
 use super::{ABuf, Prepared};
-use ferrocx::Communicator;
+use ferrocx::{Communicator, Group};
 use ferrocx_sdk::cuda::{self, sys, Stream};
 
-/// Device memory for the tests (freed on drop).
+/// Device memory for the tests (freed on drop, or handed back to the arena).
 pub struct DevMem {
     pub ptr: u64,
     pub len: usize,
+    /// Carved from the thread's arena (not freed on drop).
+    carved: bool,
+}
+
+/// One large allocation per thread that test buffers are carved from while it
+/// has room: the transports then see the same allocation case after case (opening
+/// a CUDA IPC handle for every new allocation costs milliseconds, and the matrix
+/// has thousands of cases). It starts over whenever no carved buffer is alive.
+struct Arena {
+    base: u64,
+    len: usize,
+    used: usize,
+    live: usize,
+}
+
+const ARENA_BYTES: usize = 256 << 20;
+
+thread_local! {
+    static ARENA: std::cell::RefCell<Option<Arena>> = const { std::cell::RefCell::new(None) };
 }
 
 impl DevMem {
+    /// `len` bytes (at least 1), 256-byte aligned: carved from the arena when it has room.
     pub fn new(len: usize) -> Result<Self, String> {
+        let want = len.max(1).next_multiple_of(256);
+        let carved = ARENA.with(|a| -> Result<Option<u64>, String> {
+            let mut a = a.borrow_mut();
+            if a.is_none() {
+                let mut base = 0;
+                // SAFETY: the communicator bound its context on this thread; valid out pointer.
+                let r = unsafe { sys::cuMemAlloc_v2(&mut base, ARENA_BYTES) };
+                cuda::check(r, "cuMemAlloc").map_err(|e| e.to_string())?;
+                *a = Some(Arena {
+                    base,
+                    len: ARENA_BYTES,
+                    used: 0,
+                    live: 0,
+                });
+            }
+            let a = a.as_mut().expect("made above");
+            if a.live == 0 {
+                a.used = 0;
+            }
+            if a.len - a.used < want {
+                return Ok(None);
+            }
+            let p = a.base + a.used as u64;
+            a.used += want;
+            a.live += 1;
+            Ok(Some(p))
+        })?;
+        if let Some(ptr) = carved {
+            return Ok(DevMem {
+                ptr,
+                len,
+                carved: true,
+            });
+        }
         let mut ptr = 0;
         // SAFETY: the communicator bound its context on this thread; valid out pointer.
         cuda::check(
@@ -21,7 +75,11 @@ impl DevMem {
             "cuMemAlloc",
         )
         .map_err(|e| e.to_string())?;
-        Ok(DevMem { ptr, len })
+        Ok(DevMem {
+            ptr,
+            len,
+            carved: false,
+        })
     }
 
     /// A copy from pageable memory may return before the bytes reach the device;
@@ -52,6 +110,14 @@ impl DevMem {
 
 impl Drop for DevMem {
     fn drop(&mut self) {
+        if self.carved {
+            ARENA.with(|a| {
+                if let Some(a) = a.borrow_mut().as_mut() {
+                    a.live -= 1;
+                }
+            });
+            return;
+        }
         // SAFETY: allocated in `new`, freed once.
         unsafe { sys::cuMemFree_v2(self.ptr) };
     }
@@ -77,32 +143,71 @@ fn mirror(b: &ABuf) -> Result<Option<DevMem>, String> {
     Ok(Some(d))
 }
 
+/// Device copies of a case's buffers (send, receive or in-place buffer).
+pub struct Mirrors {
+    send: Option<DevMem>,
+    buf: Option<DevMem>,
+}
+
 impl Prepared {
+    /// Copy its buffers (tails included) to the device.
+    pub fn mirrors(&self) -> Result<Mirrors, String> {
+        Ok(Mirrors {
+            send: mirror(&self.send)?,
+            buf: mirror(&self.buf)?,
+        })
+    }
+
+    /// Add it to a device group, ordered on `stream`.
+    ///
+    /// # Safety
+    /// `m` and `stream` must outlive the group's completion on the stream.
+    pub unsafe fn post_device(
+        &self,
+        g: &mut Group<'_>,
+        m: &Mirrors,
+        stream: &Stream,
+    ) -> ferrocx::Result<()> {
+        let p = |d: &Option<DevMem>| d.as_ref().map_or(0, |d| d.ptr);
+        // SAFETY: as the caller promised.
+        unsafe {
+            if self.case.in_place {
+                g.collective_in_place_on(&self.spec, p(&m.buf), stream.raw())
+            } else {
+                g.collective_on(&self.spec, p(&m.send), p(&m.buf), stream.raw())
+            }
+        }
+    }
+
+    /// Copy the results back for [`verify`](Self::verify) (after the streams synchronized).
+    pub fn download(&mut self, m: &Mirrors) -> Result<(), String> {
+        if let Some(d) = &m.send {
+            d.download(self.send.all_mut())?;
+        }
+        if let Some(d) = &m.buf {
+            d.download(self.buf.all_mut())?;
+        }
+        Ok(())
+    }
+
     /// Run it on device copies of its buffers, ordered on `stream`, and copy the
     /// results (tails included) back for [`verify`](Self::verify).
     pub fn run_device(&mut self, comm: &Communicator, stream: &Stream) -> Result<(), String> {
-        let send = mirror(&self.send)?;
-        let buf = mirror(&self.buf)?;
+        let m = self.mirrors()?;
         let p = |d: &Option<DevMem>| d.as_ref().map_or(0, |d| d.ptr);
-        // SAFETY: a live stream of the communicator's device; the buffers outlive the
+        // SAFETY: a live stream of the communicator's device; the mirrors outlive the
         // stream synchronization below.
         let r = unsafe {
             if self.case.in_place {
-                comm.collective_in_place_on(&self.spec, p(&buf), stream.raw())
+                comm.collective_in_place_on(&self.spec, p(&m.buf), stream.raw())
             } else {
-                comm.collective_on(&self.spec, p(&send), p(&buf), stream.raw())
+                comm.collective_on(&self.spec, p(&m.send), p(&m.buf), stream.raw())
             }
         };
         r.map_err(|e| e.to_string())?;
         sync(stream)?;
         comm.device_error().map_err(|e| e.to_string())?;
-        if let Some(d) = &send {
-            d.download(self.send.all_mut())?;
-        }
-        if let Some(d) = &buf {
-            d.download(self.buf.all_mut())?;
-        }
-        Ok(())
+        self.download(&m)
     }
 }
 

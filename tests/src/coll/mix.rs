@@ -2,8 +2,10 @@
 //! posted in different orders on different ranks; `coll-many N`: N small
 //! all-reduces. Both end with leak checks.
 
+use super::device::{sync, DevMem};
 use super::{check_idle, e2s, hash, Case, Prepared};
 use ferrocx::{CollKind, Communicator, DataType, EngineStats, RedOp};
+use ferrocx_sdk::cuda::Stream;
 use std::time::Instant;
 
 /// Configurations repeat with this period, so that after the first period
@@ -99,22 +101,118 @@ fn plan(seed: u64, it: usize, n: usize) -> Plan {
     Plan { cases, msgs }
 }
 
-enum Post<'a> {
-    Coll(&'a mut Prepared, bool),
-    Send(&'a [u8], usize),
-    Recv(&'a mut [u8], usize),
+/// One entry of a rank's group: a collective, a send or a receive (indices
+/// into the iteration's cases, sends and receives).
+#[derive(Clone, Copy)]
+enum Post {
+    Coll(usize),
+    Send(usize),
+    Recv(usize),
+}
+
+/// Post `posts` as one host group.
+fn post_host(
+    comm: &Communicator,
+    posts: &[Post],
+    preps: &mut [Prepared],
+    sends: &[(usize, Vec<u8>)],
+    recvs: &mut [Vec<u8>],
+    from: &[usize],
+    typed: bool,
+) -> ferrocx::Result<()> {
+    let mut ps: Vec<Option<&mut Prepared>> = preps.iter_mut().map(Some).collect();
+    let mut rs: Vec<Option<&mut Vec<u8>>> = recvs.iter_mut().map(Some).collect();
+    let mut g = comm.group_start();
+    for &p in posts {
+        match p {
+            Post::Coll(i) => ps[i].take().expect("posted once").post(&mut g, typed),
+            Post::Send(i) => g.send(&sends[i].1, sends[i].0),
+            Post::Recv(i) => g.recv(rs[i].take().expect("posted once"), from[i]),
+        }?;
+    }
+    g.group_end()
+}
+
+/// Post `posts` as one device group: collectives ordered on one stream, sends
+/// and receives on another (group semantics across streams), then wait for
+/// both and copy every result back to the host buffers.
+fn post_device(
+    comm: &Communicator,
+    posts: &[Post],
+    preps: &mut [Prepared],
+    sends: &[(usize, Vec<u8>)],
+    recvs: &mut [Vec<u8>],
+    from: &[usize],
+    streams: &[Stream; 2],
+) -> Result<(), String> {
+    let mirrors = preps
+        .iter()
+        .map(Prepared::mirrors)
+        .collect::<Result<Vec<_>, _>>()?;
+    let dsend = sends
+        .iter()
+        .map(|(_, b)| {
+            let d = DevMem::new(b.len())?;
+            d.upload(b)?;
+            Ok(d)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let drecv = recvs
+        .iter()
+        .map(|b| {
+            let d = DevMem::new(b.len())?;
+            d.upload(b)?;
+            Ok(d)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut g = comm.group_start();
+    for &p in posts {
+        // SAFETY: every buffer and both streams outlive the synchronization below.
+        let r = unsafe {
+            match p {
+                Post::Coll(i) => preps[i].post_device(&mut g, &mirrors[i], &streams[0]),
+                Post::Send(i) => {
+                    g.send_on(dsend[i].ptr, dsend[i].len, sends[i].0, streams[1].raw())
+                }
+                Post::Recv(i) => g.recv_on(drecv[i].ptr, drecv[i].len, from[i], streams[1].raw()),
+            }
+        };
+        r.map_err(e2s)?;
+    }
+    g.group_end().map_err(e2s)?;
+    for s in streams {
+        sync(s)?;
+    }
+    comm.device_error().map_err(e2s)?;
+    for (p, m) in preps.iter_mut().zip(&mirrors) {
+        p.download(m)?;
+    }
+    for (b, d) in recvs.iter_mut().zip(&drecv) {
+        d.download(b)?;
+    }
+    Ok(())
 }
 
 /// Iterations of mixed groups; results checked every `check_every` iterations and in the last 100.
-/// `only`: run just these iterations (to reproduce one).
+/// `only`: run just these iterations (to reproduce one). `device`: every buffer in
+/// CUDA device memory, stream-ordered (collectives and point-to-point on two streams).
 pub fn run(
     seed: u64,
     iters: usize,
     check_every: usize,
     only: Option<(usize, usize)>,
+    device: bool,
 ) -> Result<String, String> {
     let comm = Communicator::from_env().map_err(e2s)?;
     let (me, n) = (comm.rank(), comm.nranks());
+    let streams = if device {
+        Some([
+            Stream::new().map_err(|e| e.to_string())?,
+            Stream::new().map_err(|e| e.to_string())?,
+        ])
+    } else {
+        None
+    };
     let start = Instant::now();
     let mut at_1000: Option<EngineStats> = None;
     let mut max_pool = EngineStats::default();
@@ -134,6 +232,7 @@ pub fn run(
             .map(|m| (m.dst, msg_bytes(data, m)))
             .collect();
         let mine: Vec<&Msg> = pl.msgs.iter().filter(|m| m.dst == me).collect();
+        let from: Vec<usize> = mine.iter().map(|m| m.src).collect();
         let mut recvs: Vec<Vec<u8>> = mine.iter().map(|m| vec![0xEE; m.len]).collect();
         let order = hash(&[data, me as u64]);
         let typed = order.is_multiple_of(2);
@@ -144,16 +243,15 @@ pub fn run(
             // merged in a random order that keeps each queue's order.
             let mut queues: Vec<Vec<Post>> = Vec::new();
             for p in 0..n {
-                let s: Vec<Post> = sends
-                    .iter()
-                    .filter(|(d, _)| *d == p)
-                    .map(|(d, b)| Post::Send(b, *d))
+                let s: Vec<Post> = (0..sends.len())
+                    .filter(|&i| sends[i].0 == p)
+                    .map(Post::Send)
                     .collect();
                 queues.push(s);
             }
             let mut by_src: Vec<Vec<Post>> = (0..n).map(|_| Vec::new()).collect();
-            for (m, b) in mine.iter().zip(recvs.iter_mut()) {
-                by_src[m.src].push(Post::Recv(b, m.src));
+            for (i, m) in mine.iter().enumerate() {
+                by_src[m.src].push(Post::Recv(i));
             }
             queues.extend(by_src);
             for q in &mut queues {
@@ -186,34 +284,29 @@ pub fn run(
                 slots[s].push(p);
             }
             let mut posts = Vec::new();
-            let mut cs = preps.iter_mut();
             for (s, ps) in slots.into_iter().enumerate() {
                 posts.extend(ps);
                 if s < ncoll {
-                    posts.push(Post::Coll(cs.next().expect("collective"), typed));
+                    posts.push(Post::Coll(s));
                 }
             }
             if std::env::var_os("FXTEST_MIX_DEBUG").is_some() {
                 let d: Vec<String> = posts
                     .iter()
-                    .map(|p| match p {
-                        Post::Coll(pr, _) => pr.case.kind.name().to_string(),
-                        Post::Send(b, peer) => format!("send({}B→{peer})", b.len()),
-                        Post::Recv(b, peer) => format!("recv({}B←{peer})", b.len()),
+                    .map(|&p| match p {
+                        Post::Coll(i) => preps[i].case.kind.name().to_string(),
+                        Post::Send(i) => format!("send({}B→{})", sends[i].1.len(), sends[i].0),
+                        Post::Recv(i) => format!("recv({}B←{})", recvs[i].len(), from[i]),
                     })
                     .collect();
                 eprintln!("iteration {it} rank {me}: {}", d.join(" "));
             }
-            let mut g = comm.group_start();
-            for p in posts {
-                match p {
-                    Post::Coll(pr, typed) => pr.post(&mut g, typed),
-                    Post::Send(b, peer) => g.send(b, peer),
-                    Post::Recv(b, peer) => g.recv(b, peer),
-                }
-                .map_err(|e| format!("iteration {it}: rank {me}: posting: {e}"))?;
-            }
-            g.group_end().map_err(|e| {
+            let r = match &streams {
+                None => post_host(&comm, &posts, &mut preps, &sends, &mut recvs, &from, typed)
+                    .map_err(e2s),
+                Some(st) => post_device(&comm, &posts, &mut preps, &sends, &mut recvs, &from, st),
+            };
+            r.map_err(|e| {
                 format!(
                     "iteration {it}: rank {me}: group of [{}] and {} sends, {} receives failed: {e}",
                     pl.cases.iter().map(|c| c.describe(n)).collect::<Vec<_>>().join(", "),
@@ -265,7 +358,8 @@ pub fn run(
     }
     comm.destroy().map_err(e2s)?;
     Ok(format!(
-        "rank {me}: {iters} mixed iterations verified, nothing leaked"
+        "rank {me}: {iters} mixed iterations verified{}, nothing leaked",
+        if device { " on device memory" } else { "" }
     ))
 }
 

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
             };
             let opts = LaunchOptions {
                 raw_output: true,
-                bind_cores: a.bind_cores,
+                bind: a.bind,
                 ..Default::default()
             };
             return match run_ranks(np, exe.as_os_str(), &a.passthrough, &opts) {

@@ -34,8 +34,11 @@ Options:
                        else 127.0.0.1:<free port>)
       --timeout SECS   kill all ranks and exit {TIMEOUT_EXIT_CODE} after SECS seconds
       --no-prefix      pass rank output through without `[RANK] ` prefixes
-      --bind core|none bind rank i to the i-th CPU this launcher may use, like
-                       `mpirun --bind-to core` (default: none)
+      --bind core|share|none
+                       core: rank i on the i-th CPU this launcher may use, like
+                       `mpirun --bind-to core`; share: rank i on the i-th of N equal
+                       blocks of those CPUs (GPU ranks: a progress thread and a thread
+                       waiting on a stream each need a core); default: none
   -h, --help           print this help
   -V, --version        print the version
 
@@ -66,7 +69,7 @@ struct Options {
     comm_id: Option<OsString>,
     timeout: Option<Duration>,
     raw_output: bool,
-    bind_cores: bool,
+    bind: ferrocx_tools::launch::affinity::Bind,
 }
 
 /// Parses the arguments after the program name. Options come before CMD; the first
@@ -120,11 +123,11 @@ fn parse(argv: &[OsString]) -> Result<Cli, String> {
             "h" | "help" if inline.is_none() => return Ok(Cli::Help),
             "V" | "version" if inline.is_none() => return Ok(Cli::Version),
             "no-prefix" if inline.is_none() => opts.raw_output = true,
-            "bind" => match value("core or none")?.as_str() {
-                "core" => opts.bind_cores = true,
-                "none" => opts.bind_cores = false,
-                other => return Err(format!("--bind takes core or none, not `{other}`")),
-            },
+            "bind" => {
+                let v = value("core, share or none")?;
+                opts.bind = ferrocx_tools::launch::affinity::Bind::parse(&v)
+                    .ok_or_else(|| format!("--bind takes core, share or none, not `{v}`"))?;
+            }
             "n" | "np" => {
                 let v = value("number of ranks")?;
                 let count: usize = v
@@ -187,7 +190,7 @@ fn main() {
         comm_id: opts.comm_id,
         timeout: opts.timeout,
         raw_output: opts.raw_output,
-        bind_cores: opts.bind_cores,
+        bind: opts.bind,
         ..LaunchOptions::default()
     };
     match run_ranks(n, OsStr::new(&cmd), &args, &launch) {

@@ -61,8 +61,8 @@ pub struct LaunchOptions {
     pub env: Vec<(OsString, OsString)>,
     /// Pass rank output through unchanged instead of prefixing lines with `[rank] `.
     pub raw_output: bool,
-    /// Bind rank i to the i-th allowed CPU (modulo their number), like `mpirun --bind-to core`.
-    pub bind_cores: bool,
+    /// CPU binding of the ranks (see [`affinity::Bind`]).
+    pub bind: affinity::Bind,
 }
 
 /// A `FERROCX_COMM_ID` value on this host: `127.0.0.1:<port>` for a port that was free a
@@ -237,10 +237,10 @@ fn spawn_rank(
     pumps: &mut Vec<JoinHandle<()>>,
 ) -> io::Result<Rank> {
     let mut c = Command::new(cmd);
-    if opts.bind_cores {
-        let cpus = affinity::allowed_cpus()?;
+    if opts.bind != affinity::Bind::None {
+        let cpus = opts.bind.cpus_for(i, n, &affinity::allowed_cpus()?);
         if !cpus.is_empty() {
-            affinity::bind_to(&mut c, cpus[i % cpus.len()]);
+            affinity::bind_to(&mut c, cpus);
         }
     }
     c.args(args)

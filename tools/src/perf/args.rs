@@ -55,8 +55,9 @@ pub struct PerfArgs {
     pub bench: Bench,
     /// Launch this many local ranks first (`--np`).
     pub np: Option<usize>,
-    /// With `--np`: bind rank i to CPU i (`--bind core`, the default) or not (`--bind none`).
-    pub bind_cores: bool,
+    /// With `--np`: CPU binding (`--bind`; default `core` for host memory, `share`
+    /// with `--mem cuda`).
+    pub bind: crate::launch::affinity::Bind,
     /// Smallest size in bytes (`-b`).
     pub min_bytes: usize,
     /// Largest size in bytes (`-e`).
@@ -101,14 +102,16 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("size '{s}' overflows"))
 }
 
-pub const USAGE: &str = "usage: fxperf [--np N] [--bind core|none] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
+pub const USAGE: &str = "usage: fxperf [--np N] [--bind core|share|none] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
               [-c 0|1] [-d TYPE|all] [-o OP|all] [-r ROOT|all] [-R 0|1] [--json FILE] BENCHMARK
 
 Benchmarks (nccl-tests' names; `all_reduce_perf` etc. are accepted too):
   all_reduce all_gather reduce_scatter broadcast reduce alltoall alltoallv gather scatter sendrecv
 
   --np N      start N local ranks of this benchmark (otherwise run under fxrun/mpirun/srun/torchrun)
-  --bind B    with --np: core (default, rank i on CPU i modulo the CPUs, like mpirun) or none
+  --bind B    with --np: core (rank i on CPU i modulo the CPUs, like mpirun; the default),
+              share (rank i on the i-th of N blocks of the CPUs; the default with --mem cuda,
+              where a progress thread and the thread waiting on the stream both poll) or none
   -b, -e      smallest / largest size in bytes (K, M, G suffixes), default 8 / 256M
   -f          size multiplier between rows, default 2 (the last row is always -e)
   -n, -w      timed / warm-up iterations per row and placement, default 20 / 5
@@ -148,11 +151,12 @@ floats within 4 units in the last place of the type (implementations may divide 
 
 /// Parse the command line (without the program name).
 pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
+    let mut bind_set = false;
     let mut a = PerfArgs {
         op: String::new(),
         bench: Bench::SendRecv,
         np: None,
-        bind_cores: true,
+        bind: crate::launch::affinity::Bind::Core,
         min_bytes: 8,
         max_bytes: 256 << 20,
         factor: 2,
@@ -196,11 +200,10 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
                 continue;
             }
             "--bind" => {
-                a.bind_cores = match value(i, s)?.as_str() {
-                    "core" => true,
-                    "none" => false,
-                    other => return Err(format!("--bind takes core or none, not '{other}'")),
-                };
+                let v = value(i, s)?;
+                a.bind = crate::launch::affinity::Bind::parse(&v)
+                    .ok_or_else(|| format!("--bind takes core, share or none, not '{v}'"))?;
+                bind_set = true;
                 i += 2;
                 continue;
             }
@@ -273,6 +276,9 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
             Bench::known()
         )
     })?;
+    if a.cuda && !bind_set {
+        a.bind = crate::launch::affinity::Bind::Share;
+    }
     if a.factor < 2 {
         return Err("-f must be at least 2".into());
     }

@@ -1,0 +1,137 @@
+//! Device memory between two real rank processes, one GPU each: stream-ordered
+//! collectives and send/recv over p2p and over shm (staged through pinned host
+//! memory), the whole collective matrix on device buffers, the seed-000 mix on
+//! device buffers (collectives and sends/receives interleaved differently per
+//! rank, on two streams), and a rank killed in the middle of device transfers.
+//!
+//! Every test prints `skipping: <reason>` and passes when there is no CUDA
+//! driver or fewer than two GPUs — unless `FERROCX_REQUIRE_GPU=1`, which turns
+//! a skip into a failure (GPU hosts, see `scripts/gpu-check.sh`).
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `FERROCX_REQUIRE_GPU` | `1`: fail instead of skipping (test-only). |
+//! | `FXTEST_WORKER` | the `fxtest-worker` binary to run (default: the one cargo built), for test binaries copied to a GPU host. |
+
+use ferrocx_sdk::cuda;
+use ferrocx_tests::{assert_all_ok, run_ranks, RankOutput};
+use std::time::{Duration, Instant};
+
+/// Two GPUs, or why not (a panic instead where `FERROCX_REQUIRE_GPU=1`).
+fn gpus() -> bool {
+    let why = match cuda::available() {
+        Ok(n) if n >= 2 => return true,
+        Ok(n) => format!("{n} CUDA device(s); these tests need 2"),
+        Err(e) => e,
+    };
+    if std::env::var("FERROCX_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+        panic!("FERROCX_REQUIRE_GPU=1 but {why}");
+    }
+    eprintln!("skipping: {why}");
+    false
+}
+
+fn worker() -> String {
+    std::env::var("FXTEST_WORKER").unwrap_or_else(|_| env!("CARGO_BIN_EXE_fxtest-worker").into())
+}
+
+/// Run a scenario on two ranks with `env`; print what they said.
+fn run(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Vec<RankOutput> {
+    let t = Instant::now();
+    let mut all = vec![("FERROCX_TIMEOUT", "60"), ("NCCL_NVLS_ENABLE", "0")];
+    all.extend_from_slice(env);
+    let outs = run_ranks(&worker(), 2, args, &all, limit);
+    eprintln!("{args:?} {env:?}: {:.1} s", t.elapsed().as_secs_f64());
+    for o in &outs {
+        for line in o.stdout.lines().chain(o.stderr.lines()).take(40) {
+            eprintln!("  [{}] {line}", o.rank);
+        }
+    }
+    outs
+}
+
+fn run_ok(args: &[&str], env: &[(&str, &str)], limit: Duration) {
+    let outs = run(args, env, limit);
+    assert_all_ok(&outs);
+    for o in &outs {
+        assert!(o.stdout.contains("PASS"), "rank {}: {}", o.rank, o.stdout);
+    }
+}
+
+const P2P: (&str, &str) = ("FERROCX_TRANSPORTS", "p2p");
+const SHM: (&str, &str) = ("FERROCX_TRANSPORTS", "shm");
+
+#[test]
+fn smoke_over_p2p_and_shm() {
+    if !gpus() {
+        return;
+    }
+    run_ok(&["dev-smoke"], &[P2P], Duration::from_secs(120));
+    run_ok(&["dev-smoke"], &[SHM], Duration::from_secs(120));
+}
+
+#[test]
+fn matrix_over_p2p() {
+    if !gpus() {
+        return;
+    }
+    run_ok(
+        &["coll-matrix", "--mem", "cuda"],
+        &[P2P],
+        Duration::from_secs(600),
+    );
+}
+
+#[test]
+fn matrix_staged_over_shm() {
+    if !gpus() {
+        return;
+    }
+    run_ok(
+        &["coll-matrix", "--mem", "cuda", "--filter", "count=1000"],
+        &[SHM],
+        Duration::from_secs(600),
+    );
+}
+
+/// The seed-000 mix, 1000 iterations, on device memory over p2p.
+#[test]
+fn mix_on_device() {
+    if !gpus() {
+        return;
+    }
+    run_ok(
+        &["coll-mix", "0", "1000", "--mem", "cuda"],
+        &[P2P],
+        Duration::from_secs(600),
+    );
+}
+
+/// Rank 1 kills itself while 8 MiB device sends and receives are in flight:
+/// rank 0 fails with an error naming it, well before the limit.
+#[test]
+fn killed_rank_during_device_transfers() {
+    if !gpus() {
+        return;
+    }
+    let outs = run(
+        &[
+            "ring-loop-dev",
+            "8388608",
+            "--victim",
+            "1",
+            "--kill-after-ms",
+            "800",
+        ],
+        &[P2P],
+        Duration::from_secs(120),
+    );
+    let survivor = &outs[0];
+    assert!(
+        survivor.ok() && survivor.stdout.contains("PASS"),
+        "rank 0 should report an error naming rank 1: {}\n{}",
+        survivor.stdout,
+        survivor.stderr
+    );
+    assert!(outs[1].code != Some(0), "the victim should have died");
+}
