@@ -149,22 +149,19 @@ fn post_device(
         .iter()
         .map(Prepared::mirrors)
         .collect::<Result<Vec<_>, _>>()?;
+    let upload = |b: &[u8]| -> Result<DevMem, String> {
+        let d = DevMem::new(b.len())?;
+        d.upload(b)?;
+        Ok(d)
+    };
     let dsend = sends
         .iter()
-        .map(|(_, b)| {
-            let d = DevMem::new(b.len())?;
-            d.upload(b)?;
-            Ok(d)
-        })
-        .collect::<Result<Vec<_>, String>>()?;
+        .map(|(_, b)| upload(b))
+        .collect::<Result<Vec<_>, _>>()?;
     let drecv = recvs
         .iter()
-        .map(|b| {
-            let d = DevMem::new(b.len())?;
-            d.upload(b)?;
-            Ok(d)
-        })
-        .collect::<Result<Vec<_>, String>>()?;
+        .map(|b| upload(b))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut g = comm.group_start();
     for &p in posts {
         // SAFETY: every buffer and both streams outlive the synchronization below.

@@ -110,33 +110,37 @@ pub fn run(reps: usize) -> Result<String, String> {
         modes.push(("DtoPeer", *m, a.ptr));
         modes.push(("PeerToD", a.ptr, *m));
     }
+    // The polling kernel on stream `w`, until the flag is raised.
+    let start_spin = || {
+        let mut fp = flag.device();
+        let mut args = [&mut fp as *mut u64 as *mut std::ffi::c_void];
+        // SAFETY: a loaded kernel taking one pointer; `fp` lives for the call.
+        ck(
+            unsafe {
+                sys::cuLaunchKernel(
+                    spin,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    w.raw(),
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel",
+        )
+    };
     let mut out = String::new();
     for (what, n) in [("8 B", 8usize), ("64 KiB", 64 << 10), ("1 MiB", 1 << 20)] {
         for &(mode, dst, src) in &modes {
             let alone = stats(reps, || copy(dst, src, n))?;
             // A polling kernel on another stream, as the user's stream holds during an op.
             set_flag(0);
-            let mut fp = flag.device();
-            let mut args = [&mut fp as *mut u64 as *mut std::ffi::c_void];
-            // SAFETY: a loaded kernel taking one pointer; `fp` lives for the call.
-            ck(
-                unsafe {
-                    sys::cuLaunchKernel(
-                        spin,
-                        1,
-                        1,
-                        1,
-                        1,
-                        1,
-                        1,
-                        0,
-                        w.raw(),
-                        args.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    )
-                },
-                "cuLaunchKernel",
-            )?;
+            start_spin()?;
             let kernel = stats(reps, || copy(dst, src, n))?;
             set_flag(1);
             sync(&w)?;
@@ -153,25 +157,7 @@ pub fn run(reps: usize) -> Result<String, String> {
             // Another thread in cuStreamSynchronize on a stream held by the polling
             // kernel: what an application does while its operation is in flight.
             set_flag(0);
-            // SAFETY: as above.
-            ck(
-                unsafe {
-                    sys::cuLaunchKernel(
-                        spin,
-                        1,
-                        1,
-                        1,
-                        1,
-                        1,
-                        1,
-                        0,
-                        w.raw(),
-                        args.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    )
-                },
-                "cuLaunchKernel",
-            )?;
+            start_spin()?;
             let synced = std::thread::scope(|sc| {
                 let wraw = w.raw() as usize;
                 let ctx = &ctx;
