@@ -33,7 +33,7 @@ mod types;
 
 pub use algo::{Algo, CollKind, VCounts};
 pub use comm::{CollSpec, CommConfig, Communicator, Dir, EngineStats, Group, RegHandle};
-pub use device::RawStream;
+pub use device::{AsStream, RawStream};
 pub use error::{Error, Result};
 pub use plan::Request;
 pub use types::{Bf16, DataType, Element, RedOp, F16};

@@ -19,7 +19,7 @@
 
 use super::group::Group;
 use super::{Communicator, Dir};
-use crate::device::{mem, order::Signal, Gpu, RawStream};
+use crate::device::{mem, order::Signal, AsStream, Gpu, RawStream};
 use crate::error::{Error, Result};
 use crate::plan::{CollTask, P2pTask, PlanDevice, Task};
 use ferrocx_sdk::cuda::{self, Event};
@@ -120,11 +120,11 @@ impl Communicator {
         spec: &CollSpec,
         send: u64,
         recv: u64,
-        stream: RawStream,
+        stream: impl AsStream,
     ) -> Result<()> {
         let t = self.device_coll_task(spec, send, recv, false)?;
         // SAFETY: the caller's contract.
-        unsafe { self.launch_device(vec![t.into()], &[stream]) }
+        unsafe { self.launch_device(vec![t.into()], &[stream.raw_stream()]) }
     }
 
     /// An in-place collective on a device buffer, ordered on `stream`.
@@ -135,11 +135,11 @@ impl Communicator {
         &self,
         spec: &CollSpec,
         buf: u64,
-        stream: RawStream,
+        stream: impl AsStream,
     ) -> Result<()> {
         let t = self.device_coll_task(spec, buf, buf, true)?;
         // SAFETY: the caller's contract.
-        unsafe { self.launch_device(vec![t.into()], &[stream]) }
+        unsafe { self.launch_device(vec![t.into()], &[stream.raw_stream()]) }
     }
 
     /// Send `len` bytes of device memory to `peer`, ordered on `stream`.
@@ -151,11 +151,11 @@ impl Communicator {
         buf: u64,
         len: usize,
         peer: usize,
-        stream: RawStream,
+        stream: impl AsStream,
     ) -> Result<()> {
         let op = self.device_p2p(Dir::Send, buf, len, peer)?;
         // SAFETY: the caller's contract.
-        unsafe { self.launch_device(vec![Task::P2p(op)], &[stream]) }
+        unsafe { self.launch_device(vec![Task::P2p(op)], &[stream.raw_stream()]) }
     }
 
     /// Receive `len` bytes from `peer` into device memory, ordered on `stream`.
@@ -167,11 +167,11 @@ impl Communicator {
         buf: u64,
         len: usize,
         peer: usize,
-        stream: RawStream,
+        stream: impl AsStream,
     ) -> Result<()> {
         let op = self.device_p2p(Dir::Recv, buf, len, peer)?;
         // SAFETY: the caller's contract.
-        unsafe { self.launch_device(vec![Task::P2p(op)], &[stream]) }
+        unsafe { self.launch_device(vec![Task::P2p(op)], &[stream.raw_stream()]) }
     }
 
     /// Whether some peer's transport takes no device memory (device data to it is
@@ -302,10 +302,10 @@ impl Group<'_> {
         spec: &CollSpec,
         send: u64,
         recv: u64,
-        stream: RawStream,
+        stream: impl AsStream,
     ) -> Result<()> {
         let t = self.comm.device_coll_task(spec, send, recv, false)?;
-        self.add_device(t.into(), stream);
+        self.add_device(t.into(), stream.raw_stream());
         Ok(())
     }
 
@@ -317,10 +317,10 @@ impl Group<'_> {
         &mut self,
         spec: &CollSpec,
         buf: u64,
-        stream: RawStream,
+        stream: impl AsStream,
     ) -> Result<()> {
         let t = self.comm.device_coll_task(spec, buf, buf, true)?;
-        self.add_device(t.into(), stream);
+        self.add_device(t.into(), stream.raw_stream());
         Ok(())
     }
 
@@ -333,10 +333,10 @@ impl Group<'_> {
         buf: u64,
         len: usize,
         peer: usize,
-        stream: RawStream,
+        stream: impl AsStream,
     ) -> Result<()> {
         let op = self.comm.device_p2p(Dir::Send, buf, len, peer)?;
-        self.add_device(Task::P2p(op), stream);
+        self.add_device(Task::P2p(op), stream.raw_stream());
         Ok(())
     }
 
@@ -349,10 +349,10 @@ impl Group<'_> {
         buf: u64,
         len: usize,
         peer: usize,
-        stream: RawStream,
+        stream: impl AsStream,
     ) -> Result<()> {
         let op = self.comm.device_p2p(Dir::Recv, buf, len, peer)?;
-        self.add_device(Task::P2p(op), stream);
+        self.add_device(Task::P2p(op), stream.raw_stream());
         Ok(())
     }
 }

@@ -17,3 +17,51 @@ pub use select::choose_device;
 
 /// A raw CUDA stream handle (`CUstream`), as FFI users pass it.
 pub type RawStream = ferrocx_sdk::cuda::sys::CUstream;
+
+/// A CUDA stream the device API can order work on: a raw `CUstream`, a cudarc
+/// `CudaStream` (or an `Arc` of one, as cudarc hands them out), or the SDK's
+/// [`Stream`](ferrocx_sdk::cuda::Stream).
+///
+/// ```no_run
+/// # fn f(comm: &ferrocx::Communicator, buf: u64, n: usize) -> ferrocx::Result<()> {
+/// let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+/// let stream = ctx.new_stream().unwrap(); // Arc<CudaStream>
+/// let spec = ferrocx::CollSpec::new(ferrocx::CollKind::AllReduce, ferrocx::DataType::F32, n);
+/// // SAFETY: `buf` is device memory of this rank's GPU, alive until the stream passes.
+/// unsafe { comm.collective_in_place_on(&spec, buf, &stream)? };
+/// # Ok(()) }
+/// ```
+pub trait AsStream {
+    /// The raw handle (borrowed: the caller keeps the stream alive).
+    fn raw_stream(&self) -> RawStream;
+}
+
+impl AsStream for RawStream {
+    fn raw_stream(&self) -> RawStream {
+        *self
+    }
+}
+
+impl AsStream for ferrocx_sdk::cuda::Stream {
+    fn raw_stream(&self) -> RawStream {
+        self.raw()
+    }
+}
+
+impl AsStream for cudarc::driver::CudaStream {
+    fn raw_stream(&self) -> RawStream {
+        self.cu_stream()
+    }
+}
+
+impl<T: AsStream + ?Sized> AsStream for &T {
+    fn raw_stream(&self) -> RawStream {
+        (**self).raw_stream()
+    }
+}
+
+impl<T: AsStream + ?Sized> AsStream for std::sync::Arc<T> {
+    fn raw_stream(&self) -> RawStream {
+        (**self).raw_stream()
+    }
+}
