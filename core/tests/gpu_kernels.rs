@@ -37,7 +37,7 @@ fn skip(why: &str) {
     if std::env::var("FERROCX_REQUIRE_GPU").as_deref() == Ok("1") {
         panic!("FERROCX_REQUIRE_GPU=1 but: {why}");
     }
-    eprintln!("skipping: {why}");
+    cuda::skip_notice(why);
 }
 
 fn device() -> i32 {

@@ -137,6 +137,15 @@ pub fn device_by_pci(pci: i32) -> Option<i32> {
     (0..n as i32).find(|&d| pci_id(d).ok() == Some(pci))
 }
 
+/// Tell the person reading the test log why a GPU test did not run: writes
+/// `skipping: <why>` straight to the process's standard error, which the test
+/// harness does not capture (`eprintln!` inside a passing test is swallowed), so
+/// a CI log without a GPU shows the reason for every skipped GPU test.
+pub fn skip_notice(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipping: {why}");
+}
+
 /// A device's primary context, retained for as long as this value lives.
 pub struct Context {
     ctx: sys::CUcontext,

@@ -27,7 +27,7 @@ fn gpus() -> bool {
     if std::env::var("FERROCX_REQUIRE_GPU").is_ok_and(|v| v == "1") {
         panic!("FERROCX_REQUIRE_GPU=1 but {why}");
     }
-    eprintln!("skipping: {why}");
+    cuda::skip_notice(&why);
     false
 }
 

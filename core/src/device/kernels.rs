@@ -1241,13 +1241,13 @@ mod tests {
                 assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
                 let m = e.to_string();
                 assert!(m.contains("CUDA") && m.contains(&why), "{m}");
-                eprintln!("skipping: no CUDA ({m})");
+                ferrocx_sdk::cuda::skip_notice(&format!("no CUDA ({m})"));
             }
             Ok(_) => match Kernels::for_device(0) {
                 Ok(k) => eprintln!("{k:?}"),
                 Err(e) => {
                     assert!(e.to_string().contains("NVRTC"), "{e}");
-                    eprintln!("skipping: {e}");
+                    ferrocx_sdk::cuda::skip_notice(&e.to_string());
                 }
             },
         }
@@ -1318,7 +1318,7 @@ mod tests {
             .output();
         let out = match out {
             Err(e) => {
-                eprintln!("skipping: no C++ compiler (c++): {e}");
+                ferrocx_sdk::cuda::skip_notice(&format!("no C++ compiler (c++): {e}"));
                 return;
             }
             Ok(o) => o,
@@ -1414,7 +1414,7 @@ mod tests {
         let nvrtc = match Nvrtc::get() {
             Ok(n) => n,
             Err(e) => {
-                eprintln!("skipping: {e}");
+                ferrocx_sdk::cuda::skip_notice(&e.to_string());
                 return;
             }
         };

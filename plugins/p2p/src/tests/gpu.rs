@@ -183,7 +183,7 @@ fn the_callers_context_is_left_alone() {
         return;
     }
     if cuda_devices() < 2 {
-        eprintln!("SKIPPED context test: needs two GPUs");
+        ferrocx_sdk::cuda::skip_notice("context test: needs two GPUs");
         return;
     }
     // The caller works on GPU 1; the connection is on GPU 0.

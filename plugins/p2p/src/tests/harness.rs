@@ -69,7 +69,7 @@ pub fn cuda_ready(test: &str) -> bool {
     match cuda::available() {
         Ok(_) => true,
         Err(why) => {
-            eprintln!("SKIPPED {test} on CUDA: {why}");
+            ferrocx_sdk::cuda::skip_notice(&format!("{test} on CUDA: {why}"));
             false
         }
     }
