@@ -1,8 +1,6 @@
-//! One connection's POSIX shared-memory segment: create/open, map, typed
-//! access to its parts, unlink, unmap.
-//!
-//! The creator reserves the pages with `posix_fallocate` so a full /dev/shm is
-//! an error at setup instead of a SIGBUS on first touch. Everything shared is
+//! One connection's POSIX shared-memory segment: typed access to its parts on
+//! a shared-memory region (`ferrocx_sdk::same_host::region`: create/open, map,
+//! unlink, unmap; a full /dev/shm is an error at setup, not a SIGBUS later). Everything shared is
 //! reached through atomics ([`SegHeader`], [`RegSlot`], [`SlotHeader`]) or
 //! copied in and out of ring slots with [`Segment::write_slot`] /
 //! [`Segment::read_slot`]; no Rust reference into the payload ever exists, so
@@ -10,167 +8,60 @@
 
 use crate::layout::{Layout, SegHeader, SlotHeader};
 use crate::regslot::{slot_index, RegSlot};
-use std::ffi::CString;
+pub use ferrocx_sdk::same_host::region::unlink_name;
+use ferrocx_sdk::same_host::region::Region;
 use std::io;
-use std::ptr::NonNull;
 
-/// A mapped segment. Unmapped on drop, and unlinked then if this side still owns the name.
+/// A mapped segment on a shared-memory [`Region`]: unmapped on drop, and
+/// unlinked then if this side still owns the name.
 #[derive(Debug)]
 pub struct Segment {
-    base: NonNull<u8>,
+    region: Region,
     layout: Layout,
-    name: String,
-    linked: bool,
 }
 
-// SAFETY: the mapping is process-wide memory, not tied to a thread; all shared
-// parts are accessed through atomics or through copies under the ring protocol.
-unsafe impl Send for Segment {}
-
-fn c_name(name: &str) -> io::Result<CString> {
-    CString::new(name)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment name holds a NUL"))
-}
-
-/// Remove `name` from /dev/shm (the mapping of anyone who has it stays valid).
-pub fn unlink_name(name: &str) -> io::Result<()> {
-    let c = c_name(name)?;
-    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
-    if unsafe { libc::shm_unlink(c.as_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Close `fd`, ignoring errors (nothing useful to do about them).
-fn close(fd: i32) {
-    // SAFETY: `fd` is a descriptor this module opened and has not closed.
-    unsafe { libc::close(fd) };
-}
-
-/// Map `len` bytes of `fd` shared and read-write.
-fn map(fd: i32, len: usize) -> io::Result<NonNull<u8>> {
-    // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    NonNull::new(p as *mut u8).ok_or_else(|| io::Error::other("mmap returned null"))
-}
+/// The lock byte the creator (the receiver) holds on its segment (see
+/// `ferrocx_sdk::same_host::region`; nothing reads it yet in shm).
+const CREATOR_BYTE: i64 = 0;
 
 impl Segment {
     /// Create `name` exclusively (EEXIST if taken), size and reserve it, map it.
     /// The new segment is zero-filled and owns its name until [`unlink`](Self::unlink).
     pub fn create(name: &str, layout: Layout) -> io::Result<Segment> {
-        let c = c_name(name)?;
-        // SAFETY: valid C string; O_EXCL makes us the only creator.
-        let fd = unsafe {
-            libc::shm_open(
-                c.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let result = Self::size_and_map(fd, layout);
-        close(fd);
-        match result {
-            Ok(base) => Ok(Segment {
-                base,
-                layout,
-                name: name.to_owned(),
-                linked: true,
-            }),
-            Err(e) => {
-                let _ = unlink_name(name);
-                Err(e)
+        let region = Region::create(name, layout.total, CREATOR_BYTE).map_err(|e| {
+            if e.kind() == io::ErrorKind::StorageFull {
+                io::Error::new(
+                    e.kind(),
+                    format!("{e}; or lower FERROCX_SHM_NSLOTS / FERROCX_SHM_CHUNK_SIZE"),
+                )
+            } else {
+                e
             }
-        }
-    }
-
-    fn size_and_map(fd: i32, layout: Layout) -> io::Result<NonNull<u8>> {
-        let len = layout.total as libc::off_t;
-        // SAFETY: fd is an open shared-memory object we own.
-        if unsafe { libc::ftruncate(fd, len) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: as above; posix_fallocate returns the error number instead of setting errno.
-        let rc = unsafe { libc::posix_fallocate(fd, 0, len) };
-        match rc {
-            0 => {}
-            // Some file systems cannot reserve; the mapping still works.
-            libc::EOPNOTSUPP | libc::EINVAL => {}
-            libc::ENOSPC => {
-                return Err(io::Error::other(format!(
-                "/dev/shm has no room for {} bytes (enlarge it, e.g. docker --shm-size, or lower \
-                     FERROCX_SHM_NSLOTS / FERROCX_SHM_CHUNK_SIZE)",
-                layout.total
-            )))
-            }
-            e => return Err(io::Error::from_raw_os_error(e)),
-        }
-        map(fd, layout.total)
+        })?;
+        Ok(Segment { region, layout })
     }
 
     /// Map an existing segment made by the peer; fails if it is smaller than `layout`.
     pub fn open(name: &str, layout: Layout) -> io::Result<Segment> {
-        let c = c_name(name)?;
-        // SAFETY: valid C string.
-        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: zeroed `stat` is a valid out-parameter.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fd is open; st is a valid out-pointer.
-        let rc = unsafe { libc::fstat(fd, &mut st) };
-        let result = if rc != 0 {
-            Err(io::Error::last_os_error())
-        } else if (st.st_size as u64) < layout.total as u64 {
-            // Mapping past the end would SIGBUS on access.
-            Err(io::Error::other(format!(
-                "segment {name} holds {} bytes, the peer announced {}",
-                st.st_size, layout.total
-            )))
-        } else {
-            map(fd, layout.total)
-        };
-        close(fd);
         Ok(Segment {
-            base: result?,
+            region: Region::open(name, Some(layout.total))?,
             layout,
-            name: name.to_owned(),
-            linked: false,
         })
     }
 
     /// The segment's name in /dev/shm.
     pub fn name(&self) -> &str {
-        &self.name
+        self.region.name()
     }
 
     /// Remove the name now; the mapping stays. Safe to repeat; ENOENT (the
     /// peer unlinked first) is not an error.
     pub fn unlink(&mut self) -> io::Result<()> {
-        if !self.linked {
-            return Ok(());
-        }
-        self.linked = false;
-        match unlink_name(&self.name) {
-            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(e),
-            _ => Ok(()),
-        }
+        self.region.unlink()
+    }
+
+    fn base(&self) -> *mut u8 {
+        self.region.base()
     }
 
     /// The geometry this mapping was made with.
@@ -183,7 +74,7 @@ impl Segment {
         // SAFETY: the mapping is at least `layout.total` bytes, page aligned
         // (≥ the header's 128-byte alignment), lives as long as `self`, and the
         // header holds only atomics, for which every bit pattern is valid.
-        unsafe { &*(self.base.as_ptr() as *const SegHeader) }
+        unsafe { &*(self.base() as *const SegHeader) }
     }
 
     /// The handshake slot of message `seq`.
@@ -192,7 +83,7 @@ impl Segment {
         let off = self.layout.reg_off + i * std::mem::size_of::<RegSlot>();
         // SAFETY: `i < nreg`, so the slot lies inside the RegSlot array, which
         // Layout places at a 128-aligned offset inside the mapping; atomics only.
-        unsafe { &*(self.base.as_ptr().add(off) as *const RegSlot) }
+        unsafe { &*(self.base().add(off) as *const RegSlot) }
     }
 
     /// Header of ring slot `i` (`i < nslots`).
@@ -200,7 +91,7 @@ impl Segment {
         assert!(i < self.layout.nslots, "ring slot {i} out of range");
         let off = self.layout.slots_off + i * std::mem::size_of::<SlotHeader>();
         // SAFETY: bounds checked above; 64-aligned offset inside the mapping; atomics only.
-        unsafe { &*(self.base.as_ptr().add(off) as *const SlotHeader) }
+        unsafe { &*(self.base().add(off) as *const SlotHeader) }
     }
 
     /// Copy `src` into the payload of ring slot `i` (the sender owns the slot).
@@ -215,7 +106,7 @@ impl Segment {
         unsafe {
             std::ptr::copy_nonoverlapping(
                 src.as_ptr(),
-                self.base.as_ptr().add(self.layout.slot_data_off(i)),
+                self.base().add(self.layout.slot_data_off(i)),
                 src.len(),
             )
         }
@@ -231,20 +122,11 @@ impl Segment {
         // is a valid, exclusively borrowed slice outside the mapping.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                self.base.as_ptr().add(self.layout.slot_data_off(i)),
+                self.base().add(self.layout.slot_data_off(i)),
                 dst.as_mut_ptr(),
                 dst.len(),
             )
         }
-    }
-}
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        // SAFETY: base/len are exactly the mapping made in create/open, unmapped only here;
-        // no reference into it outlives `self` (accessors borrow `self`).
-        unsafe { libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.layout.total) };
-        let _ = self.unlink();
     }
 }
 
