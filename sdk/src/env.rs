@@ -39,6 +39,39 @@ pub fn boolean(
     }
 }
 
+/// Which receive buffers a zero-copy path (shm's single copy, p2p's direct
+/// write) may write into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeroCopy {
+    /// None: every message takes the staged path.
+    Off,
+    /// Registered receive buffers only.
+    Registered,
+    /// Any eligible receive buffer.
+    Any,
+}
+
+/// A [`ZeroCopy`] setting: `1/true/yes/on/all/any`, `registered`, or
+/// `0/false/no/off`; unset or blank means [`ZeroCopy::Any`]. `any` says what
+/// "any" means for this transport, for the error message.
+pub fn zero_copy(
+    lookup: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    any: &str,
+) -> PluginResult<ZeroCopy> {
+    let Some(v) = value(lookup, name) else {
+        return Ok(ZeroCopy::Any);
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" | "all" | "any" => Ok(ZeroCopy::Any),
+        "registered" => Ok(ZeroCopy::Registered),
+        "0" | "false" | "no" | "off" => Ok(ZeroCopy::Off),
+        _ => Err(PluginError::invalid(format!(
+            "{name}={v:?}: use 1 ({any}), registered, or 0 (never)"
+        ))),
+    }
+}
+
 /// A non-negative integer (counts, byte sizes).
 pub fn unsigned(
     lookup: &impl Fn(&str) -> Option<String>,

@@ -38,16 +38,9 @@ const MAX_SLOTS: usize = 256;
 /// Keeps one connection's FIFO within a sane share of GPU memory.
 const MAX_FIFO_BYTES: usize = 2 << 30;
 
-/// When the receiver offers its buffer for a direct write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direct {
-    /// Never: every message goes through the FIFO.
-    Off,
-    /// Registered receive buffers only.
-    Registered,
-    /// Any receive buffer in CUDA device memory (legacy-IPC capable allocations).
-    Any,
-}
+/// When the receiver offers its buffer for a direct write (`Any`: any receive
+/// buffer in CUDA device memory, legacy-IPC capable).
+pub use ferrocx_sdk::env::ZeroCopy as Direct;
 
 /// Effective configuration of one plugin context.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,18 +142,7 @@ impl Config {
 }
 
 fn parse_direct(lookup: &impl Fn(&str) -> Option<String>) -> PluginResult<Direct> {
-    const NAME: &str = "FERROCX_P2P_DIRECT";
-    let Some(v) = lookup(NAME) else {
-        return Ok(Direct::Any);
-    };
-    match v.trim().to_ascii_lowercase().as_str() {
-        "" | "1" | "true" | "yes" | "on" | "all" | "any" => Ok(Direct::Any),
-        "registered" => Ok(Direct::Registered),
-        "0" | "false" | "no" | "off" => Ok(Direct::Off),
-        _ => Err(PluginError::invalid(format!(
-            "{NAME}={v:?}: use 1 (any device receive buffer), registered, or 0 (never)"
-        ))),
-    }
+    env::zero_copy(lookup, "FERROCX_P2P_DIRECT", "any device receive buffer")
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //! travels to the sender in the connect blob, so the two processes never need
 //! to agree on these values.
 
-use ferrocx_sdk::{env, Host, PluginError, PluginResult};
+use ferrocx_sdk::env::{self, ZeroCopy};
+use ferrocx_sdk::{Host, PluginError, PluginResult};
 
 /// Default bytes per ring slot.
 pub const DEFAULT_CHUNK_SIZE: usize = 512 * 1024;
@@ -75,8 +76,8 @@ impl Config {
             disabled: env::boolean(&lookup, "FERROCX_SHM_DISABLE", d.disabled)?,
             chunk_size: env::unsigned(&lookup, "FERROCX_SHM_CHUNK_SIZE", d.chunk_size)?,
             nslots: env::unsigned(&lookup, "FERROCX_SHM_NSLOTS", d.nslots)?,
-            single_copy: mode != SingleCopy::Off,
-            single_copy_unregistered: mode == SingleCopy::All,
+            single_copy: mode != ZeroCopy::Off,
+            single_copy_unregistered: mode == ZeroCopy::Any,
             single_copy_min: env::unsigned(
                 &lookup,
                 "FERROCX_SHM_SINGLE_COPY_MIN",
@@ -111,26 +112,8 @@ impl Config {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SingleCopy {
-    Off,
-    Registered,
-    All,
-}
-
-fn parse_single_copy(lookup: &impl Fn(&str) -> Option<String>) -> PluginResult<SingleCopy> {
-    const NAME: &str = "FERROCX_SHM_SINGLE_COPY";
-    let Some(v) = lookup(NAME) else {
-        return Ok(SingleCopy::All);
-    };
-    match v.trim().to_ascii_lowercase().as_str() {
-        "" | "1" | "true" | "yes" | "on" | "all" => Ok(SingleCopy::All),
-        "registered" => Ok(SingleCopy::Registered),
-        "0" | "false" | "no" | "off" => Ok(SingleCopy::Off),
-        _ => Err(PluginError::invalid(format!(
-            "{NAME}={v:?}: use 1 (any large receive), registered, or 0 (never)"
-        ))),
-    }
+fn parse_single_copy(lookup: &impl Fn(&str) -> Option<String>) -> PluginResult<ZeroCopy> {
+    env::zero_copy(lookup, "FERROCX_SHM_SINGLE_COPY", "any large receive")
 }
 
 #[cfg(test)]
