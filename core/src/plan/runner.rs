@@ -92,6 +92,9 @@ pub(crate) struct DevRun {
     stage: (usize, usize),
     /// (device address, pinned address, bytes) of this stage's staged receives.
     staged_recvs: Vec<(usize, usize, usize)>,
+    /// How many of this stage's local steps were queued before its transfers
+    /// (they touch nothing the transfers do, so they run alongside them).
+    early: usize,
 }
 
 impl DevRun {
@@ -131,6 +134,7 @@ impl DevRun {
             started: false,
             stage: (0, 0),
             staged_recvs: Vec::new(),
+            early: 0,
         })
     }
 }
@@ -283,6 +287,7 @@ impl Runner {
                         continue;
                     }
                     self.build_device_posts(poster)?;
+                    self.queue_early_locals()?;
                     let dev = self.dev.as_mut().expect("device runner");
                     dev.phase = Phase::Post;
                 }
@@ -317,16 +322,18 @@ impl Runner {
         }
     }
 
-    /// Queue the current stage's local steps on the executor stream and wait for them.
+    /// Queue the current stage's local steps (those not queued early) on the
+    /// executor stream and wait for them.
     fn device_locals(&mut self) -> Result<(), Error> {
         let st = &self.sched.stages[self.stage];
         let dev = self.dev.as_mut().expect("device runner");
+        let early = std::mem::take(&mut dev.early);
         // SAFETY: regions lie in validated device buffers or this runner's device
         // scratch; the stage's transfers (and staged copies) are complete or ordered
         // before on the same stream.
         unsafe {
             local::run_device(
-                &st.locals,
+                &st.locals[early..],
                 &self.bases,
                 self.dtype,
                 self.op,
@@ -338,6 +345,53 @@ impl Runner {
         if !st.locals.is_empty() || !dev.staged_recvs.is_empty() {
             dev.pending = Some(dev.gpu.mark()?);
         }
+        Ok(())
+    }
+
+    /// Queue the longest prefix of the stage's local steps that neither read
+    /// what the stage receives nor write what it sends or receives (e.g. the
+    /// root's own copy in broadcast, a rank's own block in all-to-all): they
+    /// then run on the executor stream while the transport's copies run.
+    fn queue_early_locals(&mut self) -> Result<(), Error> {
+        let st = &self.sched.stages[self.stage];
+        let span = |r: &crate::algo::Region| {
+            let (p, n) = self.bases.addr(r);
+            (p, p + n)
+        };
+        let meets = |a: (usize, usize), b: (usize, usize)| a.0 < b.1 && b.0 < a.1;
+        let recvs: Vec<_> = st.recvs.iter().map(|x| span(&x.region)).collect();
+        let sends: Vec<_> = st.sends.iter().map(|x| span(&x.region)).collect();
+        let free = |l: &crate::algo::Local| {
+            use crate::algo::Local;
+            let (reads, write): (&[&crate::algo::Region], _) = match l {
+                Local::Copy { dst, src } => (&[src], dst),
+                Local::Reduce { dst, a, b } => (&[a, b], dst),
+                Local::Finish { dst } => (&[dst], dst),
+            };
+            let w = span(write);
+            reads
+                .iter()
+                .all(|r| recvs.iter().all(|&x| !meets(span(r), x)))
+                && recvs.iter().chain(sends.iter()).all(|&x| !meets(w, x))
+        };
+        let early = st.locals.iter().take_while(|l| free(l)).count();
+        if early == 0 {
+            return Ok(());
+        }
+        let dev = self.dev.as_mut().expect("device runner");
+        // SAFETY: as in `device_locals`; these steps touch no region a transfer of
+        // this stage reads or writes, so they may run while the transfers do.
+        unsafe {
+            local::run_device(
+                &st.locals[..early],
+                &self.bases,
+                self.dtype,
+                self.op,
+                self.nranks,
+                &dev.gpu,
+            )?
+        };
+        dev.early = early;
         Ok(())
     }
 
