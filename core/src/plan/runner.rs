@@ -354,27 +354,7 @@ impl Runner {
     /// then run on the executor stream while the transport's copies run.
     fn queue_early_locals(&mut self) -> Result<(), Error> {
         let st = &self.sched.stages[self.stage];
-        let span = |r: &crate::algo::Region| {
-            let (p, n) = self.bases.addr(r);
-            (p, p + n)
-        };
-        let meets = |a: (usize, usize), b: (usize, usize)| a.0 < b.1 && b.0 < a.1;
-        let recvs: Vec<_> = st.recvs.iter().map(|x| span(&x.region)).collect();
-        let sends: Vec<_> = st.sends.iter().map(|x| span(&x.region)).collect();
-        let free = |l: &crate::algo::Local| {
-            use crate::algo::Local;
-            let (reads, write): (&[&crate::algo::Region], _) = match l {
-                Local::Copy { dst, src } => (&[src], dst),
-                Local::Reduce { dst, a, b } => (&[a, b], dst),
-                Local::Finish { dst } => (&[dst], dst),
-            };
-            let w = span(write);
-            reads
-                .iter()
-                .all(|r| recvs.iter().all(|&x| !meets(span(r), x)))
-                && recvs.iter().chain(sends.iter()).all(|&x| !meets(w, x))
-        };
-        let early = st.locals.iter().take_while(|l| free(l)).count();
+        let early = early_prefix(st, &self.bases);
         if early == 0 {
             return Ok(());
         }
@@ -453,5 +433,128 @@ impl Runner {
             dev.pending = Some(dev.gpu.mark()?);
         }
         Ok(())
+    }
+}
+
+/// How many of `st`'s local steps, from the first, neither read a region the
+/// stage receives into nor write one it sends from or receives into (by
+/// address, so in-place aliasing counts): those may run while the stage's
+/// transfers do. A prefix, so no step moves ahead of one it might depend on.
+pub(crate) fn early_prefix(st: &crate::algo::Stage, bases: &Bases) -> usize {
+    use crate::algo::{Local, Region};
+    let span = |r: &Region| {
+        let (p, n) = bases.addr(r);
+        (p, p + n)
+    };
+    let meets = |a: (usize, usize), b: (usize, usize)| a.0 < b.1 && b.0 < a.1;
+    let recvs: Vec<_> = st.recvs.iter().map(|x| span(&x.region)).collect();
+    let sends: Vec<_> = st.sends.iter().map(|x| span(&x.region)).collect();
+    let free = |l: &Local| {
+        let (reads, write): (&[&Region], _) = match l {
+            Local::Copy { dst, src } => (&[src], dst),
+            Local::Reduce { dst, a, b } => (&[a, b], dst),
+            Local::Finish { dst } => (&[dst], dst),
+        };
+        let w = span(write);
+        reads
+            .iter()
+            .all(|r| recvs.iter().all(|&x| !meets(span(r), x)))
+            && recvs.iter().chain(sends.iter()).all(|&x| !meets(w, x))
+    };
+    st.locals.iter().take_while(|l| free(l)).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::early_prefix;
+    use crate::algo::{Buf, Local, Region, Stage, Xfer};
+    use crate::plan::local::Bases;
+
+    fn bases(in_place: bool) -> Bases {
+        Bases {
+            send: 0x10000,
+            recv: if in_place { 0x10000 } else { 0x20000 },
+            scratch: 0x30000,
+            esize: 4,
+        }
+    }
+    fn r(buf: Buf, off: usize, len: usize) -> Region {
+        Region::new(buf, off, len)
+    }
+
+    #[test]
+    fn the_roots_own_copy_runs_beside_the_send() {
+        // Broadcast at the root, out of place: send the buffer, copy it to recv.
+        let st = Stage {
+            sends: vec![Xfer {
+                peer: 1,
+                region: r(Buf::Send, 0, 100),
+            }],
+            recvs: vec![],
+            locals: vec![Local::Copy {
+                dst: r(Buf::Recv, 0, 100),
+                src: r(Buf::Send, 0, 100),
+            }],
+        };
+        assert_eq!(early_prefix(&st, &bases(false)), 1);
+        // In place the copy's target is the buffer being sent: it must wait.
+        assert_eq!(early_prefix(&st, &bases(true)), 0);
+    }
+
+    #[test]
+    fn an_all_to_all_keeps_its_own_block_early_but_not_what_it_receives() {
+        let st = Stage {
+            sends: vec![Xfer {
+                peer: 1,
+                region: r(Buf::Send, 50, 50),
+            }],
+            recvs: vec![Xfer {
+                peer: 1,
+                region: r(Buf::Recv, 50, 50),
+            }],
+            locals: vec![
+                Local::Copy {
+                    dst: r(Buf::Recv, 0, 50),
+                    src: r(Buf::Send, 0, 50),
+                },
+                // Reads what arrives: must wait, and so must everything after it.
+                Local::Reduce {
+                    dst: r(Buf::Scratch, 0, 50),
+                    a: r(Buf::Recv, 50, 50),
+                    b: r(Buf::Send, 0, 50),
+                },
+                Local::Copy {
+                    dst: r(Buf::Scratch, 100, 10),
+                    src: r(Buf::Send, 0, 10),
+                },
+            ],
+        };
+        assert_eq!(early_prefix(&st, &bases(false)), 1);
+    }
+
+    #[test]
+    fn nothing_early_that_writes_a_send_or_receive_region() {
+        let st = Stage {
+            sends: vec![Xfer {
+                peer: 1,
+                region: r(Buf::Scratch, 0, 10),
+            }],
+            recvs: vec![Xfer {
+                peer: 1,
+                region: r(Buf::Scratch, 10, 10),
+            }],
+            locals: vec![Local::Finish {
+                dst: r(Buf::Scratch, 5, 10),
+            }],
+        };
+        assert_eq!(early_prefix(&st, &bases(false)), 0);
+        let st = Stage {
+            locals: vec![Local::Copy {
+                dst: r(Buf::Scratch, 0, 10),
+                src: r(Buf::Recv, 0, 10),
+            }],
+            ..st
+        };
+        assert_eq!(early_prefix(&st, &bases(false)), 0);
     }
 }
