@@ -63,15 +63,6 @@ pub(crate) fn broadcast(a: &CollArgs) -> Schedule {
     let mut s = Schedule::default();
     match parent {
         None => {
-            if plen > 0 {
-                s.push(Stage {
-                    locals: vec![Local::Copy {
-                        dst: Region::new(Recv, poff, plen),
-                        src: Region::new(Send, poff, plen),
-                    }],
-                    ..Stage::default()
-                });
-            }
             for k in 0..segs.len() {
                 s.push(Stage {
                     sends: kids
@@ -83,6 +74,22 @@ pub(crate) fn broadcast(a: &CollArgs) -> Schedule {
                         .collect(),
                     ..Stage::default()
                 });
+            }
+            // The root's own copy rides with the last send: it delays no
+            // segment, and a device runner runs it beside that transfer
+            // (it touches nothing a send writes).
+            let copy = Local::Copy {
+                dst: Region::new(Recv, poff, plen),
+                src: Region::new(Send, poff, plen),
+            };
+            match s.stages.last_mut() {
+                Some(last) => last.locals.push(copy),
+                // No children (one rank): the copy alone.
+                None if plen > 0 => s.push(Stage {
+                    locals: vec![copy],
+                    ..Stage::default()
+                }),
+                None => {}
             }
         }
         Some(p) => {

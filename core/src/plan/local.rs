@@ -75,6 +75,8 @@ pub(crate) unsafe fn run(locals: &[Local], b: &Bases, dtype: DataType, op: RedOp
 
 /// Queue local steps on the GPU's executor stream: copies as `cuMemcpyAsync`,
 /// reductions and the final average as NVRTC kernels. Nothing runs on the host.
+/// Returns whether anything was queued (copies onto themselves and the final
+/// step of anything but an average queue nothing).
 ///
 /// # Safety
 /// As [`run`], with device addresses; the memory must stay valid until the stream
@@ -86,8 +88,9 @@ pub(crate) unsafe fn run_device(
     op: RedOp,
     nranks: usize,
     gpu: &Gpu,
-) -> Result<()> {
+) -> Result<bool> {
     let stream = gpu.stream();
+    let mut queued = false;
     for l in locals {
         match *l {
             Local::Copy { dst, src } => {
@@ -95,6 +98,7 @@ pub(crate) unsafe fn run_device(
                 let (s, _) = b.addr(&src);
                 // SAFETY: the caller's contract.
                 unsafe { copy_async(d, s, n, stream)? };
+                queued |= d != s && n > 0;
             }
             Local::Reduce { dst, a, b: src } => {
                 let (d, _) = b.addr(&dst);
@@ -105,6 +109,7 @@ pub(crate) unsafe fn run_device(
                     gpu.kernels()?
                         .reduce(dtype, op, d as u64, x as u64, y as u64, dst.len, stream)?
                 };
+                queued = true;
             }
             Local::Finish { dst } => {
                 if op == RedOp::Avg {
@@ -114,11 +119,12 @@ pub(crate) unsafe fn run_device(
                         gpu.kernels()?
                             .finish(dtype, op, d as u64, dst.len, nranks, stream)?
                     };
+                    queued = true;
                 }
             }
         }
     }
-    Ok(())
+    Ok(queued)
 }
 
 /// Copy `bytes` from `src` into `buf` (staging an in-place input).

@@ -93,8 +93,10 @@ pub(crate) struct DevRun {
     /// (device address, pinned address, bytes) of this stage's staged receives.
     staged_recvs: Vec<(usize, usize, usize)>,
     /// How many of this stage's local steps were queued before its transfers
-    /// (they touch nothing the transfers do, so they run alongside them).
+    /// (they touch nothing the transfers do, so they run alongside them), and
+    /// the event after them when they queued GPU work.
     early: usize,
+    early_done: Option<Event>,
 }
 
 impl DevRun {
@@ -135,6 +137,7 @@ impl DevRun {
             stage: (0, 0),
             staged_recvs: Vec::new(),
             early: 0,
+            early_done: None,
         })
     }
 }
@@ -328,10 +331,11 @@ impl Runner {
         let st = &self.sched.stages[self.stage];
         let dev = self.dev.as_mut().expect("device runner");
         let early = std::mem::take(&mut dev.early);
+        let early_done = dev.early_done.take();
         // SAFETY: regions lie in validated device buffers or this runner's device
         // scratch; the stage's transfers (and staged copies) are complete or ordered
         // before on the same stream.
-        unsafe {
+        let queued = unsafe {
             local::run_device(
                 &st.locals[early..],
                 &self.bases,
@@ -341,10 +345,14 @@ impl Runner {
                 &dev.gpu,
             )?
         };
-        // Nothing queued (a pure transfer stage, none staged): no event round trip.
-        if !st.locals.is_empty() || !dev.staged_recvs.is_empty() {
-            dev.pending = Some(dev.gpu.mark()?);
-        }
+        // Wait for what this stage queued on the executor stream: an event after
+        // it all, or the one after the early steps (most likely complete by now:
+        // they ran beside the transfers). Nothing queued: no event round trip.
+        dev.pending = if queued || !dev.staged_recvs.is_empty() {
+            Some(dev.gpu.mark()?)
+        } else {
+            early_done
+        };
         Ok(())
     }
 
@@ -361,7 +369,7 @@ impl Runner {
         let dev = self.dev.as_mut().expect("device runner");
         // SAFETY: as in `device_locals`; these steps touch no region a transfer of
         // this stage reads or writes, so they may run while the transfers do.
-        unsafe {
+        let queued = unsafe {
             local::run_device(
                 &st.locals[..early],
                 &self.bases,
@@ -372,6 +380,7 @@ impl Runner {
             )?
         };
         dev.early = early;
+        dev.early_done = if queued { Some(dev.gpu.mark()?) } else { None };
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 
 mod progress;
 mod service;
+mod slack;
 
 pub use progress::{backoff, nap, Nap, Progress, ProgressThread};
 pub use service::ServiceThread;

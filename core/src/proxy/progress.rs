@@ -72,6 +72,7 @@ impl ProgressThread {
         let handle = std::thread::Builder::new()
             .name(format!("fx-progress-{rank}"))
             .spawn(move || {
+                super::slack::tighten();
                 let mut idle = 0u32;
                 while p.wait_for_work() {
                     if p.sweep() {
