@@ -184,6 +184,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "how user streams wait for ferrocx: kernel (polling) or memop (cuStreamWaitValue32)",
     ),
     (
+        "FERROCX_DEVICE_COPY",
+        "kernel",
+        "local device copies: kernel (SMs, leaves the copy engines to transfers) or ce (cuMemcpyAsync)",
+    ),
+    (
         "FERROCX_NVRTC_LIB",
         "(search)",
         "NVRTC library for the device reduction kernels",

@@ -2,6 +2,7 @@
 //! and staging copies of device collectives), stream-ordering flags, the reduction
 //! kernels (compiled on first use) and pools of device scratch and pinned staging.
 
+use super::copy::Copier;
 use super::kernels::Kernels;
 use super::mem::DevBuf;
 use super::order::Flags;
@@ -16,6 +17,7 @@ pub(crate) struct Gpu {
     pci: i32,
     stream: Stream,
     flags: Flags,
+    copier: Copier,
     kernels: OnceLock<std::result::Result<Kernels, String>>,
     dev_pool: Mutex<Vec<DevBuf>>,
     /// Per channel: device scratch and pinned staging, grown (never shrunk or freed
@@ -45,6 +47,7 @@ impl Gpu {
         let pci = cuda::pci_id(device).map_err(Error::cuda)?;
         let stream = Stream::new().map_err(Error::cuda)?;
         let flags = Flags::new(device)?;
+        let copier = Copier::new(device)?;
         if std::thread::available_parallelism().is_ok_and(|n| n.get() == 1) {
             tracing::warn!(target: "ferrocx::device",
                 "this rank may run on one CPU only: its progress thread and a thread waiting on a CUDA stream will take turns, a scheduler slice (milliseconds) at a time; give each GPU rank two cores or more (fxrun --bind share)");
@@ -54,6 +57,7 @@ impl Gpu {
             pci,
             stream,
             flags,
+            copier,
             kernels: OnceLock::new(),
             dev_pool: Mutex::new(Vec::new()),
             chans: Mutex::new(Vec::new()),
@@ -84,6 +88,16 @@ impl Gpu {
     /// The stream-ordering flags.
     pub fn flags(&self) -> &Flags {
         &self.flags
+    }
+
+    /// Queue a local device-to-device copy on the executor stream (a kernel, or
+    /// `cuMemcpyAsync` with `FERROCX_DEVICE_COPY=ce`); see [`Copier`].
+    ///
+    /// # Safety
+    /// As [`Copier::copy`].
+    pub unsafe fn copy_local(&self, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.copier.copy(dst, src, bytes, self.stream.raw()) }
     }
 
     /// An event capturing the executor stream's work so far.

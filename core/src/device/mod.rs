@@ -1,10 +1,11 @@
 //! GPU memory in the core: the device a rank uses (`Gpu`), stream ordering
-//! (`order`), device memory and pinned staging (`mem`), and the reduction kernels
+//! (`order`), device memory and pinned staging (`mem`), local copies (`copy`), and the reduction kernels
 //! compiled at run time with NVRTC ([`kernels`]). The CUDA driver
 //! is reached only through `ferrocx_sdk::cuda`, which reports a missing driver as an
 //! error value instead of panicking: without a GPU everything host-side works and
 //! device calls return [`Error::Unsupported`](crate::Error::Unsupported).
 
+pub(crate) mod copy;
 mod gpu;
 pub mod kernels;
 pub(crate) mod mem;

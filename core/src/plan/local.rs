@@ -2,7 +2,6 @@
 //! average. The only place the executor dereferences schedule addresses.
 
 use crate::algo::{Buf, Local, Region};
-use crate::device::mem::copy_async;
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::reduce;
@@ -73,7 +72,7 @@ pub(crate) unsafe fn run(locals: &[Local], b: &Bases, dtype: DataType, op: RedOp
     }
 }
 
-/// Queue local steps on the GPU's executor stream: copies as `cuMemcpyAsync`,
+/// Queue local steps on the GPU's executor stream: copies with [`Gpu::copy_local`],
 /// reductions and the final average as NVRTC kernels. Nothing runs on the host.
 /// Returns whether anything was queued (copies onto themselves and the final
 /// step of anything but an average queue nothing).
@@ -97,7 +96,7 @@ pub(crate) unsafe fn run_device(
                 let (d, n) = b.addr(&dst);
                 let (s, _) = b.addr(&src);
                 // SAFETY: the caller's contract.
-                unsafe { copy_async(d, s, n, stream)? };
+                unsafe { gpu.copy_local(d, s, n)? };
                 queued |= d != s && n > 0;
             }
             Local::Reduce { dst, a, b: src } => {

@@ -125,7 +125,7 @@ impl PlanDevice {
         for (d, s, n) in std::mem::take(&mut self.prelude) {
             // SAFETY: `s` is a validated device buffer of the task, `d` one of
             // `inputs`; both live as long as the plan.
-            unsafe { crate::device::mem::copy_async(d, s, n, self.gpu.stream())? };
+            unsafe { self.gpu.copy_local(d, s, n)? };
         }
         self.gate.push(self.gpu.mark()?);
         Ok(false)
