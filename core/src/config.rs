@@ -138,6 +138,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "largest message of pipelined and scratch-using algorithms, bytes",
     ),
     (
+        "FERROCX_DEVICE_CHANNEL_BYTES",
+        "67108864",
+        "FERROCX_CHANNEL_BYTES for collectives on device buffers",
+    ),
+    (
         "FERROCX_DEVICE_CHUNK",
         "16777216",
         "FERROCX_ALGO_CHUNK for collectives on device buffers",
@@ -185,8 +190,8 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "FERROCX_DEVICE_COPY",
-        "kernel",
-        "local device copies: kernel (SMs, leaves the copy engines to transfers) or ce (cuMemcpyAsync)",
+        "ce",
+        "local device copies: ce (cuMemcpyAsync) or kernel (a copy kernel on the SMs)",
     ),
     (
         "FERROCX_NVRTC_LIB",

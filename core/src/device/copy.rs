@@ -1,15 +1,13 @@
 //! Local device-to-device copies (a schedule's `Local::Copy`, in-place inputs set
-//! aside) as a kernel on the SMs rather than `cuMemcpyAsync`.
+//! aside): `cuMemcpyAsync` on the executor stream (default), or a grid-stride
+//! kernel on the SMs (`FERROCX_DEVICE_COPY=kernel`).
 //!
-//! Why: the transports move data between GPUs with the copy engines, and a local
-//! copy queued with `cuMemcpyAsync` competes with them for the engines. Measured
-//! on 2 × H200 (run 9 in `bench/results/2026-11-22-h200-device/`): an all-gather of
-//! 16 MiB took 71 µs out of place and 45 µs in place, the only difference being
-//! the rank's own 8 MiB block copied beside the transfers. A grid-stride kernel
-//! reads and writes HBM at several TB/s and leaves the engines to the transfers.
-//!
-//! `FERROCX_DEVICE_COPY`: `kernel` (default; falls back to `ce` with a warning
-//! when the kernel cannot be built) or `ce` (`cuMemcpyAsync`).
+//! The kernel exists to test one hypothesis: that a local copy on a copy engine
+//! delays the transfers to the other GPU, which use the engines too. On 2 × H200
+//! it did not hold (run 10 in `bench/results/2026-11-22-h200-device/`: all-gather,
+//! all-to-all and broadcast at 4–64 MiB were as fast or faster with
+//! `cuMemcpyAsync`), so the copy engine stays the default; the kernel remains for
+//! hosts where the engines are the bottleneck.
 
 use super::mem::copy_async;
 use crate::error::{Error, Result};
@@ -32,7 +30,8 @@ fx_copy(unsigned char* dst, const unsigned char* src, fx_size n) {
     if (head > n) head = n;
     if (tid < head) dst[tid] = src[tid];
     dst += head; src += head; n -= head;
-    const fx_size nw = n / w;
+    /* Whole words of the vector loops; with w == 1 the byte loop below does all. */
+    const fx_size nw = w == 1 ? 0 : n / w;
     if (w == 16) {
         uint4* D = (uint4*)dst;
         const uint4* S = (const uint4*)src;
@@ -51,6 +50,30 @@ fx_copy(unsigned char* dst, const unsigned char* src, fx_size n) {
 }
 "#;
 
+/// How local device copies run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CopyMode {
+    /// `cuMemcpyAsync` (a copy engine).
+    Engine,
+    /// The grid-stride kernel.
+    Kernel,
+}
+
+impl CopyMode {
+    /// `FERROCX_DEVICE_COPY`: `ce` (default) or `kernel`.
+    pub fn from_env() -> Result<Self> {
+        let v = std::env::var("FERROCX_DEVICE_COPY").unwrap_or_default();
+        match v.trim() {
+            "" | "ce" => Ok(CopyMode::Engine),
+            "kernel" => Ok(CopyMode::Kernel),
+            other => Err(Error::Config {
+                var: "FERROCX_DEVICE_COPY".into(),
+                message: format!("'{other}' is not ce or kernel"),
+            }),
+        }
+    }
+}
+
 /// How local device copies run (`FERROCX_DEVICE_COPY`).
 pub(crate) struct Copier {
     /// The kernel, or `None` for `cuMemcpyAsync`.
@@ -66,33 +89,16 @@ unsafe impl Send for Copier {}
 unsafe impl Sync for Copier {}
 
 impl Copier {
-    /// Build the copier for `device` (its context current on this thread): may
-    /// compile and load a module, so call where synchronizing is harmless.
-    pub fn new(device: i32) -> Result<Self> {
-        let mode = std::env::var("FERROCX_DEVICE_COPY").unwrap_or_default();
-        let mode = mode.trim();
+    /// Build the copier for `device` (its context current on this thread): the
+    /// kernel mode compiles and loads a module, so call where synchronizing is
+    /// harmless.
+    pub fn new(device: i32, mode: CopyMode) -> Result<Self> {
         let func = match mode {
-            "ce" => None,
-            "" | "kernel" => {
-                match super::kernels::load_source(device, SOURCE, "fx_copy.cu", "fx_copy") {
-                    Ok(f) => Some(f),
-                    Err(e) if mode.is_empty() => {
-                        tracing::warn!(target: "ferrocx::device", "local device copies use cuMemcpyAsync, which competes with transfers for the copy engines (no copy kernel: {e})");
-                        None
-                    }
-                    Err(e) => {
-                        return Err(Error::Unsupported(format!(
-                            "FERROCX_DEVICE_COPY=kernel: {e}"
-                        )))
-                    }
-                }
-            }
-            other => {
-                return Err(Error::Config {
-                    var: "FERROCX_DEVICE_COPY".into(),
-                    message: format!("'{other}' is not kernel or ce"),
-                })
-            }
+            CopyMode::Engine => None,
+            CopyMode::Kernel => Some(
+                super::kernels::load_source(device, SOURCE, "fx_copy.cu", "fx_copy")
+                    .map_err(|e| Error::Unsupported(format!("FERROCX_DEVICE_COPY=kernel: {e}")))?,
+            ),
         };
         let mut sms = 0;
         // SAFETY: valid out pointer; a bad ordinal is reported, not undefined.
@@ -182,10 +188,11 @@ mod tests {
         }
         let ctx = Context::primary(0).unwrap();
         ctx.bind().unwrap();
-        let copier = Copier::new(0).unwrap();
-        if !copier.is_kernel() {
-            return skip_notice("the copy kernel could not be built (NVRTC missing?)");
-        }
+        let copier = match Copier::new(0, CopyMode::Kernel) {
+            Ok(c) => c,
+            Err(e) => return skip_notice(&e.to_string()),
+        };
+        assert!(copier.is_kernel());
         let stream = Stream::new().unwrap();
         const N: usize = (3 << 20) + 64;
         let src_host: Vec<u8> = (0..N).map(|i| (i * 131 + i / 251) as u8).collect();

@@ -2,7 +2,7 @@
 //! and staging copies of device collectives), stream-ordering flags, the reduction
 //! kernels (compiled on first use) and pools of device scratch and pinned staging.
 
-use super::copy::Copier;
+use super::copy::{Copier, CopyMode};
 use super::kernels::Kernels;
 use super::mem::DevBuf;
 use super::order::Flags;
@@ -47,7 +47,7 @@ impl Gpu {
         let pci = cuda::pci_id(device).map_err(Error::cuda)?;
         let stream = Stream::new().map_err(Error::cuda)?;
         let flags = Flags::new(device)?;
-        let copier = Copier::new(device)?;
+        let copier = Copier::new(device, CopyMode::from_env()?)?;
         if std::thread::available_parallelism().is_ok_and(|n| n.get() == 1) {
             tracing::warn!(target: "ferrocx::device",
                 "this rank may run on one CPU only: its progress thread and a thread waiting on a CUDA stream will take turns, a scheduler slice (milliseconds) at a time; give each GPU rank two cores or more (fxrun --bind share)");
@@ -90,8 +90,8 @@ impl Gpu {
         &self.flags
     }
 
-    /// Queue a local device-to-device copy on the executor stream (a kernel, or
-    /// `cuMemcpyAsync` with `FERROCX_DEVICE_COPY=ce`); see [`Copier`].
+    /// Queue a local device-to-device copy on the executor stream
+    /// (`cuMemcpyAsync`, or a kernel with `FERROCX_DEVICE_COPY=kernel`); see [`Copier`].
     ///
     /// # Safety
     /// As [`Copier::copy`].

@@ -36,6 +36,9 @@ pub(crate) struct PlanConfig {
     pub budget_bytes: usize,
     /// A collective gets one more channel per this many bytes.
     pub channel_bytes: usize,
+    /// The same for device buffers: a channel's copies already fill the link,
+    /// and each channel adds a round of handshakes and events.
+    pub device_channel_bytes: usize,
     /// Forced algorithm (`FERROCX_ALGO`), where it applies.
     pub algo: Option<Algo>,
 }
@@ -60,6 +63,8 @@ impl PlanConfig {
             device_chunk_bytes: config::env_usize("FERROCX_DEVICE_CHUNK", 16 << 20)?.max(64),
             budget_bytes: config::env_usize("FERROCX_PLAN_BUDGET", 256 << 20)?.max(1),
             channel_bytes: config::env_usize("FERROCX_CHANNEL_BYTES", 1 << 20)?.max(1),
+            device_channel_bytes: config::env_usize("FERROCX_DEVICE_CHANNEL_BYTES", 64 << 20)?
+                .max(1),
             algo,
         })
     }
@@ -230,7 +235,12 @@ pub(crate) fn plan(
             budget = 0;
         }
         budget = budget.saturating_add(bytes);
-        let nparts = (bytes / cfg.channel_bytes).clamp(1, nch);
+        let per_channel = if t.device {
+            cfg.device_channel_bytes
+        } else {
+            cfg.channel_bytes
+        };
+        let nparts = (bytes / per_channel).clamp(1, nch);
         // Least-loaded channels, ties to the lowest index: the same on every rank.
         let mut order = [0usize; MAX_CHANNELS];
         order.iter_mut().enumerate().for_each(|(i, c)| *c = i);
