@@ -41,10 +41,12 @@ pub fn env_bool(var: &str, default: bool) -> Result<bool> {
 /// An unsigned integer variable.
 pub fn env_usize(var: &str, default: usize) -> Result<usize> {
     match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| Error::Config {
-            var: var.into(),
-            message: format!("'{v}' is not a non-negative integer"),
-        }),
+        Ok(v) if !v.trim().is_empty() => {
+            ferrocx_sdk::env::parse_unsigned(&v).ok_or_else(|| Error::Config {
+                var: var.into(),
+                message: format!("'{v}' is not a non-negative integer (K, M, G suffixes allowed)"),
+            })
+        }
         _ => Ok(default),
     }
 }
@@ -140,7 +142,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "FERROCX_DEVICE_CHANNEL_BYTES",
         "67108864",
-        "FERROCX_CHANNEL_BYTES for collectives on device buffers",
+        "FERROCX_CHANNEL_BYTES for collectives on device buffers that do not reduce",
     ),
     (
         "FERROCX_DEVICE_CHUNK",

@@ -72,7 +72,27 @@ pub fn zero_copy(
     }
 }
 
-/// A non-negative integer (counts, byte sizes).
+/// A non-negative integer, optionally with a binary suffix `K`, `M` or `G`
+/// (case-insensitive: `16M` = 16 777 216), as byte sizes are written.
+///
+/// ```
+/// use ferrocx_sdk::env::parse_unsigned;
+/// assert_eq!(parse_unsigned(" 64M"), Some(64 << 20));
+/// assert_eq!(parse_unsigned("12"), Some(12));
+/// assert_eq!(parse_unsigned("1.5G"), None);
+/// ```
+pub fn parse_unsigned(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (digits, shift) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 10),
+        (i, 'm' | 'M') => (&s[..i], 20),
+        (i, 'g' | 'G') => (&s[..i], 30),
+        _ => (s, 0),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(1usize << shift)
+}
+
+/// A non-negative integer (counts, byte sizes; see [`parse_unsigned`]).
 pub fn unsigned(
     lookup: &impl Fn(&str) -> Option<String>,
     name: &str,
@@ -81,9 +101,11 @@ pub fn unsigned(
     let Some(v) = value(lookup, name) else {
         return Ok(default);
     };
-    v.trim()
-        .parse()
-        .map_err(|_| PluginError::invalid(format!("{name}={v:?} is not a non-negative integer")))
+    parse_unsigned(&v).ok_or_else(|| {
+        PluginError::invalid(format!(
+            "{name}={v:?} is not a non-negative integer (K, M, G suffixes allowed)"
+        ))
+    })
 }
 
 /// A positive duration: plain seconds (`30`, `0.5`) or with a unit (`500ms`, `30s`, `2m`).
@@ -142,6 +164,16 @@ mod tests {
         assert!(boolean(&l, "B", false).unwrap());
         assert!(!boolean(&l, "E", false).unwrap(), "blank means default");
         assert_eq!(unsigned(&l, "N", 1).unwrap(), 12);
+        let sizes = table(&[
+            ("S", "16M"),
+            ("K", "4k"),
+            ("G", "2G"),
+            ("O", "99999999999G"),
+        ]);
+        assert_eq!(unsigned(&sizes, "S", 0).unwrap(), 16 << 20);
+        assert_eq!(unsigned(&sizes, "K", 0).unwrap(), 4096);
+        assert_eq!(unsigned(&sizes, "G", 0).unwrap(), 2 << 30);
+        assert!(unsigned(&sizes, "O", 0).is_err(), "overflow is an error");
         assert_eq!(unsigned(&l, "unset", 7).unwrap(), 7);
         assert_eq!(
             duration(&l, "D", Duration::ZERO).unwrap(),

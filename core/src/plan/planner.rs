@@ -36,8 +36,8 @@ pub(crate) struct PlanConfig {
     pub budget_bytes: usize,
     /// A collective gets one more channel per this many bytes.
     pub channel_bytes: usize,
-    /// The same for device buffers: a channel's copies already fill the link,
-    /// and each channel adds a round of handshakes and events.
+    /// The same for device collectives that do not reduce: one channel's copies
+    /// already fill the link, and each channel adds a round of handshakes and events.
     pub device_channel_bytes: usize,
     /// Forced algorithm (`FERROCX_ALGO`), where it applies.
     pub algo: Option<Algo>,
@@ -235,7 +235,10 @@ pub(crate) fn plan(
             budget = 0;
         }
         budget = budget.saturating_add(bytes);
-        let per_channel = if t.device {
+        // Device collectives that only move data fill the link from one
+        // channel; reductions overlap one channel's transfer with another's
+        // reduction kernel, so they keep the host rule.
+        let per_channel = if t.device && !t.kind.reduces() {
             cfg.device_channel_bytes
         } else {
             cfg.channel_bytes
