@@ -245,6 +245,15 @@ impl Communicator {
                 }
             }
         }
+        let mut uniq: Vec<RawStream> = streams.to_vec();
+        uniq.sort_unstable_by_key(|s| *s as usize);
+        uniq.dedup();
+        // On one stream, the plan's independent local copies (and in-place inputs
+        // set aside) go on that stream: no engine round trip waits for them.
+        let single = match uniq.as_slice() {
+            [s] => Some(*s),
+            _ => None,
+        };
         let mut plans = crate::plan::plan(
             tasks,
             &self.plan_cfg,
@@ -253,10 +262,18 @@ impl Communicator {
             self.nranks(),
             Some(&gpu),
             self.needs_staging(),
+            single.is_some(),
         )?;
-        let mut uniq: Vec<RawStream> = streams.to_vec();
-        uniq.sort_unstable_by_key(|s| *s as usize);
-        uniq.dedup();
+        if let Some(s) = single {
+            for d in plans.iter_mut().filter_map(|p| p.device.as_mut()) {
+                for (dst, src, n) in std::mem::take(&mut d.prelude) {
+                    // SAFETY: `src` is a validated device buffer of the task, `dst` one
+                    // of the plan's `inputs`, which return to the pool only when the
+                    // plan ends, after its gate (below) has passed this copy.
+                    unsafe { gpu.copy_local(dst, src, n, s)? };
+                }
+            }
+        }
         let mut gate = Vec::with_capacity(uniq.len());
         let mut signals: Vec<Signal> = Vec::with_capacity(uniq.len());
         for &s in &uniq {
@@ -264,6 +281,18 @@ impl Communicator {
             // SAFETY: `s` is a live stream of this device (the caller's contract).
             unsafe { e.record(s) }.map_err(Error::cuda)?;
             gate.push(e);
+            if single.is_some() {
+                for d in plans.iter().filter_map(|p| p.device.as_ref()) {
+                    for &(dst, src, n) in &d.hoisted {
+                        // SAFETY: both lie in the task's validated device buffers, which
+                        // the caller keeps valid until the stream passes the operation;
+                        // nothing else in the operation touches them (`plan::hoist`),
+                        // and the stream wait queued next orders the copy before the
+                        // user's later work.
+                        unsafe { gpu.copy_local(dst, src, n, s)? };
+                    }
+                }
+            }
             // SAFETY: as above.
             signals.push(unsafe { gpu.flags().wait_on(s)? });
         }

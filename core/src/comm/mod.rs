@@ -376,6 +376,7 @@ impl Communicator {
             self.nranks(),
             self.gpu.as_ref(),
             false,
+            false,
         )?;
         let done = self.submit_plans(plans, driving)?;
         Ok(Request::new(self.engine.clone(), done, driving))

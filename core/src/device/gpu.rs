@@ -90,14 +90,21 @@ impl Gpu {
         &self.flags
     }
 
-    /// Queue a local device-to-device copy on the executor stream
-    /// (`cuMemcpyAsync`, or a kernel with `FERROCX_DEVICE_COPY=kernel`); see [`Copier`].
+    /// Queue a local device-to-device copy on `stream` (the executor's, or a
+    /// user's): `cuMemcpyAsync`, or a kernel with `FERROCX_DEVICE_COPY=kernel`;
+    /// see [`Copier`].
     ///
     /// # Safety
     /// As [`Copier::copy`].
-    pub unsafe fn copy_local(&self, dst: usize, src: usize, bytes: usize) -> Result<()> {
+    pub unsafe fn copy_local(
+        &self,
+        dst: usize,
+        src: usize,
+        bytes: usize,
+        stream: sys::CUstream,
+    ) -> Result<()> {
         // SAFETY: the caller's contract.
-        unsafe { self.copier.copy(dst, src, bytes, self.stream.raw()) }
+        unsafe { self.copier.copy(dst, src, bytes, stream) }
     }
 
     /// An event capturing the executor stream's work so far.

@@ -96,7 +96,7 @@ pub(crate) unsafe fn run_device(
                 let (d, n) = b.addr(&dst);
                 let (s, _) = b.addr(&src);
                 // SAFETY: the caller's contract.
-                unsafe { gpu.copy_local(d, s, n)? };
+                unsafe { gpu.copy_local(d, s, n, stream)? };
                 queued |= d != s && n > 0;
             }
             Local::Reduce { dst, a, b: src } => {

@@ -6,6 +6,7 @@
 
 mod cache;
 mod done;
+mod hoist;
 mod local;
 mod planner;
 mod runner;

@@ -93,6 +93,9 @@ pub(crate) struct PlanDevice {
     pub prelude: Vec<(usize, usize, usize)>,
     /// The device buffers those copies go to (alive as long as the plan).
     pub inputs: Vec<DevBuf>,
+    /// (dst, src, bytes): local copies independent of everything else in the
+    /// plan, for the launcher to queue on the user's stream (see `hoist`).
+    pub hoisted: Vec<super::hoist::Copy>,
     /// Released when the plan ends (or fails: dropping fires them too).
     pub signals: Vec<Signal>,
 }
@@ -105,6 +108,7 @@ impl PlanDevice {
             open: false,
             prelude: Vec::new(),
             inputs: Vec::new(),
+            hoisted: Vec::new(),
             signals: Vec::new(),
         }
     }
@@ -130,7 +134,7 @@ impl PlanDevice {
         for (d, s, n) in std::mem::take(&mut self.prelude) {
             // SAFETY: `s` is a validated device buffer of the task, `d` one of
             // `inputs`; both live as long as the plan.
-            unsafe { self.gpu.copy_local(d, s, n)? };
+            unsafe { self.gpu.copy_local(d, s, n, self.gpu.stream())? };
         }
         self.gate.push(self.gpu.mark()?);
         Ok(false)
@@ -204,7 +208,9 @@ fn stage_input(t: &CollTask) -> Arc<ScratchBuf> {
     Arc::new(buf)
 }
 
-/// Plan a group's tasks.
+/// Plan a group's tasks. `hoist`: device plans hand their independent local
+/// copies to the launcher (in `PlanDevice::hoisted`) instead of running them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn plan(
     tasks: Vec<Task>,
     cfg: &PlanConfig,
@@ -213,6 +219,7 @@ pub(crate) fn plan(
     nranks: usize,
     gpu: Option<&Arc<Gpu>>,
     stage_device: bool,
+    hoist: bool,
 ) -> Result<Vec<Plan>> {
     let nch = cfg.nchannels;
     let mut plans = Vec::new();
@@ -312,6 +319,20 @@ pub(crate) fn plan(
                 recv: t.recv,
                 scratch: 0,
                 esize,
+            };
+            let sched = match (&dev_gpu, hoist) {
+                (Some(_), true) => match super::hoist::split(&sched, &bases) {
+                    Some((keep, copies)) => {
+                        cur.device
+                            .as_mut()
+                            .expect("device plan")
+                            .hoisted
+                            .extend(copies);
+                        Arc::new(keep)
+                    }
+                    None => sched,
+                },
+                _ => sched,
             };
             let r = Runner::new(
                 ch,
