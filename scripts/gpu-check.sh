@@ -14,6 +14,7 @@
 # all_reduce over FERROCX_NCHANNELS × FERROCX_DEVICE_CHUNK (SWEEP_CHANNELS, SWEEP_CHUNKS).
 # nccl builds nccl-tests from NCCL_TESTS_SRC (default gpu-run/nccl-tests, a fetched
 # copy, never committed) with the host's CUDA and NCCL, then runs it with -g 2.
+# scripts/bench-compare.py OUT prints ferrocx / NCCL side by side from the logs.
 # Never enables NVLink multicast (NCCL_NVLS_ENABLE=0; ferrocx never calls cuMulticastCreate).
 set -uo pipefail
 BIN="$(cd "$1" && pwd)"; OUT="$2"; shift 2
