@@ -85,6 +85,17 @@ pub enum Local {
     },
 }
 
+impl Local {
+    /// The regions the step reads (one or two) and the one it writes.
+    pub fn regions(&self) -> ([Option<&Region>; 2], &Region) {
+        match self {
+            Local::Reduce { dst, a, b } => ([Some(a), Some(b)], dst),
+            Local::Copy { dst, src } => ([Some(src), None], dst),
+            Local::Finish { dst } => ([Some(dst), None], dst),
+        }
+    }
+}
+
 /// Transfers posted together, then local steps.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stage {

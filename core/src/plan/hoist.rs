@@ -10,8 +10,8 @@
 //! in-place call's aliasing counts; regions in scratch are never moved (scratch
 //! is assigned when the plan runs).
 
-use super::local::Bases;
-use crate::algo::{Buf, Local, Region, Schedule};
+use super::local::{overlap, Bases};
+use crate::algo::{Buf, Local, Schedule};
 
 /// `(dst, src, bytes)` of a copy to queue on the user's stream.
 pub(crate) type Copy = (usize, usize, usize);
@@ -20,26 +20,18 @@ pub(crate) type Copy = (usize, usize, usize);
 /// the user's stream; `None` when nothing can be moved (the schedule is then
 /// used as it is).
 pub(crate) fn split(sched: &Schedule, b: &Bases) -> Option<(Schedule, Vec<Copy>)> {
-    let span = |r: &Region| {
-        let (p, n) = b.addr(r);
-        (p, p + n)
-    };
-    let meets = |a: (usize, usize), c: (usize, usize)| a.0 < c.1 && c.0 < a.1;
-    // Every region each stage's transfers and locals read and write.
-    let mut reads: Vec<((usize, usize), (usize, usize))> = Vec::new(); // (span, owner)
+    // Every range each stage's transfers and locals read and write, with its
+    // owner: (stage, local index), or (stage, MAX) for a transfer.
+    let mut reads: Vec<((usize, usize), (usize, usize))> = Vec::new();
     let mut writes: Vec<((usize, usize), (usize, usize))> = Vec::new();
     for (s, st) in sched.stages.iter().enumerate() {
         let xfer = (s, usize::MAX);
-        reads.extend(st.sends.iter().map(|x| (span(&x.region), xfer)));
-        writes.extend(st.recvs.iter().map(|x| (span(&x.region), xfer)));
+        reads.extend(st.sends.iter().map(|x| (b.span(&x.region), xfer)));
+        writes.extend(st.recvs.iter().map(|x| (b.span(&x.region), xfer)));
         for (i, l) in st.locals.iter().enumerate() {
-            let (r, w): (&[&Region], &Region) = match l {
-                Local::Copy { dst, src } => (&[src], dst),
-                Local::Reduce { dst, a, b } => (&[a, b], dst),
-                Local::Finish { dst } => (&[dst], dst),
-            };
-            reads.extend(r.iter().map(|r| (span(r), (s, i))));
-            writes.push((span(w), (s, i)));
+            let (r, w) = l.regions();
+            reads.extend(r.iter().flatten().map(|r| (b.span(r), (s, i))));
+            writes.push((b.span(w), (s, i)));
         }
     }
     let mut moved = Vec::new();
@@ -57,15 +49,18 @@ pub(crate) fn split(sched: &Schedule, b: &Bases) -> Option<(Schedule, Vec<Copy>)
             if n == 0 || d == sa {
                 continue;
             }
-            let (ds, ss) = (span(dst), span(src));
+            let (ds, ss) = (b.span(dst), b.span(src));
             let me = (s, i);
-            let others_w = writes.iter().filter(|(_, o)| *o != me);
-            let others_r = reads.iter().filter(|(_, o)| *o != me);
-            let free = others_w
-                .clone()
-                .all(|(w, _)| !meets(*w, ds) && !meets(*w, ss))
-                && others_r.clone().all(|(r, _)| !meets(*r, ds))
-                && !meets(ds, ss);
+            // Nothing else writes its source or touches its target.
+            let free = writes
+                .iter()
+                .filter(|(_, o)| *o != me)
+                .all(|&(w, _)| !overlap(w, ds) && !overlap(w, ss))
+                && reads
+                    .iter()
+                    .filter(|(_, o)| *o != me)
+                    .all(|&(r, _)| !overlap(r, ds))
+                && !overlap(ds, ss);
             if free {
                 moved.push((s, i, (d, sa, n)));
             }

@@ -26,6 +26,17 @@ impl Bases {
         };
         (base + r.off * self.esize, r.len * self.esize)
     }
+
+    /// The half-open address range `[start, end)` of a region.
+    pub fn span(&self, r: &Region) -> (usize, usize) {
+        let (p, n) = self.addr(r);
+        (p, p + n)
+    }
+}
+
+/// Whether two half-open address ranges share a byte.
+pub(crate) fn overlap(a: (usize, usize), b: (usize, usize)) -> bool {
+    a.0 < b.1 && b.0 < a.1
 }
 
 /// Run local steps in order.

@@ -450,25 +450,17 @@ impl Runner {
 /// address, so in-place aliasing counts): those may run while the stage's
 /// transfers do. A prefix, so no step moves ahead of one it might depend on.
 pub(crate) fn early_prefix(st: &crate::algo::Stage, bases: &Bases) -> usize {
-    use crate::algo::{Local, Region};
-    let span = |r: &Region| {
-        let (p, n) = bases.addr(r);
-        (p, p + n)
-    };
-    let meets = |a: (usize, usize), b: (usize, usize)| a.0 < b.1 && b.0 < a.1;
-    let recvs: Vec<_> = st.recvs.iter().map(|x| span(&x.region)).collect();
-    let sends: Vec<_> = st.sends.iter().map(|x| span(&x.region)).collect();
-    let free = |l: &Local| {
-        let (reads, write): (&[&Region], _) = match l {
-            Local::Copy { dst, src } => (&[src], dst),
-            Local::Reduce { dst, a, b } => (&[a, b], dst),
-            Local::Finish { dst } => (&[dst], dst),
-        };
-        let w = span(write);
+    use local::overlap;
+    let recvs: Vec<_> = st.recvs.iter().map(|x| bases.span(&x.region)).collect();
+    let sends: Vec<_> = st.sends.iter().map(|x| bases.span(&x.region)).collect();
+    let free = |l: &crate::algo::Local| {
+        let (reads, write) = l.regions();
+        let w = bases.span(write);
         reads
             .iter()
-            .all(|r| recvs.iter().all(|&x| !meets(span(r), x)))
-            && recvs.iter().chain(sends.iter()).all(|&x| !meets(w, x))
+            .flatten()
+            .all(|r| recvs.iter().all(|&x| !overlap(bases.span(r), x)))
+            && recvs.iter().chain(sends.iter()).all(|&x| !overlap(w, x))
     };
     st.locals.iter().take_while(|l| free(l)).count()
 }
