@@ -154,21 +154,7 @@ impl Copier {
         ];
         // SAFETY: a loaded kernel taking (pointer, pointer, u64); the parameters
         // live for the call; the memory is valid by the caller's contract.
-        let r = unsafe {
-            sys::cuLaunchKernel(
-                func,
-                blocks,
-                1,
-                1,
-                BLOCK,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
+        let r = unsafe { super::kernels::launch(func, blocks, BLOCK, stream, &mut params) };
         cuda::check(r, "cuLaunchKernel(fx_copy)").map_err(Error::cuda)
     }
 }

@@ -639,6 +639,39 @@ pub fn load_source(
     Ok(f.func)
 }
 
+/// Launch `func` on a one-dimensional grid of `grid` blocks of `block` threads, no
+/// dynamic shared memory, on `stream`. Returns the driver's code (callers name the
+/// kernel in their error).
+///
+/// # Safety
+/// `func` belongs to the current context; `params` holds one pointer per kernel
+/// parameter, each to a value of that parameter's type living through the call;
+/// the memory the kernel touches and `stream` are valid as the kernel needs.
+pub unsafe fn launch(
+    func: sys::CUfunction,
+    grid: u32,
+    block: u32,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+) -> sys::CUresult {
+    // SAFETY: the caller's contract; no `extra` launch options.
+    unsafe {
+        sys::cuLaunchKernel(
+            func,
+            grid,
+            1,
+            1,
+            block,
+            1,
+            1,
+            0,
+            stream,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+}
+
 fn load(image: &Compiled, name: &str) -> std::result::Result<Func, String> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
     let mut log = vec![0u8; 8192];
@@ -1006,21 +1039,7 @@ impl Kernels {
         // are (T*, const T*, const T*, unsigned long long), each passed by a
         // pointer to an 8-byte value living through the call; the memory and
         // stream contracts are the caller's.
-        let r = unsafe {
-            sys::cuLaunchKernel(
-                f.func,
-                grid,
-                1,
-                1,
-                BLOCK,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
+        let r = unsafe { launch(f.func, grid, BLOCK, stream, &mut params) };
         driver(r, || {
             format!(
                 "cuLaunchKernel({}, {count} elements, grid {grid}×{BLOCK})",
@@ -1073,21 +1092,7 @@ impl Kernels {
         // are (T*, unsigned long long, long long, unsigned long long, float,
         // double), each passed by a pointer to a value of that type living
         // through the call; the memory and stream contracts are the caller's.
-        let r = unsafe {
-            sys::cuLaunchKernel(
-                f.func,
-                grid,
-                1,
-                1,
-                BLOCK,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
+        let r = unsafe { launch(f.func, grid, BLOCK, stream, &mut params) };
         driver(r, || {
             format!(
                 "cuLaunchKernel({}, {count} elements / {nranks}, grid {grid}×{BLOCK})",

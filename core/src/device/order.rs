@@ -138,21 +138,7 @@ impl Flags {
                 // SAFETY: a loaded kernel taking (pointer, u32); the parameters live for
                 // the call; the flag is mapped pinned memory that is never freed; the
                 // stream is live by the caller's contract.
-                unsafe {
-                    sys::cuLaunchKernel(
-                        k.func,
-                        1,
-                        1,
-                        1,
-                        1,
-                        1,
-                        1,
-                        0,
-                        stream,
-                        params.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    )
-                }
+                unsafe { super::kernels::launch(k.func, 1, 1, stream, &mut params) }
             }
             // SAFETY: as above.
             None => unsafe {

@@ -116,21 +116,7 @@ pub fn run(reps: usize) -> Result<String, String> {
         let mut args = [&mut fp as *mut u64 as *mut std::ffi::c_void];
         // SAFETY: a loaded kernel taking one pointer; `fp` lives for the call.
         ck(
-            unsafe {
-                sys::cuLaunchKernel(
-                    spin,
-                    1,
-                    1,
-                    1,
-                    1,
-                    1,
-                    1,
-                    0,
-                    w.raw(),
-                    args.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            },
+            unsafe { ferrocx::device::kernels::launch(spin, 1, 1, w.raw(), &mut args) },
             "cuLaunchKernel",
         )
     };
