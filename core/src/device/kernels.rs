@@ -1104,138 +1104,8 @@ impl Kernels {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testdata::{compare, gen, Rng};
     use super::*;
-
-    /// xorshift64*: reproducible inputs.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-    }
-
-    /// `n` elements of `dtype`: random bits, special values (zeros, infs,
-    /// NaNs, subnormals, extremes; integer MIN/MAX/-1) and ordinary values.
-    fn gen(dtype: DataType, n: usize, rng: &mut Rng) -> Vec<u8> {
-        let size = dtype.size();
-        let mut out = Vec::with_capacity(n * size);
-        for _ in 0..n {
-            let r = rng.next();
-            let pick = r & 7;
-            let x = r >> 8;
-            let v: u64 = match dtype {
-                DataType::F16 => match pick {
-                    0 | 1 => x,
-                    2 => [
-                        0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7c01, 0x0001, 0x8001,
-                        0x03ff, 0x0400, 0x7bff, 0xfbff, 0x3c00,
-                    ][(x % 14) as usize],
-                    _ => ((x & 1) << 15) | (((9 + (x >> 1) % 13) & 31) << 10) | ((x >> 8) & 0x3ff),
-                },
-                DataType::Bf16 => match pick {
-                    0 | 1 => x,
-                    2 => [
-                        0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x7f81, 0x0001, 0x8001,
-                        0x007f, 0x0080, 0x7f7f, 0xff7f, 0x3f80,
-                    ][(x % 14) as usize],
-                    _ => ((x & 1) << 15) | ((117 + (x >> 1) % 21) << 7) | ((x >> 9) & 0x7f),
-                },
-                DataType::F32 => match pick {
-                    0 | 1 => x ^ (r << 40),
-                    2 => [
-                        0u64,
-                        0x8000_0000,
-                        0x7f80_0000,
-                        0xff80_0000,
-                        0x7fc0_0000,
-                        0xffc0_0000,
-                        0x7f80_0001,
-                        0x0000_0001,
-                        0x807f_ffff,
-                        0x0080_0000,
-                        0x7f7f_ffff,
-                        0xff7f_ffff,
-                        0x3f80_0000,
-                    ][(x % 13) as usize],
-                    _ => ((x & 1) << 31) | ((107 + (x >> 1) % 41) << 23) | ((x >> 10) & 0x7f_ffff),
-                },
-                DataType::F64 => match pick {
-                    0 | 1 => r.rotate_left(17) ^ x,
-                    2 => [
-                        0u64,
-                        1 << 63,
-                        0x7ff0 << 48,
-                        0xfff0 << 48,
-                        0x7ff8 << 48,
-                        0xfff8 << 48,
-                        (0x7ff0 << 48) | 1,
-                        1,
-                        (1 << 63) | 0x000f_ffff_ffff_ffff,
-                        1 << 52,
-                        0x7fef_ffff_ffff_ffff,
-                        0x3ff0 << 48,
-                    ][(x % 12) as usize],
-                    _ => {
-                        ((x & 1) << 63)
-                            | ((1003 + (x >> 1) % 41) << 52)
-                            | (r.rotate_left(29) & 0x000f_ffff_ffff_ffff)
-                    }
-                },
-                _ => match pick {
-                    0 => [
-                        0u64,
-                        1,
-                        u64::MAX,
-                        1 << (size * 8 - 1),
-                        (1 << (size * 8 - 1)) - 1,
-                    ][(x % 5) as usize],
-                    1 => x % 7,
-                    _ => r,
-                },
-            };
-            out.extend_from_slice(&v.to_le_bytes()[..size]);
-        }
-        out
-    }
-
-    fn bits(dtype: DataType, v: &[u8], i: usize) -> u64 {
-        let s = dtype.size();
-        let mut b = [0u8; 8];
-        b[..s].copy_from_slice(&v[i * s..(i + 1) * s]);
-        u64::from_le_bytes(b)
-    }
-
-    fn is_nan(dtype: DataType, x: u64) -> bool {
-        match dtype {
-            DataType::F16 => x & 0x7fff > 0x7c00,
-            DataType::Bf16 => x & 0x7fff > 0x7f80,
-            DataType::F32 => f32::from_bits(x as u32).is_nan(),
-            DataType::F64 => f64::from_bits(x).is_nan(),
-            _ => false,
-        }
-    }
-
-    /// Mismatches of `got` against `want` (count, first few), bit for bit
-    /// except that a NaN from arithmetic (sum, prod, avg) may be any NaN.
-    fn compare(dtype: DataType, op: RedOp, want: &[u8], got: &[u8]) -> (usize, String) {
-        let any_nan = dtype.is_float() && matches!(op, RedOp::Sum | RedOp::Prod | RedOp::Avg);
-        let mut bad = 0;
-        let mut first = String::new();
-        for i in 0..want.len() / dtype.size() {
-            let (w, g) = (bits(dtype, want, i), bits(dtype, got, i));
-            if w == g || (any_nan && is_nan(dtype, w) && is_nan(dtype, g)) {
-                continue;
-            }
-            if bad < 5 {
-                let _ = write!(first, " [{i}] want {w:#x} got {g:#x};");
-            }
-            bad += 1;
-        }
-        (bad, first)
-    }
 
     /// Without a GPU: an error value naming the reason, never a panic.
     #[test]
@@ -1376,7 +1246,8 @@ mod tests {
                         0.0,
                     );
                 }
-                let (bad, first) = compare(dtype, op, &want, &got);
+                let crate::device::testdata::Cmp { bad, first, .. } =
+                    compare(dtype, op, &want, &got);
                 if bad > 0 {
                     failures.push(format!("{dtype} {op}: {bad} mismatches:{first}"));
                 }
@@ -1398,7 +1269,8 @@ mod tests {
                                 nranks as f64,
                             );
                         }
-                        let (bad, first) = compare(dtype, op, &w, &g);
+                        let crate::device::testdata::Cmp { bad, first, .. } =
+                            compare(dtype, op, &w, &g);
                         if bad > 0 {
                             failures
                                 .push(format!("{dtype} avg /{nranks}: {bad} mismatches:{first}"));

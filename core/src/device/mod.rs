@@ -12,6 +12,8 @@ pub(crate) mod mem;
 pub mod nvrtc;
 pub(crate) mod order;
 mod select;
+#[doc(hidden)]
+pub mod testdata;
 
 pub(crate) use gpu::Gpu;
 pub use select::choose_device;
