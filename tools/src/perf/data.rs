@@ -257,37 +257,94 @@ impl Gen {
     }
 }
 
+/// Bytes below which a buffer is filled or checked on the calling thread.
+const PIECE_MIN: usize = 8 << 20;
+
+/// The length of the pieces a `len`-byte buffer of `es`-byte elements is cut
+/// into: whole elements, one piece per available core, at least [`PIECE_MIN`].
+/// Filling and checking multi-GiB buffers element by element on one core takes
+/// minutes; the pieces are independent (every value depends only on its index).
+fn piece_len(len: usize, es: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    len.div_ceil(cores).max(PIECE_MIN).div_ceil(es) * es
+}
+
+/// `f(piece, offset)` over `buf` cut by [`piece_len`], one thread per piece.
+fn par_fill(buf: &mut [u8], es: usize, f: impl Fn(&mut [u8], usize) + Sync) {
+    let p = piece_len(buf.len(), es);
+    if buf.len() <= p {
+        return f(buf, 0);
+    }
+    let f = &f;
+    std::thread::scope(|s| {
+        for (k, c) in buf.chunks_mut(p).enumerate() {
+            s.spawn(move || f(c, k * p));
+        }
+    });
+}
+
+/// The sum of `f(piece, offset)` over `out` cut by [`piece_len`], one thread per piece.
+fn par_count(out: &[u8], es: usize, f: impl Fn(&[u8], usize) -> u64 + Sync) -> u64 {
+    let p = piece_len(out.len(), es);
+    if out.len() <= p {
+        return f(out, 0);
+    }
+    let f = &f;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = out
+            .chunks(p)
+            .enumerate()
+            .map(|(k, c)| s.spawn(move || f(c, k * p)))
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .sum()
+    })
+}
+
 fn fill_values<T: Elem>(buf: &mut [u8], seed: u64, op: RedOp, nranks: usize, rank: usize) {
     let g = Gen::new::<T>(seed, op, nranks);
-    for (i, c) in buf.chunks_exact_mut(T::SIZE).enumerate() {
-        T::from_int(g.value(rank, i) as i128).put(c);
-    }
+    par_fill(buf, T::SIZE, |piece, off| {
+        let first = off / T::SIZE;
+        for (i, c) in piece.chunks_exact_mut(T::SIZE).enumerate() {
+            T::from_int(g.value(rank, first + i) as i128).put(c);
+        }
+    });
 }
 
 fn check_values<T: Elem>(out: &[u8], seed: u64, op: RedOp, nranks: usize, base: usize) -> u64 {
     let g = Gen::new::<T>(seed, op, nranks);
-    out.chunks_exact(T::SIZE)
-        .enumerate()
-        .filter(|(j, c)| !g.ok(base + j, T::get(c)))
-        .count() as u64
+    par_count(out, T::SIZE, |piece, off| {
+        let first = base + off / T::SIZE;
+        piece
+            .chunks_exact(T::SIZE)
+            .enumerate()
+            .filter(|(j, c)| !g.ok(first + j, T::get(c)))
+            .count() as u64
+    })
 }
 
 fn fill_bytes(buf: &mut [u8], seed: u64, rank: usize) {
-    for (k, b) in buf.iter_mut().enumerate() {
-        *b = pattern(seed, rank, k);
-    }
+    par_fill(buf, 1, |piece, off| {
+        for (k, b) in piece.iter_mut().enumerate() {
+            *b = pattern(seed, rank, off + k);
+        }
+    });
 }
 
 /// Wrong elements of `out` against bytes `base..` of `src`'s input.
 fn check_bytes(out: &[u8], es: usize, seed: u64, src: usize, base: usize) -> u64 {
-    out.chunks_exact(es)
-        .enumerate()
-        .filter(|(e, c)| {
-            c.iter()
-                .enumerate()
-                .any(|(b, &x)| x != pattern(seed, src, base + e * es + b))
-        })
-        .count() as u64
+    par_count(out, es, |piece, off| {
+        piece
+            .chunks_exact(es)
+            .enumerate()
+            .filter(|(e, c)| {
+                c.iter()
+                    .enumerate()
+                    .any(|(b, &x)| x != pattern(seed, src, base + off + e * es + b))
+            })
+            .count() as u64
+    })
 }
 
 /// The byte the output is poisoned with before a checked call.
@@ -482,6 +539,32 @@ mod tests {
                 assert_eq!(simulate::<Bf16>(op, n), 0, "bfloat16 {op} {n}");
             }
         }
+    }
+
+    /// Buffers big enough to be cut into pieces on several threads are filled
+    /// and checked exactly as element-by-element loops would.
+    #[test]
+    fn pieces_cover_big_buffers() {
+        let len = 3 * PIECE_MIN + 4 * 5;
+        let mut b = vec![0u8; len];
+        fill_bytes(&mut b, 9, 1);
+        assert!(b.iter().enumerate().all(|(k, &x)| x == pattern(9, 1, k)));
+        assert_eq!(check_bytes(&b[4..], 4, 9, 1, 4), 0);
+        b[2 * PIECE_MIN + 6] ^= 1;
+        b[len - 1] ^= 1;
+        assert_eq!(check_bytes(&b, 4, 9, 1, 0), 2);
+
+        fill_values::<i32>(&mut b, 3, RedOp::Max, 1, 0);
+        let g = Gen::new::<i32>(3, RedOp::Max, 1);
+        assert!(b
+            .chunks_exact(4)
+            .enumerate()
+            .all(|(i, c)| i32::get(c) as i64 == g.value(0, i)));
+        // One rank: the output of max is its input.
+        assert_eq!(check_values::<i32>(&b, 3, RedOp::Max, 1, 0), 0);
+        assert_eq!(check_values::<i32>(&b[8..], 3, RedOp::Max, 1, 2), 0);
+        b[PIECE_MIN + 5] ^= 0x40;
+        assert_eq!(check_values::<i32>(&b, 3, RedOp::Max, 1, 0), 1);
     }
 
     #[test]
