@@ -7,18 +7,20 @@
 # BIN holds release binaries built on another machine (no Rust toolchain needed here):
 # fxrun, fxperf, fxtest-worker, and the test binaries sdk-tests, core-tests, p2p-tests
 # (see scripts/gpu-build.sh). STEPs (default: all, in this order): info detect kernels
-# p2p device perf perf-unreg nccl. `device` runs tests/tests/device.rs (smoke over p2p and
+# p2p device perf perf-unreg nccl torch. `device` runs tests/tests/device.rs (smoke over p2p and
 # shm, the collective matrix on device memory over p2p and staged over shm, the seed-000
 # mix 1000 iterations, a rank killed mid-transfer); the single steps smoke smoke-shm
 # matrix-p2p matrix-staged sendrecv mix kill run one piece each. `sweep` measures
 # all_reduce over FERROCX_NCHANNELS × FERROCX_DEVICE_CHUNK (SWEEP_CHANNELS, SWEEP_CHUNKS).
 # nccl builds nccl-tests from NCCL_TESTS_SRC (default gpu-run/nccl-tests, a fetched
-# copy, never committed) with the host's CUDA and NCCL, then runs it with -g 2.
+# copy, never committed) with the host's CUDA and NCCL, then runs it with -g 2 (one
+# process: the host has no MPI). `torch` measures NCCL with one process per GPU through
+# torch.distributed (scripts/nccl-torch-bench.py, torch-<bench>.log).
 # scripts/bench-compare.py OUT prints ferrocx / NCCL side by side from the logs.
 # Never enables NVLink multicast (NCCL_NVLS_ENABLE=0; ferrocx never calls cuMulticastCreate).
 set -uo pipefail
 BIN="$(cd "$1" && pwd)"; OUT="$2"; shift 2
-STEPS="${*:-info detect kernels p2p device perf perf-unreg nccl}"
+STEPS="${*:-info detect kernels p2p device perf perf-unreg nccl torch}"
 SIZES="${SIZES:--b 8 -e 1G -f 2}"
 ITERS="${ITERS:--n 20 -w 5}"
 export NCCL_NVLS_ENABLE=0 FERROCX_TIMEOUT="${FERROCX_TIMEOUT:-120}"
@@ -87,6 +89,9 @@ for s in $STEPS; do
       else
         echo "   nccl: no nccl-tests source at $SRC" | tee -a "$SUMMARY"
       fi ;;
+    torch)  # NCCL with one process per GPU (torch.distributed), for want of MPI for nccl-tests
+      # shellcheck disable=SC2086
+      run_step torch python3 "$(dirname "$0")/nccl-torch-bench.py" "$OUT" $SIZES $ITERS ;;
     *) echo "unknown step $s" | tee -a "$SUMMARY" ;;
   esac
 done

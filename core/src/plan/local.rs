@@ -137,14 +137,18 @@ pub(crate) unsafe fn run_device(
     Ok(queued)
 }
 
-/// Copy `bytes` from `src` into `buf` (staging an in-place input).
-pub(crate) fn copy_in(buf: &mut [u64], src: usize, bytes: usize) {
-    assert!(buf.len() * 8 >= bytes);
+/// Copy `bytes` from `src` into `buf` at byte `at` (staging an in-place input).
+pub(crate) fn copy_in(buf: &mut [u64], at: usize, src: usize, bytes: usize) {
+    assert!(buf.len() * 8 >= at + bytes);
     if bytes > 0 {
         // SAFETY: `src` is a validated task buffer of at least `bytes` bytes;
-        // `buf` is ours and large enough (asserted).
+        // `buf` is ours and holds `at + bytes` (asserted).
         unsafe {
-            std::ptr::copy_nonoverlapping(src as *const u8, buf.as_mut_ptr().cast::<u8>(), bytes)
+            std::ptr::copy_nonoverlapping(
+                src as *const u8,
+                buf.as_mut_ptr().cast::<u8>().add(at),
+                bytes,
+            )
         };
     }
 }

@@ -8,6 +8,7 @@ mod cache;
 mod done;
 mod hoist;
 mod local;
+mod own_block;
 mod planner;
 mod runner;
 mod task;

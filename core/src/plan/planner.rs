@@ -6,9 +6,10 @@
 
 use super::cache::ScheduleCache;
 use super::local::Bases;
+use super::own_block;
 use super::runner::{Runner, ScratchBuf};
 use super::task::{CollTask, P2pTask, Task};
-use crate::algo::{self, Algo, Buf, CollArgs, Part, Region, Schedule, Stage, Xfer};
+use crate::algo::{self, Algo, Buf, CollArgs, CollKind, Part, Region, Schedule, Stage, Xfer};
 use crate::comm::Dir;
 use crate::config;
 use crate::device::mem::DevBuf;
@@ -200,11 +201,24 @@ impl Plan {
     }
 }
 
-/// Copy an in-place input aside (for algorithms that cannot alias).
-fn stage_input(t: &CollTask) -> Arc<ScratchBuf> {
-    let bytes = t.send_elems * t.dtype.size();
-    let mut buf: ScratchBuf = vec![0u64; bytes.div_ceil(8)];
-    super::local::copy_in(&mut buf, t.send, bytes);
+/// The element ranges of an in-place input that must be set aside: all of
+/// it, but an all-to-all's own block (`own_block`).
+fn staged_ranges(t: &CollTask, rank: usize) -> Vec<(usize, usize)> {
+    if t.kind == CollKind::AllToAll {
+        own_block::staged_ranges(t.send_elems, rank, t.count)
+    } else {
+        vec![(0, t.send_elems)]
+    }
+}
+
+/// Copy an in-place input aside (for algorithms that cannot alias): the
+/// `ranges` (elements), each at its own offset in a buffer of the input's size.
+fn stage_input(t: &CollTask, ranges: &[(usize, usize)]) -> Arc<ScratchBuf> {
+    let es = t.dtype.size();
+    let mut buf: ScratchBuf = vec![0u64; (t.send_elems * es).div_ceil(8)];
+    for &(off, n) in ranges {
+        super::local::copy_in(&mut buf, off * es, t.send + off * es, n * es);
+    }
     Arc::new(buf)
 }
 
@@ -271,20 +285,28 @@ pub(crate) fn plan(
                 ))
             }
         };
+        let esize = t.dtype.size();
+        let staged = if t.stage_send {
+            staged_ranges(&t, rank)
+        } else {
+            Vec::new()
+        };
         let (staging, send) = match &dev_gpu {
             None => {
-                let staging = t.stage_send.then(|| stage_input(&t));
+                let staging = t.stage_send.then(|| stage_input(&t, &staged));
                 let send = staging.as_ref().map_or(t.send, |b| b.as_ptr() as usize);
                 (staging, send)
             }
             Some(g) => {
                 let d = cur.device.get_or_insert_with(|| PlanDevice::new(g.clone()));
                 if t.stage_send {
-                    let bytes = t.send_elems * t.dtype.size();
                     g.bind()?;
-                    let buf = g.dev_buf(bytes)?;
+                    let buf = g.dev_buf(t.send_elems * esize)?;
                     let at = buf.ptr();
-                    d.prelude.push((at, t.send, bytes));
+                    for &(off, n) in &staged {
+                        d.prelude
+                            .push((at + off * esize, t.send + off * esize, n * esize));
+                    }
                     d.inputs.push(buf);
                     (None, at)
                 } else {
@@ -292,7 +314,9 @@ pub(crate) fn plan(
                 }
             }
         };
-        let esize = t.dtype.size();
+        // The own block of a staged all-to-all was not set aside: drop its
+        // copy onto itself (`own_block`).
+        let own_block = t.stage_send && t.kind == CollKind::AllToAll;
         for (i, &ch) in chosen.iter().enumerate() {
             let sched = cache.get(&CollArgs {
                 kind: t.kind,
@@ -313,6 +337,10 @@ pub(crate) fn plan(
                     .max(1),
                 v: t.v.as_deref(),
             });
+            let sched = match own_block {
+                true => own_block::drop_own_copies(&sched, rank, t.count).map_or(sched, Arc::new),
+                false => sched,
+            };
             load[ch] += bytes / nparts + 1;
             let bases = Bases {
                 send,
