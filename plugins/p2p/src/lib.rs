@@ -50,9 +50,10 @@
 //!   by handle bytes, at most `FERROCX_P2P_IPC_CACHE` per connection), raises
 //!   `copy_started`, copies straight into the receiver's buffer with one
 //!   `cuMemcpyAsync`, and raises `copy_done` when its event completed; the
-//!   receive then completes. This is the protocol of the shm transport's
-//!   single copy with another copy back end (CUDA IPC + copy engine instead
-//!   of `process_vm_writev`). Receives without a target (host memory, VMM or
+//!   receive then completes. The handshake is the SDK's one implementation
+//!   (`ferrocx_sdk::same_host::regslot`), shared with the shm transport's
+//!   single copy; only the copy back end differs (CUDA IPC + copy engine
+//!   instead of `process_vm_writev`). Receives without a target (host memory, VMM or
 //!   managed allocations, small messages) take the FIFO.
 //! * **Revocations** (module [`revoke`]): when the receiver deregisters a
 //!   buffer, sees that an exported allocation was freed (same address, new

@@ -1,74 +1,30 @@
-//! The direct-copy handshake: one [`P2pRegInfo`] per in-flight message, in
-//! the connection's shared segment. The same protocol as the shm transport's
-//! (`plugins/shm/src/regslot.rs`), with a copy back end of CUDA IPC +
-//! `cuMemcpyAsync` instead of `process_vm_writev`, so the slot also carries
-//! the receiver's IPC handle and the offset of the buffer in its allocation.
-//!
-//! Slot `seq % NREG` belongs to message `seq` (sequence numbers start at 1, so
-//! 0 means "never used"). Every field that names a message holds its sequence
-//! number rather than a flag, so a slot still carrying an older message
-//! (`seq - NREG`) can never be mistaken for the current one.
-//!
-//! * receiver: `publish(seq, …)` — the handle, offset and size of the
-//!   allocation to write into (or nothing: use the FIFO), then
-//!   `receiver_ready = seq` (Release).
-//! * sender: `offer(seq)` sees `receiver_ready == seq` (Acquire) and reads the
-//!   rest; opens the handle (cached), `begin_copy` (`copy_started = seq`),
-//!   queues the copy on its stream, and once the copy's event completed,
-//!   `finish_copy` raises `copy_done = seq` (Release).
-//! * receiver: `copied(seq)` observes `copy_done == seq` (Acquire); the bytes
-//!   are in its buffer.
-//!
-//! The receiver republishes a slot only after message `seq - NREG` completed
-//! on its side, which is after the sender's last access to the slot for it.
+//! The direct-copy handshake, [`P2pRegInfo`] slots in the connection's shared
+//! segment: the SDK's one implementation of the protocol
+//! (`ferrocx_sdk::same_host::regslot`, which shm shares), with p2p's copy back
+//! end (CUDA IPC + `cuMemcpyAsync`). Its [`Target`] carries, besides the
+//! receiver's address, the allocation's IPC handle and the buffer's offset in
+//! it: the sender opens the handle (cached), queues the copy on its stream and
+//! raises `copy_done` once the copy's event completed. 128 bytes a slot.
 
 use crate::backend::{IpcHandle, HANDLE_BYTES};
+use ferrocx_sdk::same_host::regslot as proto;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Number of handshake slots in a segment (messages that may be offered ahead).
-pub const NREG: usize = 32;
+pub use proto::{slot_index, P2pRegInfo, WriteTarget, NREG};
 
-/// The per-message handshake record shared by sender and receiver (normative names).
-#[repr(C)]
-#[derive(Debug, Default)]
-pub struct P2pRegInfo {
-    /// Sequence number of the message the sender started copying directly.
-    pub copy_started: AtomicU64,
-    /// Sequence number of the message whose direct copy has fully landed.
-    pub copy_done: AtomicU64,
-    /// Sequence number of the message the receiver published this slot for.
-    pub receiver_ready: AtomicU64,
-    /// The receive buffer's address in the receiver's process, or 0 to use the
-    /// FIFO. Another process writes through the handle (below) instead; a
-    /// sender in the same process writes here directly.
-    pub receiver_reg_addr: AtomicU64,
-    /// Bytes available at `receiver_reg_addr` (the posted receive's size).
-    pub receiver_reg_bytes: AtomicU64,
-}
+/// One slot: the handshake, the copied length and the IPC target's cells.
+pub type RegSlot = proto::RegSlot<Target>;
 
-/// One slot as laid out in the segment: the handshake, the bytes the direct
-/// copy delivered, and where the buffer lies in its exported allocation.
-#[repr(C, align(128))]
-#[derive(Debug, Default)]
-pub struct RegSlot {
-    /// The normative handshake.
-    pub info: P2pRegInfo,
-    /// Bytes written by the direct copy of message `copy_done`; stored before `copy_done`.
-    pub copied_bytes: AtomicU64,
-    /// Offset of `receiver_reg_addr` in its allocation.
-    pub alloc_offset: AtomicU64,
-    /// Size of that allocation.
-    pub alloc_size: AtomicU64,
-    /// The allocation's IPC handle (little-endian words).
-    pub handle: [AtomicU64; HANDLE_BYTES / 8],
-}
+/// What the receiver published for one message.
+pub type Offer = proto::Offer<Target>;
 
 const _: () = assert!(std::mem::size_of::<RegSlot>() == 128);
 
 /// Where the receiver wants a message written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target {
-    /// The buffer's address in the receiver's process.
+    /// The buffer's address in the receiver's process (a sender in the same
+    /// process writes here directly; another one through the handle).
     pub addr: u64,
     /// The allocation's handle.
     pub handle: IpcHandle,
@@ -78,86 +34,43 @@ pub struct Target {
     pub alloc_size: u64,
 }
 
-/// What the receiver published for one message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Offer {
-    /// Size of the posted receive.
-    pub bytes: u64,
-    /// Where to write directly; `None`: use the FIFO.
-    pub target: Option<Target>,
+/// The slot cells of a [`Target`] besides its address.
+#[derive(Debug, Default)]
+pub struct TargetCells {
+    /// Offset of `receiver_reg_addr` in its allocation.
+    pub alloc_offset: AtomicU64,
+    /// Size of that allocation.
+    pub alloc_size: AtomicU64,
+    /// The allocation's IPC handle (little-endian words).
+    pub handle: [AtomicU64; HANDLE_BYTES / 8],
 }
 
-/// Slot index of message `seq`.
-pub fn slot_index(seq: u64, nreg: usize) -> usize {
-    (seq % nreg as u64) as usize
-}
+impl WriteTarget for Target {
+    type Cells = TargetCells;
 
-impl RegSlot {
-    /// Receiver: publish message `seq` of a `bytes`-byte receive, with a
-    /// direct-write target or none (FIFO only).
-    pub fn publish(&self, seq: u64, bytes: u64, target: Option<&Target>) {
-        let i = &self.info;
-        match target {
-            Some(t) => {
-                for (w, v) in self.handle.iter().zip(t.handle.to_words()) {
-                    w.store(v, Ordering::Relaxed);
-                }
-                self.alloc_offset.store(t.offset, Ordering::Relaxed);
-                self.alloc_size.store(t.alloc_size, Ordering::Relaxed);
-                i.receiver_reg_addr.store(t.addr, Ordering::Relaxed);
-            }
-            None => i.receiver_reg_addr.store(0, Ordering::Relaxed),
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    fn store(&self, c: &TargetCells) {
+        for (w, v) in c.handle.iter().zip(self.handle.to_words()) {
+            w.store(v, Ordering::Relaxed);
         }
-        i.receiver_reg_bytes.store(bytes, Ordering::Relaxed);
-        i.receiver_ready.store(seq, Ordering::Release);
+        c.alloc_offset.store(self.offset, Ordering::Relaxed);
+        c.alloc_size.store(self.alloc_size, Ordering::Relaxed);
     }
 
-    /// Sender: the receiver's offer for `seq`, once it is published.
-    pub fn offer(&self, seq: u64) -> Option<Offer> {
-        let i = &self.info;
-        if i.receiver_ready.load(Ordering::Acquire) != seq {
-            return None;
+    fn load(addr: u64, c: &TargetCells) -> Target {
+        let mut words = [0u64; HANDLE_BYTES / 8];
+        for (v, w) in words.iter_mut().zip(&c.handle) {
+            *v = w.load(Ordering::Relaxed);
         }
-        let bytes = i.receiver_reg_bytes.load(Ordering::Relaxed);
-        let addr = i.receiver_reg_addr.load(Ordering::Relaxed);
-        let target = (addr != 0).then(|| {
-            let mut words = [0u64; HANDLE_BYTES / 8];
-            for (v, w) in words.iter_mut().zip(&self.handle) {
-                *v = w.load(Ordering::Relaxed);
-            }
-            Target {
-                addr,
-                handle: IpcHandle::from_words(&words),
-                offset: self.alloc_offset.load(Ordering::Relaxed),
-                alloc_size: self.alloc_size.load(Ordering::Relaxed),
-            }
-        });
-        Some(Offer { bytes, target })
-    }
-
-    /// Sender: mark `seq` as being copied directly; returns the previous value
-    /// for [`cancel_copy`](Self::cancel_copy).
-    pub fn begin_copy(&self, seq: u64) -> u64 {
-        self.info.copy_started.swap(seq, Ordering::Release)
-    }
-
-    /// Sender: the direct copy could not be queued (nothing was written); undo `begin_copy`.
-    pub fn cancel_copy(&self, previous: u64) {
-        self.info.copy_started.store(previous, Ordering::Release);
-    }
-
-    /// Sender: all `nbytes` of `seq` are in the receiver's buffer.
-    pub fn finish_copy(&self, seq: u64, nbytes: u64) {
-        self.copied_bytes.store(nbytes, Ordering::Relaxed);
-        self.info.copy_done.store(seq, Ordering::Release);
-    }
-
-    /// Receiver: `Some(nbytes)` once the direct copy of `seq` has landed.
-    pub fn copied(&self, seq: u64) -> Option<u64> {
-        if self.info.copy_done.load(Ordering::Acquire) != seq {
-            return None;
+        Target {
+            addr,
+            handle: IpcHandle::from_words(&words),
+            offset: c.alloc_offset.load(Ordering::Relaxed),
+            alloc_size: c.alloc_size.load(Ordering::Relaxed),
         }
-        Some(self.copied_bytes.load(Ordering::Relaxed))
     }
 }
 
@@ -174,10 +87,11 @@ mod tests {
         }
     }
 
+    /// The IPC target survives the slot, and a later message's offer without
+    /// one does not reuse it.
     #[test]
-    fn offers_match_exact_sequence_numbers() {
+    fn ipc_targets_round_trip_through_the_slot() {
         let s = RegSlot::default();
-        assert_eq!(s.offer(1), None, "an empty slot offers nothing");
         s.publish(1, 4096, Some(&target(7)));
         assert_eq!(
             s.offer(1),
@@ -186,11 +100,8 @@ mod tests {
                 target: Some(target(7))
             })
         );
-        // The same slot serves message 1 + NREG later: the old offer must not match it.
         let later = 1 + NREG as u64;
-        assert_eq!(s.offer(later), None);
         s.publish(later, 10, None);
-        assert_eq!(s.offer(1), None);
         assert_eq!(
             s.offer(later),
             Some(Offer {
@@ -198,23 +109,11 @@ mod tests {
                 target: None
             })
         );
-    }
-
-    #[test]
-    fn stale_copy_done_is_not_a_completion() {
-        let s = RegSlot::default();
-        let prev = s.begin_copy(3);
-        assert_eq!(prev, 0);
-        assert_eq!(s.copied(3), None);
-        s.finish_copy(3, 77);
-        assert_eq!(s.copied(3), Some(77));
-        let newer = 3 + NREG as u64;
-        assert_eq!(s.copied(newer), None);
-        let prev = s.begin_copy(newer);
-        assert_eq!(prev, 3);
-        s.cancel_copy(prev);
-        assert_eq!(s.info.copy_started.load(Ordering::Relaxed), 3);
-        assert_eq!(s.copied(newer), None);
+        s.publish(later + NREG as u64, 20, Some(&target(9)));
+        assert_eq!(
+            s.offer(later + NREG as u64).unwrap().target,
+            Some(target(9))
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   `FERROCX_SHM_SINGLE_COPY_MIN` bytes (registered, or any buffer with the
 //!   default `FERROCX_SHM_SINGLE_COPY=1`) the receiver publishes its buffer
 //!   address in a [`P2pRegInfo`] slot and the sender writes the message
-//!   straight into it with `process_vm_writev`, then raises `copy_done`.
+//!   straight into it with `process_vm_writev`, then raises `copy_done` (the
+//!   SDK's handshake, `ferrocx_sdk::same_host::regslot`, shared with p2p).
 //!   Where the kernel refuses (ptrace policy, seccomp) the sender logs once and
 //!   uses the ring.
 //!

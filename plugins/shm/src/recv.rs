@@ -117,7 +117,8 @@ impl RecvSide {
                 && len >= self.single_copy_min;
             let addr = if direct { op.buf.addr() } else { 0 };
             op.offered = addr != 0;
-            seg.reg(seq).publish(seq, addr, len as u64);
+            seg.reg(seq)
+                .publish(seq, len as u64, (addr != 0).then_some(&addr));
             self.next_publish += 1;
         }
     }

@@ -157,7 +157,7 @@ mod tests {
         let mut out = [0u8; 5];
         b.read_slot(3, &mut out);
         assert_eq!(&out, b"hello");
-        a.reg(7).publish(7, 1, 2);
+        a.reg(7).publish(7, 2, Some(&1));
         assert!(b.reg(7).offer(7).is_some());
         let bigger = Layout::new(8, 4096).unwrap();
         assert!(

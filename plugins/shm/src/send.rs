@@ -108,16 +108,19 @@ impl SendSide {
                         break;
                     };
                     moved = true;
-                    let usable = self.single_copy && offer.addr != 0 && offer.bytes >= len as u64;
-                    self.phase = if usable && self.peer_verified(seg) {
-                        let prev = seg.reg(seq).begin_copy(seq);
-                        Phase::Copy {
-                            remote: offer.addr,
-                            off: 0,
-                            prev,
+                    let remote = offer
+                        .target
+                        .filter(|_| self.single_copy && offer.bytes >= len as u64);
+                    self.phase = match remote {
+                        Some(remote) if self.peer_verified(seg) => {
+                            let prev = seg.reg(seq).begin_copy(seq);
+                            Phase::Copy {
+                                remote,
+                                off: 0,
+                                prev,
+                            }
                         }
-                    } else {
-                        Phase::Ring { off: 0 }
+                        _ => Phase::Ring { off: 0 },
                     };
                 }
                 Phase::Copy { remote, off, prev } => {
