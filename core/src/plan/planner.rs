@@ -337,9 +337,10 @@ pub(crate) fn plan(
                     .max(1),
                 v: t.v.as_deref(),
             });
-            let sched = match own_block {
-                true => own_block::drop_own_copies(&sched, rank, t.count).map_or(sched, Arc::new),
-                false => sched,
+            let sched = if own_block {
+                own_block::drop_own_copies(&sched, rank, t.count).map_or(sched, Arc::new)
+            } else {
+                sched
             };
             load[ch] += bytes / nparts + 1;
             let bases = Bases {

@@ -64,32 +64,35 @@ impl Region {
     /// reserve and map `len` bytes (zero-filled). The region owns its name
     /// until [`unlink`](Self::unlink).
     pub fn create(name: &str, len: usize, lock_byte: i64) -> io::Result<Region> {
+        // O_EXCL makes us the only creator.
+        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC;
+        let mut r = Self::shm_open(name, flags, 0o600, true)?;
+        // Lock first: a sweeper that finds the name before the lock could take
+        // it for the leftover of a dead process.
+        let _ = r.lock(lock_byte);
+        Self::size(r.fd, len)?;
+        r.base = map(r.fd, len)?;
+        r.len = len;
+        Ok(r)
+    }
+
+    /// `shm_open(name, flags, mode)`, as a region that owns the descriptor (and,
+    /// if `linked`, the name) but maps nothing yet: dropping it on an error path
+    /// closes (and unlinks) what was opened.
+    fn shm_open(name: &str, flags: i32, mode: libc::mode_t, linked: bool) -> io::Result<Region> {
         let c = c_name(name)?;
-        // SAFETY: valid C string; O_EXCL makes us the only creator.
-        let fd = unsafe {
-            libc::shm_open(
-                c.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
+        // SAFETY: valid C string.
+        let fd = unsafe { libc::shm_open(c.as_ptr(), flags, mode) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut r = Region {
+        Ok(Region {
             base: NonNull::dangling(),
             len: 0,
             fd,
             name: name.to_owned(),
-            linked: true,
-        };
-        // Lock first: a sweeper that finds the name before the lock could take
-        // it for the leftover of a dead process.
-        let _ = r.lock(lock_byte);
-        Self::size(fd, len)?;
-        r.base = map(fd, len)?;
-        r.len = len;
-        Ok(r)
+            linked,
+        })
     }
 
     fn size(fd: i32, len: usize) -> io::Result<()> {
@@ -114,19 +117,8 @@ impl Region {
     /// Map an existing object. With `len == None` its whole size; otherwise
     /// fails if it is smaller than `len`.
     pub fn open(name: &str, len: Option<usize>) -> io::Result<Region> {
-        let c = c_name(name)?;
-        // SAFETY: valid C string.
-        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut r = Region {
-            base: NonNull::dangling(),
-            len: 0,
-            fd,
-            name: name.to_owned(),
-            linked: false,
-        };
+        let mut r = Self::shm_open(name, libc::O_RDWR | libc::O_CLOEXEC, 0, false)?;
+        let fd = r.fd;
         // SAFETY: zeroed `stat` is a valid out-parameter.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fd is open; st is a valid out-pointer.
