@@ -19,13 +19,11 @@ testbin() {  # testbin NAME CARGO-ARGS...
         grep -o '"executable":"[^"]*/deps/[^"]*"' | head -1 | cut -d'"' -f4)
   [ -n "$exe" ] && cp "$exe" "$OUT/$name" && echo "$name <- $exe"
 }
-testbin sdk-tests -p ferrocx-sdk --features cuda --lib
+testbin sdk-tests -p ferrocx-sdk --features cuda,testing --lib
 testbin core-tests -p ferrocx --lib
 testbin gpu-kernels -p ferrocx --test gpu_kernels
 testbin device-tests -p ferrocx-tests --test device
-if [ -f plugins/p2p/Cargo.toml ]; then
-  testbin p2p-tests -p ferrocx-p2p --lib || echo "p2p tests did not build"
-fi
+testbin p2p-tests -p ferrocx-p2p --test transport || echo "p2p tests did not build"
 strip --strip-all "$OUT"/*
 if [ -n "${NCCL_TESTS_SRC:-}" ]; then
   rm -rf gpu-run/nccl-tests && cp -r "$NCCL_TESTS_SRC" gpu-run/nccl-tests

@@ -1,4 +1,5 @@
-//! Tunables of the shm transport, read once at `init` through `Host::env`.
+//! Tunables of the shm transport, read once at `init` through `Host::env`
+//! (parsed and checked by `ferrocx_sdk::same_host::config`).
 //!
 //! | variable | default | meaning |
 //! |---|---|---|
@@ -12,125 +13,52 @@
 //! travels to the sender in the connect blob, so the two processes never need
 //! to agree on these values.
 
-use ferrocx_sdk::env::{self, ZeroCopy};
-use ferrocx_sdk::{Host, PluginError, PluginResult};
+use ferrocx_sdk::same_host::{Knobs, RingConfig};
+use ferrocx_sdk::{Host, PluginResult};
 
 /// Default bytes per ring slot.
 pub const DEFAULT_CHUNK_SIZE: usize = 512 * 1024;
 /// Default ring slots per connection.
 pub const DEFAULT_NSLOTS: usize = 8;
-/// Default threshold of the single-copy path.
-pub const DEFAULT_SINGLE_COPY_MIN: usize = 16 << 10;
 
-const MIN_CHUNK: usize = 64;
-const MAX_CHUNK: usize = 256 << 20;
-const MIN_SLOTS: usize = 2;
-const MAX_SLOTS: usize = 1024;
-/// Keeps one connection's segment within a sane share of /dev/shm.
-const MAX_RING_BYTES: usize = 4 << 30;
+/// shm's variables, defaults and limits (at most 4 GiB of ring per
+/// connection keeps one segment within a sane share of /dev/shm).
+pub static KNOBS: Knobs = Knobs::new("FERROCX_SHM", "SINGLE_COPY", "any large receive")
+    .chunk(DEFAULT_CHUNK_SIZE, 64, 256 << 20, 64)
+    .slots(DEFAULT_NSLOTS, 2, 1024)
+    .max_fifo(4 << 30);
 
-/// Effective configuration of one plugin context.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// `FERROCX_SHM_DISABLE`: never offer this transport.
-    pub disabled: bool,
-    /// `FERROCX_SHM_CHUNK_SIZE`: bytes per ring slot (a multiple of 64).
-    pub chunk_size: usize,
-    /// `FERROCX_SHM_NSLOTS`: ring slots per connection.
-    pub nslots: usize,
-    /// `FERROCX_SHM_SINGLE_COPY`: allow the `process_vm_writev` path.
-    pub single_copy: bool,
-    /// `FERROCX_SHM_SINGLE_COPY=1` (default) rather than `registered`: offer
-    /// unregistered receive buffers too. A posted receive already guarantees
-    /// its buffer stays valid until it completes, and CMA needs no per-buffer
-    /// setup, so registration buys nothing here but is still honoured.
-    pub single_copy_unregistered: bool,
-    /// `FERROCX_SHM_SINGLE_COPY_MIN`: smallest message for the single-copy path.
-    pub single_copy_min: usize,
+/// Effective configuration of one plugin context: the ring settings, under
+/// shm's names (`direct` is `FERROCX_SHM_SINGLE_COPY`).
+pub type Config = RingConfig;
+
+/// The defaults.
+pub fn defaults() -> Config {
+    RingConfig::defaults(&KNOBS)
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            disabled: false,
-            chunk_size: DEFAULT_CHUNK_SIZE,
-            nslots: DEFAULT_NSLOTS,
-            single_copy: true,
-            single_copy_unregistered: true,
-            single_copy_min: DEFAULT_SINGLE_COPY_MIN,
-        }
-    }
+/// Read the variables through the core's environment view.
+pub fn from_host(host: &Host) -> PluginResult<Config> {
+    from_lookup(|name| host.env(name))
 }
 
-impl Config {
-    /// Read the variables through the core's environment view.
-    pub fn from_host(host: &Host) -> PluginResult<Self> {
-        Self::from_lookup(|name| host.env(name))
-    }
-
-    /// Read the variables through `lookup` (unset → default) and validate them.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> PluginResult<Self> {
-        let d = Config::default();
-        let mode = parse_single_copy(&lookup)?;
-        let cfg = Config {
-            disabled: env::boolean(&lookup, "FERROCX_SHM_DISABLE", d.disabled)?,
-            chunk_size: env::unsigned(&lookup, "FERROCX_SHM_CHUNK_SIZE", d.chunk_size)?,
-            nslots: env::unsigned(&lookup, "FERROCX_SHM_NSLOTS", d.nslots)?,
-            single_copy: mode != ZeroCopy::Off,
-            single_copy_unregistered: mode == ZeroCopy::Any,
-            single_copy_min: env::unsigned(
-                &lookup,
-                "FERROCX_SHM_SINGLE_COPY_MIN",
-                d.single_copy_min,
-            )?,
-        };
-        cfg.validated()
-    }
-
-    /// Check the ranges and round the chunk size up to a cache-line multiple.
-    pub fn validated(mut self) -> PluginResult<Self> {
-        if !(MIN_CHUNK..=MAX_CHUNK).contains(&self.chunk_size) {
-            return Err(PluginError::invalid(format!(
-                "FERROCX_SHM_CHUNK_SIZE={} is outside {MIN_CHUNK}..={MAX_CHUNK}",
-                self.chunk_size
-            )));
-        }
-        self.chunk_size = self.chunk_size.next_multiple_of(64);
-        if !(MIN_SLOTS..=MAX_SLOTS).contains(&self.nslots) {
-            return Err(PluginError::invalid(format!(
-                "FERROCX_SHM_NSLOTS={} is outside {MIN_SLOTS}..={MAX_SLOTS}",
-                self.nslots
-            )));
-        }
-        if self.nslots * self.chunk_size > MAX_RING_BYTES {
-            return Err(PluginError::invalid(format!(
-                "FERROCX_SHM_NSLOTS × FERROCX_SHM_CHUNK_SIZE = {} bytes exceeds {MAX_RING_BYTES} per connection",
-                self.nslots * self.chunk_size
-            )));
-        }
-        Ok(self)
-    }
-}
-
-fn parse_single_copy(lookup: &impl Fn(&str) -> Option<String>) -> PluginResult<ZeroCopy> {
-    env::zero_copy(lookup, "FERROCX_SHM_SINGLE_COPY", "any large receive")
+/// Read the variables through `lookup` (unset → default) and validate them.
+pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> PluginResult<Config> {
+    RingConfig::from_lookup(&KNOBS, &lookup)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrocx_sdk::env::ZeroCopy;
 
-    fn with(vars: &[(&str, &str)]) -> PluginResult<Config> {
-        let vars: Vec<(String, String)> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::from_lookup(|n| vars.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()))
+    fn with(v: &[(&str, &str)]) -> PluginResult<Config> {
+        from_lookup(ferrocx_sdk::testing::vars(v))
     }
 
     #[test]
     fn defaults_and_overrides() {
-        assert_eq!(with(&[]).unwrap(), Config::default());
+        assert_eq!(with(&[]).unwrap(), defaults());
         let c = with(&[
             ("FERROCX_SHM_DISABLE", "1"),
             ("FERROCX_SHM_CHUNK_SIZE", "1000"),
@@ -139,34 +67,32 @@ mod tests {
             ("FERROCX_SHM_SINGLE_COPY_MIN", "0"),
         ])
         .unwrap();
-        assert!(c.disabled && !c.single_copy);
-        assert_eq!((c.chunk_size, c.nslots, c.single_copy_min), (1024, 4, 0));
+        assert!(c.disabled && c.direct == ZeroCopy::Off);
+        assert_eq!((c.chunk_size, c.nslots, c.direct_min), (1024, 4, 0));
+        assert_eq!(defaults().direct_min, 16 << 10);
     }
 
     #[test]
     fn single_copy_modes() {
-        let mode = |v: &str| {
-            with(&[("FERROCX_SHM_SINGLE_COPY", v)])
-                .map(|c| (c.single_copy, c.single_copy_unregistered))
-        };
-        assert_eq!(mode("1").unwrap(), (true, true));
-        assert_eq!(mode("all").unwrap(), (true, true));
-        assert_eq!(mode("registered").unwrap(), (true, false));
-        assert_eq!(mode("0").unwrap(), (false, false));
+        let mode = |v: &str| with(&[("FERROCX_SHM_SINGLE_COPY", v)]).map(|c| c.direct);
+        assert_eq!(mode("1").unwrap(), ZeroCopy::Any);
+        assert_eq!(mode("all").unwrap(), ZeroCopy::Any);
+        assert_eq!(mode("registered").unwrap(), ZeroCopy::Registered);
+        assert_eq!(mode("0").unwrap(), ZeroCopy::Off);
         let e = mode("sometimes").unwrap_err();
         assert!(e.message().contains("FERROCX_SHM_SINGLE_COPY"), "{e}");
     }
 
     #[test]
     fn bad_values_are_errors() {
-        for (k, v) in [
-            ("FERROCX_SHM_NSLOTS", "1"),
-            ("FERROCX_SHM_NSLOTS", "x"),
-            ("FERROCX_SHM_CHUNK_SIZE", "8"),
-            ("FERROCX_SHM_SINGLE_COPY", "maybe"),
-        ] {
-            let err = with(&[(k, v)]).unwrap_err();
-            assert!(err.message().contains(k), "{err}");
-        }
+        ferrocx_sdk::testing::assert_rejected(
+            |env| from_lookup(env),
+            &[
+                ("FERROCX_SHM_NSLOTS", "1"),
+                ("FERROCX_SHM_NSLOTS", "x"),
+                ("FERROCX_SHM_CHUNK_SIZE", "8"),
+                ("FERROCX_SHM_SINGLE_COPY", "maybe"),
+            ],
+        );
     }
 }

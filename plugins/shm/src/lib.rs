@@ -1,21 +1,25 @@
 //! # ferrocx-shm — the shared-memory transport
 //!
-//! Moves host memory between ranks of the same host. One connection is one
-//! direction (sender → receiver) over one POSIX shared-memory segment that the
-//! receiver creates:
+//! Moves host memory between ranks of the same host: the SDK's same-host
+//! transport (`ferrocx_sdk::same_host`) over a host-memory copy back end.
+//! One connection is one direction (sender → receiver) over one POSIX
+//! shared-memory segment that the receiver creates:
 //!
-//! * **Ring** (module `ring`): `nslots` slots of `chunk` bytes. A message of L bytes
-//!   is cut into ⌈L / chunk⌉ chunks (a 0-byte message is one empty chunk), each
-//!   slot headed by (sequence number, total length, offset, chunk length).
-//!   The sender fills free slots while the receiver drains earlier ones.
-//! * **Single copy** ([`regslot`], module `cma`): for a receive of at least
-//!   `FERROCX_SHM_SINGLE_COPY_MIN` bytes (registered, or any buffer with the
-//!   default `FERROCX_SHM_SINGLE_COPY=1`) the receiver publishes its buffer
-//!   address in a [`P2pRegInfo`] slot and the sender writes the message
-//!   straight into it with `process_vm_writev`, then raises `copy_done` (the
-//!   SDK's handshake, `ferrocx_sdk::same_host::regslot`, shared with p2p).
-//!   Where the kernel refuses (ptrace policy, seccomp) the sender logs once and
-//!   uses the ring.
+//! * **Ring**: `nslots` slots of `chunk` bytes inside the segment. A message
+//!   of L bytes is cut into ⌈L / chunk⌉ chunks (a 0-byte message is one
+//!   empty chunk), each announced by its slot header; chunks of up to 24 B
+//!   travel inside the header (one cache line per small message). The sender
+//!   fills free slots with `memcpy` while the receiver drains earlier ones.
+//! * **Single copy**: for a receive of at least `FERROCX_SHM_SINGLE_COPY_MIN`
+//!   bytes (registered, or any buffer with the default
+//!   `FERROCX_SHM_SINGLE_COPY=1`) the receiver publishes its buffer address
+//!   in a `P2pRegInfo` slot and the sender writes the message straight into
+//!   it with `process_vm_writev` (at most 16 MiB per progress round), then
+//!   raises `copy_done` — the SDK's one implementation of the handshake,
+//!   shared with p2p. Before its first write the sender reads back a token
+//!   the receiver left in its memory, so a pid from another namespace, or a
+//!   recycled pid, is never written to. Where the kernel refuses (ptrace
+//!   policy, seccomp) the sender logs once and uses the ring.
 //!
 //! Messages match in order per connection (the nth `isend` feeds the nth
 //! `irecv`); `test` does one non-blocking round of progress on the request's
@@ -35,124 +39,122 @@
 //! | `FERROCX_SHM_SINGLE_COPY_MIN` | `16384` (16 KiB) |
 #![warn(missing_docs)]
 
-// Shared with the other same-host transport (paths stay `crate::ops` etc.).
-pub(crate) use ferrocx_sdk::same_host::{ops, proc, watchdog};
-mod blobs;
-mod cma;
+pub mod cma;
 pub mod config;
-mod conn;
-mod ctx;
-mod layout;
-mod mem;
-mod recv;
-pub mod regslot;
-mod ring;
-mod segment;
-mod send;
-mod stats;
-mod sweep;
-mod userbuf;
-
-#[cfg(test)]
-mod tests;
 
 pub use config::Config;
-pub use conn::{ShmConn, ShmRequest};
-pub use mem::ShmMem;
-pub use regslot::P2pRegInfo;
-pub use stats::ConnStats;
+pub use ferrocx_sdk::same_host::{ConnStats, P2pRegInfo};
 
-use ctx::Ctx;
+use cma::{CmaWriter, CopyFn};
 use ferrocx_sdk::abi::{FxPeerInfo, FX_CAP_HOST_MEM, FX_CAP_REGISTER};
-use ferrocx_sdk::{
-    Blob, ConnReq, ConnectState, Host, MemKind, PluginError, PluginResult, Transport,
+use ferrocx_sdk::copy::HostCopy;
+use ferrocx_sdk::device::BindGuard;
+use ferrocx_sdk::env::ZeroCopy;
+use ferrocx_sdk::same_host::{
+    Backend, FifoPlace, RecvOp, Revocations, RingConfig, SameHost, SenderEnd,
 };
-use recv::RecvOp;
-use std::path::Path;
-use std::sync::Arc;
-use userbuf::{RecvBuf, SendBuf};
+use ferrocx_sdk::{Blob, Host, MemKind, PluginError, PluginResult};
+use std::sync::atomic::Ordering;
 
 /// Score `can_connect` gives a peer on the same host.
 pub const SAME_HOST_SCORE: i32 = 100;
 
 /// The shm transport: one value per plugin context.
-pub struct Shm {
-    ctx: Arc<Ctx>,
+pub type Shm = SameHost<ShmBackend>;
+/// One end of an shm connection.
+pub type ShmConn = ferrocx_sdk::same_host::Conn<ShmBackend>;
+/// A posted shm send or receive.
+pub type ShmRequest = ferrocx_sdk::same_host::Request<ShmBackend>;
+
+/// A context with an explicit configuration (`init` reads it from the environment).
+pub fn with_config(host: Host, cfg: Config) -> PluginResult<Shm> {
+    Ok(SameHost::new(host, ShmBackend::new(cfg)?))
 }
 
-impl Shm {
-    /// A context with an explicit configuration (`init` reads it from the
-    /// environment). Removes stale segments of exited processes.
-    pub fn with_config(host: Host, cfg: Config) -> PluginResult<Self> {
-        Ok(Shm {
-            ctx: Arc::new(Self::make_ctx(host, cfg)?),
+/// A registered host buffer. It carries no kernel state: `process_vm_writev`
+/// needs only the address, which the receiver publishes per message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShmMem {
+    /// Start address.
+    pub addr: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl ShmMem {
+    /// Whether `addr..addr+len` lies inside the registration.
+    pub fn contains(&self, addr: usize, len: usize) -> bool {
+        addr >= self.addr
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.addr + self.len)
+    }
+}
+
+/// Host memory: the ring in the segment, `memcpy`, and `process_vm_writev`.
+pub struct ShmBackend {
+    cfg: Config,
+    copier: CopyFn,
+}
+
+impl ShmBackend {
+    /// A back end with `cfg` (validated).
+    pub fn new(cfg: Config) -> PluginResult<Self> {
+        Ok(ShmBackend {
+            cfg: cfg.validated()?,
+            copier: cma::write_remote,
         })
     }
 
-    fn make_ctx(host: Host, cfg: Config) -> PluginResult<Ctx> {
-        let cfg = cfg.validated()?;
-        let removed = sweep::sweep_stale(Path::new(sweep::SHM_DIR));
-        if !removed.is_empty() {
-            host.info(format!(
-                "shm: removed {} stale segment(s) of exited processes: {removed:?}",
-                removed.len()
-            ));
-        }
-        if cfg.disabled {
-            host.info("shm: disabled by FERROCX_SHM_DISABLE");
-        } else {
-            host.info(format!(
-                "shm: ring of {} × {} B per connection; single copy (process_vm_writev) into receives of ≥ {} B: {}",
-                cfg.nslots,
-                cfg.chunk_size,
-                cfg.single_copy_min,
-                match (cfg.single_copy, cfg.single_copy_unregistered) {
-                    (false, _) => "off (FERROCX_SHM_SINGLE_COPY=0)",
-                    (true, false) => "registered buffers only (FERROCX_SHM_SINGLE_COPY=registered)",
-                    (true, true) => "any buffer",
-                }
-            ));
-        }
-        Ok(Ctx::new(host, cfg))
-    }
-
-    /// The effective configuration.
-    pub fn config(&self) -> &Config {
-        &self.ctx.cfg
+    /// The same with another cross-process write (tests: a refusing kernel).
+    pub fn with_copier(cfg: Config, copier: CopyFn) -> PluginResult<Self> {
+        Ok(ShmBackend {
+            copier,
+            ..Self::new(cfg)?
+        })
     }
 }
 
-impl Transport for Shm {
-    type Conn = ShmConn;
-    type Request = ShmRequest;
-    type MemHandle = ShmMem;
-
+impl Backend for ShmBackend {
     const NAME: &'static str = "shm";
     const CAPS: u64 = FX_CAP_HOST_MEM | FX_CAP_REGISTER;
+    const FIFO: FifoPlace = FifoPlace::Segment;
+    const INLINE: bool = true;
+    const REVOCATIONS: bool = false;
+    const PROGRESS_AT_POST: bool = false;
 
-    fn init(host: Host) -> PluginResult<Self> {
-        let cfg = Config::from_host(&host)?;
-        Self::with_config(host, cfg)
+    type Target = u64;
+    type Reg = ();
+    type MemHandle = ShmMem;
+    type Device = ();
+    type Engine = HostCopy;
+    type Writer = CmaWriter;
+
+    fn init(host: &Host) -> PluginResult<Self> {
+        Self::new(config::from_host(host)?)
     }
 
-    fn can_connect(&self, me: &FxPeerInfo, peer: &FxPeerInfo) -> i32 {
-        if self.ctx.cfg.disabled || me.host_hash != peer.host_hash {
-            return 0;
-        }
+    fn config(&self) -> &RingConfig {
+        &self.cfg
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "ring of {} × {} B per connection; single copy (process_vm_writev) into receives of ≥ {} B: {}",
+            self.cfg.nslots,
+            self.cfg.chunk_size,
+            self.cfg.direct_min,
+            self.cfg.direct_summary()
+        )
+    }
+
+    fn can_connect(&self, _host: &Host, _me: &FxPeerInfo, _peer: &FxPeerInfo) -> i32 {
         SAME_HOST_SCORE
     }
 
-    fn setup(&self, req: &ConnReq, out: &mut Blob) -> PluginResult<ShmConn> {
-        ShmConn::setup(&self.ctx, req, out)
-    }
-
-    fn connect(&self, conn: &mut ShmConn, peer: &Blob) -> PluginResult<ConnectState> {
-        conn.connect(peer)
-    }
-
-    // SAFETY: the caller keeps `ptr..ptr+len` valid until deregister (Transport::register's contract).
     unsafe fn register(
         &self,
+        _revocations: &Revocations,
         ptr: *mut u8,
         len: usize,
         kind: MemKind,
@@ -169,42 +171,68 @@ impl Transport for Shm {
         }
     }
 
-    // SAFETY: the caller keeps the buffer valid until the request completes (Transport::isend's contract).
-    unsafe fn isend(
-        &self,
-        conn: &mut ShmConn,
-        data: *const u8,
-        len: usize,
-        _mhandle: Option<&ShmMem>,
-    ) -> PluginResult<Option<ShmRequest>> {
-        // SAFETY: this fn's contract: `data..data+len` stays valid and unmodified until completion.
-        let buf = unsafe { SendBuf::new(data, len) };
-        conn.post_send(buf)
+    fn deregister(&self, _revocations: &Revocations, _mem: ShmMem) -> bool {
+        false
     }
 
-    // SAFETY: the caller keeps the buffer valid and unaliased until the request completes (Transport::irecv's contract).
-    unsafe fn irecv(
-        &self,
-        conn: &mut ShmConn,
-        data: *mut u8,
-        len: usize,
-        mhandle: Option<&ShmMem>,
-    ) -> PluginResult<Option<ShmRequest>> {
-        let registered = mhandle.is_some_and(|m| m.contains(data as usize, len));
-        // SAFETY: this fn's contract: `data..data+len` stays valid and ours until completion.
-        let buf = unsafe { RecvBuf::new(data, len) };
-        conn.post_recv(RecvOp::new(buf, registered))
+    fn registration(mem: &ShmMem, addr: u64, len: usize) -> Option<()> {
+        mem.contains(addr as usize, len).then_some(())
     }
 
-    fn test(&self, req: &mut ShmRequest) -> PluginResult<Option<usize>> {
-        req.test()
-    }
-
-    fn free(&self, conn: ShmConn) -> PluginResult<()> {
-        // Dropping reports to the peer, cancels what is pending, unmaps and unlinks.
-        drop(conn);
+    fn device(&self, _me: &FxPeerInfo, _peer: &FxPeerInfo) -> PluginResult<()> {
         Ok(())
+    }
+
+    fn bind(_dev: &()) -> PluginResult<BindGuard> {
+        Ok(BindGuard::noop())
+    }
+
+    fn engine(_dev: &()) -> PluginResult<HostCopy> {
+        Ok(HostCopy)
+    }
+
+    /// Any receive buffer qualifies by default, not only registered ones: CMA
+    /// needs no per-buffer setup, and a posted receive keeps its buffer valid
+    /// until it completes.
+    fn offer(&self, _revocations: &Revocations, _dev: &(), op: &RecvOp<()>) -> Option<u64> {
+        let c = &self.cfg;
+        let eligible = match c.direct {
+            ZeroCopy::Off => false,
+            ZeroCopy::Registered => op.reg.is_some(),
+            ZeroCopy::Any => true,
+        };
+        (eligible && op.len >= c.direct_min && op.dst != 0).then_some(op.dst)
+    }
+
+    fn writer(&self, _dev: &(), end: &SenderEnd<'_, u64>) -> PluginResult<(u64, CmaWriter)> {
+        let info = &end.seg.header().info.0;
+        let probe = (
+            info.probe_addr.load(Ordering::Relaxed),
+            info.probe_value.load(Ordering::Relaxed),
+        );
+        let writer = CmaWriter {
+            peer: end.peer,
+            probe,
+            verified: None,
+            copier: self.copier,
+        };
+        // The ring lies in the segment, which the sender maps itself.
+        Ok((0, writer))
     }
 }
 
 ferrocx_sdk::register_builtin!(Shm);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registrations_contain_their_ranges() {
+        let m = ShmMem { addr: 100, len: 50 };
+        assert!(m.contains(100, 50) && m.contains(120, 0) && m.contains(149, 1));
+        assert!(!m.contains(99, 2) && !m.contains(140, 11) && !m.contains(usize::MAX, 2));
+        assert_eq!(ShmBackend::registration(&m, 120, 10), Some(()));
+        assert_eq!(ShmBackend::registration(&m, 120, 40), None);
+    }
+}

@@ -2,14 +2,11 @@
 //! setup that never connected. A process of its own (an integration test), so
 //! the unit tests' segments cannot interfere; tests here run one at a time.
 
-use ferrocx_shm as shm;
+mod common;
 
-#[path = "../src/tests/harness.rs"]
-mod harness;
-
+use common::*;
 use ferrocx_sdk::{ConnectState, Transport};
-use ferrocx_shm::Config;
-use harness::*;
+use ferrocx_shm::config;
 use std::sync::Mutex;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -22,14 +19,14 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn names_vanish_once_both_ends_connected() {
     let _g = serial();
     let (tx_shm, rx_shm, mut tx, tx_blob, mut rx, rx_blob) = setup(
-        context(Config::default()),
-        context(Config::default()),
+        context(config::defaults()),
+        context(config::defaults()),
         my_pid(),
         my_pid(),
     );
     let name = rx.segment_name().expect("receiver has a segment");
     assert_eq!(
-        our_segments(),
+        our_segments("shm"),
         vec![name[1..].to_string()],
         "the segment is visible during the connect window"
     );
@@ -42,14 +39,14 @@ fn names_vanish_once_both_ends_connected() {
         ConnectState::Done
     );
     assert!(
-        our_segments().is_empty(),
+        our_segments("shm").is_empty(),
         "the sender unlinks after attaching"
     );
     assert_eq!(
         rx_shm.connect(&mut rx, &tx_blob).unwrap(),
         ConnectState::Done
     );
-    assert!(our_segments().is_empty());
+    assert!(our_segments("shm").is_empty());
 
     // Still usable after unlinking.
     let mut l = Link {
@@ -63,30 +60,23 @@ fn names_vanish_once_both_ends_connected() {
     assert!(sent.iter().all(|s| s.is_ok()));
     assert!(recv[0].buf == msgs[0] && recv[1].result.as_ref() == Ok(&0));
 
-    let Link {
-        tx_shm,
-        rx_shm,
-        tx,
-        rx,
-    } = l;
-    tx_shm.free(tx).unwrap();
-    rx_shm.free(rx).unwrap();
-    assert!(our_segments().is_empty());
+    l.free();
+    assert!(our_segments("shm").is_empty());
 }
 
 #[test]
 fn free_before_connect_unlinks() {
     let _g = serial();
     let (tx_shm, rx_shm, tx, _tx_blob, rx, _rx_blob) = setup(
-        context(Config::default()),
-        context(Config::default()),
+        context(config::defaults()),
+        context(config::defaults()),
         my_pid(),
         my_pid(),
     );
-    assert_eq!(our_segments().len(), 1);
+    assert_eq!(our_segments("shm").len(), 1);
     rx_shm.free(rx).unwrap();
     tx_shm.free(tx).unwrap();
-    assert!(our_segments().is_empty());
+    assert!(our_segments("shm").is_empty());
 }
 
 #[test]
@@ -94,27 +84,27 @@ fn dropped_contexts_and_connections_leave_nothing() {
     let _g = serial();
     for _ in 0..3 {
         let (_tx_shm, _rx_shm, tx, _tx_blob, rx, _rx_blob) = setup(
-            context(Config::default()),
-            context(Config::default()),
+            context(config::defaults()),
+            context(config::defaults()),
             my_pid(),
             my_pid(),
         );
         drop(rx);
         drop(tx);
     }
-    let mut l = link(Config::default());
+    let mut l = link(config::defaults());
     let (sent, _) = exchange(&mut l, &[pattern(10, 1)], &[10], false);
     assert!(sent[0].is_ok());
     drop(l);
-    assert!(our_segments().is_empty());
+    assert!(our_segments("shm").is_empty());
 }
 
 #[test]
 fn receiver_gives_up_when_the_sender_died_before_attaching() {
     let _g = serial();
     let (_tx_shm, rx_shm, _tx, tx_blob, mut rx, _rx_blob) = setup(
-        context(Config::default()),
-        context(Config::default()),
+        context(config::defaults()),
+        context(config::defaults()),
         dead_pid(),
         my_pid(),
     );
@@ -130,5 +120,5 @@ fn receiver_gives_up_when_the_sender_died_before_attaching() {
     assert!(err.message().starts_with("peer rank 0 (pid"), "{err}");
     assert!(err.message().contains("exited before attaching"), "{err}");
     rx_shm.free(rx).unwrap();
-    assert!(our_segments().is_empty());
+    assert!(our_segments("shm").is_empty());
 }

@@ -1,37 +1,21 @@
 //! Two real processes: this test binary re-runs itself as the sending rank
 //! (selected by `FXSHM_CHILD`), blobs travel as hex over the environment and stdout.
 
-use ferrocx_shm as shm;
+mod common;
 
-#[path = "../src/tests/harness.rs"]
-mod harness;
-
+use common::*;
 use ferrocx_sdk::abi::{FX_DIR_RECV, FX_DIR_SEND};
 use ferrocx_sdk::{Blob, ConnectState, MemKind, Transport};
-use ferrocx_shm::Config;
-use harness::*;
+use ferrocx_shm::config;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SIZES: [usize; 5] = [0, 7, 100_000, (1 << 20) + 3, 16 << 20];
 
-fn hex(b: &Blob) -> String {
-    b.as_bytes().iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Blob {
-    let bytes: Vec<u8> = (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect();
-    let mut b = Blob::new();
-    b.set_bytes(&bytes).unwrap();
-    b
-}
-
-/// Spawn the sending rank with the receiver's blob; returns it and its blob.
-fn spawn_sender(mode: &str, rx_blob: &Blob, conn_id: u64) -> (Child, Blob) {
+/// Spawn the peer rank (`mode`: "send" and "hang" make it the sender,
+/// "recv-hang" the receiver) with our blob; returns it and its blob.
+fn spawn_peer(mode: &str, rx_blob: &Blob, conn_id: u64) -> (Child, Blob) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env("FXSHM_CHILD", mode)
@@ -63,7 +47,7 @@ fn spawn_sender(mode: &str, rx_blob: &Blob, conn_id: u64) -> (Child, Blob) {
     (child, blob)
 }
 
-/// The sending rank (runs only in the child process).
+/// The peer rank (runs only in the child process).
 #[test]
 fn child_entry() {
     let Ok(mode) = std::env::var("FXSHM_CHILD") else {
@@ -72,7 +56,19 @@ fn child_entry() {
     let rx_blob = unhex(&std::env::var("FXSHM_BLOB").unwrap());
     let conn_id: u64 = std::env::var("FXSHM_CONN").unwrap().parse().unwrap();
     let parent: i32 = std::env::var("FXSHM_PARENT").unwrap().parse().unwrap();
-    let shm = context(Config::default());
+    let shm = context(config::defaults());
+    if mode == "recv-hang" {
+        // Receive nothing, stay until killed.
+        let (me, peer) = (peer_info(1, my_pid()), peer_info(0, parent));
+        let mut blob = Blob::new();
+        let mut conn = shm
+            .setup(&conn_req(FX_DIR_RECV, me, peer, conn_id), &mut blob)
+            .unwrap();
+        println!("BLOB {}", hex(&blob));
+        connect_until_done(&shm, &mut conn, &rx_blob);
+        std::thread::sleep(Duration::from_secs(30));
+        return;
+    }
     let (me, peer) = (peer_info(0, my_pid()), peer_info(1, parent));
     let mut blob = Blob::new();
     let mut conn = shm
@@ -95,7 +91,7 @@ fn child_entry() {
     // SAFETY: `msgs` outlives the requests.
     let reqs = msgs
         .iter()
-        .map(|m| post(|| unsafe { shm.isend(&mut conn, m.as_ptr(), m.len(), None) }))
+        .map(|m| post_until(|| unsafe { shm.isend(&mut conn, m.as_ptr(), m.len(), None) }))
         .collect();
     for r in wait_all(&shm, reqs) {
         r.unwrap();
@@ -108,7 +104,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The receiving rank's end (the sender's pid arrives in its blob).
 fn receiver(conn_id: u64) -> (ferrocx_shm::Shm, ferrocx_shm::ShmConn, Blob) {
-    let shm = context(Config::default());
+    let shm = context(config::defaults());
     let (me, peer) = (peer_info(1, my_pid()), peer_info(0, 0));
     let mut blob = Blob::new();
     let conn = shm
@@ -117,21 +113,13 @@ fn receiver(conn_id: u64) -> (ferrocx_shm::Shm, ferrocx_shm::ShmConn, Blob) {
     (shm, conn, blob)
 }
 
-fn connect(shm: &ferrocx_shm::Shm, conn: &mut ferrocx_shm::ShmConn, tx_blob: &Blob) {
-    let start = Instant::now();
-    while shm.connect(conn, tx_blob).unwrap() == ConnectState::InProgress {
-        assert!(start.elapsed() < DEADLINE, "sender never attached");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 #[test]
 fn ring_and_single_copy_across_processes() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (shm, mut conn, rx_blob) = receiver(0xabc);
-    let (mut child, tx_blob) = spawn_sender("send", &rx_blob, 0xabc);
-    connect(&shm, &mut conn, &tx_blob);
-    assert!(our_segments().is_empty(), "unlinked once connected");
+    let (mut child, tx_blob) = spawn_peer("send", &rx_blob, 0xabc);
+    connect_until_done(&shm, &mut conn, &tx_blob);
+    assert!(our_segments("shm").is_empty(), "unlinked once connected");
     let mut bufs: Vec<Vec<u8>> = SIZES.iter().map(|&n| vec![0u8; n]).collect();
     // SAFETY: each buffer outlives its registration and request.
     let handles: Vec<_> = bufs
@@ -145,7 +133,9 @@ fn ring_and_single_copy_across_processes() {
         .iter_mut()
         .zip(&handles)
         // SAFETY: buffers untouched until the requests finished.
-        .map(|(b, h)| post(|| unsafe { shm.irecv(&mut conn, b.as_mut_ptr(), b.len(), Some(h)) }))
+        .map(|(b, h)| {
+            post_until(|| unsafe { shm.irecv(&mut conn, b.as_mut_ptr(), b.len(), Some(h)) })
+        })
         .collect();
     for (i, r) in wait_all(&shm, reqs).into_iter().enumerate() {
         assert_eq!(r.unwrap(), SIZES[i]);
@@ -156,7 +146,7 @@ fn ring_and_single_copy_across_processes() {
     }
     let stats = conn.stats();
     assert_eq!(
-        stats.single_copy_messages + stats.ring_messages,
+        stats.direct_messages + stats.fifo_messages,
         SIZES.len() as u64,
         "{stats:?}"
     );
@@ -169,11 +159,11 @@ fn ring_and_single_copy_across_processes() {
 fn killed_sender_is_detected() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (shm, mut conn, rx_blob) = receiver(0xdef);
-    let (mut child, tx_blob) = spawn_sender("hang", &rx_blob, 0xdef);
-    connect(&shm, &mut conn, &tx_blob);
+    let (mut child, tx_blob) = spawn_peer("hang", &rx_blob, 0xdef);
+    connect_until_done(&shm, &mut conn, &tx_blob);
     let mut buf = vec![0u8; 100];
     // SAFETY: `buf` outlives the request.
-    let mut req = post(|| unsafe { shm.irecv(&mut conn, buf.as_mut_ptr(), buf.len(), None) });
+    let mut req = post_until(|| unsafe { shm.irecv(&mut conn, buf.as_mut_ptr(), buf.len(), None) });
     assert_eq!(shm.test(&mut req).unwrap(), None);
     child.kill().unwrap();
     let killed = Instant::now();
@@ -196,5 +186,43 @@ fn killed_sender_is_detected() {
         "{err}"
     );
     child.wait().unwrap();
-    assert!(our_segments().is_empty());
+    assert!(our_segments("shm").is_empty());
+}
+
+#[test]
+fn killed_receiver_is_detected_by_a_waiting_sender() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let shm = context(config::defaults());
+    let (me, peer) = (peer_info(0, my_pid()), peer_info(1, 0));
+    let mut tx_blob = Blob::new();
+    let mut conn = shm
+        .setup(&conn_req(FX_DIR_SEND, me, peer, 0xbee), &mut tx_blob)
+        .unwrap();
+    let (mut child, rx_blob) = spawn_peer("recv-hang", &tx_blob, 0xbee);
+    assert_eq!(
+        shm.connect(&mut conn, &rx_blob).unwrap(),
+        ConnectState::Done
+    );
+    // 1 MiB waits for the receiver's offer, which never comes.
+    let data = pattern(1 << 20, 9);
+    // SAFETY: `data` outlives the request.
+    let mut req = post_until(|| unsafe { shm.isend(&mut conn, data.as_ptr(), data.len(), None) });
+    assert_eq!(shm.test(&mut req).unwrap(), None);
+    child.kill().unwrap();
+    let killed = Instant::now();
+    let err = wait(&shm, &mut req).unwrap_err();
+    let took = killed.elapsed();
+    assert_eq!(err.code(), ferrocx_sdk::abi::FX_REMOTE);
+    assert!(
+        err.message()
+            .starts_with(&format!("peer rank 1 (pid {}) exited", child.id())),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    // Later posts report the same failure.
+    // SAFETY: as above.
+    let again = unsafe { shm.isend(&mut conn, data.as_ptr(), 1, None) };
+    assert!(again.is_err());
+    child.wait().unwrap();
+    shm.free(conn).unwrap();
 }

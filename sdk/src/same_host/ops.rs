@@ -1,4 +1,5 @@
-//! Fixed-capacity table of one direction's posted requests.
+//! One direction's posted requests: what a send or receive is, and the
+//! fixed-capacity table that holds them until they are collected.
 //!
 //! Messages are numbered 1, 2, … in post order and finish strictly in that
 //! order (a FIFO ring, or copies completing in stream order), but the core may test them in any order, so a
@@ -11,6 +12,40 @@ use crate::{PluginError, PluginResult};
 
 /// Outstanding requests per connection direction.
 pub const MAX_OPS: usize = 256;
+
+/// One posted send: the caller's bytes (host or device memory of this process).
+#[derive(Debug, Clone, Copy)]
+pub struct SendOp {
+    /// Source address.
+    pub src: u64,
+    /// Message length.
+    pub len: usize,
+}
+
+/// One posted receive.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvOp<R> {
+    /// Destination address (host or device memory of this process).
+    pub dst: u64,
+    /// Posted size.
+    pub len: usize,
+    /// The registration holding the whole buffer, if any.
+    pub reg: Option<R>,
+    /// Its handshake slot was published with a target.
+    pub offered: bool,
+}
+
+impl<R> RecvOp<R> {
+    /// A receive of at most `len` bytes into `dst`.
+    pub fn new(dst: u64, len: usize, reg: Option<R>) -> Self {
+        RecvOp {
+            dst,
+            len,
+            reg,
+            offered: false,
+        }
+    }
+}
 
 #[derive(Debug)]
 enum Status {
@@ -144,7 +179,7 @@ impl<T> OpTable<T> {
         let e = &mut self.entries[i];
         if seq == 0 || e.seq != seq {
             return Err(PluginError::invalid(format!(
-                "shm request #{seq} is unknown or already completed"
+                "request #{seq} is unknown or already completed"
             )));
         }
         let result = match std::mem::replace(&mut e.status, Status::Pending) {

@@ -73,6 +73,12 @@ pub trait WriteTarget: Copy {
     fn store(&self, cells: &Self::Cells);
     /// Rebuild from the published address and `cells`.
     fn load(addr: u64, cells: &Self::Cells) -> Self;
+    /// Whether a message of `len` bytes fits the target as far as the target
+    /// itself can tell (p2p: inside its allocation); the posted size is
+    /// checked separately.
+    fn fits(&self, _len: u64) -> bool {
+        true
+    }
 }
 
 /// The address alone (shm: `process_vm_writev` needs nothing else).
