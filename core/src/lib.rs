@@ -23,19 +23,25 @@ pub mod bootstrap;
 mod comm;
 pub mod config;
 pub mod device;
+mod engine;
 mod error;
 pub mod log;
 mod plan;
 pub mod plugin;
 pub mod proxy;
 pub mod reduce;
+mod registration;
+mod shared;
 mod types;
 
 pub use algo::{Algo, CollKind, VCounts};
-pub use comm::{CollSpec, CommConfig, Communicator, Dir, EngineStats, Group, RegHandle};
+pub use comm::{CommConfig, Communicator, Group};
 pub use device::{AsStream, RawStream};
+pub use engine::{EngineStats, Request};
 pub use error::{Error, Result};
-pub use plan::Request;
+pub use plan::CollSpec;
+pub use plugin::Dir;
+pub use registration::RegHandle;
 pub use types::{Bf16, DataType, Element, RedOp, F16};
 
 #[cfg(feature = "builtin-net-socket")]

@@ -21,7 +21,7 @@ use super::group::Group;
 use super::{Communicator, Dir};
 use crate::device::{mem, order::Signal, AsStream, Gpu, RawStream};
 use crate::error::{Error, Result};
-use crate::plan::{CollTask, P2pTask, PlanDevice, Task};
+use crate::plan::{CollSpec, CollTask, P2pTask, PlanDevice, Task};
 use ferrocx_sdk::cuda::{self, Event};
 use std::sync::Arc;
 
@@ -179,7 +179,9 @@ impl Communicator {
     fn needs_staging(&self) -> bool {
         *self.staging.get_or_init(|| {
             (0..self.nranks()).filter(|&p| p != self.rank()).any(|p| {
-                super::connection::choose_plugin(&self.shared, p)
+                self.shared
+                    .candidates()
+                    .choose(p)
                     .map_or(true, |pl| !pl.takes_device_memory())
             })
         })
@@ -385,5 +387,3 @@ impl Group<'_> {
         Ok(())
     }
 }
-
-use super::coll::CollSpec;

@@ -1,10 +1,11 @@
 //! Groups: post several sends, receives and collectives, then run them
 //! together so that ranks posting in different orders cannot deadlock.
 
-use super::connection::Dir;
 use super::Communicator;
+use crate::engine::Request;
 use crate::error::Result;
-use crate::plan::{Request, Task};
+use crate::plan::Task;
+use crate::plugin::Dir;
 use std::marker::PhantomData;
 
 /// An open group. Buffers stay borrowed until [`Group::group_end`] returns.

@@ -1,30 +1,22 @@
 //! The [`Communicator`]: a set of ranks that exchange data.
 
-pub(crate) mod coll;
-mod connection;
+mod coll;
 mod device;
-mod engine;
 mod group;
-mod registration;
-mod shared;
 
-pub use coll::CollSpec;
-pub use connection::Dir;
-pub use engine::EngineStats;
 pub use group::Group;
-pub use registration::RegHandle;
 
 use crate::bootstrap::{Bootstrap, LaunchInfo, RankInfo};
 use crate::config;
+use crate::engine::{Engine, EngineStats, Request, Submitted};
 use crate::error::{Error, Result};
-use crate::plan::{P2pTask, PlanConfig, Request, ScheduleCache, Task};
-use crate::plugin::{PluginInstance, PluginReport, Registry, TransportFilter};
-use crate::proxy::{ProgressThread, ServiceThread};
-pub(crate) use engine::{Engine, Submitted};
+use crate::plan::{CollSpec, P2pTask, PlanConfig, ScheduleCache, Task};
+use crate::plugin::{Dir, PluginInstance, PluginReport, Registry, TransportFilter};
+use crate::proxy::{connect, ProgressThread, ServiceThread};
+use crate::registration::{RegHandle, Registrations};
+use crate::shared::CommShared;
 use ferrocx_sdk::abi::FxPeerInfo;
 use parking_lot::Mutex;
-use registration::Registrations;
-use shared::CommShared;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -353,7 +345,10 @@ impl Communicator {
         if let Some(t) = self.engine.transport_of(peer, Dir::Send) {
             return Ok(t);
         }
-        connection::choose_plugin(&self.shared, peer).map(|p| p.name().to_string())
+        self.shared
+            .candidates()
+            .choose(peer)
+            .map(|p| p.name().to_string())
     }
 
     /// Plan `tasks`, connect what they need, run them, wait.
@@ -412,7 +407,7 @@ impl Communicator {
             let svc = svc
                 .as_ref()
                 .ok_or_else(|| Error::Destroyed("communicator was destroyed".into()))?;
-            svc.call(move || connection::establish(&shared, &missing))
+            svc.call(move || connect::establish(&shared, &missing))
         };
         match conns {
             Ok(c) => {

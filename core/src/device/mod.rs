@@ -5,18 +5,18 @@
 //! error value instead of panicking: without a GPU everything host-side works and
 //! device calls return [`Error::Unsupported`](crate::Error::Unsupported).
 
+mod assign;
 pub(crate) mod copy;
 mod gpu;
 pub mod kernels;
 pub(crate) mod mem;
 pub mod nvrtc;
 pub(crate) mod order;
-mod select;
 #[doc(hidden)]
 pub mod testdata;
 
+pub use assign::choose_device;
 pub(crate) use gpu::Gpu;
-pub use select::choose_device;
 
 /// A raw CUDA stream handle (`CUstream`), as FFI users pass it.
 pub type RawStream = ferrocx_sdk::cuda::sys::CUstream;

@@ -4,10 +4,10 @@
 
 use super::local::{self, Bases};
 use crate::algo::{Schedule, Xfer};
-use crate::comm::Dir;
 use crate::device::mem::copy_async;
 use crate::device::Gpu;
 use crate::error::Error;
+use crate::plugin::Dir;
 use crate::types::{DataType, RedOp};
 use ferrocx_sdk::cuda::Event;
 use std::sync::Arc;

@@ -1,10 +1,10 @@
 //! Tasks: validated collective calls and point-to-point operations, as a
 //! group collects them before planning.
 
+use super::spec::{check_buffer, CollSpec};
 use crate::algo::{in_place_safe, Algo, CollKind, VCounts};
-use crate::comm::coll::{check_buffer, CollSpec};
-use crate::comm::Dir;
 use crate::error::{Error, Result};
+use crate::plugin::Dir;
 use crate::types::{DataType, RedOp};
 use std::sync::Arc;
 

@@ -1,12 +1,16 @@
 //! Plugins: discovery and loading ([`Registry`]), validation ([`PluginLib`]),
-//! live contexts ([`PluginInstance`]) and per-peer selection ([`select`]).
+//! live contexts ([`PluginInstance`]), per-peer selection ([`select`]) and
+//! established connection ends ([`Connection`]).
 
+mod connection;
 mod host;
 mod instance;
 mod library;
 mod registry;
 pub mod select;
 
+pub(crate) use connection::Connection;
+pub use connection::Dir;
 pub use instance::{PluginInstance, RawConn, RawMemHandle, RawRequest};
 pub use library::{PluginLib, PluginSource};
 pub use registry::{PluginReport, Registry};

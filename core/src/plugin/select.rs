@@ -1,7 +1,13 @@
-//! `FERROCX_TRANSPORTS` and the per-peer choice: highest non-zero
-//! `can_connect` score wins, ties broken by a fixed order (NCCL's).
+//! Transport selection, all of it: `FERROCX_TRANSPORTS` ([`TransportFilter`]),
+//! the per-peer choice on the sending side (highest non-zero `can_connect`
+//! wins, ties broken by a fixed order, NCCL's: [`choose`]), logged with
+//! every candidate's score, and the receiving side's check that it can follow
+//! the sender's choice ([`Candidates::follow`]).
 
+use super::instance::PluginInstance;
 use crate::error::{Error, Result};
+use ferrocx_sdk::abi::FxPeerInfo;
+use std::sync::Arc;
 
 /// Tie-break order for equal scores; unknown names come after, alphabetically.
 pub const TIE_ORDER: [&str; 4] = ["p2p", "shm", "net-ib", "net-socket"];
@@ -106,6 +112,89 @@ pub fn choose(filter: &TransportFilter, candidates: &[(String, i32)]) -> Option<
         }),
     }
     .map(|(i, _)| i)
+}
+
+/// What choosing a transport between this rank and a peer looks at.
+pub struct Candidates<'a> {
+    /// This rank.
+    pub me: usize,
+    /// Every rank's record.
+    pub infos: &'a [FxPeerInfo],
+    /// The initialized plugins, in discovery order.
+    pub plugins: &'a [Arc<PluginInstance>],
+    /// `FERROCX_TRANSPORTS`.
+    pub filter: &'a TransportFilter,
+    /// Plugins skipped at discovery (for messages).
+    pub skipped: &'a str,
+}
+
+impl Candidates<'_> {
+    /// The sending side's choice for this rank → `peer`, logged at info with
+    /// every candidate's score.
+    pub fn choose(&self, peer: usize) -> Result<Arc<PluginInstance>> {
+        let (me, them) = (&self.infos[self.me], &self.infos[peer]);
+        let scores: Vec<(String, i32)> = self
+            .plugins
+            .iter()
+            .map(|p| (p.name().to_string(), p.can_connect(me, them)))
+            .collect();
+        let shown = scores
+            .iter()
+            .map(|(n, s)| format!("{n}={s}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        match choose(self.filter, &scores) {
+            Some(i) => {
+                tracing::info!(target: "ferrocx::select", "rank {} -> rank {peer}: transport {} (scores: {shown})", self.me, scores[i].0);
+                Ok(self.plugins[i].clone())
+            }
+            None => Err(Error::NoTransport {
+                peer,
+                detail: format!(
+                    "scores: [{}], FERROCX_TRANSPORTS filter: {:?}, skipped plugins: {}",
+                    if shown.is_empty() {
+                        "no plugins loaded".into()
+                    } else {
+                        shown
+                    },
+                    self.filter,
+                    self.skipped
+                ),
+            }),
+        }
+    }
+
+    /// The receiving side of the sender's choice `name`: the plugin must be
+    /// loaded, allowed, and able to reach `peer` from here.
+    pub fn follow(&self, peer: usize, name: &str) -> Result<Arc<PluginInstance>> {
+        let me = self.me;
+        let found = self.plugins.iter().find(|p| p.name() == name).cloned();
+        let plugin = match found {
+            Some(p) if self.filter.allows(name) => p,
+            _ => {
+                let loaded = self
+                    .plugins
+                    .iter()
+                    .map(|p| p.name())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(Error::NoTransport {
+                    peer,
+                    detail: format!(
+                        "rank {peer} chose transport '{name}' to send to rank {me}, but it is not available here (loaded: {loaded}; FERROCX_TRANSPORTS filter {:?})",
+                        self.filter
+                    ),
+                });
+            }
+        };
+        if plugin.can_connect(&self.infos[me], &self.infos[peer]) == 0 {
+            return Err(Error::NoTransport {
+                peer,
+                detail: format!("rank {peer} chose transport '{name}' to send to rank {me}, but '{name}' on rank {me} cannot reach rank {peer} (can_connect = 0)"),
+            });
+        }
+        Ok(plugin)
+    }
 }
 
 #[cfg(test)]

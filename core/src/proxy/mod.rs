@@ -1,7 +1,8 @@
-//! Per-communicator threads: the proxy service thread (connection setup,
-//! registration) and the progress thread (in-flight operations). Both park
-//! when idle.
+//! Per-communicator threads and the work they run: the proxy service thread
+//! (connection setup: [`connect`]) and the progress thread (in-flight
+//! operations, driven through [`Progress`]). Both park when idle.
 
+pub(crate) mod connect;
 mod progress;
 mod service;
 mod slack;

@@ -3,10 +3,9 @@
 use super::args::{sizes, PerfArgs};
 use super::data::{poison, vcounts, Case};
 use super::device::DevBufs;
-use super::sendrecv::{max_over_ranks, sum_over_ranks};
 use super::table::{Row, Timing};
+use super::timing::{sum_over_ranks, time_calls};
 use ferrocx::{CollKind, CollSpec, Communicator, DataType, Error, RedOp, Result};
-use std::time::Instant;
 
 /// A zeroed byte buffer whose usable part starts on a 64-byte boundary (so it
 /// is aligned for every element type, without `unsafe`).
@@ -117,30 +116,6 @@ fn layout(kind: CollKind, count: usize, n: usize, rank: usize, root: usize) -> R
         in_off,
         out_off,
     })
-}
-
-/// Warm up, then time `iters` calls after a barrier; µs per call, max over ranks.
-/// `sync` waits for queued device work (a no-op for host buffers): calls on device
-/// buffers are queued on a stream, timed from the first queued call until the stream
-/// has run the last one, as nccl-tests does.
-pub(crate) fn time_calls(
-    comm: &Communicator,
-    a: &PerfArgs,
-    mut call: impl FnMut() -> Result<()>,
-    sync: impl Fn() -> Result<()>,
-) -> Result<f64> {
-    for _ in 0..a.warmup {
-        call()?;
-    }
-    sync()?;
-    comm.barrier()?;
-    let t0 = Instant::now();
-    for _ in 0..a.iters {
-        call()?;
-    }
-    sync()?;
-    let us = t0.elapsed().as_secs_f64() * 1e6 / a.iters as f64;
-    max_over_ranks(comm, us)
 }
 
 struct Bufs {

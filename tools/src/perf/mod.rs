@@ -6,3 +6,4 @@ pub mod data;
 pub mod device;
 pub mod sendrecv;
 pub mod table;
+pub mod timing;

@@ -1,32 +1,14 @@
 //! `fxperf sendrecv`: every rank sends to rank+1 and receives from rank-1 in one group.
 
 use super::args::{sizes, PerfArgs};
-use super::coll::time_calls;
 use super::device::DevBufs;
 use super::table::{Row, Timing};
+use super::timing::{sum_over_ranks, time_calls};
 use ferrocx::{Communicator, Result};
 
 /// Byte expected at `i` of the buffer sent by `rank` in round `round`.
 fn pattern(rank: usize, round: usize, i: usize) -> u8 {
     (i.wrapping_mul(31) ^ rank.wrapping_mul(131) ^ round.wrapping_mul(7) ^ (i >> 8)) as u8
-}
-
-/// The largest of every rank's `v`.
-pub fn max_over_ranks(comm: &Communicator, v: f64) -> Result<f64> {
-    let all = comm.all_gather_oob(&v.to_le_bytes())?;
-    Ok(all
-        .iter()
-        .map(|b| f64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
-        .fold(0.0, f64::max))
-}
-
-/// The sum of every rank's `v`.
-pub fn sum_over_ranks(comm: &Communicator, v: u64) -> Result<u64> {
-    let all = comm.all_gather_oob(&v.to_le_bytes())?;
-    Ok(all
-        .iter()
-        .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
-        .sum())
 }
 
 /// Run the benchmark; `emit` receives each finished row (rank 0 prints).

@@ -1,16 +1,20 @@
-//! In-flight work of a communicator: plans (runners executing schedules)
-//! and the sends/receives they queue per connection, posted in order and
-//! tested until done, with timeouts and peer-failure checks. Driven by a
-//! waiting caller (no thread hand-off for short operations) or by the
-//! progress thread.
+//! The engine: in-flight work of a communicator — plans (runners executing
+//! schedules) and the sends/receives they queue per connection, posted in
+//! order and tested until done, with timeouts and peer-failure checks.
+//! Driven by a waiting caller (no thread hand-off for short operations,
+//! [`Request`]) or by the progress thread.
 
-use super::connection::{Connection, Dir};
-use super::registration::Registrations;
-use super::shared::CommShared;
+mod request;
+
+pub use request::Request;
+
 use crate::error::{Error, Result};
 use crate::plan::{Plan, Post, Poster, ScratchBuf, StageDone, Step};
+use crate::plugin::{Connection, Dir};
 use crate::plugin::{RawMemHandle, RawRequest};
 use crate::proxy::Progress;
+use crate::registration::Registrations;
+use crate::shared::CommShared;
 use ferrocx_sdk::abi::FX_INVALID_ARGUMENT;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;

@@ -2,6 +2,7 @@
 
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
+use crate::plugin::select::Candidates;
 use crate::plugin::{PluginInstance, TransportFilter};
 use ferrocx_sdk::abi::FxPeerInfo;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -25,6 +26,17 @@ pub(crate) struct CommShared {
 }
 
 impl CommShared {
+    /// What transport selection looks at for this rank.
+    pub fn candidates(&self) -> Candidates<'_> {
+        Candidates {
+            me: self.rank,
+            infos: &self.peer_info,
+            plugins: &self.plugins,
+            filter: &self.filter,
+            skipped: &self.skipped,
+        }
+    }
+
     /// Fail if a peer died, a peer aborted, or we were aborted.
     pub fn check_peers(&self) -> Result<()> {
         if self.abort.load(Ordering::Acquire) != 0 {

@@ -1,46 +1,21 @@
-//! One direction of one connection to a peer, and how it is established:
-//! setup → blob exchange over the bootstrap → connect until done.
+//! The connection phases the proxy service thread runs: how the connections
+//! a group needs are established (setup → blob exchange over the bootstrap →
+//! connect until done).
 //!
-//! The sender chooses the transport and tells the receiver which one in its
-//! request, so both ends always run the same plugin. Phases per group (no
-//! cycles, so no deadlock whatever order ranks post in):
+//! The sender chooses the transport (`plugin::select`) and tells the receiver
+//! which one in its request, so both ends always run the same plugin. Phases
+//! per group (no cycles, so no deadlock whatever order ranks post in):
 //! 1. for every needed send side: choose, `setup`, send REQ(name, blob);
 //! 2. for every needed receive side: wait REQ, `setup` with that plugin, send ACK(blob), `connect`;
 //! 3. for every send side: wait ACK, `connect`;
 //! 4. repeat `connect` on the ones in progress until all are done (bounded).
 
-use super::shared::CommShared;
 use crate::error::{Error, Result};
-use crate::plugin::{select, PluginInstance, RawConn};
+use crate::plugin::{Connection, Dir, PluginInstance};
+use crate::shared::CommShared;
 use ferrocx_sdk::abi::*;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Which way data flows on a connection, from this rank's side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dir {
-    /// This rank sends.
-    Send,
-    /// This rank receives.
-    Recv,
-}
-
-/// An established connection end.
-pub struct Connection {
-    pub(crate) plugin: Arc<PluginInstance>,
-    pub(crate) raw: RawConn,
-    pub(crate) peer: usize,
-    pub(crate) dir: Dir,
-    pub(crate) channel: u32,
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        if let Err(e) = self.plugin.free(self.raw, self.peer) {
-            tracing::warn!(target: "ferrocx::comm", "freeing connection to rank {}: {e}", self.peer);
-        }
-    }
-}
 
 const TAG_CONN: u64 = 0x4658_0000_0000_0000; // "FX" connection-setup tag space
 fn tag(phase: u64, channel: u32) -> u64 {
@@ -118,41 +93,6 @@ fn decode(peer: usize, msg: &[u8]) -> Result<(String, FxBlob, String)> {
     ))
 }
 
-/// Pick the transport for this rank → `peer` among the communicator's plugins.
-pub(crate) fn choose_plugin(shared: &CommShared, peer: usize) -> Result<Arc<PluginInstance>> {
-    let me = &shared.peer_info[shared.rank];
-    let them = &shared.peer_info[peer];
-    let scores: Vec<(String, i32)> = shared
-        .plugins
-        .iter()
-        .map(|p| (p.name().to_string(), p.can_connect(me, them)))
-        .collect();
-    let shown = scores
-        .iter()
-        .map(|(n, s)| format!("{n}={s}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    match select::choose(&shared.filter, &scores) {
-        Some(i) => {
-            tracing::info!(target: "ferrocx::select", "rank {} -> rank {peer}: transport {} (scores: {shown})", shared.rank, scores[i].0);
-            Ok(shared.plugins[i].clone())
-        }
-        None => Err(Error::NoTransport {
-            peer,
-            detail: format!(
-                "scores: [{}], FERROCX_TRANSPORTS filter: {:?}, skipped plugins: {}",
-                if shown.is_empty() {
-                    "no plugins loaded".into()
-                } else {
-                    shown
-                },
-                shared.filter,
-                shared.skipped
-            ),
-        }),
-    }
-}
-
 /// Say what connection setup was waiting for instead of naming a bootstrap tag.
 fn setup_wait_error(e: Error, waiting_for: &str) -> Error {
     match e {
@@ -197,38 +137,6 @@ fn open_end(
     Ok((conn, blob))
 }
 
-/// The receiver's side of the sender's choice: the plugin must be loaded,
-/// allowed, and able to reach the sender from here.
-fn follow_choice(shared: &CommShared, peer: usize, name: &str) -> Result<Arc<PluginInstance>> {
-    let me = shared.rank;
-    let found = shared.plugins.iter().find(|p| p.name() == name).cloned();
-    let plugin = match found {
-        Some(p) if shared.filter.allows(name) => p,
-        _ => {
-            let loaded = shared
-                .plugins
-                .iter()
-                .map(|p| p.name())
-                .collect::<Vec<_>>()
-                .join(", ");
-            return Err(Error::NoTransport {
-                peer,
-                detail: format!(
-                    "rank {peer} chose transport '{name}' to send to rank {me}, but it is not available here (loaded: {loaded}; FERROCX_TRANSPORTS filter {:?})",
-                    shared.filter
-                ),
-            });
-        }
-    };
-    if plugin.can_connect(&shared.peer_info[me], &shared.peer_info[peer]) == 0 {
-        return Err(Error::NoTransport {
-            peer,
-            detail: format!("rank {peer} chose transport '{name}' to send to rank {me}, but '{name}' on rank {me} cannot reach rank {peer} (can_connect = 0)"),
-        });
-    }
-    Ok(plugin)
-}
-
 /// Tell `peer` (in setup phase `phase`) that this end failed, then return the error.
 fn refuse(shared: &CommShared, peer: usize, phase: u64, channel: u32, err: Error) -> Error {
     let why = match &err {
@@ -258,7 +166,9 @@ pub(crate) fn establish(
     // too (empty name + reason), so the receiver fails at once instead of timing out.
     for &(channel, peer, _) in needs.iter().filter(|(_, _, d)| *d == Dir::Send) {
         let channel = channel as u32;
-        let opened = choose_plugin(shared, peer)
+        let opened = shared
+            .candidates()
+            .choose(peer)
             .and_then(|p| open_end(shared, &p, peer, Dir::Send, channel).map(|(c, b)| (p, c, b)));
         let (plugin, conn, blob) = match opened {
             Ok(x) => x,
@@ -289,7 +199,9 @@ pub(crate) fn establish(
                 detail: format!("it could not set up its end of the connection: {status}"),
             });
         }
-        let accepted = follow_choice(shared, peer, &name)
+        let accepted = shared
+            .candidates()
+            .follow(peer, &name)
             .and_then(|p| open_end(shared, &p, peer, Dir::Recv, channel));
         let (conn, blob) = match accepted {
             Ok(x) => x,
@@ -347,7 +259,7 @@ pub(crate) fn establish(
             });
         }
         idle += 1;
-        crate::proxy::backoff(idle);
+        super::backoff(idle);
     }
     let mut out = Vec::with_capacity(sends.len() + recvs.len());
     for p in sends.into_iter().chain(recvs) {

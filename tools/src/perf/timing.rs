@@ -1,0 +1,47 @@
+//! How every benchmark times its calls and agrees on one number across ranks.
+
+use super::args::PerfArgs;
+use ferrocx::{Communicator, Result};
+use std::time::Instant;
+
+/// Warm up, then time `iters` calls after a barrier; µs per call, max over ranks.
+/// `sync` waits for queued device work (a no-op for host buffers): calls on device
+/// buffers are queued on a stream, timed from the first queued call until the stream
+/// has run the last one, as nccl-tests does.
+pub fn time_calls(
+    comm: &Communicator,
+    a: &PerfArgs,
+    mut call: impl FnMut() -> Result<()>,
+    sync: impl Fn() -> Result<()>,
+) -> Result<f64> {
+    for _ in 0..a.warmup {
+        call()?;
+    }
+    sync()?;
+    comm.barrier()?;
+    let t0 = Instant::now();
+    for _ in 0..a.iters {
+        call()?;
+    }
+    sync()?;
+    let us = t0.elapsed().as_secs_f64() * 1e6 / a.iters as f64;
+    max_over_ranks(comm, us)
+}
+
+/// The largest of every rank's `v`.
+pub fn max_over_ranks(comm: &Communicator, v: f64) -> Result<f64> {
+    let all = comm.all_gather_oob(&v.to_le_bytes())?;
+    Ok(all
+        .iter()
+        .map(|b| f64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+        .fold(0.0, f64::max))
+}
+
+/// The sum of every rank's `v`.
+pub fn sum_over_ranks(comm: &Communicator, v: u64) -> Result<u64> {
+    let all = comm.all_gather_oob(&v.to_le_bytes())?;
+    Ok(all
+        .iter()
+        .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
+        .sum())
+}
