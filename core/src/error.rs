@@ -150,3 +150,9 @@ impl Error {
         }
     }
 }
+
+impl From<ferrocx_algo::Invalid> for Error {
+    fn from(e: ferrocx_algo::Invalid) -> Self {
+        Error::InvalidArgument(e.0)
+    }
+}

@@ -18,7 +18,7 @@
 //! # Ok::<(), ferrocx::Error>(())
 //! ```
 
-pub mod algo;
+pub use ferrocx_algo as algo;
 pub mod bootstrap;
 mod comm;
 pub mod config;
@@ -29,10 +29,10 @@ pub mod log;
 mod plan;
 pub mod plugin;
 pub mod proxy;
-pub mod reduce;
+pub use ferrocx_algo::reduce;
 mod registration;
 mod shared;
-mod types;
+use ferrocx_algo::types;
 
 pub use algo::{Algo, CollKind, VCounts};
 pub use comm::{CommConfig, Communicator, Group};

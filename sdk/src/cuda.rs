@@ -117,8 +117,8 @@ pub fn pci_id(device: i32) -> PluginResult<i32> {
     need()?;
     let attr = |a: sys::CUdevice_attribute| -> PluginResult<i32> {
         let mut v = 0;
-        // SAFETY: initialized driver; `v` is a valid out pointer.
         check(
+            // SAFETY: initialized driver; `v` is a valid out pointer.
             unsafe { sys::cuDeviceGetAttribute(&mut v, a, device) },
             "cuDeviceGetAttribute",
         )?;
@@ -167,8 +167,8 @@ impl Context {
             )));
         }
         let mut ctx = std::ptr::null_mut();
-        // SAFETY: valid ordinal (checked); `ctx` is a valid out pointer.
         check(
+            // SAFETY: valid ordinal (checked); `ctx` is a valid out pointer.
             unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, device) },
             "cuDevicePrimaryCtxRetain",
         )?;
@@ -212,8 +212,8 @@ impl Stream {
     pub fn new() -> PluginResult<Self> {
         need()?;
         let mut s = std::ptr::null_mut();
-        // SAFETY: the caller bound a context; `s` is a valid out pointer.
         check(
+            // SAFETY: the caller bound a context; `s` is a valid out pointer.
             unsafe {
                 sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
             },
@@ -248,8 +248,8 @@ impl Event {
     pub fn new() -> PluginResult<Self> {
         need()?;
         let mut e = std::ptr::null_mut();
-        // SAFETY: the caller bound a context; `e` is a valid out pointer.
         check(
+            // SAFETY: the caller bound a context; `e` is a valid out pointer.
             unsafe {
                 sys::cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
             },
@@ -270,8 +270,8 @@ impl Event {
     /// `stream` must be a live stream (or null, the legacy default stream) of the
     /// context the event was made in.
     pub unsafe fn record(&self, stream: sys::CUstream) -> PluginResult<()> {
-        // SAFETY: a live event; the stream is live by the caller's contract.
         check(
+            // SAFETY: a live event; the stream is live by the caller's contract.
             unsafe { sys::cuEventRecord(self.0, stream) },
             "cuEventRecord",
         )
@@ -319,8 +319,8 @@ impl PinnedHost {
         need()?;
         let mut p = std::ptr::null_mut();
         let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
-        // SAFETY: the caller bound a context; `p` is a valid out pointer.
         check(
+            // SAFETY: the caller bound a context; `p` is a valid out pointer.
             unsafe { sys::cuMemHostAlloc(&mut p, len.max(1), flags) },
             "cuMemHostAlloc",
         )?;

@@ -828,9 +828,9 @@ impl Kernels {
         let device = ctx.device();
         let attr = |a: sys::CUdevice_attribute, what: &str| -> Result<i32> {
             let mut v = 0;
-            // SAFETY: initialized driver (available() above); valid ordinal
-            // (from a live context); valid out pointer.
             driver(
+                // SAFETY: initialized driver (available() above); valid ordinal
+                // (from a live context); valid out pointer.
                 unsafe { sys::cuDeviceGetAttribute(&mut v, a, device) },
                 || format!("cuDeviceGetAttribute({what}) of device {device}"),
             )?;

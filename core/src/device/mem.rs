@@ -19,8 +19,8 @@ impl DevBuf {
     /// `len` bytes (at least 256) on the current context's device.
     pub fn new(len: usize) -> Result<Self> {
         let mut ptr = 0;
-        // SAFETY: the caller bound a context; `ptr` is a valid out pointer.
         cuda::check(
+            // SAFETY: the caller bound a context; `ptr` is a valid out pointer.
             unsafe { sys::cuMemAlloc_v2(&mut ptr, len.max(256)) },
             "cuMemAlloc",
         )

@@ -340,6 +340,16 @@ mod tests {
         (MrCache::with_page(f, keep, P), live)
     }
 
+    fn acquire(
+        c: &MrCache<Fake>,
+        addr: usize,
+        len: usize,
+        kind: Use,
+    ) -> PluginResult<Lease<FakeMr>> {
+        // SAFETY: the fake registrar only records ranges; nothing is touched.
+        unsafe { c.acquire(addr, len, kind) }
+    }
+
     fn live(l: &Live) -> Vec<(usize, usize)> {
         let mut v = l.lock().unwrap().clone();
         v.sort();
@@ -349,10 +359,10 @@ mod tests {
     #[test]
     fn ranges_are_page_aligned_and_reused_inside() {
         let (c, l) = cache(0);
-        let a = unsafe { c.acquire(10 * P + 5, 3 * P, Use::Explicit) }.unwrap();
+        let a = acquire(&c, 10 * P + 5, 3 * P, Use::Explicit).unwrap();
         assert_eq!((a.start, a.end), (10 * P, 14 * P));
         // A transfer inside the registered range reuses it.
-        let t = unsafe { c.acquire(11 * P, 100, Use::Transfer) }.unwrap();
+        let t = acquire(&c, 11 * P, 100, Use::Transfer).unwrap();
         assert_eq!(t.id, a.id);
         assert!(Arc::ptr_eq(&t.mr, &a.mr));
         assert_eq!(c.stats().registered, 1);
@@ -373,14 +383,14 @@ mod tests {
     #[test]
     fn overlapping_ranges_register_the_union() {
         let (c, l) = cache(0);
-        let a = unsafe { c.acquire(0, 4 * P, Use::Explicit) }.unwrap();
-        let b = unsafe { c.acquire(8 * P, 2 * P, Use::Explicit) }.unwrap();
+        let a = acquire(&c, 0, 4 * P, Use::Explicit).unwrap();
+        let b = acquire(&c, 8 * P, 2 * P, Use::Explicit).unwrap();
         // Overlaps a's tail and b's head: one MR over [0, 10P).
-        let u = unsafe { c.acquire(3 * P, 6 * P, Use::Transfer) }.unwrap();
+        let u = acquire(&c, 3 * P, 6 * P, Use::Transfer).unwrap();
         assert_eq!((u.start, u.end), (0, 10 * P));
         assert_eq!(live(&l), [(0, 4 * P), (0, 10 * P), (8 * P, 10 * P)]);
         // New lookups find the union, not the retired parts.
-        let t = unsafe { c.acquire(P, 10, Use::Transfer) }.unwrap();
+        let t = acquire(&c, P, 10, Use::Transfer).unwrap();
         assert_eq!(t.id, u.id);
         c.release(t);
         // Retired entries go as soon as their holders release them.
@@ -390,8 +400,8 @@ mod tests {
         c.release(u);
         assert!(live(&l).is_empty());
         // Touching ranges merge too.
-        let x = unsafe { c.acquire(0, P, Use::Explicit) }.unwrap();
-        let y = unsafe { c.acquire(P, P, Use::Explicit) }.unwrap();
+        let x = acquire(&c, 0, P, Use::Explicit).unwrap();
+        let y = acquire(&c, P, P, Use::Explicit).unwrap();
         assert_eq!((y.start, y.end), (0, 2 * P));
         c.release(x);
         c.release(y);
@@ -402,10 +412,10 @@ mod tests {
     fn idle_entries_kept_up_to_the_limit_lru_first_out() {
         let (c, l) = cache(2);
         let mut leases: Vec<_> = (0..4)
-            .map(|i| unsafe { c.acquire(i * 10 * P, P, Use::Transfer) }.unwrap())
+            .map(|i| acquire(&c, i * 10 * P, P, Use::Transfer).unwrap())
             .collect();
         // Touch entry 0 again so that it is the most recently used.
-        let again = unsafe { c.acquire(0, P, Use::Transfer) }.unwrap();
+        let again = acquire(&c, 0, P, Use::Transfer).unwrap();
         leases.push(again);
         for lease in leases {
             c.release(lease);
@@ -421,7 +431,7 @@ mod tests {
             }
         );
         // A hit on a kept entry registers nothing new.
-        let t = unsafe { c.acquire(30 * P + 7, 9, Use::Transfer) }.unwrap();
+        let t = acquire(&c, 30 * P + 7, 9, Use::Transfer).unwrap();
         assert_eq!(c.stats().registered, 4);
         c.release(t);
         c.flush();
@@ -431,9 +441,9 @@ mod tests {
     #[test]
     fn busy_entries_are_never_evicted() {
         let (c, l) = cache(1);
-        let busy = unsafe { c.acquire(0, P, Use::Explicit) }.unwrap();
+        let busy = acquire(&c, 0, P, Use::Explicit).unwrap();
         for i in 1..5 {
-            let t = unsafe { c.acquire(i * 10 * P, P, Use::Transfer) }.unwrap();
+            let t = acquire(&c, i * 10 * P, P, Use::Transfer).unwrap();
             c.release(t);
         }
         assert_eq!(live(&l), [(0, P), (40 * P, 41 * P)]);
@@ -448,10 +458,10 @@ mod tests {
     fn failures_and_bad_ranges_leave_nothing_behind() {
         let (c, l) = cache(4);
         c.registrar().fail_next.store(1, Ordering::Relaxed);
-        let e = unsafe { c.acquire(0, P, Use::Explicit) }.unwrap_err();
+        let e = acquire(&c, 0, P, Use::Explicit).unwrap_err();
         assert!(e.message().contains("ibv_reg_mr"), "{e}");
-        assert!(unsafe { c.acquire(0, 0, Use::Transfer) }.is_err());
-        assert!(unsafe { c.acquire(usize::MAX - 3, 8, Use::Transfer) }.is_err());
+        assert!(acquire(&c, 0, 0, Use::Transfer).is_err());
+        assert!(acquire(&c, usize::MAX - 3, 8, Use::Transfer).is_err());
         assert_eq!(c.stats().entries, 0);
         assert!(live(&l).is_empty());
         let e = c.registrar().register_dmabuf(3, 0, P, 0).err().unwrap();

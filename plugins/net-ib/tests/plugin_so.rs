@@ -49,8 +49,8 @@ fn plugin_so_loads_and_declines_without_rdma() {
         &*f()
     };
     assert_eq!(table.abi_version, FX_ABI_VERSION_1);
-    // SAFETY: NUL-terminated by the SDK.
     assert_eq!(
+        // SAFETY: NUL-terminated by the SDK.
         unsafe { CStr::from_ptr(table.name.as_ptr()) }
             .to_str()
             .unwrap(),

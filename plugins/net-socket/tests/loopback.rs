@@ -214,6 +214,7 @@ fn early_sends_land_in_order_on_every_rail() {
         std::thread::sleep(Duration::from_millis(50));
         let mut recvs: Vec<_> = bufs
             .iter_mut()
+            // SAFETY: as above.
             .map(|b| unsafe {
                 t.irecv(&mut r, b.as_mut_ptr(), b.len(), None)
                     .unwrap()

@@ -121,10 +121,10 @@ fn ring_and_single_copy_across_processes() {
     connect_until_done(&shm, &mut conn, &tx_blob);
     assert!(our_segments("shm").is_empty(), "unlinked once connected");
     let mut bufs: Vec<Vec<u8>> = SIZES.iter().map(|&n| vec![0u8; n]).collect();
-    // SAFETY: each buffer outlives its registration and request.
     let handles: Vec<_> = bufs
         .iter_mut()
         .map(|b| {
+            // SAFETY: each buffer outlives its registration and request.
             unsafe { shm.register(b.as_mut_ptr(), b.len(), MemKind::Host, &mut Blob::new()) }
                 .unwrap()
         })
@@ -132,8 +132,8 @@ fn ring_and_single_copy_across_processes() {
     let reqs = bufs
         .iter_mut()
         .zip(&handles)
-        // SAFETY: buffers untouched until the requests finished.
         .map(|(b, h)| {
+            // SAFETY: buffers untouched until the requests finished.
             post_until(|| unsafe { shm.irecv(&mut conn, b.as_mut_ptr(), b.len(), Some(h)) })
         })
         .collect();

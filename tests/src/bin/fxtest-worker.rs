@@ -235,15 +235,15 @@ fn badinput() -> Result<String, String> {
     expect_err("peer out of range", comm.send(&buf, 7), "out of range")?;
     expect_err("send to self", comm.send(&buf, me), "itself")?;
     let mut g = comm.group_start();
-    // SAFETY: a null pointer is what we test; the call must reject it without touching memory.
     expect_err(
         "null buffer",
+        // SAFETY: a null pointer is what we test; the call must reject it without touching memory.
         unsafe { g.send_raw(std::ptr::null(), 16, peer) },
         "null",
     )?;
-    // SAFETY: as above.
     expect_err(
         "wrapping buffer",
+        // SAFETY: as above.
         unsafe { g.recv_raw(usize::MAX as *mut u8, 16, peer) },
         "wrap",
     )?;

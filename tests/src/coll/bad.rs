@@ -169,10 +169,14 @@ fn local(comm: &Communicator) -> Result<(), String> {
     // Unknown names.
     invalid(
         "DataType::parse(float8)",
-        DataType::parse("float8"),
+        DataType::parse("float8").map_err(ferrocx::Error::from),
         &["float8"],
     )?;
-    invalid("RedOp::parse(xor)", RedOp::parse("xor"), &["xor"])?;
+    invalid(
+        "RedOp::parse(xor)",
+        RedOp::parse("xor").map_err(ferrocx::Error::from),
+        &["xor"],
+    )?;
     // Typed API: wrong lengths.
     invalid(
         "typed all_gather with a short receive",

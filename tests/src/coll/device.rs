@@ -69,8 +69,8 @@ impl DevMem {
             });
         }
         let mut ptr = 0;
-        // SAFETY: the communicator bound its context on this thread; valid out pointer.
         cuda::check(
+            // SAFETY: the communicator bound its context on this thread; valid out pointer.
             unsafe { sys::cuMemAlloc_v2(&mut ptr, len.max(1)) },
             "cuMemAlloc",
         )
@@ -86,8 +86,8 @@ impl DevMem {
     /// the context synchronization makes them visible to every stream and peer.
     pub fn upload(&self, data: &[u8]) -> Result<(), String> {
         assert!(data.len() <= self.len);
-        // SAFETY: `data` is readable for its length, the allocation at least as long.
         cuda::check(
+            // SAFETY: `data` is readable for its length, the allocation at least as long.
             unsafe { sys::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), data.len()) },
             "cuMemcpyHtoD",
         )

@@ -405,7 +405,7 @@ fn parse_case(s: &str, seed: u64) -> Result<Case, String> {
     let mut c = Case::new(kind, DataType::I32, 0, seed);
     for (i, f) in it.enumerate() {
         if let Some(v) = f.strip_prefix("op=") {
-            c.op = RedOp::parse(v).map_err(e2s)?;
+            c.op = RedOp::parse(v).map_err(|e| e.to_string())?;
         } else if let Some(v) = f.strip_prefix("root=") {
             c.root = v.parse().map_err(|_| format!("bad root {v}"))?;
         } else if let Some(v) = f.strip_prefix("algo=") {
@@ -413,7 +413,7 @@ fn parse_case(s: &str, seed: u64) -> Result<Case, String> {
         } else if f == "ip" {
             c.in_place = true;
         } else if i == 0 {
-            c.dtype = DataType::parse(f).map_err(e2s)?;
+            c.dtype = DataType::parse(f).map_err(|e| e.to_string())?;
         } else {
             c.count = f.parse().map_err(|_| format!("bad count {f}"))?;
         }

@@ -50,8 +50,8 @@ pub fn run(reps: usize) -> Result<String, String> {
     let spin = ferrocx::device::kernels::load_source(0, SPIN, "probe.cu", "fx_probe_spin")?;
     // One copy and its event, polled to completion.
     let copy = |dst: u64, src: u64, n: usize| -> Result<(), String> {
-        // SAFETY: both ranges lie in live allocations of at least `n` bytes.
         ck(
+            // SAFETY: both ranges lie in live allocations of at least `n` bytes.
             unsafe { sys::cuMemcpyAsync(dst, src, n, s.raw()) },
             "cuMemcpyAsync",
         )?;
@@ -63,8 +63,8 @@ pub fn run(reps: usize) -> Result<String, String> {
     };
     // As the executor does per stage: a new event each time, destroyed after.
     let copy_new_event = |dst: u64, src: u64, n: usize| -> Result<(), String> {
-        // SAFETY: both ranges lie in live allocations of at least `n` bytes.
         ck(
+            // SAFETY: both ranges lie in live allocations of at least `n` bytes.
             unsafe { sys::cuMemcpyAsync(dst, src, n, s.raw()) },
             "cuMemcpyAsync",
         )?;
@@ -132,8 +132,8 @@ pub fn run(reps: usize) -> Result<String, String> {
             sync(&w)?;
             // cuStreamWaitValue32 on another stream.
             set_flag(0);
-            // SAFETY: mapped pinned flag; live stream.
             ck(
+                // SAFETY: mapped pinned flag; live stream.
                 unsafe { sys::cuStreamWaitValue32_v2(w.raw(), flag.device(), 1, 0) },
                 "cuStreamWaitValue32",
             )?;

@@ -19,8 +19,8 @@ impl DevMem {
     /// `len` bytes on the current context's device.
     pub fn new(len: usize) -> Result<Self> {
         let mut ptr = 0;
-        // SAFETY: the communicator bound its context on this thread; valid out pointer.
         cuda::check(
+            // SAFETY: the communicator bound its context on this thread; valid out pointer.
             unsafe { sys::cuMemAlloc_v2(&mut ptr, len.max(1)) },
             "cuMemAlloc",
         )
@@ -33,8 +33,8 @@ impl DevMem {
     /// work on any stream and to peers writing the buffer.
     pub fn upload(&self, data: &[u8]) -> Result<()> {
         assert!(data.len() <= self.len);
-        // SAFETY: `data` is readable for its length; the allocation is at least as long.
         cuda::check(
+            // SAFETY: `data` is readable for its length; the allocation is at least as long.
             unsafe { sys::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), data.len()) },
             "cuMemcpyHtoD",
         )
@@ -46,8 +46,8 @@ impl DevMem {
     /// Copy the start into `out`.
     pub fn download(&self, out: &mut [u8]) -> Result<()> {
         assert!(out.len() <= self.len);
-        // SAFETY: `out` is writable for its length; the allocation is at least as long.
         cuda::check(
+            // SAFETY: `out` is writable for its length; the allocation is at least as long.
             unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, out.len()) },
             "cuMemcpyDtoH",
         )
@@ -93,8 +93,8 @@ impl DevBufs {
 
     /// Wait for everything queued on the stream.
     pub fn sync(&self) -> Result<()> {
-        // SAFETY: a live stream.
         cuda::check(
+            // SAFETY: a live stream.
             unsafe { sys::cuStreamSynchronize(self.stream.raw()) },
             "cuStreamSynchronize",
         )

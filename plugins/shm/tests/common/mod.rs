@@ -128,8 +128,8 @@ pub fn exchange(
         let handles: Vec<Option<ShmMem>> = bufs
             .iter_mut()
             .map(|b| {
-                // SAFETY: the buffer lives until after deregistration below.
                 register.then(|| {
+                    // SAFETY: the buffer lives until after deregistration below.
                     unsafe {
                         rx_shm.register(b.as_mut_ptr(), b.len(), MemKind::Host, &mut Blob::new())
                     }

@@ -1,14 +1,23 @@
-//! Sans-IO collective algorithms: pure functions from a collective's
-//! arguments to one rank's [`Schedule`]. No sockets, no threads: the plan
+//! # ferrocx-algo — sans-IO collective algorithms
+//!
+//! Pure functions from a collective's arguments to one rank's [`Schedule`],
+//! the element [`types`] and operators they compute with, and the CPU
+//! [`reduce`] kernels. No sockets, no threads, no CUDA, no dynamic loading —
+//! the build enforces it (this crate depends on nothing): the core's plan
 //! executor runs schedules over transports, and [`sim`] runs them for every
-//! rank in one process to check them exhaustively.
+//! rank in one process to check them exhaustively, at thousands of ranks
+//! (quinn-proto is the model: protocol state machines apart from the I/O
+//! that drives them).
 //!
 //! Every algorithm handles any `nranks ≥ 1`, any count (0 included), any root,
 //! and, where [`in_place_safe`] says so, NCCL's in-place buffer layouts.
 
 mod barrier;
+pub mod error;
+pub mod half;
 mod pairwise;
 mod rd;
+pub mod reduce;
 mod ring;
 mod schedule;
 pub mod sim;
@@ -16,11 +25,12 @@ mod simple;
 #[cfg(test)]
 mod tests;
 mod tree;
+pub mod types;
 
+pub use error::{Invalid, Result};
 pub use pairwise::quadratic_deltas;
 pub use schedule::{Buf, Local, Region, Schedule, Stage, Xfer};
-
-use crate::error::{Error, Result};
+pub use types::{Bf16, DataType, Element, RedOp, F16};
 
 /// Which collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -159,7 +169,7 @@ impl VCounts {
     pub fn extents(&self, nranks: usize) -> Result<(usize, usize)> {
         let side = |what: &str, counts: &[usize], displs: &[usize]| -> Result<usize> {
             if counts.len() != nranks || displs.len() != nranks {
-                return Err(Error::invalid(format!(
+                return Err(Invalid(format!(
                     "alltoallv: {what} counts and displacements need {nranks} entries each (got {} and {})",
                     counts.len(),
                     displs.len()
@@ -168,7 +178,7 @@ impl VCounts {
             let mut end = 0usize;
             for (p, (&c, &d)) in counts.iter().zip(displs).enumerate() {
                 let e = d.checked_add(c).ok_or_else(|| {
-                    Error::invalid(format!(
+                    Invalid(format!(
                         "alltoallv: {what} displacement {d} + count {c} for peer {p} overflows"
                     ))
                 })?;

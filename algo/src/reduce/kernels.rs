@@ -1,6 +1,6 @@
 //! The element-wise loops, monomorphized per element type and operator.
 
-use super::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use std::marker::PhantomData;
 use std::slice;
 
@@ -149,7 +149,7 @@ unsafe fn binary<T: Copy, O: BinOp<T>>(dst: *mut T, a: *const T, b: *const T, n:
         return;
     }
     let d = dst as *const T;
-    // SAFETY (all branches): the caller guarantees each pointer is valid and
+    // SAFETY: (all branches) the caller guarantees each pointer is valid and
     // aligned for `n` elements; a shared slice is created only over memory
     // that no `&mut` slice covers (distinct pointers never partially overlap).
     unsafe {
@@ -188,7 +188,7 @@ pub(super) type Kernel = unsafe fn(*mut u8, *const u8, *const u8, usize);
 // One module per element type (named as nccl-tests names the type) with one
 // non-generic, never-inlined function per operator, so that each kernel is a
 // separate symbol with a readable name, e.g.
-// `ferrocx::reduce::kernels::bfloat16::sum`.
+// `ferrocx_algo::reduce::kernels::bfloat16::sum`.
 macro_rules! instances {
     ($($m:ident: $t:ty => $sum:ty, $prod:ty, $min:ty, $max:ty;)*) => {$(
         pub(super) mod $m {

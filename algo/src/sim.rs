@@ -32,8 +32,8 @@
 //! ends when no rank-channel can move.
 //!
 //! ```
-//! use ferrocx::algo::sim::{self, SimCase};
-//! use ferrocx::algo::{Algo, CollKind};
+//! use ferrocx_algo::sim::{self, SimCase};
+//! use ferrocx_algo::{Algo, CollKind};
 //!
 //! // Ring all-reduce of 10 int32 (sum) over 4 ranks: rank r holds r+1 everywhere.
 //! let case = SimCase::new(CollKind::AllReduce, Algo::Ring, 4, 10);
@@ -45,12 +45,12 @@
 //! # Ok::<(), String>(())
 //! ```
 
-use super::{
+use crate::reduce;
+use crate::types::{DataType, RedOp};
+use crate::{
     in_place_safe, schedule, Algo, Buf, CollArgs, CollKind, Local, Part, Region, Schedule, VCounts,
     Xfer,
 };
-use crate::reduce;
-use crate::types::{DataType, RedOp};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;

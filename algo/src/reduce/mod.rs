@@ -3,7 +3,7 @@
 //! [`reduce`] computes `dst[i] = a[i] op b[i]`, [`finish`] applies the
 //! operator's last step (the division of `Avg`). Each (type, operator) pair is
 //! its own monomorphized, never-inlined loop (`kernels::<type>::<op>`, e.g.
-//! `ferrocx::reduce::kernels::bfloat16::sum`), picked once per call; the loops
+//! `ferrocx_algo::reduce::kernels::bfloat16::sum`), picked once per call; the loops
 //! are plain zips over equal-length slices, which LLVM auto-vectorizes. f16
 //! and bf16 are widened to f32, combined, and rounded back once (to nearest
 //! even) per element; the conversions ([`f16_to_f32`], [`f32_to_f16`],
@@ -39,10 +39,10 @@
 //!
 //! ```text
 //! export CARGO_TARGET_DIR=/tmp/tgt-reduce
-//! cargo rustc --release -p ferrocx --lib -- --emit asm
-//! S=$(ls -t $CARGO_TARGET_DIR/release/deps/ferrocx-*.s | head -1)
-//! awk '/^_ZN7ferrocx6reduce7kernels5float3sum.*:$/,/\.cfi_endproc/' $S | grep -c addps
-//! awk '/^_ZN7ferrocx6reduce7kernels8bfloat163sum.*:$/,/\.cfi_endproc/' $S \
+//! cargo rustc --release -p ferrocx-algo --lib -- --emit asm
+//! S=$(ls -t $CARGO_TARGET_DIR/release/deps/ferrocx_algo-*.s | head -1)
+//! awk '/^_ZN12ferrocx_algo6reduce7kernels5float3sum.*:$/,/\.cfi_endproc/' $S | grep -c addps
+//! awk '/^_ZN12ferrocx_algo6reduce7kernels8bfloat163sum.*:$/,/\.cfi_endproc/' $S \
 //!   | grep -oE 'addps|pslld|psrld|paddd|pcmpgtd|packssdw' | sort | uniq -c
 //! ```
 //! (`4half3sum`, `6double3sum`, `5int323sum`, … for the others.)
@@ -64,14 +64,13 @@
 //!
 //! f32/f64/i32 are memory-bound, bf16 close to it, f16 compute-bound (see
 //! above). Reproduce with
-//! `cargo test --release -p ferrocx --lib reduce_throughput -- --ignored --nocapture`.
+//! `cargo test --release -p ferrocx-algo --lib reduce_throughput -- --ignored --nocapture`.
 
-mod half;
 mod kernels;
 #[cfg(test)]
 mod tests;
 
-pub use half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
 use crate::types::{DataType, RedOp};
 use kernels::{Bf16Fmt, F16Fmt, Half, Kernel};
@@ -146,7 +145,7 @@ pub unsafe fn finish(dtype: DataType, op: RedOp, dst: *mut u8, n: usize, nranks:
     let f = nranks as f32;
     let d = nranks as f64;
     let p = dst;
-    // SAFETY (all arms): forwarded from the caller; `p` is aligned for the type.
+    // SAFETY: (all arms) forwarded from the caller; `p` is aligned for the type.
     unsafe {
         match dtype {
             DataType::I8 => kernels::unary(p.cast::<i8>(), n, |x| (x as i64 / si) as i8),

@@ -1,6 +1,6 @@
 //! Element types and reduction operators of the collectives.
 
-use crate::error::{Error, Result};
+use crate::error::{Invalid, Result};
 use std::fmt;
 
 /// Element type of a collective's buffers.
@@ -93,7 +93,7 @@ impl DataType {
             "float" | "f32" | "float32" => DataType::F32,
             "double" | "f64" | "float64" => DataType::F64,
             _ => {
-                return Err(Error::invalid(format!(
+                return Err(Invalid(format!(
                     "unknown data type '{s}' (known: {})",
                     Self::ALL.map(|t| t.name()).join(", ")
                 )))
@@ -107,7 +107,7 @@ impl DataType {
         Self::ALL
             .get(code as usize)
             .copied()
-            .ok_or_else(|| Error::invalid(format!("unknown data type code {code} (0..=9)")))
+            .ok_or_else(|| Invalid(format!("unknown data type code {code} (0..=9)")))
     }
 }
 
@@ -156,7 +156,7 @@ impl RedOp {
             .copied()
             .find(|o| o.name() == s)
             .ok_or_else(|| {
-                Error::invalid(format!(
+                Invalid(format!(
                     "unknown reduction operator '{s}' (known: sum, prod, min, max, avg)"
                 ))
             })
@@ -164,9 +164,10 @@ impl RedOp {
 
     /// From the numeric code (C API).
     pub fn from_code(code: u32) -> Result<Self> {
-        Self::ALL.get(code as usize).copied().ok_or_else(|| {
-            Error::invalid(format!("unknown reduction operator code {code} (0..=4)"))
-        })
+        Self::ALL
+            .get(code as usize)
+            .copied()
+            .ok_or_else(|| Invalid(format!("unknown reduction operator code {code} (0..=4)")))
     }
 }
 
@@ -189,22 +190,22 @@ pub struct Bf16(pub u16);
 impl Bf16 {
     /// Round to nearest even from `f32` (NaN stays NaN).
     pub fn from_f32(x: f32) -> Self {
-        Bf16(crate::reduce::f32_to_bf16(x))
+        Bf16(crate::half::f32_to_bf16(x))
     }
     /// Exact widening to `f32`.
     pub fn to_f32(self) -> f32 {
-        crate::reduce::bf16_to_f32(self.0)
+        crate::half::bf16_to_f32(self.0)
     }
 }
 
 impl F16 {
     /// Round to nearest even from `f32` (overflow → ±inf, NaN stays NaN).
     pub fn from_f32(x: f32) -> Self {
-        F16(crate::reduce::f32_to_f16(x))
+        F16(crate::half::f32_to_f16(x))
     }
     /// Exact widening to `f32`.
     pub fn to_f32(self) -> f32 {
-        crate::reduce::f16_to_f32(self.0)
+        crate::half::f16_to_f32(self.0)
     }
 }
 
