@@ -36,6 +36,7 @@ pub mod config;
 pub mod conn;
 pub mod ctrl;
 pub mod device;
+mod execute;
 pub mod mr_cache;
 pub mod qp;
 pub mod rails;
@@ -347,6 +348,3 @@ impl Transport for NetIb {
         Ok(())
     }
 }
-
-#[cfg(test)]
-mod tests;

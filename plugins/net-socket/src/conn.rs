@@ -1,6 +1,6 @@
 //! One end of a net-socket connection: setup and connect (the receiver listens on
 //! every rail, the sender dials every socket), then the data path of
-//! [`Sender`](crate::sender::Sender) or [`Receiver`](crate::receiver::Receiver),
+//! [`Sender`](crate::send::Sender) or [`Receiver`](crate::recv::Receiver),
 //! driven inside `isend`/`irecv`/`test`.
 //!
 //! The state sits behind an `Arc<Mutex<…>>` shared with the requests, because
@@ -8,9 +8,9 @@
 //! the lock is uncontended.
 
 use crate::accept::Acceptor;
-use crate::receiver::Receiver;
-use crate::sender::{Params, Rail, Sender, Who};
-use crate::wire::{RecvInfo, SendInfo};
+use crate::blob::{RecvInfo, SendInfo};
+use crate::recv::Receiver;
+use crate::send::{Params, Rail, Sender, Who};
 use crate::{Health, NetSocket};
 use ferrocx_sdk::{Blob, ConnReq, ConnectState, Direction, PluginError, PluginResult};
 use std::net::SocketAddr;

@@ -54,12 +54,13 @@
 #![warn(missing_docs)]
 
 mod accept;
+mod blob;
 pub mod config;
 mod conn;
 mod dial;
 pub mod iface;
-mod receiver;
-mod sender;
+mod recv;
+mod send;
 mod sock;
 mod wire;
 

@@ -12,7 +12,7 @@
 //! carries the resent chunk another message waits for.
 
 use crate::accept::Acceptor;
-use crate::sender::{chunk_len, live, nchunks, Params, Who};
+use crate::send::{chunk_len, live, nchunks, Params, Who};
 use crate::sock::{self, Io};
 use crate::wire::{Frame, Kind, FRAME_BYTES};
 use ferrocx_sdk::{PluginError, PluginResult};

@@ -2,8 +2,11 @@
 //! `init` succeeds and says why nothing is offered (info level), `can_connect` answers 0,
 //! the other hooks return errors, nothing panics.
 
-use super::*;
+use ferrocx_net_ib::config::Config;
+use ferrocx_net_ib::topo::Sysfs;
+use ferrocx_net_ib::{device, NetIb};
 use ferrocx_sdk::abi::*;
+use ferrocx_sdk::{Host, Transport};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Mutex;
 
