@@ -88,7 +88,7 @@ impl CollKind {
         }
     }
 
-    /// Whether the collective reduces (takes a [`RedOp`](crate::RedOp)).
+    /// Whether the collective reduces (takes a [`RedOp`]).
     pub const fn reduces(self) -> bool {
         matches!(
             self,

@@ -157,9 +157,11 @@ pub struct FxHostV1 {
 
 /// The transport table (ABI v1). A plugin exports
 /// `const fx_transport_v1_t *ferrocx_transport_v1(void)` returning a pointer
-/// to a table that lives as long as the library is loaded.
+/// to a table that lives as long as the library is loaded. The hook-by-hook
+/// reference (arguments, rules, codes, ownership) is the C header,
+/// `sdk/include/ferrocx_plugin.h`; the field docs here are summaries.
 ///
-/// Threading contract: `init`/`finalize` once per context; `register` and
+/// Threading contract: `init`/`finalize` once per context; `reg` and
 /// `deregister` may run on any thread, concurrently with anything; all hooks
 /// taking one `conn` (and `test` on its requests) are serialized by the core.
 /// Optional hooks may be null.
@@ -205,7 +207,9 @@ pub struct FxTransportV1 {
     pub proxy_progress: Option<unsafe extern "C" fn(conn: *mut c_void, did_work: *mut i32) -> i32>,
     /// Register `len` bytes at `ptr` of `mem_kind`; `out_blob` may describe it to peers.
     /// Optional (null or `FX_UNSUPPORTED` when the plugin has no use for registration).
-    pub register: Option<
+    /// Named `reg` as in C, where `register` is a keyword (Rust plugins implement
+    /// `Transport::register`).
+    pub reg: Option<
         unsafe extern "C" fn(
             ctx: *mut c_void,
             ptr: *mut c_void,

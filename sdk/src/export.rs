@@ -376,7 +376,7 @@ pub const fn transport_table<T: Transport>() -> FxTransportV1 {
         } else {
             None
         },
-        register: Some(h_register::<T>),
+        reg: Some(h_register::<T>),
         deregister: Some(h_deregister::<T>),
         isend: Some(h_isend::<T>),
         irecv: Some(h_irecv::<T>),

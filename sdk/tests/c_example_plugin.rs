@@ -329,7 +329,7 @@ fn table_is_a_valid_v1_transport() {
         assert!(present, "required hook {hook} is NULL");
     }
     // Documented choice: no registration and no proxy work, so those hooks are absent.
-    assert!(t.register.is_none() && t.deregister.is_none());
+    assert!(t.reg.is_none() && t.deregister.is_none());
     assert!(t.proxy_setup.is_none() && t.proxy_connect.is_none() && t.proxy_progress.is_none());
 
     let host = DetachedHost::new(Duration::from_secs(30));

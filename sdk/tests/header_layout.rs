@@ -153,7 +153,7 @@ fn expected() -> Expected {
         proxy_setup => proxy_setup,
         proxy_connect => proxy_connect,
         proxy_progress => proxy_progress,
-        reg => register,
+        reg => reg,
         deregister => deregister,
         isend => isend,
         irecv => irecv,

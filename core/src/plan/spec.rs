@@ -5,8 +5,8 @@ use crate::algo::{Algo, CollKind, VCounts};
 use crate::error::{Error, Result};
 use crate::types::{DataType, RedOp};
 
-/// A collective described at run time: what [`Communicator::collective`]
-/// and [`Group::collective`] take. `count` has NCCL's meaning for `kind`.
+/// A collective described at run time: what [`Communicator::collective`](crate::Communicator::collective)
+/// and [`Group::collective`](crate::Group::collective) take. `count` has NCCL's meaning for `kind`.
 ///
 /// ```
 /// use ferrocx::{CollKind, CollSpec, DataType, RedOp};

@@ -204,12 +204,12 @@ impl PluginInstance {
 
     /// Whether registration is meaningful for this plugin.
     pub fn can_register(&self) -> bool {
-        self.t().register.is_some() && self.t().caps & FX_CAP_REGISTER != 0
+        self.t().reg.is_some() && self.t().caps & FX_CAP_REGISTER != 0
     }
 
     /// `register`.
     pub fn register(&self, ptr: *mut u8, len: usize, kind: i32) -> Result<RawMemHandle> {
-        let Some(f) = self.t().register else {
+        let Some(f) = self.t().reg else {
             return Err(Error::Unsupported(format!(
                 "plugin '{}' has no register hook",
                 self.name()

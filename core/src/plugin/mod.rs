@@ -1,6 +1,6 @@
 //! Plugins: discovery and loading ([`Registry`]), validation ([`PluginLib`]),
 //! live contexts ([`PluginInstance`]), per-peer selection ([`select`]) and
-//! established connection ends ([`Connection`]).
+//! established connection ends (`Connection`).
 
 mod connection;
 mod host;

@@ -1,5 +1,5 @@
 //! Per-communicator threads and the work they run: the proxy service thread
-//! (connection setup: [`connect`]) and the progress thread (in-flight
+//! (connection setup: `connect`) and the progress thread (in-flight
 //! operations, driven through [`Progress`]). Both park when idle.
 
 pub(crate) mod connect;

@@ -78,7 +78,7 @@ fn without_rdma_init_reports_at_info_and_can_connect_is_zero() {
         assert!(conn.is_null());
         let mut buf = [0u8; 64];
         let mut mh: *mut c_void = std::ptr::null_mut();
-        let rc = (table.register.unwrap())(
+        let rc = (table.reg.unwrap())(
             ctx,
             buf.as_mut_ptr() as *mut c_void,
             64,

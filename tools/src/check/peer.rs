@@ -486,7 +486,7 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
             )
         });
     }
-    if let Some(f) = t.register {
+    if let Some(f) = t.reg {
         let mut mh = null;
         let ctx = inst_ctx(&inst);
         // SAFETY: deliberate misuse under test (see the note above).
