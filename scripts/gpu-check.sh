@@ -24,6 +24,9 @@ STEPS="${*:-info detect kernels p2p device perf perf-unreg nccl torch}"
 SIZES="${SIZES:--b 8 -e 1G -f 2}"
 ITERS="${ITERS:--n 20 -w 5}"
 export NCCL_NVLS_ENABLE=0 FERROCX_TIMEOUT="${FERROCX_TIMEOUT:-120}"
+# Enough hardware queues that no copy waits behind a stream wait (docs/ENV.md;
+# needed when ranks share one GPU under MPS).
+export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"

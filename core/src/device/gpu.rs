@@ -12,8 +12,12 @@ use parking_lot::Mutex;
 use std::sync::{Arc, OnceLock};
 
 /// One communicator's GPU.
+///
+/// Fields drop in declaration order: every CUDA object (stream, events,
+/// flags, kernels, buffers) goes before `ctx`, the retain that keeps the
+/// context alive. Destroying a stream of an already released context crashed
+/// inside the driver under MPS.
 pub(crate) struct Gpu {
-    ctx: Context,
     pci: i32,
     stream: Stream,
     flags: Flags,
@@ -26,6 +30,8 @@ pub(crate) struct Gpu {
     chans: Mutex<Vec<ChanBufs>>,
     /// Outgrown buffers a running plan may still use.
     retired: Mutex<(Vec<DevBuf>, Vec<PinnedHost>)>,
+    /// Last: released after everything made in it.
+    ctx: Context,
 }
 
 #[derive(Default)]
@@ -53,7 +59,6 @@ impl Gpu {
                 "this rank may run on one CPU only: its progress thread and a thread waiting on a CUDA stream will take turns, a scheduler slice (milliseconds) at a time; give each GPU rank two cores or more (fxrun --bind share)");
         }
         Ok(Arc::new(Gpu {
-            ctx,
             pci,
             stream,
             flags,
@@ -62,6 +67,7 @@ impl Gpu {
             dev_pool: Mutex::new(Vec::new()),
             chans: Mutex::new(Vec::new()),
             retired: Mutex::new((Vec::new(), Vec::new())),
+            ctx,
         }))
     }
 

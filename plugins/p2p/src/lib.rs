@@ -394,6 +394,10 @@ impl Backend for P2pBackend {
         dev.free(addr)
     }
 
+    fn after_unmap(dev: &Arc<dyn Device>, keep: Box<dyn Send>) {
+        dev.after_closes(keep)
+    }
+
     fn offer(
         &self,
         revocations: &Revocations,

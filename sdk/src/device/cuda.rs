@@ -182,6 +182,16 @@ pub struct CudaDevice {
     opens: OpenTable,
 }
 
+impl Drop for CudaDevice {
+    /// The last user let go: finish the closes queued for any device before
+    /// this context is released, so none races the process's exit (a CUDA
+    /// call on the closing thread while the driver tears down crashes, seen
+    /// under MPS).
+    fn drop(&mut self) {
+        closer().flush();
+    }
+}
+
 fn restore_context(prev: usize) {
     // SAFETY: `prev` is the context that was current on this thread before a
     // bind; the caller still holds it (a context is never destroyed under its user).
@@ -294,7 +304,11 @@ impl Device for CudaDevice {
         // usually the core's progress thread, while a user stream of this device
         // waits (cuStreamWaitValue32) for a plan only that thread can finish: a
         // deadlock. Hand the close to a thread of its own.
-        closer().send(self.ordinal(), addr);
+        closer().send(Job::Close(self.ordinal(), addr));
+    }
+
+    fn after_closes(&self, keep: Box<dyn Send>) {
+        closer().send(Job::Keep(keep));
     }
 
     fn opens(&self) -> &OpenTable {
@@ -389,22 +403,56 @@ pub fn open_count(ordinal: i32) -> usize {
         .map_or(0, |d| d.opens.open_count())
 }
 
-/// Closes IPC mappings off the calling thread (see `CudaDevice::close`).
-struct Closer {
-    tx: std::sync::Mutex<Option<std::sync::mpsc::Sender<(i32, u64)>>>,
+/// What the closing thread does, in the order queued.
+enum Job {
+    /// `cuIpcCloseMemHandle(addr)` in device `ordinal`'s primary context.
+    Close(i32, u64),
+    /// Drop this once every close queued before it is done (e.g. the liveness
+    /// lock that tells the exporter its memory is no longer mapped here).
+    Keep(Box<dyn Send>),
+    /// Say when everything queued before is done.
+    Flush(std::sync::mpsc::SyncSender<()>),
 }
 
+/// Closes IPC mappings off the calling thread (see `CudaDevice::close`).
+struct Closer {
+    tx: std::sync::Mutex<Option<std::sync::mpsc::Sender<Job>>>,
+}
+
+/// Longest wait for queued closes when a device is let go.
+const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
 impl Closer {
-    fn send(&self, ordinal: i32, addr: u64) {
+    fn send(&self, job: Job) {
         let tx = self
             .tx
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let queued = tx.as_ref().is_some_and(|t| t.send((ordinal, addr)).is_ok());
+        let refused = match tx.as_ref() {
+            Some(t) => t.send(job).err().map(|e| e.0),
+            None => Some(job),
+        };
         drop(tx);
-        if !queued {
-            // No thread (could not be started): close here, as before.
-            close_on(ordinal, addr);
+        // No thread (could not be started): do it here, as before.
+        if let Some(job) = refused {
+            run(job);
+        }
+    }
+
+    /// Wait (bounded) until every job queued so far ran.
+    fn flush(&self) {
+        let (done, wait) = std::sync::mpsc::sync_channel(1);
+        self.send(Job::Flush(done));
+        let _ = wait.recv_timeout(FLUSH_WAIT);
+    }
+}
+
+fn run(job: Job) {
+    match job {
+        Job::Close(ordinal, addr) => close_on(ordinal, addr),
+        Job::Keep(k) => drop(k),
+        Job::Flush(done) => {
+            let _ = done.try_send(());
         }
     }
 }
@@ -424,12 +472,12 @@ fn close_on(ordinal: i32, addr: u64) {
 fn closer() -> &'static Closer {
     static CLOSER: std::sync::OnceLock<Closer> = std::sync::OnceLock::new();
     CLOSER.get_or_init(|| {
-        let (tx, rx) = std::sync::mpsc::channel::<(i32, u64)>();
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let spawned = std::thread::Builder::new()
             .name("ferrocx-ipc-close".into())
             .spawn(move || {
-                while let Ok((ordinal, addr)) = rx.recv() {
-                    close_on(ordinal, addr);
+                while let Ok(job) = rx.recv() {
+                    run(job);
                 }
             });
         Closer {

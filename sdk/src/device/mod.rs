@@ -195,8 +195,15 @@ pub trait Device: Send + Sync + 'static {
     /// Map a peer's handle; the mapped base address. Called once per handle
     /// at a time through [`OpenTable`].
     fn open(&self, handle: &IpcHandle) -> PluginResult<u64>;
-    /// Unmap what [`open`](Self::open) returned.
+    /// Unmap what [`open`](Self::open) returned (possibly later, on a thread
+    /// of its own: see [`after_closes`](Self::after_closes)).
     fn close(&self, addr: u64);
+    /// Drop `keep` once every [`close`](Self::close) asked for so far has
+    /// happened: what tells the exporter its memory is no longer mapped here
+    /// (a liveness lock) must not go before the mappings do.
+    fn after_closes(&self, keep: Box<dyn Send>) {
+        drop(keep);
+    }
     /// The process-wide table of handles opened on this device.
     fn opens(&self) -> &OpenTable;
 }

@@ -130,6 +130,14 @@ pub trait Backend: Sized + Send + Sync + 'static {
     fn free_fifo(dev: &Self::Device, addr: u64) {
         let _ = (dev, addr);
     }
+    /// A freed sending end lets go of `keep` (its segment, whose liveness lock
+    /// tells the receiver it may free its FIFO) only once the mappings it
+    /// closed are really unmapped: a back end that unmaps on another thread
+    /// holds it until then.
+    fn after_unmap(dev: &Self::Device, keep: Box<dyn Send>) {
+        let _ = dev;
+        drop(keep);
+    }
 
     /// Receiver: where the sender may write `op` directly, or `None` (the FIFO).
     fn offer(

@@ -736,6 +736,12 @@ impl<B: Backend> ConnCore<B> {
             self.broken = Some(PluginError::invalid(format!("{} was freed", self.what())));
         }
         let seg = self.seg.take();
+        if self.dir == Direction::Send {
+            if let Some(seg) = seg {
+                B::after_unmap(&dev, Box::new(seg));
+            }
+            return;
+        }
         if let Some(fifo) = self.fifo.take() {
             match seg {
                 _ if !fifo_safe => {}

@@ -225,6 +225,17 @@ pub fn run_ranks(
     Ok(code)
 }
 
+/// Hardware work queues per CUDA context. A device operation makes the
+/// user's stream wait (a polling kernel or a stream memory operation) while
+/// copies on other streams complete it; with the driver's default of 8 queues
+/// shared by every stream — and, under MPS, by every rank on the GPU — a copy
+/// can land in a queue behind such a wait and never run (seen: two ranks on
+/// one H100 under MPS stalled at 128 B until FERROCX_TIMEOUT). Ranks launched
+/// here get more queues unless the variable is set; other launchers should
+/// export it too (docs/ENV.md).
+const CUDA_CONNECTIONS: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+const CUDA_CONNECTIONS_DEFAULT: &str = "32";
+
 #[allow(clippy::too_many_arguments)]
 fn spawn_rank(
     i: usize,
@@ -242,6 +253,9 @@ fn spawn_rank(
         if !cpus.is_empty() {
             affinity::bind_to(&mut c, cpus);
         }
+    }
+    if std::env::var_os(CUDA_CONNECTIONS).is_none() {
+        c.env(CUDA_CONNECTIONS, CUDA_CONNECTIONS_DEFAULT);
     }
     c.args(args)
         .envs(opts.env.iter().map(|(k, v)| (k, v)))
