@@ -24,7 +24,7 @@ struct ReqBox<T: Transport> {
     req: T::Request,
 }
 
-fn guard(hook: &str, f: impl FnOnce() -> PluginResult<i32>) -> i32 {
+pub(crate) fn guard(hook: &str, f: impl FnOnce() -> PluginResult<i32>) -> i32 {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) => {
@@ -43,7 +43,7 @@ fn guard(hook: &str, f: impl FnOnce() -> PluginResult<i32>) -> i32 {
     }
 }
 
-fn null(what: &str) -> PluginError {
+pub(crate) fn null(what: &str) -> PluginError {
     PluginError::invalid(format!("{what} is null"))
 }
 
@@ -333,7 +333,7 @@ unsafe extern "C" fn h_free<T: Transport>(conn: *mut c_void) -> i32 {
     })
 }
 
-unsafe extern "C" fn h_last_error(buf: *mut c_char, len: usize) -> usize {
+pub(crate) unsafe extern "C" fn h_last_error(buf: *mut c_char, len: usize) -> usize {
     let msg = crate::error::last_error();
     if !buf.is_null() && len > 0 {
         let out = std::slice::from_raw_parts_mut(buf, len);
@@ -342,7 +342,7 @@ unsafe extern "C" fn h_last_error(buf: *mut c_char, len: usize) -> usize {
     msg.len()
 }
 
-const fn name_array(name: &str) -> [c_char; FX_NAME_BYTES] {
+pub(crate) const fn name_array(name: &str) -> [c_char; FX_NAME_BYTES] {
     let bytes = name.as_bytes();
     assert!(
         bytes.len() < FX_NAME_BYTES,

@@ -1,11 +1,16 @@
 //! # ferrocx-sdk — the transport plugin ABI and what plugins build on
 //!
+//! Two kinds of plugin, one discipline: transports and collectives.
+//!
 //! A ferrocx transport is a table of C hooks ([`abi::FxTransportV1`]) exported
 //! by a shared library as `ferrocx_transport_v1`, or linked into the core as a
 //! built-in. Rust plugins implement the safe [`Transport`] trait and let
 //! [`export_transport!`] / [`register_builtin!`] generate the table; C plugins
 //! include `sdk/include/ferrocx_plugin.h`, the hook-by-hook reference. See
-//! `docs/PLUGINS.md`.
+//! `docs/PLUGINS.md`. A collective plugin (whole collectives, chosen per call)
+//! implements [`collective::Collective`] and is exported with
+//! [`export_collective!`] / [`register_builtin_collective!`]; its reference is
+//! `sdk/include/ferrocx_collective.h`.
 //!
 //! What crosses a process boundary is a fixed-size [`Blob`] holding
 //! [`Shareable`] values only; panics never cross the ABI (every generated hook
@@ -21,6 +26,7 @@
 
 pub mod abi;
 mod blob;
+pub mod collective;
 pub mod copy;
 #[cfg(feature = "cuda")]
 pub mod cuda;

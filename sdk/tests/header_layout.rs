@@ -1,4 +1,4 @@
-//! Compiles `include/ferrocx_plugin.h` into a small C program that prints the
+//! Compiles `include/ferrocx_plugin.h` and `include/ferrocx_collective.h` into a small C program that prints the
 //! size and alignment of every struct, the offset and size of every field and
 //! the value of every `#define`, and compares each number with the Rust ABI in
 //! `ferrocx_sdk::abi`. Any difference fails the test with the full list.
@@ -6,7 +6,7 @@
 //! Completeness is enforced too: the Rust structs are destructured
 //! exhaustively (a new field breaks the build of this test until it is listed
 //! here), and every `#define FX_*`, every `typedef struct` of the header and
-//! every `pub const FX_*` / `pub struct` of `abi.rs` must be covered.
+//! every `pub const FX_*` / `pub struct` of `src/abi/` must be covered.
 
 mod common;
 
@@ -162,6 +162,126 @@ fn expected() -> Expected {
         last_error => last_error,
     });
 
+    layout!(out, structs, "fx_comm_info_t", FxCommInfo {
+        rank => rank,
+        nranks => nranks,
+        local_rank => local_rank,
+        cuda_device => cuda_device,
+        comm_hash => comm_hash,
+        peers => peers,
+    });
+    layout!(out, structs, "fx_comm_oob_t", FxCommOob {
+        oob_ctx => oob_ctx,
+        all_gather => all_gather,
+        barrier => barrier,
+    });
+    layout!(out, structs, "fx_window_desc_t", FxWindowDesc {
+        base => base,
+        bytes => bytes,
+        mem_kind => mem_kind,
+        reserved => reserved,
+        peer_bases => peer_bases,
+        peer_addrs => peer_addrs,
+    });
+    layout!(out, structs, "fx_coll_desc_t", FxCollDesc {
+        coll => coll,
+        dtype => dtype,
+        op => op,
+        root => root,
+        count => count,
+        mem_kind => mem_kind,
+        flags => flags,
+        send => send,
+        recv => recv,
+        send_win => send_win,
+        recv_win => recv_win,
+        send_offset => send_offset,
+        recv_offset => recv_offset,
+        seq => seq,
+    });
+    layout!(out, structs, "fx_collective_v1_t", FxCollectiveV1 {
+        abi_version => abi_version,
+        struct_size => struct_size,
+        name => name,
+        caps => caps,
+        init => init,
+        finalize => finalize,
+        comm_init => comm_init,
+        comm_destroy => comm_destroy,
+        can_run => can_run,
+        window_register => window_register,
+        window_deregister => window_deregister,
+        launch => launch,
+        status => status,
+        last_error => last_error,
+    });
+
+    konst!(out, names, FX_COLL_ABI_VERSION_1, typed);
+    konst!(out, names, FX_COLL_CORE_PRIORITY, typed);
+    for (name, v) in [
+        ("FX_COLL_BROADCAST", FX_COLL_BROADCAST),
+        ("FX_COLL_REDUCE", FX_COLL_REDUCE),
+        ("FX_COLL_ALL_GATHER", FX_COLL_ALL_GATHER),
+        ("FX_COLL_REDUCE_SCATTER", FX_COLL_REDUCE_SCATTER),
+        ("FX_COLL_ALL_REDUCE", FX_COLL_ALL_REDUCE),
+        ("FX_COLL_ALL_TO_ALL", FX_COLL_ALL_TO_ALL),
+        ("FX_COLL_GATHER", FX_COLL_GATHER),
+        ("FX_COLL_SCATTER", FX_COLL_SCATTER),
+        ("FX_TYPE_I8", FX_TYPE_I8),
+        ("FX_TYPE_U8", FX_TYPE_U8),
+        ("FX_TYPE_I32", FX_TYPE_I32),
+        ("FX_TYPE_U32", FX_TYPE_U32),
+        ("FX_TYPE_I64", FX_TYPE_I64),
+        ("FX_TYPE_U64", FX_TYPE_U64),
+        ("FX_TYPE_F16", FX_TYPE_F16),
+        ("FX_TYPE_BF16", FX_TYPE_BF16),
+        ("FX_TYPE_F32", FX_TYPE_F32),
+        ("FX_TYPE_F64", FX_TYPE_F64),
+        ("FX_OP_SUM", FX_OP_SUM),
+        ("FX_OP_PROD", FX_OP_PROD),
+        ("FX_OP_MIN", FX_OP_MIN),
+        ("FX_OP_MAX", FX_OP_MAX),
+        ("FX_OP_AVG", FX_OP_AVG),
+    ] {
+        names.push(name);
+        out.push(Check::num(name.into(), name.into(), v));
+    }
+    for (name, v) in [
+        ("FX_COLL_IN_PLACE", FX_COLL_IN_PLACE),
+        ("FX_COLL_SEND_WINDOW", FX_COLL_SEND_WINDOW),
+        ("FX_COLL_RECV_WINDOW", FX_COLL_RECV_WINDOW),
+        ("FX_COLL_CAPTURING", FX_COLL_CAPTURING),
+    ] {
+        names.push(name);
+        out.push(Check::num(name.into(), name.into(), v));
+    }
+    for (name, v) in [
+        ("FX_COLL_CAP_HOST_MEM", FX_COLL_CAP_HOST_MEM),
+        ("FX_COLL_CAP_CUDA_MEM", FX_COLL_CAP_CUDA_MEM),
+        ("FX_COLL_CAP_WINDOWS", FX_COLL_CAP_WINDOWS),
+        ("FX_COLL_CAP_GRAPHS", FX_COLL_CAP_GRAPHS),
+    ] {
+        names.push(name);
+        out.push(Check::num(name.into(), name.into(), v));
+        out.push(Check::num(
+            format!("sizeof({name})"),
+            format!("sizeof({name})"),
+            8i128,
+        ));
+    }
+    names.push("FX_COLL_SYMBOL_V1");
+    out.push(Check {
+        key: "FX_COLL_SYMBOL_V1".into(),
+        c_expr: "FX_COLL_SYMBOL_V1".into(),
+        c_fmt: "%s",
+        rust: FX_COLL_SYMBOL_V1.into(),
+    });
+    out.push(Check::num(
+        "FX_COLLECTIVE_V1_MIN_SIZE".into(),
+        "sizeof(fx_collective_v1_t)".into(),
+        usize_i128(FX_COLLECTIVE_V1_MIN_SIZE),
+    ));
+
     konst!(out, names, FX_ABI_VERSION_1, typed);
     konst!(out, names, FX_NAME_BYTES);
     konst!(out, names, FX_BLOB_BYTES);
@@ -212,14 +332,18 @@ fn expected() -> Expected {
         checks: out,
         structs,
         constants: names,
-        rust_only: vec!["FX_TRANSPORT_V1_MIN_SIZE", "FX_HOST_V1_MIN_SIZE"],
+        rust_only: vec![
+            "FX_TRANSPORT_V1_MIN_SIZE",
+            "FX_HOST_V1_MIN_SIZE",
+            "FX_COLLECTIVE_V1_MIN_SIZE",
+        ],
     }
 }
 
 fn c_program(checks: &[Check]) -> String {
     let mut s = String::from(
         "/* generated by sdk/tests/header_layout.rs */\n\
-         #include <stddef.h>\n#include <stdio.h>\n#include \"ferrocx_plugin.h\"\n\n\
+         #include <stddef.h>\n#include <stdio.h>\n#include \"ferrocx_collective.h\"\n\n\
          int main(void) {\n",
     );
     for c in checks {
@@ -327,11 +451,20 @@ fn compare_with_c(cc: &common::CCompiler, e: &Expected, include_dir: &Path) -> V
     problems
 }
 
+const HEADERS: [&str; 2] = ["ferrocx_plugin.h", "ferrocx_collective.h"];
+
+/// Both headers and both Rust ABI files, each pair concatenated.
 fn read_sources() -> (String, String) {
-    let header = std::fs::read_to_string(common::include_dir().join("ferrocx_plugin.h"))
-        .expect("reading ferrocx_plugin.h");
-    let abi_rs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/abi.rs"))
-        .expect("reading src/abi.rs");
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
+    };
+    let header = HEADERS
+        .iter()
+        .map(|h| read(&common::include_dir().join(h)))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/abi");
+    let abi_rs = read(&src.join("mod.rs")) + "\n" + &read(&src.join("collective.rs"));
     (header, abi_rs)
 }
 
@@ -366,7 +499,7 @@ fn a_drifted_header_is_reported_item_by_item() {
         common::skip_no_compiler("a_drifted_header_is_reported_item_by_item");
         return;
     };
-    let (header, _) = read_sources();
+    let header = std::fs::read_to_string(common::include_dir().join("ferrocx_plugin.h")).unwrap();
     let drifted = header
         .replacen(
             "  uint32_t reserved;\n  uint8_t bytes[FX_BLOB_BYTES];",
@@ -380,6 +513,11 @@ fn a_drifted_header_is_reported_item_by_item() {
     );
     let dir = common::TempDir::new("header-drift");
     std::fs::write(dir.path().join("ferrocx_plugin.h"), drifted).unwrap();
+    std::fs::copy(
+        common::include_dir().join("ferrocx_collective.h"),
+        dir.path().join("ferrocx_collective.h"),
+    )
+    .unwrap();
     let problems = compare_with_c(&cc, &expected(), dir.path());
     let text = problems.join("\n");
     for needle in [
@@ -404,6 +542,12 @@ fn coverage_scanner_sees_everything() {
     assert!(header_typedefs(&header)
         .iter()
         .any(|t| t == "fx_transport_v1_t"));
+    assert!(header_typedefs(&header)
+        .iter()
+        .any(|t| t == "fx_coll_desc_t"));
+    assert!(idents_after(&abi_rs, "pub const ")
+        .iter()
+        .any(|c| c == "FX_COLL_CAP_GRAPHS"));
     assert!(idents_after(&abi_rs, "pub const ")
         .iter()
         .any(|c| c == "FX_LOG_TRACE"));

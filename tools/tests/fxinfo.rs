@@ -58,6 +58,26 @@ fn conformance_kit_passes_the_c_example_plugin() {
 }
 
 #[test]
+fn conformance_kit_accepts_an_empty_blob() {
+    // len 0 is legal for a setup blob; the kit once lost the trailing space of
+    // "BLOB " between its processes and failed such plugins with "no blob from the kit".
+    let Some(so) = compile_c_plugin_with(
+        &repo_root().join("sdk/examples/c-pipe/fx_example_pipe.c"),
+        "ferrocx_plugin_cpipe_empty_blob",
+        &["-DCPIPE_EMPTY_SEND_BLOB"],
+    ) else {
+        return;
+    };
+    let (code, out) = check(&so);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("PASS  blob round-trip") && out.contains("PASS  transfer 1048579 B"),
+        "{out}"
+    );
+    assert!(!out.contains("FAIL"), "{out}");
+}
+
+#[test]
 fn conformance_kit_reports_a_crashing_plugin_and_keeps_going() {
     let Some(so) = compile_c_plugin_with(
         &repo_root().join("tests/fixtures/bad_plugin.c"),

@@ -40,7 +40,12 @@ fn blob_line(b: &FxBlob) -> String {
 }
 
 fn parse_blob(line: &str) -> Option<FxBlob> {
-    let bytes = unhex(line.strip_prefix("BLOB ")?.trim())?;
+    // An empty blob is the line "BLOB " and lines are trimmed on the way: "BLOB" is one too.
+    let rest = line.strip_prefix("BLOB")?;
+    if !rest.is_empty() && !rest.starts_with(' ') {
+        return None;
+    }
+    let bytes = unhex(rest.trim())?;
     let mut b = FxBlob::new();
     if bytes.len() > FX_BLOB_BYTES {
         return None;
@@ -537,4 +542,28 @@ fn child_misuse(lib: &Arc<PluginLib>) -> Result<(), String> {
 
 fn inst_ctx(inst: &PluginInstance) -> *mut c_void {
     inst.raw_ctx()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_lines_round_trip_even_empty_and_trimmed() {
+        for len in [0usize, 1, 17, FX_BLOB_BYTES] {
+            let mut b = FxBlob::new();
+            for (i, x) in b.bytes[..len].iter_mut().enumerate() {
+                *x = i as u8 ^ 0x5a;
+            }
+            b.len = len as u32;
+            let line = blob_line(&b);
+            for l in [line.as_str(), line.trim_end()] {
+                let back = parse_blob(l).unwrap_or_else(|| panic!("{len} B: {l:?} not parsed"));
+                assert_eq!(back.as_bytes(), b.as_bytes(), "{len} B");
+            }
+        }
+        assert!(parse_blob("BLOBab").is_none());
+        assert!(parse_blob("BLOB abc").is_none());
+        assert!(parse_blob("ERROR x").is_none());
+    }
 }

@@ -1,4 +1,6 @@
-//! The raw, versioned C ABI between the core and a transport plugin.
+//! The raw, versioned C ABI between the core and its plugins: the transport
+//! table here, the collective table in [`collective`] (re-exported), sharing
+//! the codes, memory kinds, host table and peer records below.
 //!
 //! Every type here is `#[repr(C)]` and mirrored field for field by
 //! `sdk/include/ferrocx_plugin.h`; `sdk/tests/header_layout.rs` compiles the
@@ -8,6 +10,9 @@
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::AtomicU32;
+
+pub mod collective;
+pub use collective::*;
 
 /// ABI version of [`FxTransportV1`] and [`FxHostV1`].
 pub const FX_ABI_VERSION_1: u32 = 1;

@@ -1,0 +1,223 @@
+//! Generates the C table for a [`Collective`]: every hook checks its
+//! pointers, runs inside `catch_unwind`, and turns errors into a code plus
+//! last-error text (the transport export's `guard`).
+
+use super::desc::{CollDesc, CommInfo, WindowDesc};
+use super::oob::Oob;
+use super::Collective;
+use crate::abi::*;
+use crate::export::{guard, h_last_error, name_array, null};
+use crate::host::Host;
+use std::ffi::c_void;
+
+/// What the C side holds as `comm`.
+struct CommBox<T: Collective> {
+    ctx: *const T,
+    nranks: usize,
+    comm: T::Comm,
+}
+
+unsafe fn ctx_ref<'a, T>(p: *mut c_void) -> crate::PluginResult<&'a T> {
+    (p as *const T).as_ref().ok_or_else(|| null("ctx"))
+}
+
+/// # Safety
+/// `comm` must be null or a live comm made by `h_comm_init::<T>`.
+unsafe fn comm_mut<'a, T: Collective>(
+    comm: *mut c_void,
+) -> crate::PluginResult<(&'a T, &'a mut CommBox<T>)> {
+    let b = (comm as *mut CommBox<T>)
+        .as_mut()
+        .ok_or_else(|| null("comm"))?;
+    let t = b.ctx.as_ref().ok_or_else(|| null("ctx"))?;
+    Ok((t, b))
+}
+
+unsafe extern "C" fn h_init<T: Collective>(host: *const FxHostV1, ctx: *mut *mut c_void) -> i32 {
+    guard("init", || {
+        if ctx.is_null() {
+            return Err(null("ctx out-pointer"));
+        }
+        let t = T::init(Host::from_raw(host))?;
+        *ctx = Box::into_raw(Box::new(t)) as *mut c_void;
+        Ok(FX_OK)
+    })
+}
+
+unsafe extern "C" fn h_finalize<T: Collective>(ctx: *mut c_void) -> i32 {
+    guard("finalize", || {
+        if ctx.is_null() {
+            return Err(null("ctx"));
+        }
+        Box::from_raw(ctx as *mut T).finalize()?;
+        Ok(FX_OK)
+    })
+}
+
+unsafe extern "C" fn h_comm_init<T: Collective>(
+    ctx: *mut c_void,
+    info: *const FxCommInfo,
+    oob: *const FxCommOob,
+    comm: *mut *mut c_void,
+) -> i32 {
+    guard("comm_init", || {
+        let t = ctx_ref::<T>(ctx)?;
+        let info = CommInfo::from_raw(info.as_ref().ok_or_else(|| null("info"))?)?;
+        let oob = Oob::from_raw(oob.as_ref().ok_or_else(|| null("oob"))?, info.nranks);
+        if comm.is_null() {
+            return Err(null("comm out-pointer"));
+        }
+        let c = t.comm_init(&info, oob)?;
+        *comm = Box::into_raw(Box::new(CommBox::<T> {
+            ctx: t,
+            nranks: info.nranks,
+            comm: c,
+        })) as *mut c_void;
+        Ok(FX_OK)
+    })
+}
+
+unsafe extern "C" fn h_comm_destroy<T: Collective>(comm: *mut c_void) -> i32 {
+    guard("comm_destroy", || {
+        if comm.is_null() {
+            return Err(null("comm"));
+        }
+        let b = Box::from_raw(comm as *mut CommBox<T>);
+        let t = b.ctx.as_ref().ok_or_else(|| null("ctx"))?;
+        t.comm_destroy(b.comm)?;
+        Ok(FX_OK)
+    })
+}
+
+unsafe extern "C" fn h_can_run<T: Collective>(comm: *mut c_void, coll: *const FxCollDesc) -> i32 {
+    let mut prio = 0;
+    // A priority, not a code: any failure means "cannot" (0).
+    guard("can_run", || {
+        let (t, b) = comm_mut::<T>(comm)?;
+        let d = CollDesc::<T::Window>::from_raw(coll.as_ref().ok_or_else(|| null("coll"))?)?;
+        prio = t.can_run(&b.comm, &d).max(0);
+        Ok(FX_OK)
+    });
+    prio
+}
+
+unsafe extern "C" fn h_window_register<T: Collective>(
+    comm: *mut c_void,
+    desc: *const FxWindowDesc,
+    win: *mut *mut c_void,
+) -> i32 {
+    guard("window_register", || {
+        let (t, b) = comm_mut::<T>(comm)?;
+        let d = WindowDesc::from_raw(desc.as_ref().ok_or_else(|| null("desc"))?, b.nranks)?;
+        if win.is_null() {
+            return Err(null("win out-pointer"));
+        }
+        *win = match t.window_register(&mut b.comm, &d)? {
+            Some(w) => Box::into_raw(Box::new(w)) as *mut c_void,
+            None => std::ptr::null_mut(),
+        };
+        Ok(FX_OK)
+    })
+}
+
+unsafe extern "C" fn h_window_deregister<T: Collective>(
+    comm: *mut c_void,
+    win: *mut c_void,
+) -> i32 {
+    guard("window_deregister", || {
+        let (t, b) = comm_mut::<T>(comm)?;
+        if win.is_null() {
+            return Err(null("win"));
+        }
+        t.window_deregister(&mut b.comm, *Box::from_raw(win as *mut T::Window))?;
+        Ok(FX_OK)
+    })
+}
+
+unsafe extern "C" fn h_launch<T: Collective>(
+    comm: *mut c_void,
+    coll: *const FxCollDesc,
+    stream: *mut c_void,
+) -> i32 {
+    guard("launch", || {
+        let (t, b) = comm_mut::<T>(comm)?;
+        let d = CollDesc::<T::Window>::from_raw(coll.as_ref().ok_or_else(|| null("coll"))?)?;
+        t.launch(&mut b.comm, &d, stream)?;
+        Ok(FX_OK)
+    })
+}
+
+unsafe extern "C" fn h_status<T: Collective>(comm: *mut c_void) -> i32 {
+    guard("status", || {
+        let (t, b) = comm_mut::<T>(comm)?;
+        t.status(&b.comm)?;
+        Ok(FX_OK)
+    })
+}
+
+/// The v1 table for `T`. Usually reached through the macros.
+pub const fn collective_table<T: Collective>() -> FxCollectiveV1 {
+    FxCollectiveV1 {
+        abi_version: FX_COLL_ABI_VERSION_1,
+        struct_size: std::mem::size_of::<FxCollectiveV1>() as u32,
+        name: name_array(T::NAME),
+        caps: T::CAPS,
+        init: Some(h_init::<T>),
+        finalize: Some(h_finalize::<T>),
+        comm_init: Some(h_comm_init::<T>),
+        comm_destroy: Some(h_comm_destroy::<T>),
+        can_run: Some(h_can_run::<T>),
+        window_register: Some(h_window_register::<T>),
+        window_deregister: Some(h_window_deregister::<T>),
+        launch: Some(h_launch::<T>),
+        status: Some(h_status::<T>),
+        last_error: Some(h_last_error),
+    }
+}
+
+/// A collective plugin linked into the core, collected with `inventory`.
+pub struct BuiltinCollective {
+    /// Returns the plugin's static table.
+    pub table: fn() -> &'static FxCollectiveV1,
+}
+
+inventory::collect!(BuiltinCollective);
+
+/// Every built-in collective plugin linked into this binary.
+pub fn builtin_collectives() -> impl Iterator<Item = &'static FxCollectiveV1> {
+    inventory::iter::<BuiltinCollective>
+        .into_iter()
+        .map(|b| (b.table)())
+}
+
+/// Register a [`Collective`] as a built-in of any binary that links this crate
+/// (the binary must `use the_plugin_crate as _;`).
+#[macro_export]
+macro_rules! register_builtin_collective {
+    ($ty:ty) => {
+        $crate::inventory::submit! {
+            $crate::collective::BuiltinCollective {
+                table: || {
+                    static TABLE: $crate::abi::FxCollectiveV1 =
+                        $crate::collective::collective_table::<$ty>();
+                    &TABLE
+                },
+            }
+        }
+    };
+}
+
+/// Export a [`Collective`] from a `cdylib` as the `ferrocx_collective_v1`
+/// symbol (in a thin wrapper crate, as [`export_transport!`](crate::export_transport)).
+#[macro_export]
+macro_rules! export_collective {
+    ($ty:ty) => {
+        /// Collective ABI v1 entry point.
+        #[no_mangle]
+        pub extern "C" fn ferrocx_collective_v1() -> *const $crate::abi::FxCollectiveV1 {
+            static TABLE: $crate::abi::FxCollectiveV1 =
+                $crate::collective::collective_table::<$ty>();
+            &TABLE
+        }
+    };
+}
