@@ -55,9 +55,12 @@
  *                             keep). `oob` carries the core's out-of-band
  *                             collectives (all_gather, barrier) for setup; it
  *                             stays valid until comm_destroy returns. They are
- *                             collective: call them on every rank in the same
- *                             order, from comm_init, window_register or
- *                             window_deregister only (never from launch).
+ *                             collective (every rank, same order) and slow (a
+ *                             round trip through the bootstrap): for setup in
+ *                             comm_init and window_(de)register, or inside a
+ *                             host-memory launch that needs no speed; never
+ *                             inside a launch that returns before the
+ *                             collective ran (a stream's work).
  *                             FX_UNSUPPORTED = this plugin has nothing for this
  *                             communicator (it is then never asked again).
  *   comm_destroy(comm)        required. Release everything of the communicator.
