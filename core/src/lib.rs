@@ -20,6 +20,7 @@
 
 pub use ferrocx_algo as algo;
 pub mod bootstrap;
+pub mod collective;
 mod comm;
 pub mod config;
 pub mod device;
@@ -29,6 +30,7 @@ pub mod log;
 mod plan;
 pub mod plugin;
 pub mod proxy;
+pub mod window;
 pub use ferrocx_algo::reduce;
 mod registration;
 mod shared;

@@ -151,7 +151,11 @@ extern "C" {
 #define FX_OP_AVG 4
 
 /* fx_coll_desc_t.flags */
-#define FX_COLL_IN_PLACE (1u << 0)   /* send and recv are NCCL's in-place layout */
+/* In place: send == recv == one buffer, as in NCCL: all_gather's input and
+ * reduce_scatter's output at offset rank * count elements; at the root of
+ * gather (input) and scatter (output) at rank * count too, at other ranks at
+ * offset 0; all_reduce, broadcast, reduce and alltoall use it as a whole. */
+#define FX_COLL_IN_PLACE (1u << 0)
 #define FX_COLL_SEND_WINDOW (1u << 1) /* send lies in send_win at send_offset */
 #define FX_COLL_RECV_WINDOW (1u << 2) /* recv lies in recv_win at recv_offset */
 #define FX_COLL_CAPTURING (1u << 3)  /* the stream is being captured into a CUDA graph */

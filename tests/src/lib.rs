@@ -69,6 +69,7 @@ pub fn run_ranks(
 /// test sees the defaults unless it sets them.
 pub fn clear_selection_env(c: &mut Command) {
     c.env_remove("FERROCX_TRANSPORTS")
+        .env_remove("FERROCX_COLLECTIVES")
         .env_remove("FERROCX_PLUGINS")
         .env_remove("FERROCX_PLUGIN_PATH")
         .env_remove("FERROCX_BUILTIN_PLUGINS");

@@ -274,3 +274,111 @@ fn a_failed_setup_is_reported_to_the_peer_without_waiting_for_the_timeout() {
         outs[1].stdout
     );
 }
+
+fn cma_plugin() -> Option<String> {
+    compile_c_plugin(
+        &repo_root().join("sdk/examples/c-cma/fx_example_cma.c"),
+        "ferrocx_plugin_cma",
+    )
+    .map(|p| p.to_string_lossy().into_owned())
+}
+
+#[test]
+fn c_collective_plugin_runs_the_copy_collectives_on_windows() {
+    let Some(so) = cma_plugin() else { return };
+    for n in [2, 3] {
+        let outs = run_ranks(
+            WORKER,
+            n,
+            &[
+                "coll-plugin",
+                "--expect",
+                "cma",
+                "--counts",
+                "0,1,7,1000",
+                "--cycles",
+                "200",
+            ],
+            &[("FERROCX_PLUGINS", &so), ("FERROCX_TIMEOUT", "60")],
+            LIMIT,
+        );
+        assert_all_ok(&outs);
+        for o in &outs {
+            assert!(
+                o.stdout.contains("collective plugins: [\"cma\"]"),
+                "{}",
+                o.stdout
+            );
+            // In-place alltoall is the one case cma declines: the core runs it.
+            assert!(
+                o.stdout.contains("\"cma\"") && o.stdout.contains("\"core\""),
+                "{}",
+                o.stdout
+            );
+        }
+    }
+}
+
+#[test]
+fn collectives_filter_excludes_and_names_unknown_plugins() {
+    let Some(so) = cma_plugin() else { return };
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["coll-plugin", "--expect", "core", "--counts", "1,1000"],
+        &[("FERROCX_PLUGINS", &so), ("FERROCX_COLLECTIVES", "^cma")],
+        LIMIT,
+    );
+    assert_all_ok(&outs);
+    assert!(
+        outs[0].stdout.contains("collective plugins: []"),
+        "{}",
+        outs[0].stdout
+    );
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["coll-plugin", "--counts", "1"],
+        &[("FERROCX_PLUGINS", &so), ("FERROCX_COLLECTIVES", "nope")],
+        LIMIT,
+    );
+    for o in &outs {
+        assert!(!o.ok(), "{}", o.stdout);
+        assert!(
+            o.stdout.contains("FERROCX_COLLECTIVES names 'nope'") && o.stdout.contains("cma"),
+            "{}",
+            o.stdout
+        );
+    }
+}
+
+#[test]
+fn a_window_of_different_sizes_is_an_error_naming_the_rank() {
+    let outs = run_ranks(
+        WORKER,
+        3,
+        &["window-mismatch"],
+        &[("FERROCX_TIMEOUT", "30")],
+        LIMIT,
+    );
+    assert_all_ok(&outs);
+}
+
+#[test]
+fn a_collective_plugin_with_a_wrong_abi_is_skipped_with_the_reason() {
+    let Some(so) = compile_c_plugin_with(
+        &repo_root().join("sdk/examples/c-cma/fx_example_cma.c"),
+        "ferrocx_plugin_cma_badsize",
+        &["-Dsizeof(x)=8"],
+    ) else {
+        return;
+    };
+    let reg = Registry::discover_with(false, &[so.to_string_lossy().into_owned()], &[]);
+    assert!(reg.collectives.is_empty());
+    let r = &reg.report[0];
+    let why = r.skipped.as_deref().unwrap_or("");
+    assert!(
+        why.contains("struct_size 8") && why.contains("ferrocx_collective_v1"),
+        "{why}"
+    );
+}

@@ -2,6 +2,7 @@
 //! byte buffers with a runtime [`DataType`](crate::DataType), and raw
 //! pointers for async use.
 
+use super::dispatch::Call;
 use super::group::Group;
 use super::Communicator;
 use crate::algo::{CollKind, VCounts};
@@ -74,7 +75,29 @@ impl Communicator {
             (recv.as_mut_ptr() as usize, recv.len()),
             false,
         )?;
+        if self.host_on_plugin(spec, send.as_ptr() as u64, recv.as_mut_ptr() as u64, false)? {
+            return Ok(());
+        }
         self.run_tasks(vec![t.into()])
+    }
+
+    /// Offer a host-memory call to the collective plugins (see `dispatch`).
+    fn host_on_plugin(
+        &self,
+        spec: &CollSpec,
+        send: u64,
+        recv: u64,
+        in_place: bool,
+    ) -> Result<bool> {
+        let call = Call {
+            spec,
+            send,
+            recv,
+            in_place,
+            mem: ferrocx_sdk::abi::FX_MEM_HOST,
+            capturing: false,
+        };
+        self.run_on_plugin(&call, std::ptr::null_mut())
     }
 
     /// Run a collective in place, in NCCL's layout: all-reduce, broadcast and
@@ -85,6 +108,9 @@ impl Communicator {
     pub fn collective_in_place(&self, spec: &CollSpec, buf: &mut [u8]) -> Result<()> {
         let b = (buf.as_mut_ptr() as usize, buf.len());
         let t = self.coll_task(spec, b, b, true)?;
+        if self.host_on_plugin(spec, b.0 as u64, b.0 as u64, true)? {
+            return Ok(());
+        }
         self.run_tasks(vec![t.into()])
     }
 
@@ -108,6 +134,9 @@ impl Communicator {
             (recv.0 as usize, recv.1),
             in_place,
         )?;
+        if self.host_on_plugin(spec, send.0 as u64, recv.0 as u64, in_place)? {
+            return Ok(Request::finished(self.engine.clone()));
+        }
         self.start_tasks(vec![t.into()])
     }
 

@@ -123,8 +123,51 @@ impl Communicator {
         stream: impl AsStream,
     ) -> Result<()> {
         let t = self.device_coll_task(spec, send, recv, false)?;
+        let stream = stream.raw_stream();
         // SAFETY: the caller's contract.
-        unsafe { self.launch_device(vec![t.into()], &[stream.raw_stream()]) }
+        if unsafe { self.device_on_plugin(spec, send, recv, false, stream)? } {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_device(vec![t.into()], &[stream]) }
+    }
+
+    /// Offer a device call to the collective plugins (see `dispatch`).
+    ///
+    /// # Safety
+    /// As [`collective_on`](Self::collective_on).
+    unsafe fn device_on_plugin(
+        &self,
+        spec: &CollSpec,
+        send: u64,
+        recv: u64,
+        in_place: bool,
+        stream: RawStream,
+    ) -> Result<bool> {
+        if self.colls.is_empty() {
+            return self.run_on_plugin(
+                &super::dispatch::Call {
+                    spec,
+                    send,
+                    recv,
+                    in_place,
+                    mem: ferrocx_sdk::abi::FX_MEM_CUDA,
+                    capturing: false,
+                },
+                std::ptr::null_mut(),
+            );
+        }
+        self.device_error()?;
+        let capturing = crate::device::order::is_capturing(stream)?;
+        let call = super::dispatch::Call {
+            spec,
+            send,
+            recv,
+            in_place,
+            mem: ferrocx_sdk::abi::FX_MEM_CUDA,
+            capturing,
+        };
+        self.run_on_plugin(&call, stream as *mut std::ffi::c_void)
     }
 
     /// An in-place collective on a device buffer, ordered on `stream`.
@@ -138,8 +181,13 @@ impl Communicator {
         stream: impl AsStream,
     ) -> Result<()> {
         let t = self.device_coll_task(spec, buf, buf, true)?;
+        let stream = stream.raw_stream();
         // SAFETY: the caller's contract.
-        unsafe { self.launch_device(vec![t.into()], &[stream.raw_stream()]) }
+        if unsafe { self.device_on_plugin(spec, buf, buf, true, stream)? } {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_device(vec![t.into()], &[stream]) }
     }
 
     /// Send `len` bytes of device memory to `peer`, ordered on `stream`.

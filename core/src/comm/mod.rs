@@ -2,11 +2,14 @@
 
 mod coll;
 mod device;
+mod dispatch;
 mod group;
+mod windows;
 
 pub use group::Group;
 
 use crate::bootstrap::{Bootstrap, LaunchInfo, RankInfo};
+use crate::collective::Collectives;
 use crate::config;
 use crate::engine::{Engine, EngineStats, Request, Submitted};
 use crate::error::{Error, Result};
@@ -17,7 +20,7 @@ use crate::registration::{RegHandle, Registrations};
 use crate::shared::CommShared;
 use ferrocx_sdk::abi::FxPeerInfo;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +62,14 @@ pub struct Communicator {
     device_ops: Mutex<Vec<Arc<crate::plan::StageDone>>>,
     /// Whether device transfers to some peer are staged (computed on first use).
     staging: std::sync::OnceLock<bool>,
+    /// Collective plugins taking part in this communicator's calls.
+    colls: Collectives,
+    /// Serializes the hooks of the collective plugins' comms (the ABI's promise).
+    coll_serial: Mutex<()>,
+    /// Collective calls so far (equal on every rank).
+    coll_seq: AtomicU64,
+    /// Symmetric windows.
+    windows: crate::window::WindowTable,
 }
 
 /// This rank's GPU: `FERROCX_DEVICE`, else the local rank modulo the device count;
@@ -128,7 +139,22 @@ impl Communicator {
         };
         // Local checks first, so a misconfigured rank fails with its own message.
         let filter = TransportFilter::from_env()?;
+        let coll_filter = crate::collective::filter_from_env()?;
         let registry = Registry::discover()?;
+        for name in coll_filter.required() {
+            if !registry.collectives.iter().any(|p| &p.name == name) {
+                return Err(Error::PluginLoad {
+                    path: name.clone(),
+                    message: format!(
+                        "FERROCX_COLLECTIVES names '{name}', which is not loaded (collective plugins loaded: {}; skipped: {})",
+                        if registry.collectives.is_empty() { "none".to_string() } else {
+                            registry.collectives.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                        },
+                        registry.skipped_summary()
+                    ),
+                });
+            }
+        }
         for name in filter.required() {
             if !registry.plugins.iter().any(|p| &p.name == name) {
                 return Err(Error::PluginLoad {
@@ -213,6 +239,15 @@ impl Communicator {
             timeout,
             abort,
         });
+        let (colls, left_out) = Collectives::start(&registry.collectives, &coll_filter, &shared)?;
+        for (name, why) in left_out {
+            if let Some(r) = report
+                .iter_mut()
+                .find(|r| r.name == name && r.kind == "collective" && r.skipped.is_none())
+            {
+                r.skipped = Some(why);
+            }
+        }
         let plan_cfg = PlanConfig::from_env()?;
         let regs = Arc::new(Registrations::default());
         let engine = Engine::new(shared.clone(), regs.clone(), plan_cfg.nchannels);
@@ -226,10 +261,15 @@ impl Communicator {
         let progress = ProgressThread::start(cfg.rank, engine.clone())?;
         tracing::info!(
             target: "ferrocx::comm",
-            "rank {}/{} ready; transports: {}",
+            "rank {}/{} ready; transports: {}; collective plugins: {}",
             cfg.rank,
             cfg.nranks,
-            shared.plugins.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+            shared.plugins.iter().map(|p| p.name()).collect::<Vec<_>>().join(", "),
+            if colls.is_empty() {
+                "none".to_string()
+            } else {
+                colls.plugins().iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+            }
         );
         Ok(Communicator {
             shared,
@@ -244,6 +284,10 @@ impl Communicator {
             gpu,
             device_ops: Mutex::new(Vec::new()),
             staging: std::sync::OnceLock::new(),
+            colls,
+            coll_serial: Mutex::new(()),
+            coll_seq: AtomicU64::new(0),
+            windows: crate::window::WindowTable::default(),
         })
     }
 
@@ -504,6 +548,7 @@ impl Communicator {
     }
 
     fn teardown(&self, why: &str) {
+        self.windows.clear(&self.colls);
         self.engine.shutdown(why);
         if let Some(mut p) = self.progress.lock().take() {
             p.join();
@@ -528,6 +573,10 @@ impl Communicator {
         }
         let broken = self.engine.broken();
         self.teardown("communicator destroyed");
+        {
+            let _serial = self.coll_serial.lock();
+            self.colls.close();
+        }
         self.shared.bootstrap.close();
         match broken {
             Some(e) => Err(e),

@@ -181,3 +181,15 @@ impl Drop for Signal {
         self.fire();
     }
 }
+
+/// Whether `stream` is being captured into a CUDA graph (a collective plugin
+/// that supports graphs issues capturable work then).
+pub(crate) fn is_capturing(stream: super::RawStream) -> Result<bool> {
+    use ferrocx_sdk::cuda::sys;
+    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: `stream` is a live stream of this device (the caller's contract);
+    // `st` is a valid out pointer.
+    let r = unsafe { sys::cuStreamIsCapturing(stream, &mut st) };
+    ferrocx_sdk::cuda::check(r, "cuStreamIsCapturing").map_err(crate::Error::cuda)?;
+    Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}

@@ -27,6 +27,15 @@ impl Request {
         }
     }
 
+    /// A request for work that already finished (a collective plugin ran it).
+    pub(crate) fn finished(engine: Arc<Engine>) -> Self {
+        Request {
+            engine,
+            done: None,
+            registered: false,
+        }
+    }
+
     /// Block until done (driving progress while there is some).
     pub fn wait(mut self) -> Result<()> {
         match self.done.take() {

@@ -63,34 +63,33 @@ impl PluginLib {
 
     /// `dlopen` a file and validate its `ferrocx_transport_v1` table.
     pub fn load(path: &Path) -> Result<Self> {
-        let shown = path.display().to_string();
-        let err = |message: String| Error::PluginLoad {
-            path: shown.clone(),
-            message,
-        };
-        if !path.exists() {
-            return Err(err("no such file".into()));
-        }
-        // SAFETY: loading a library runs its initializers; that is what loading
-        // a plugin means, and the user asked for this file.
-        let lib = unsafe { libloading::Library::new(path) }
-            .map_err(|e| err(format!("dlopen failed: {e}")))?;
+        let lib = open_library(path)?;
+        Self::from_library(&lib, path).unwrap_or_else(|| {
+            Err(Error::PluginLoad {
+                path: path.display().to_string(),
+                message: format!("no symbol '{FX_SYMBOL_V1}': not a ferrocx transport plugin (or built for another ABI)"),
+            })
+        })
+    }
+
+    /// The transport table of an opened library; `None` when it exports none
+    /// (it may be a collective plugin only).
+    pub fn from_library(lib: &Arc<libloading::Library>, path: &Path) -> Option<Result<Self>> {
         // SAFETY: the symbol is documented as `const fx_transport_v1_t *(*)(void)`.
         let table = unsafe {
-            let entry: libloading::Symbol<FxTransportV1Entry> = lib
-                .get(FX_SYMBOL_V1.as_bytes())
-                .map_err(|_| err(format!("no symbol '{FX_SYMBOL_V1}': not a ferrocx transport plugin (or built for another ABI)")))?;
+            let entry: libloading::Symbol<FxTransportV1Entry> =
+                lib.get(FX_SYMBOL_V1.as_bytes()).ok()?;
             entry()
         };
         // SAFETY: the entry point promises a table living as long as the library.
-        unsafe {
+        Some(unsafe {
             Self::validate(
                 table,
-                Some(Arc::new(lib)),
+                Some(lib.clone()),
                 PluginSource::File(path.to_path_buf()),
-                &shown,
+                &path.display().to_string(),
             )
-        }
+        })
     }
 
     /// # Safety
@@ -155,4 +154,20 @@ impl PluginLib {
             source,
         })
     }
+}
+
+/// `dlopen` a plugin file (once for every kind of table it exports).
+pub fn open_library(path: &Path) -> Result<Arc<libloading::Library>> {
+    let err = |message: String| Error::PluginLoad {
+        path: path.display().to_string(),
+        message,
+    };
+    if !path.exists() {
+        return Err(err("no such file".into()));
+    }
+    // SAFETY: loading a library runs its initializers; that is what loading
+    // a plugin means, and the user asked for this file.
+    let lib = unsafe { libloading::Library::new(path) }
+        .map_err(|e| err(format!("dlopen failed: {e}")))?;
+    Ok(Arc::new(lib))
 }

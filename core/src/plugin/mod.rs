@@ -11,7 +11,8 @@ pub mod select;
 
 pub(crate) use connection::Connection;
 pub use connection::Dir;
+pub(crate) use host::HostTable;
 pub use instance::{PluginInstance, RawConn, RawMemHandle, RawRequest};
 pub use library::{PluginLib, PluginSource};
 pub use registry::{PluginReport, Registry};
-pub use select::TransportFilter;
+pub use select::{NameFilter, TransportFilter};

@@ -1,7 +1,9 @@
 //! Which plugins exist: built-ins (via `inventory`) and `.so` files from
-//! `FERROCX_PLUGINS` / `FERROCX_PLUGIN_PATH`. Broken ones are reported and skipped.
+//! `FERROCX_PLUGINS` / `FERROCX_PLUGIN_PATH`, transports and collective
+//! plugins alike (a file may export both). Broken ones are reported and skipped.
 
-use super::library::{PluginLib, PluginSource};
+use super::library::{open_library, PluginLib, PluginSource};
+use crate::collective::CollectiveLib;
 use crate::config::env_bool;
 use crate::error::Result;
 use std::path::{Path, PathBuf};
@@ -12,6 +14,8 @@ use std::sync::Arc;
 pub struct PluginReport {
     /// Plugin name, or the file name when it could not be read.
     pub name: String,
+    /// "transport" or "collective" ("-" when the file could not be read).
+    pub kind: &'static str,
     /// ABI version, when known.
     pub abi_version: Option<u32>,
     /// Built-in or file path.
@@ -22,8 +26,10 @@ pub struct PluginReport {
 
 /// Everything discovered, usable plugins in discovery order.
 pub struct Registry {
-    /// Loaded, validated plugins (a file plugin replaces a built-in of the same name).
+    /// Loaded, validated transports (a file plugin replaces a built-in of the same name).
     pub plugins: Vec<Arc<PluginLib>>,
+    /// Loaded, validated collective plugins (same rule).
+    pub collectives: Vec<Arc<CollectiveLib>>,
     /// One entry per candidate, loaded or not.
     pub report: Vec<PluginReport>,
 }
@@ -69,12 +75,19 @@ impl Registry {
     pub fn discover_with(builtins: bool, files: &[String], dirs: &[String]) -> Registry {
         let mut reg = Registry {
             plugins: Vec::new(),
+            collectives: Vec::new(),
             report: Vec::new(),
         };
         if builtins {
             for table in ferrocx_sdk::builtin_transports() {
                 match PluginLib::builtin(table) {
                     Ok(p) => reg.add(p),
+                    Err(e) => reg.skip(table.name_str(), PluginSource::Builtin, e.to_string()),
+                }
+            }
+            for table in ferrocx_sdk::collective::builtin_collectives() {
+                match CollectiveLib::builtin(table) {
+                    Ok(p) => reg.add_collective(p),
                     Err(e) => reg.skip(table.name_str(), PluginSource::Builtin, e.to_string()),
                 }
             }
@@ -89,72 +102,81 @@ impl Registry {
             }
         }
         for path in paths {
-            match PluginLib::load(&path) {
-                Ok(p) => reg.add(p),
-                Err(e) => {
-                    tracing::warn!(target: "ferrocx::plugin", "skipping plugin: {e}");
-                    let name = path
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    reg.skip(name, PluginSource::File(path), e.to_string());
+            let loaded = open_library(&path).and_then(|lib| {
+                let t = PluginLib::from_library(&lib, &path);
+                let c = CollectiveLib::from_library(&lib, &path);
+                if t.is_none() && c.is_none() {
+                    return Err(crate::Error::PluginLoad {
+                        path: path.display().to_string(),
+                        message: format!(
+                            "no symbol '{}' or '{}': not a ferrocx plugin (or built for another ABI)",
+                            ferrocx_sdk::abi::FX_SYMBOL_V1,
+                            ferrocx_sdk::abi::FX_COLL_SYMBOL_V1
+                        ),
+                    });
                 }
+                Ok((t, c))
+            });
+            match loaded {
+                Ok((t, c)) => {
+                    match t {
+                        Some(Ok(p)) => reg.add(p),
+                        Some(Err(e)) => reg.skip_file(&path, e),
+                        None => {}
+                    }
+                    match c {
+                        Some(Ok(p)) => reg.add_collective(p),
+                        Some(Err(e)) => reg.skip_file(&path, e),
+                        None => {}
+                    }
+                }
+                Err(e) => reg.skip_file(&path, e),
             }
         }
         reg
     }
 
     fn add(&mut self, p: PluginLib) {
-        if let Some(i) = self.plugins.iter().position(|q| q.name == p.name) {
-            let old = &self.plugins[i];
-            let reason = if old.source == PluginSource::Builtin && p.source != PluginSource::Builtin
-            {
-                format!("replaced by {}", p.source)
-            } else {
-                format!(
-                    "duplicate name: {} already loaded from {}",
-                    p.name, old.source
-                )
-            };
-            if old.source == PluginSource::Builtin && p.source != PluginSource::Builtin {
-                tracing::info!(target: "ferrocx::plugin", "plugin '{}' from {} replaces the built-in", p.name, p.source);
-                if let Some(r) = self
-                    .report
-                    .iter_mut()
-                    .find(|r| r.name == p.name && r.skipped.is_none())
-                {
-                    r.skipped = Some(reason);
-                }
-                self.report.push(PluginReport {
-                    name: p.name.clone(),
-                    abi_version: Some(p.abi_version),
-                    source: p.source.clone(),
-                    skipped: None,
-                });
-                self.plugins[i] = Arc::new(p);
-            } else {
-                tracing::warn!(target: "ferrocx::plugin", "skipping {}: {reason}", p.source);
-                self.report.push(PluginReport {
-                    name: p.name.clone(),
-                    abi_version: Some(p.abi_version),
-                    source: p.source.clone(),
-                    skipped: Some(reason),
-                });
-            }
-            return;
-        }
-        self.report.push(PluginReport {
-            name: p.name.clone(),
-            abi_version: Some(p.abi_version),
-            source: p.source.clone(),
-            skipped: None,
-        });
-        self.plugins.push(Arc::new(p));
+        let (name, abi, source) = (p.name.clone(), p.abi_version, p.source.clone());
+        add_entry(
+            &mut self.plugins,
+            &mut self.report,
+            "transport",
+            p,
+            name,
+            abi,
+            source,
+            |q| (&q.name, &q.source),
+        );
+    }
+
+    fn add_collective(&mut self, p: CollectiveLib) {
+        let (name, abi, source) = (p.name.clone(), p.abi_version, p.source.clone());
+        add_entry(
+            &mut self.collectives,
+            &mut self.report,
+            "collective",
+            p,
+            name,
+            abi,
+            source,
+            |q| (&q.name, &q.source),
+        );
+    }
+
+    fn skip_file(&mut self, path: &Path, e: crate::Error) {
+        tracing::warn!(target: "ferrocx::plugin", "skipping plugin: {e}");
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.skip(name, PluginSource::File(path.to_path_buf()), e.to_string());
     }
 
     fn skip(&mut self, name: String, source: PluginSource, reason: String) {
         self.report.push(PluginReport {
             name,
+            kind: "-",
             abi_version: None,
             source,
             skipped: Some(reason),
@@ -177,5 +199,48 @@ impl Registry {
         } else {
             s.join("; ")
         }
+    }
+}
+
+/// Add a loaded plugin of one kind: a file replaces a built-in of the same
+/// name; any other duplicate is skipped. Every outcome lands in the report.
+#[allow(clippy::too_many_arguments)]
+fn add_entry<T>(
+    list: &mut Vec<Arc<T>>,
+    report: &mut Vec<PluginReport>,
+    kind: &'static str,
+    p: T,
+    name: String,
+    abi_version: u32,
+    source: PluginSource,
+    key: impl Fn(&T) -> (&String, &PluginSource),
+) {
+    let entry = |skipped| PluginReport {
+        name: name.clone(),
+        kind,
+        abi_version: Some(abi_version),
+        source: source.clone(),
+        skipped,
+    };
+    let Some(i) = list.iter().position(|q| key(q).0 == &name) else {
+        report.push(entry(None));
+        list.push(Arc::new(p));
+        return;
+    };
+    let old_source = key(&list[i]).1.clone();
+    if old_source == PluginSource::Builtin && source != PluginSource::Builtin {
+        tracing::info!(target: "ferrocx::plugin", "{kind} plugin '{name}' from {source} replaces the built-in");
+        if let Some(r) = report
+            .iter_mut()
+            .find(|r| r.name == name && r.kind == kind && r.skipped.is_none())
+        {
+            r.skipped = Some(format!("replaced by {source}"));
+        }
+        report.push(entry(None));
+        list[i] = Arc::new(p);
+    } else {
+        let reason = format!("duplicate name: {name} already loaded from {old_source}");
+        tracing::warn!(target: "ferrocx::plugin", "skipping {source}: {reason}");
+        report.push(entry(Some(reason)));
     }
 }

@@ -13,8 +13,12 @@ use std::sync::Arc;
 pub const TIE_ORDER: [&str; 4] = ["p2p", "shm", "net-ib", "net-socket"];
 
 /// Parsed `FERROCX_TRANSPORTS`.
+pub type TransportFilter = NameFilter;
+
+/// A list of plugin names from the environment: `a,b` (only these, in this
+/// order) or `^a,b` (all but these). `FERROCX_TRANSPORTS` and `FERROCX_COLLECTIVES`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum TransportFilter {
+pub enum NameFilter {
     /// Every loaded plugin, in tie order.
     #[default]
     All,
@@ -24,12 +28,17 @@ pub enum TransportFilter {
     Exclude(Vec<String>),
 }
 
-impl TransportFilter {
-    /// Parse `a,b` (restrict and order) or `^a,b` (exclude).
+impl NameFilter {
+    /// Parse `FERROCX_TRANSPORTS`: `a,b` (restrict and order) or `^a,b` (exclude).
     pub fn parse(text: &str) -> Result<Self> {
+        Self::parse_var("FERROCX_TRANSPORTS", text)
+    }
+
+    /// Parse the value of `var`.
+    pub fn parse_var(var: &str, text: &str) -> Result<Self> {
         let t = text.trim();
         if t.is_empty() {
-            return Ok(TransportFilter::All);
+            return Ok(NameFilter::All);
         }
         let (exclude, body) = match t.strip_prefix('^') {
             Some(rest) => (true, rest),
@@ -43,14 +52,14 @@ impl TransportFilter {
             .collect();
         if names.is_empty() || names.iter().any(|n| n.starts_with('^')) {
             return Err(Error::Config {
-                var: "FERROCX_TRANSPORTS".into(),
+                var: var.into(),
                 message: format!("'{text}': expected a,b (use only these, in this order) or ^a,b (exclude these)"),
             });
         }
         Ok(if exclude {
-            TransportFilter::Exclude(names)
+            NameFilter::Exclude(names)
         } else {
-            TransportFilter::Only(names)
+            NameFilter::Only(names)
         })
     }
 
@@ -62,16 +71,16 @@ impl TransportFilter {
     /// Whether a plugin of this name may be used.
     pub fn allows(&self, name: &str) -> bool {
         match self {
-            TransportFilter::All => true,
-            TransportFilter::Only(n) => n.iter().any(|x| x == name),
-            TransportFilter::Exclude(n) => !n.iter().any(|x| x == name),
+            NameFilter::All => true,
+            NameFilter::Only(n) => n.iter().any(|x| x == name),
+            NameFilter::Exclude(n) => !n.iter().any(|x| x == name),
         }
     }
 
     /// Names the user asked for explicitly (must exist).
     pub fn required(&self) -> &[String] {
         match self {
-            TransportFilter::Only(n) => n,
+            NameFilter::Only(n) => n,
             _ => &[],
         }
     }
@@ -79,7 +88,7 @@ impl TransportFilter {
     /// Position of `name` in the tie-break order.
     pub fn rank_of(&self, name: &str) -> (usize, String) {
         match self {
-            TransportFilter::Only(n) => (
+            NameFilter::Only(n) => (
                 n.iter().position(|x| x == name).unwrap_or(usize::MAX),
                 name.to_string(),
             ),
@@ -105,7 +114,7 @@ pub fn choose(filter: &TransportFilter, candidates: &[(String, i32)]) -> Option<
         .enumerate()
         .filter(|(_, (n, s))| *s > 0 && filter.allows(n));
     match filter {
-        TransportFilter::Only(_) => usable.min_by_key(|(_, (n, s))| (filter.rank_of(n), -s)),
+        NameFilter::Only(_) => usable.min_by_key(|(_, (n, s))| (filter.rank_of(n), -s)),
         _ => usable.min_by(|(_, (na, sa)), (_, (nb, sb))| {
             sb.cmp(sa)
                 .then_with(|| filter.rank_of(na).cmp(&filter.rank_of(nb)))
@@ -207,14 +216,14 @@ mod tests {
 
     #[test]
     fn parse_forms() {
-        assert_eq!(TransportFilter::parse("").unwrap(), TransportFilter::All);
+        assert_eq!(TransportFilter::parse("").unwrap(), NameFilter::All);
         assert_eq!(
             TransportFilter::parse("shm, net-socket").unwrap(),
-            TransportFilter::Only(vec!["shm".into(), "net-socket".into()])
+            NameFilter::Only(vec!["shm".into(), "net-socket".into()])
         );
         assert_eq!(
             TransportFilter::parse("^p2p").unwrap(),
-            TransportFilter::Exclude(vec!["p2p".into()])
+            NameFilter::Exclude(vec!["p2p".into()])
         );
         let e = TransportFilter::parse("^").unwrap_err().to_string();
         assert!(e.contains("FERROCX_TRANSPORTS"), "{e}");
@@ -223,7 +232,7 @@ mod tests {
 
     #[test]
     fn highest_score_then_fixed_order() {
-        let all = TransportFilter::All;
+        let all = NameFilter::All;
         assert_eq!(choose(&all, &c(&[("c-pipe", 10), ("shm", 100)])), Some(1));
         assert_eq!(
             choose(&all, &c(&[("net-socket", 5), ("shm", 5), ("p2p", 5)])),

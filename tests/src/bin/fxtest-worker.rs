@@ -76,6 +76,13 @@ fn main() -> ExitCode {
         Some("coll-many") => coll::mix::many(args[1].parse().expect("iterations")),
         Some("coll-bad") => coll::bad::run(args.get(1).map_or("local", String::as_str)),
         Some("coll-async") => coll::bad::asynchronous(),
+        Some("coll-plugin") => coll::plugin::run(
+            opt("--expect"),
+            opt("--mem").as_deref() == Some("cuda"),
+            &opt("--counts").map_or(vec![0, 1, 7, 1000], |v| parse_sizes(&v)),
+            opt("--cycles").map_or(0, |v| v.parse().expect("cycles")),
+        ),
+        Some("window-mismatch") => coll::plugin::mismatched_window(),
         Some("a2a-soak") => coll::soak::all_to_all(
             args[1].parse().expect("bytes"),
             args[2].parse().expect("seconds"),

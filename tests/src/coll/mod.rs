@@ -9,6 +9,7 @@ pub mod bad;
 pub mod device;
 pub mod matrix;
 pub mod mix;
+pub mod plugin;
 pub mod probe;
 pub mod soak;
 

@@ -1,0 +1,231 @@
+//! A collective plugin live on one communicator: its context (`init`), its
+//! comm (`comm_init`), and safe wrappers for the per-call hooks. Every non-OK
+//! code becomes an [`Error::Plugin`] carrying the plugin's last-error text.
+
+use super::library::CollectiveLib;
+use super::oob::OobTable;
+use crate::error::{Error, Result};
+use crate::plugin::HostTable;
+use crate::shared::CommShared;
+use ferrocx_sdk::abi::*;
+use std::ffi::{c_char, c_void};
+use std::sync::Arc;
+
+/// One collective plugin on one communicator.
+pub struct CollectivePlugin {
+    /// The library and table.
+    pub lib: Arc<CollectiveLib>,
+    ctx: *mut c_void,
+    comm: *mut c_void,
+    /// Set once comm_destroy/finalize ran: every hook is refused after.
+    closed: std::sync::atomic::AtomicBool,
+    _oob: OobTable,
+    _host: HostTable,
+}
+
+// SAFETY: hooks of one comm are serialized by the caller (the communicator's
+// collective lock); the context itself is thread-safe per the ABI.
+unsafe impl Send for CollectivePlugin {}
+// SAFETY: as above.
+unsafe impl Sync for CollectivePlugin {}
+
+/// Outcome of [`CollectivePlugin::start`].
+pub enum Started {
+    /// Ready for calls.
+    Ready(CollectivePlugin),
+    /// `comm_init` said the plugin has nothing for this communicator.
+    Unsupported(String),
+}
+
+impl CollectivePlugin {
+    /// `init` then `comm_init`. Collective: every rank, in the same order.
+    pub(crate) fn start(lib: Arc<CollectiveLib>, shared: &Arc<CommShared>) -> Result<Started> {
+        let host = HostTable::new(&lib.name, shared.timeout, shared.abort.clone());
+        let t = lib.table();
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: validated table; the host table outlives the context (owned by self).
+        let code = unsafe { (t.init.expect("validated"))(host.as_ptr(), &mut ctx) };
+        if code != FX_OK || ctx.is_null() {
+            return Err(error_of(&lib, "init", code));
+        }
+        let oob = OobTable::new(shared.clone());
+        let me = &shared.peer_info[shared.rank];
+        let info = FxCommInfo {
+            rank: shared.rank as i32,
+            nranks: shared.nranks as i32,
+            local_rank: me.local_rank,
+            cuda_device: me.cuda_device,
+            comm_hash: shared.comm_hash,
+            peers: shared.peer_info.as_ptr(),
+        };
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: validated table, live context; `info` and its peers live across the
+        // call, the oob table as long as self.
+        let code =
+            unsafe { (t.comm_init.expect("validated"))(ctx, &info, oob.as_ptr(), &mut comm) };
+        if code != FX_OK || comm.is_null() {
+            let e = error_of(
+                &lib,
+                "comm_init",
+                if code == FX_OK { FX_INTERNAL } else { code },
+            );
+            // SAFETY: the context was made by init above and nothing else uses it.
+            unsafe { (t.finalize.expect("validated"))(ctx) };
+            return match e {
+                Error::Plugin {
+                    code: FX_UNSUPPORTED,
+                    message,
+                    ..
+                } => Ok(Started::Unsupported(message)),
+                e => Err(e),
+            };
+        }
+        Ok(Started::Ready(CollectivePlugin {
+            lib,
+            ctx,
+            comm,
+            closed: std::sync::atomic::AtomicBool::new(false),
+            _oob: oob,
+            _host: host,
+        }))
+    }
+
+    /// Plugin name.
+    pub fn name(&self) -> &str {
+        &self.lib.name
+    }
+
+    fn t(&self) -> &FxCollectiveV1 {
+        self.lib.table()
+    }
+
+    fn open(&self, hook: &'static str) -> Result<()> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::Destroyed(format!(
+                "collective plugin '{}' {hook}: the communicator was destroyed",
+                self.lib.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn check(&self, hook: &'static str, code: i32) -> Result<()> {
+        if code == FX_OK {
+            Ok(())
+        } else {
+            Err(error_of(&self.lib, hook, code))
+        }
+    }
+
+    /// Priority for running `desc` (0 = cannot).
+    pub fn can_run(&self, desc: &FxCollDesc) -> i32 {
+        if self.open("can_run").is_err() {
+            return 0;
+        }
+        // SAFETY: live comm; the descriptor lives across the call.
+        unsafe { (self.t().can_run.expect("validated"))(self.comm, desc) }.max(0)
+    }
+
+    /// Run `desc` (host: to completion; CUDA: queued on `stream`).
+    ///
+    /// # Safety
+    /// The descriptor's buffers must be valid as the ABI says; `stream` a live
+    /// stream of this rank's device or null.
+    pub unsafe fn launch(&self, desc: &FxCollDesc, stream: *mut c_void) -> Result<()> {
+        self.open("launch")?;
+        // SAFETY: the caller's contract; live comm.
+        let code = unsafe { (self.t().launch.expect("validated"))(self.comm, desc, stream) };
+        self.check("launch", code)
+    }
+
+    /// Whether the plugin uses windows.
+    pub fn takes_windows(&self) -> bool {
+        self.t().window_register.is_some()
+    }
+
+    /// Register a window (collective); `None` when the plugin has no use for it.
+    pub fn window_register(&self, desc: &FxWindowDesc) -> Result<Option<usize>> {
+        let Some(f) = self.t().window_register else {
+            return Ok(None);
+        };
+        self.open("window_register")?;
+        let mut win = std::ptr::null_mut();
+        // SAFETY: live comm; `desc` and its arrays live across the call.
+        let code = unsafe { f(self.comm, desc, &mut win) };
+        self.check("window_register", code)?;
+        Ok((!win.is_null()).then_some(win as usize))
+    }
+
+    /// Release a window from [`window_register`](Self::window_register).
+    pub fn window_deregister(&self, win: usize) -> Result<()> {
+        self.open("window_deregister")?;
+        let f = self
+            .t()
+            .window_deregister
+            .expect("validated with window_register");
+        // SAFETY: live comm; `win` came from this comm's window_register.
+        let code = unsafe { f(self.comm, win as *mut c_void) };
+        self.check("window_deregister", code)
+    }
+
+    /// The asynchronous error that broke the plugin's comm, if any.
+    pub fn status(&self) -> Result<()> {
+        self.open("status")?;
+        match self.t().status {
+            // SAFETY: live comm.
+            Some(f) => self.check("status", unsafe { f(self.comm) }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl CollectivePlugin {
+    /// `comm_destroy` then `finalize` (once; later hooks are refused). The
+    /// plugin's comm_destroy may use the out-of-band collectives: call this on
+    /// every rank while the bootstrap still works.
+    pub fn close(&self) {
+        if self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        let t = self.lib.table();
+        // SAFETY: live comm and context, destroyed once, comm first (ABI order).
+        let (c, f) = unsafe {
+            (
+                (t.comm_destroy.expect("validated"))(self.comm),
+                (t.finalize.expect("validated"))(self.ctx),
+            )
+        };
+        for (hook, code) in [("comm_destroy", c), ("finalize", f)] {
+            if code != FX_OK {
+                tracing::warn!(target: "ferrocx::collective", "{}", error_of(&self.lib, hook, code));
+            }
+        }
+    }
+}
+
+impl Drop for CollectivePlugin {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The error for a failed hook, with the plugin's last-error text.
+fn error_of(lib: &CollectiveLib, hook: &'static str, code: i32) -> Error {
+    let mut message = String::new();
+    if let Some(last) = lib.table().last_error {
+        let mut buf = vec![0 as c_char; 1024];
+        // SAFETY: a buffer of the given length.
+        unsafe { last(buf.as_mut_ptr(), buf.len()) };
+        message = c_chars_to_string(&buf);
+    }
+    if message.is_empty() {
+        message = "(the plugin gave no error text)".into();
+    }
+    Error::Plugin {
+        plugin: lib.name.clone(),
+        hook,
+        peer: None,
+        code,
+        message,
+    }
+}

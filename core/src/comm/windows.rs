@@ -1,0 +1,86 @@
+//! Symmetric windows on [`Communicator`] (see [`crate::window`]), and what
+//! the collective plugins would do with a call.
+
+use super::dispatch::Call;
+use super::Communicator;
+use crate::collective::Choice;
+use crate::error::{Error, Result};
+use crate::plan::CollSpec;
+use crate::window::{Local, Window};
+use ferrocx_sdk::abi::{FX_MEM_CUDA, FX_MEM_HOST};
+
+impl Communicator {
+    /// Register `buf` as a symmetric window (collective: every rank calls it
+    /// with the same size, in the same order). Collectives whose buffers lie
+    /// in windows may run on a collective plugin that needs them.
+    pub fn window_register(&self, buf: &mut [u8]) -> Result<Window> {
+        self.check_live()?;
+        let local = if buf.is_empty() {
+            Err(Error::invalid("window_register: the buffer is empty"))
+        } else {
+            Ok(Local::host(buf.as_mut_ptr() as u64, buf.len()))
+        };
+        self.windows.register(&self.shared, &self.colls, local)
+    }
+
+    /// Register `len` bytes of device memory at `ptr` as a symmetric window
+    /// (collective; peers on this host map it through CUDA IPC).
+    ///
+    /// # Safety
+    /// The memory must stay allocated until the window is deregistered on every rank.
+    pub unsafe fn window_register_device(&self, ptr: u64, len: usize) -> Result<Window> {
+        self.check_live()?;
+        let local = (|| {
+            if len == 0 {
+                return Err(Error::invalid("window_register: the buffer is empty"));
+            }
+            let gpu = self.gpu()?;
+            Local::device(gpu.device(), ptr, len)
+        })();
+        self.windows.register(&self.shared, &self.colls, local)
+    }
+
+    /// Release a window (collective). When it returns on a rank, no peer maps
+    /// that rank's memory any more.
+    pub fn window_deregister(&self, w: Window) -> Result<()> {
+        self.check_live()?;
+        self.windows.deregister(&self.shared, &self.colls, w)
+    }
+
+    /// Windows registered now (leak checks).
+    pub fn window_count(&self) -> usize {
+        self.windows.count()
+    }
+
+    /// Names of the collective plugins taking part in this communicator's calls.
+    pub fn collective_plugins(&self) -> Vec<String> {
+        self.colls
+            .plugins()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect()
+    }
+
+    /// Who would run this collective on these buffers (host memory, or device
+    /// memory when `device`), with every candidate's priority — what `fxinfo`
+    /// prints. Asks the plugins; runs nothing.
+    pub fn collective_choice(
+        &self,
+        spec: &CollSpec,
+        send: u64,
+        recv: u64,
+        in_place: bool,
+        device: bool,
+    ) -> Result<Choice> {
+        self.check_live()?;
+        let call = Call {
+            spec,
+            send,
+            recv,
+            in_place,
+            mem: if device { FX_MEM_CUDA } else { FX_MEM_HOST },
+            capturing: false,
+        };
+        Ok(self.choose(&call).0)
+    }
+}

@@ -1,0 +1,331 @@
+//! Collectives through collective plugins on symmetric windows: the five
+//! copy collectives × every type × in/out of place × roots, on host memory
+//! (the C example plugin `cma`) or device memory (`ce`), every result checked
+//! against the model of NCCL's layouts; which implementation ran is asked of
+//! the communicator and compared with what the test expects.
+
+use super::device::{sync, DevMem};
+use super::{e2s, hash};
+use ferrocx::{CollKind, CollSpec, Communicator, DataType};
+use ferrocx_sdk::cuda::Stream;
+
+const KINDS: [CollKind; 5] = [
+    CollKind::AllGather,
+    CollKind::Broadcast,
+    CollKind::AllToAll,
+    CollKind::Gather,
+    CollKind::Scatter,
+];
+
+/// Byte `i` of block `blk` of rank `r`'s input for case `case`.
+fn input(case: u64, r: usize, blk: usize, i: usize) -> u8 {
+    hash(&[case, r as u64, blk as u64, i as u64]) as u8
+}
+
+/// Memory of one window: host bytes or a device allocation with a host mirror.
+enum Mem {
+    Host(Vec<u64>),
+    Dev(DevMem, Vec<u8>),
+}
+
+impl Mem {
+    fn new(bytes: usize, device: bool) -> Result<Mem, String> {
+        Ok(if device {
+            Mem::Dev(DevMem::new(bytes)?, vec![0; bytes])
+        } else {
+            Mem::Host(vec![0; bytes.div_ceil(8)])
+        })
+    }
+    fn ptr(&mut self) -> u64 {
+        match self {
+            Mem::Host(v) => v.as_mut_ptr() as u64,
+            Mem::Dev(d, _) => d.ptr,
+        }
+    }
+    fn bytes(&mut self, len: usize) -> &mut [u8] {
+        match self {
+            // SAFETY: u64 storage viewed as bytes, within its length.
+            Mem::Host(v) => unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), len) },
+            Mem::Dev(_, m) => &mut m[..len],
+        }
+    }
+    fn upload(&mut self, len: usize) -> Result<(), String> {
+        match self {
+            Mem::Host(_) => Ok(()),
+            Mem::Dev(d, m) => d.upload(&m[..len]),
+        }
+    }
+    fn download(&mut self, len: usize) -> Result<(), String> {
+        match self {
+            Mem::Host(_) => Ok(()),
+            Mem::Dev(d, m) => d.download(&mut m[..len]),
+        }
+    }
+}
+
+/// One case of the matrix, as one rank sees it.
+struct Case {
+    kind: CollKind,
+    id: u64,
+    me: usize,
+    n: usize,
+    root: usize,
+    block: usize,
+    in_place: bool,
+}
+
+impl Case {
+    /// The expected receive buffer (its first `n*block` bytes), from what it held before.
+    fn expected(&self, before: &[u8]) -> Vec<u8> {
+        let Case {
+            kind,
+            id,
+            me,
+            n,
+            root,
+            block,
+            in_place,
+        } = *self;
+        let mut out = before.to_vec();
+        let mut put = |at: usize, r: usize, blk: usize| {
+            for i in 0..block {
+                out[at + i] = input(id, r, blk, i);
+            }
+        };
+        match kind {
+            CollKind::AllGather => (0..n).for_each(|r| put(r * block, r, 0)),
+            CollKind::Broadcast => put(0, root, 0),
+            CollKind::AllToAll => (0..n).for_each(|p| put(p * block, p, me)),
+            CollKind::Gather if me == root => (0..n).for_each(|r| put(r * block, r, 0)),
+            CollKind::Gather => {}
+            CollKind::Scatter => put(
+                if in_place && me == root {
+                    me * block
+                } else {
+                    0
+                },
+                root,
+                me,
+            ),
+            _ => unreachable!(),
+        }
+        out
+    }
+
+    /// Fill `send`/`recv`: inputs where NCCL's layout puts them, junk elsewhere.
+    fn fill(&self, send: &mut [u8], recv: &mut [u8]) {
+        let Case {
+            kind,
+            id,
+            me,
+            n,
+            root,
+            block,
+            in_place,
+        } = *self;
+        recv.fill(0x5A);
+        send.fill(0xC3);
+        let buf = if in_place { recv } else { send };
+        let mut put =
+            |at: usize, blk: usize| (0..block).for_each(|i| buf[at + i] = input(id, me, blk, i));
+        match kind {
+            CollKind::AllGather if in_place => put(me * block, 0),
+            CollKind::Gather if in_place && me == root => put(me * block, 0),
+            CollKind::AllGather | CollKind::Gather => put(0, 0),
+            CollKind::Broadcast if me == root => put(0, 0),
+            CollKind::AllToAll => (0..n).for_each(|p| put(p * block, p)),
+            CollKind::Scatter if me == root => (0..n).for_each(|p| put(p * block, p)),
+            _ => {}
+        }
+    }
+}
+
+/// Run the matrix. `expect`: the implementation that must run every case a
+/// plugin can take ("core" for none). Returns a summary.
+pub fn run(
+    expect: Option<String>,
+    device: bool,
+    counts: &[usize],
+    cycles: usize,
+) -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    println!("collective plugins: {:?}", comm.collective_plugins());
+    let max_block = counts.iter().max().copied().unwrap_or(0) * 8;
+    let win_bytes = (n * max_block).max(64);
+    let stream = if device {
+        Some(Stream::new().map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let mut send = Mem::new(win_bytes, device)?;
+    let mut recv = Mem::new(win_bytes, device)?;
+    let reg = |m: &mut Mem| -> Result<ferrocx::window::Window, String> {
+        match m {
+            Mem::Host(v) => {
+                // SAFETY: u64 storage viewed as bytes.
+                let b = unsafe {
+                    std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), win_bytes)
+                };
+                comm.window_register(b).map_err(e2s)
+            }
+            // SAFETY: the allocation outlives the window (deregistered below).
+            Mem::Dev(d, _) => unsafe { comm.window_register_device(d.ptr, win_bytes) }.map_err(e2s),
+        }
+    };
+    let (ws, wr) = (reg(&mut send)?, reg(&mut recv)?);
+    let mut cases = 0;
+    let mut on: std::collections::BTreeMap<String, usize> = Default::default();
+    let types = [
+        DataType::U8,
+        DataType::I8,
+        DataType::F16,
+        DataType::Bf16,
+        DataType::I32,
+        DataType::U32,
+        DataType::F32,
+        DataType::I64,
+        DataType::U64,
+        DataType::F64,
+    ];
+    for kind in KINDS {
+        for dtype in types {
+            for &count in counts {
+                for root in [0, n - 1] {
+                    for in_place in [false, true] {
+                        cases += 1;
+                        let case = cases as u64;
+                        let block = count * dtype.size();
+                        let all = n * block;
+                        let spec = CollSpec::new(kind, dtype, count).root(root);
+                        let c = Case {
+                            kind,
+                            id: case,
+                            me,
+                            n,
+                            root,
+                            block,
+                            in_place,
+                        };
+                        c.fill(send.bytes(win_bytes), recv.bytes(win_bytes));
+                        let before = recv.bytes(all).to_vec();
+                        send.upload(win_bytes)?;
+                        recv.upload(win_bytes)?;
+                        let (sp, rp) = (send.ptr(), recv.ptr());
+                        let choice = comm
+                            .collective_choice(
+                                &spec,
+                                if in_place { rp } else { sp },
+                                rp,
+                                in_place,
+                                device,
+                            )
+                            .map_err(e2s)?;
+                        *on.entry(choice.winner().to_string()).or_default() += 1;
+                        if let Some(x) = &expect {
+                            let plugin_case =
+                                !(kind == CollKind::AllToAll && in_place) && count > 0;
+                            if plugin_case && choice.winner() != x {
+                                return Err(format!("{} {dtype} count {count} root {root} in place {in_place}: ran on {} ({}), expected {x}", kind.name(), choice.winner(), choice.explain()));
+                            }
+                        }
+                        let r = match (&stream, in_place) {
+                            (None, false) => {
+                                let (s, r) = (sp as *const u8, rp as *mut u8);
+                                // SAFETY: both windows hold win_bytes; disjoint.
+                                let (s, r) = unsafe {
+                                    (
+                                        std::slice::from_raw_parts(s, win_bytes),
+                                        std::slice::from_raw_parts_mut(r, win_bytes),
+                                    )
+                                };
+                                comm.collective(&spec, s, r)
+                            }
+                            (None, true) => {
+                                // SAFETY: the receive window holds win_bytes.
+                                let r = unsafe {
+                                    std::slice::from_raw_parts_mut(rp as *mut u8, win_bytes)
+                                };
+                                comm.collective_in_place(&spec, r)
+                            }
+                            // SAFETY: device windows alive; the stream is synchronized below.
+                            (Some(s), false) => unsafe { comm.collective_on(&spec, sp, rp, s) },
+                            // SAFETY: as above.
+                            (Some(s), true) => unsafe { comm.collective_in_place_on(&spec, rp, s) },
+                        };
+                        r.map_err(|e| {
+                            format!(
+                                "{} {dtype} count {count} root {root} in place {in_place}: {e}",
+                                kind.name()
+                            )
+                        })?;
+                        if let Some(s) = &stream {
+                            sync(s)?;
+                            comm.device_error().map_err(e2s)?;
+                        }
+                        recv.download(all)?;
+                        let want = c.expected(&before);
+                        let got = recv.bytes(all);
+                        if let Some(i) = (0..all).find(|&i| got[i] != want[i]) {
+                            return Err(format!(
+                                "{} {dtype} count {count} root {root} in place {in_place} on {}: rank {me} byte {i} is {:#04x}, expected {:#04x}",
+                                kind.name(), choice.winner(), got[i], want[i]
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    comm.window_deregister(ws).map_err(e2s)?;
+    comm.window_deregister(wr).map_err(e2s)?;
+    // Register/deregister cycles leak nothing.
+    let open0 = open_handles(device);
+    for c in 0..cycles {
+        let w = reg(&mut recv)?;
+        comm.window_deregister(w)
+            .map_err(|e| format!("cycle {c}: {e}"))?;
+    }
+    if comm.window_count() != 0 || open_handles(device) != open0 {
+        return Err(format!(
+            "after {cycles} window cycles: {} windows, {} IPC handles open (was {open0})",
+            comm.window_count(),
+            open_handles(device)
+        ));
+    }
+    comm.destroy().map_err(e2s)?;
+    Ok(format!(
+        "rank {me}: {cases} cases checked ({on:?}), {cycles} window cycles"
+    ))
+}
+
+fn open_handles(device: bool) -> usize {
+    use ferrocx_sdk::device::Driver;
+    if device {
+        ferrocx_sdk::device::cuda::CudaDriver.open_handles()
+    } else {
+        0
+    }
+}
+
+/// Every rank registers a window, rank 1 of another size: an error on every rank naming it.
+pub fn mismatched_window() -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let me = comm.rank();
+    let mut buf = vec![0u8; if me == 1 { 8192 } else { 4096 }];
+    match comm.window_register(&mut buf) {
+        Ok(_) => Err("a window of different sizes was accepted".into()),
+        Err(e) if e.to_string().contains("rank 1") && e.to_string().contains("same size") => {
+            if comm.window_count() != 0 {
+                return Err("a failed registration left a window".into());
+            }
+            // The communicator still works.
+            let mut ok = vec![0u8; 64];
+            let w = comm.window_register(&mut ok).map_err(e2s)?;
+            comm.window_deregister(w).map_err(e2s)?;
+            comm.destroy().map_err(e2s)?;
+            Ok(format!("rank {me}: {e}"))
+        }
+        Err(e) => Err(format!("unexpected error: {e}")),
+    }
+}
