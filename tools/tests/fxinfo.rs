@@ -133,3 +133,30 @@ fn plugin_report_lists_builtins_and_skipped_files() {
     );
     assert!(text.contains("FERROCX_TIMEOUT"), "{text}");
 }
+
+#[test]
+fn fxinfo_under_fxrun_says_who_runs_each_collective_and_why() {
+    let Some(so) = compile_c_plugin(
+        &repo_root().join("sdk/examples/c-cma/fx_example_cma.c"),
+        "ferrocx_plugin_cma_fxinfo",
+    ) else {
+        return;
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_fxrun"))
+        .args(["-n", "2", "--", FXINFO])
+        .env("FERROCX_PLUGINS", &so)
+        .env_remove("FERROCX_COLLECTIVES")
+        .output()
+        .expect("run fxrun fxinfo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for needle in [
+        "cma          collective",
+        "collective plugins taking part: cma",
+        "all_gather      host windows  cma (cma 150 ≥ core 100)",
+        "all_gather      host buffers  core (core 100 ≥ cma 0)",
+        "all_reduce      host windows  core (core 100 ≥ cma 0)",
+    ] {
+        assert!(text.contains(needle), "missing '{needle}':\n{text}");
+    }
+}

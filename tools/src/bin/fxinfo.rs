@@ -1,7 +1,8 @@
 //! fxinfo — what ferrocx would load and use, and the plugin conformance kit.
 //!
 //! `fxinfo`                 plugins found (loaded or skipped, and why) and the effective configuration
-//! `fxrun -n 2 -- fxinfo`   additionally the transport chosen for every pair of ranks
+//! `fxrun -n 2 -- fxinfo`   additionally the transport chosen for every pair of ranks, and
+//!                          who runs each collective per size bucket (core or a collective plugin)
 //! `fxinfo --check P.so`    run the conformance battery against a plugin library
 
 use ferrocx::config::VARIABLES;
@@ -30,6 +31,104 @@ fn main() -> ExitCode {
         }
         None => info(),
     }
+}
+
+/// Who runs each collective, per size bucket, on plain buffers and on
+/// symmetric windows (host, and device memory when this rank has a GPU):
+/// every collective plugin is asked, exactly as a call would ask it.
+fn collectives(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
+    use ferrocx::{CollKind, CollSpec, DataType};
+    let n = comm.nranks();
+    let buckets = [8usize, 4096, 256 << 10, 16 << 20];
+    let cap = buckets[buckets.len() - 1] * n;
+    let kinds = [
+        CollKind::AllReduce,
+        CollKind::AllGather,
+        CollKind::ReduceScatter,
+        CollKind::Broadcast,
+        CollKind::Reduce,
+        CollKind::AllToAll,
+        CollKind::Gather,
+        CollKind::Scatter,
+    ];
+    let mut host = (vec![0u64; cap / 8], vec![0u64; cap / 8]);
+    let dev = match comm.device() {
+        Some(_) => Some((
+            ferrocx_tools::perf::device::DevMem::new(cap)?,
+            ferrocx_tools::perf::device::DevMem::new(cap)?,
+        )),
+        None => None,
+    };
+    let bytes = |v: &mut Vec<u64>| -> &'static mut [u8] {
+        // SAFETY: u64 storage viewed as bytes; the vectors outlive every use below
+        // (deregistered before they drop at the end of this function).
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 8) }
+    };
+    let mut lines = Vec::new();
+    for windows in [false, true] {
+        let mut regs = Vec::new();
+        if windows {
+            regs.push(comm.window_register(bytes(&mut host.0))?);
+            regs.push(comm.window_register(bytes(&mut host.1))?);
+            if let Some((s, r)) = &dev {
+                // SAFETY: the allocations live until after the deregistration below.
+                unsafe {
+                    regs.push(comm.window_register_device(s.ptr, cap)?);
+                    regs.push(comm.window_register_device(r.ptr, cap)?);
+                }
+            }
+        }
+        let mut mems = vec![(
+            "host",
+            host.0.as_ptr() as u64,
+            host.1.as_ptr() as u64,
+            false,
+        )];
+        if let Some((s, r)) = &dev {
+            mems.push(("cuda", s.ptr, r.ptr, true));
+        }
+        for (mem, sp, rp, device) in mems {
+            for kind in kinds {
+                let cells: Vec<String> = buckets
+                    .iter()
+                    .map(|&b| {
+                        let spec = CollSpec::new(kind, DataType::F32, (b / 4).max(1));
+                        comm.collective_choice(&spec, sp, rp, false, device)
+                            .map_or_else(
+                                |e| format!("? ({e})"),
+                                |c| format!("{} ({})", c.winner(), c.explain()),
+                            )
+                    })
+                    .collect();
+                lines.push(format!(
+                    "  {:<15} {:<4} {:<8} {}",
+                    kind.name(),
+                    mem,
+                    if windows { "windows" } else { "buffers" },
+                    cells.join(" | ")
+                ));
+            }
+        }
+        for w in regs {
+            comm.window_deregister(w)?;
+        }
+    }
+    if lead {
+        println!("\ncollectives (who runs each call, float elements, per size 8 B | 4 KiB | 256 KiB | 16 MiB; priorities in parentheses, the core's is {}):", ferrocx_sdk::abi::FX_COLL_CORE_PRIORITY);
+        let plugins = comm.collective_plugins();
+        println!(
+            "  collective plugins taking part: {}",
+            if plugins.is_empty() {
+                "none".to_string()
+            } else {
+                plugins.join(", ")
+            }
+        );
+        for l in lines {
+            println!("{l}");
+        }
+    }
+    Ok(())
 }
 
 fn info() -> ExitCode {
@@ -72,8 +171,9 @@ fn info() -> ExitCode {
                 .as_ref()
                 .map_or("loaded".to_string(), |w| format!("skipped: {w}"));
             println!(
-                "  {:<12} abi {:<3} {:<40} {status}",
+                "  {:<12} {:<10} abi {:<3} {:<40} {status}",
                 r.name,
+                r.kind,
                 abi,
                 r.source.to_string()
             );
@@ -125,6 +225,10 @@ fn info() -> ExitCode {
                 }
             }
         }
+    }
+    if let Err(e) = collectives(&comm, lead) {
+        eprintln!("fxinfo: {e}");
+        return ExitCode::from(1);
     }
     match comm.destroy() {
         Ok(()) => ExitCode::SUCCESS,

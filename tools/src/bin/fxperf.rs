@@ -89,7 +89,11 @@ fn run(a: &args::PerfArgs) -> ferrocx::Result<bool> {
         println!(
             "# fxperf {}: nranks {n}, transport {transport} (rank 0 -> 1), registered buffers: {}, iters {}, warmup {}, check {}",
             a.bench.name(),
-            if a.register { "yes (-R 1)" } else { "no (-R 0)" },
+            match a.register {
+                0 => "no (-R 0)",
+                1 => "yes (-R 1)",
+                _ => "yes, and symmetric windows (-R 2)",
+            },
             a.iters,
             a.warmup,
             if a.check { 1 } else { 0 }
@@ -97,6 +101,13 @@ fn run(a: &args::PerfArgs) -> ferrocx::Result<bool> {
         println!(
             "# time: mean per call over -n calls after a barrier, max over ranks; sizes and busbw as nccl-tests (fxperf --help)"
         );
+        let plugins = comm.collective_plugins();
+        if !plugins.is_empty() {
+            println!(
+                "# collective plugins: {} (FERROCX_COLLECTIVES)",
+                plugins.join(", ")
+            );
+        }
         if a.bench == Bench::Coll(ferrocx::CollKind::AllToAllV) {
             println!("# alltoallv: rank r sends peer p T*(1+(p-r) mod n)/(n(n+1)/2) of T = n*count elements (fxperf --help)");
         }

@@ -70,8 +70,9 @@ pub struct PerfArgs {
     pub warmup: usize,
     /// Check results (`-c`).
     pub check: bool,
-    /// Register buffers (`-R`).
-    pub register: bool,
+    /// Register buffers (`-R`): 0 no, 1 with the transports, 2 also as
+    /// symmetric windows (what collective plugins such as ce need).
+    pub register: u8,
     /// `--mem cuda`: buffers in GPU memory, stream-ordered calls (default host).
     pub cuda: bool,
     /// Element types (`-d`; default `float`, `all` for every type).
@@ -120,8 +121,10 @@ Benchmarks (nccl-tests' names; `all_reduce_perf` etc. are accepted too):
               or all (every type in turn); default float. sendrecv always moves bytes (uint8)
   -o          reduction: sum prod min max avg, or all; default sum (all_reduce, reduce_scatter, reduce)
   -r          root of broadcast, reduce, gather, scatter: a rank, or all (-1) for every rank in turn; default 0
-  -R          register buffers (single-copy path on shm; with --mem cuda: the device buffers,
-              IPC-registered for p2p), default 1
+  -R          register buffers: 0 no; 1 with the transports (single-copy path on shm; with
+              --mem cuda: the device buffers, IPC-registered for p2p), the default; 2 also as
+              symmetric windows (collectives then may run on a collective plugin, e.g. ce:
+              FERROCX_COLLECTIVES=ce / ^ce picks; the table's footer says which ran)
   --mem M     host (default) or cuda: buffers in GPU memory (this rank's FERROCX_DEVICE),
               calls queued on a CUDA stream; time = iterations queued, then the stream
               synchronized (as nccl-tests)
@@ -163,7 +166,7 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
         iters: 20,
         warmup: 5,
         check: true,
-        register: true,
+        register: 1,
         cuda: false,
         dtypes: vec![DataType::F32],
         redops: vec![RedOp::Sum],
@@ -213,7 +216,12 @@ pub fn parse(args: &[OsString]) -> Result<PerfArgs, String> {
             "-n" => a.iters = num(&value(i, s)?, s)?,
             "-w" => a.warmup = num(&value(i, s)?, s)?,
             "-c" => a.check = num(&value(i, s)?, s)? != 0,
-            "-R" => a.register = num(&value(i, s)?, s)? != 0,
+            "-R" => {
+                a.register = match num(&value(i, s)?, s)? {
+                    r @ 0..=2 => r as u8,
+                    r => return Err(format!("-R takes 0, 1 or 2, not {r}")),
+                }
+            }
             "-d" => {
                 let v = value(i, s)?;
                 a.dtypes = if v == "all" {

@@ -320,7 +320,7 @@ pub fn run(
             None
         },
     };
-    let regs = match (&bufs.dev, a.register) {
+    let regs = match (&bufs.dev, a.register > 0) {
         (_, false) => None,
         // SAFETY: the device buffers live until after the deregistration below.
         (Some(d), true) => unsafe {
@@ -334,12 +334,42 @@ pub fn run(
             comm.register(bufs.recv.get())?,
         )),
     };
+    let (sp, rp) = match &bufs.dev {
+        Some(d) => (d.send.ptr, d.recv.ptr),
+        None => (
+            bufs.send.get().as_ptr() as u64,
+            bufs.recv.get().as_ptr() as u64,
+        ),
+    };
+    let windows = if a.register >= 2 {
+        Some(match &bufs.dev {
+            // SAFETY: the device buffers live until after the deregistration below.
+            Some(d) => unsafe {
+                (
+                    comm.window_register_device(d.send.ptr, cap)?,
+                    comm.window_register_device(d.recv.ptr, cap)?,
+                )
+            },
+            None => (
+                comm.window_register(bufs.send.get_mut())?,
+                comm.window_register(bufs.recv.get_mut())?,
+            ),
+        })
+    } else {
+        None
+    };
+    let mut runners: Vec<(usize, String)> = Vec::new();
     let mut rows = Vec::new();
     let mut seed = 1u64;
     for &dtype in &a.dtypes {
         for &op in &ops {
             for &root in &roots {
                 for size in sizes(a) {
+                    let count = shape(kind, size, dtype.size(), n).count;
+                    let spec = CollSpec::new(kind, dtype, count).op(op).root(root);
+                    if let Ok(c) = comm.collective_choice(&spec, sp, rp, false, a.cuda) {
+                        runners.push((size, c.winner().to_string()));
+                    }
                     let row = measure(comm, a, &mut bufs, kind, dtype, op, root, size, seed)?;
                     seed += 4;
                     emit(&row);
@@ -348,9 +378,21 @@ pub fn run(
             }
         }
     }
+    if let Some((s, r)) = windows {
+        comm.window_deregister(s)?;
+        comm.window_deregister(r)?;
+    }
     if let Some((s, r)) = regs {
         comm.deregister(s)?;
         comm.deregister(r)?;
+    }
+    if comm.rank() == 0 && !comm.collective_plugins().is_empty() {
+        runners.dedup_by(|b, a| a.1 == b.1);
+        let list: Vec<String> = runners
+            .iter()
+            .map(|(s, w)| format!("{w} from {s} B"))
+            .collect();
+        println!("# ran on: {}", list.join(", "));
     }
     Ok(rows)
 }

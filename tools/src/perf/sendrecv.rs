@@ -24,7 +24,7 @@ pub fn run(comm: &Communicator, a: &PerfArgs, mut emit: impl FnMut(&Row)) -> Res
     } else {
         None
     };
-    let regs = match (&dev, a.register) {
+    let regs = match (&dev, a.register > 0) {
         (_, false) => None,
         // SAFETY: the device buffers live until after the deregistration below.
         (Some(d), true) => unsafe {
