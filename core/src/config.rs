@@ -120,6 +120,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "a,b: only these, first listed wins; ^a,b: all but these",
     ),
     (
+        "FERROCX_COLLECTIVES",
+        "(all)",
+        "collective plugins asked per call: a,b only these (must load); ^a,b all but these",
+    ),
+    (
         "FERROCX_NCHANNELS",
         "2",
         "channels (connections per peer) a large collective is striped over",

@@ -87,6 +87,9 @@ impl Collectives {
                 }
             }
         }
+        if started.is_empty() {
+            return Ok((Collectives::default(), left_out));
+        }
         // Keep a plugin only where every rank has it.
         let mine: Vec<u8> = started.iter().map(|p| p.is_some() as u8).collect();
         let all = shared.bootstrap.all_gather(&mine)?;
