@@ -38,10 +38,15 @@ fn worker() -> String {
 
 /// Run a scenario on two ranks with `env`; print what they said.
 fn run(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Vec<RankOutput> {
+    run_n(2, args, env, limit)
+}
+
+/// Run a scenario on `n` ranks with `env`; print what they said.
+fn run_n(n: usize, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Vec<RankOutput> {
     let t = Instant::now();
     let mut all = vec![("FERROCX_TIMEOUT", "60"), ("NCCL_NVLS_ENABLE", "0")];
     all.extend_from_slice(env);
-    let outs = run_ranks(&worker(), 2, args, &all, limit);
+    let outs = run_ranks(&worker(), n, args, &all, limit);
     eprintln!("{args:?} {env:?}: {:.1} s", t.elapsed().as_secs_f64());
     for o in &outs {
         for line in o.stdout.lines().chain(o.stderr.lines()).take(40) {
@@ -52,7 +57,11 @@ fn run(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Vec<RankOutput> 
 }
 
 fn run_ok(args: &[&str], env: &[(&str, &str)], limit: Duration) {
-    let outs = run(args, env, limit);
+    run_ok_n(2, args, env, limit)
+}
+
+fn run_ok_n(n: usize, args: &[&str], env: &[(&str, &str)], limit: Duration) {
+    let outs = run_n(n, args, env, limit);
     assert_all_ok(&outs);
     for o in &outs {
         assert!(o.stdout.contains("PASS"), "rank {}: {}", o.rank, o.stdout);
@@ -135,4 +144,102 @@ fn killed_rank_during_device_transfers() {
         survivor.stderr
     );
     assert!(outs[1].code != Some(0), "the victim should have died");
+}
+
+// The ce collective plugin: copy-engine collectives on device windows, on the
+// user's stream. With ranks sharing one GPU, run under MPS.
+
+#[test]
+fn ce_runs_the_copy_collectives_on_windows_2_and_4_ranks() {
+    if !gpus() {
+        return;
+    }
+    for n in [2, 4] {
+        run_ok_n(
+            n,
+            &[
+                "coll-plugin",
+                "--mem",
+                "cuda",
+                "--expect",
+                "ce",
+                "--counts",
+                "0,1,7,1000,65537",
+            ],
+            &[],
+            Duration::from_secs(600),
+        );
+    }
+}
+
+#[test]
+fn ce_in_a_cuda_graph_replayed_1000_times() {
+    if !gpus() {
+        return;
+    }
+    run_ok(
+        &["coll-graph", "--replays", "1000", "--expect", "ce"],
+        &[],
+        Duration::from_secs(600),
+    );
+}
+
+#[test]
+fn ce_window_cycles_leak_nothing() {
+    if !gpus() {
+        return;
+    }
+    run_ok(
+        &[
+            "coll-plugin",
+            "--mem",
+            "cuda",
+            "--counts",
+            "1",
+            "--cycles",
+            "10000",
+        ],
+        &[],
+        Duration::from_secs(600),
+    );
+}
+
+#[test]
+fn ce_names_a_rank_killed_mid_collective() {
+    if !gpus() {
+        return;
+    }
+    let t = Instant::now();
+    let outs = run_n(
+        3,
+        &[
+            "coll-plugin-loop",
+            "8388608",
+            "--victim",
+            "1",
+            "--kill-after-ms",
+            "1500",
+        ],
+        &[("FERROCX_TIMEOUT", "10")],
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        outs[1].code, None,
+        "the victim should have died by SIGKILL: {:?}",
+        outs[1]
+    );
+    for o in outs.iter().filter(|o| o.rank != 1) {
+        assert!(
+            o.ok() && o.stdout.contains("runs on ce"),
+            "rank {}: {}\n{}",
+            o.rank,
+            o.stdout,
+            o.stderr
+        );
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(40),
+        "took {:?}",
+        t.elapsed()
+    );
 }

@@ -257,8 +257,12 @@ impl Communicator {
         )
     }
 
-    /// The first error of a finished stream-ordered operation not reported yet.
+    /// The first error of a finished stream-ordered operation not reported yet
+    /// (or the asynchronous error of a collective plugin, such as ce's watchdog
+    /// releasing a stream a dead peer left waiting).
     pub fn device_error(&self) -> Result<()> {
+        // A collective plugin's watchdog may have broken its comm (a peer never arrived).
+        self.colls.status()?;
         let mut ops = self.device_ops.lock();
         let mut first = None;
         ops.retain(|d| {

@@ -83,6 +83,15 @@ fn main() -> ExitCode {
             opt("--cycles").map_or(0, |v| v.parse().expect("cycles")),
         ),
         Some("window-mismatch") => coll::plugin::mismatched_window(),
+        Some("coll-plugin-loop") => coll::plugin::loop_until_error(
+            args[1].parse().expect("size"),
+            opt("--victim").map_or(1, |v| v.parse().expect("victim")),
+            opt("--kill-after-ms").map_or(500, |v| v.parse().expect("ms")),
+        ),
+        Some("coll-graph") => coll::plugin::graph(
+            opt("--replays").map_or(1000, |v| v.parse().expect("replays")),
+            opt("--expect"),
+        ),
         Some("a2a-soak") => coll::soak::all_to_all(
             args[1].parse().expect("bytes"),
             args[2].parse().expect("seconds"),

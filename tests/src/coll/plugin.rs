@@ -329,3 +329,199 @@ pub fn mismatched_window() -> Result<String, String> {
         Err(e) => Err(format!("unexpected error: {e}")),
     }
 }
+
+/// CUDA graph capture: 10 collectives (all_gather, alltoall, broadcast in
+/// turn, each on its own region of the windows) captured once, the graph
+/// replayed `replays` times with new inputs every time, every result checked.
+/// `expect`: the implementation the captured calls must choose.
+pub fn graph(replays: usize, expect: Option<String>) -> Result<String, String> {
+    use ferrocx_sdk::cuda::{check, sys};
+    const CALLS: usize = 10;
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    let stream = Stream::new().map_err(|e| e.to_string())?;
+    let block = 64 << 10;
+    let region = n * block;
+    let bytes = CALLS * region;
+    let (mut send, mut recv) = (Mem::new(bytes, true)?, Mem::new(bytes, true)?);
+    let (sp, rp) = (send.ptr(), recv.ptr());
+    // SAFETY: both allocations outlive the windows (deregistered below).
+    let (ws, wr) = unsafe {
+        (
+            comm.window_register_device(sp, bytes).map_err(e2s)?,
+            comm.window_register_device(rp, bytes).map_err(e2s)?,
+        )
+    };
+    let kind_of = |i: usize| [CollKind::AllGather, CollKind::AllToAll, CollKind::Broadcast][i % 3];
+    let spec_of = |i: usize| CollSpec::new(kind_of(i), DataType::U8, block).root(i % n);
+    for i in 0..CALLS {
+        let off = (i * region) as u64;
+        let c = comm
+            .collective_choice(&spec_of(i), sp + off, rp + off, false, true)
+            .map_err(e2s)?;
+        if let Some(x) = &expect {
+            if c.winner() != x {
+                return Err(format!(
+                    "call {i} would run on {} ({}), expected {x}",
+                    c.winner(),
+                    c.explain()
+                ));
+            }
+        }
+    }
+    let s = stream.raw();
+    // SAFETY: a live stream of this context; relaxed mode lets ferrocx's own
+    // (non-stream) driver calls run during the capture.
+    check(
+        unsafe {
+            sys::cuStreamBeginCapture_v2(
+                s,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
+        },
+        "cuStreamBeginCapture",
+    )
+    .map_err(|e| e.to_string())?;
+    let mut captured = Ok(());
+    for i in 0..CALLS {
+        let off = (i * region) as u64;
+        // SAFETY: the windows are alive until after the graph's last replay.
+        captured = unsafe { comm.collective_on(&spec_of(i), sp + off, rp + off, &stream) }
+            .map_err(|e| format!("capturing call {i}: {e}"));
+        if captured.is_err() {
+            break;
+        }
+    }
+    let mut g: sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: ends the capture begun above; `g` is a valid out pointer.
+    let end = check(
+        unsafe { sys::cuStreamEndCapture(s, &mut g) },
+        "cuStreamEndCapture",
+    );
+    captured?;
+    end.map_err(|e| e.to_string())?;
+    let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+    // SAFETY: `g` is the graph just captured; valid out pointer.
+    check(
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g, 0) },
+        "cuGraphInstantiate",
+    )
+    .map_err(|e| e.to_string())?;
+    let mut result = Ok(());
+    'replay: for rep in 0..replays {
+        let cases: Vec<Case> = (0..CALLS)
+            .map(|i| Case {
+                kind: kind_of(i),
+                id: (rep * CALLS + i) as u64 + 1,
+                me,
+                n,
+                root: i % n,
+                block,
+                in_place: false,
+            })
+            .collect();
+        for (i, c) in cases.iter().enumerate() {
+            let (a, b) = (i * region, (i + 1) * region);
+            let (sb, rb) = (
+                &mut send.bytes(bytes)[a..b] as *mut [u8],
+                &mut recv.bytes(bytes)[a..b] as *mut [u8],
+            );
+            // SAFETY: two distinct buffers' disjoint ranges, alive across the call.
+            unsafe { c.fill(&mut *sb, &mut *rb) };
+        }
+        let before = recv.bytes(bytes).to_vec();
+        send.upload(bytes)?;
+        recv.upload(bytes)?;
+        // SAFETY: an instantiated graph; a live stream.
+        if let Err(e) = check(unsafe { sys::cuGraphLaunch(exec, s) }, "cuGraphLaunch") {
+            result = Err(format!("replay {rep}: {e}"));
+            break;
+        }
+        if let Err(e) = sync(&stream) {
+            result = Err(format!("replay {rep}: {e}"));
+            break;
+        }
+        recv.download(bytes)?;
+        for (i, c) in cases.iter().enumerate() {
+            let (a, b) = (i * region, (i + 1) * region);
+            let want = c.expected(&before[a..b]);
+            let got = &recv.bytes(bytes)[a..b];
+            if let Some(j) = (0..region).find(|&j| got[j] != want[j]) {
+                result =
+                    Err(format!(
+                    "replay {rep}, call {i} ({}): rank {me} byte {j} is {:#04x}, expected {:#04x}",
+                    c.kind.name(), got[j], want[j]
+                ));
+                break 'replay;
+            }
+        }
+    }
+    // SAFETY: destroyed once, after the last launch completed (synchronized above).
+    unsafe {
+        sys::cuGraphExecDestroy(exec);
+        sys::cuGraphDestroy(g);
+    }
+    result?;
+    comm.window_deregister(ws).map_err(e2s)?;
+    comm.window_deregister(wr).map_err(e2s)?;
+    comm.destroy().map_err(e2s)?;
+    Ok(format!(
+        "rank {me}: a graph of {CALLS} collectives replayed {replays} times, every result checked"
+    ))
+}
+
+/// all_gather on device windows in a loop until an error; rank `victim`
+/// SIGKILLs itself after `kill_after_ms`. A survivor passes when its error
+/// names the victim (the ce watchdog released its stream).
+pub fn loop_until_error(size: usize, victim: usize, kill_after_ms: u64) -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    if victim == me {
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(kill_after_ms));
+            // SAFETY: plain libc calls on our own pid.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        });
+    }
+    let stream = Stream::new().map_err(|e| e.to_string())?;
+    let (send, recv) = (DevMem::new(size)?, DevMem::new(size * n)?);
+    // SAFETY: the allocations outlive the windows.
+    let (_ws, _wr) = unsafe {
+        (
+            comm.window_register_device(send.ptr, size).map_err(e2s)?,
+            comm.window_register_device(recv.ptr, size * n)
+                .map_err(e2s)?,
+        )
+    };
+    let spec = CollSpec::new(CollKind::AllGather, DataType::U8, size);
+    println!(
+        "runs on {}",
+        comm.collective_choice(&spec, send.ptr, recv.ptr, false, true)
+            .map_err(e2s)?
+            .winner()
+    );
+    let start = std::time::Instant::now();
+    let mut iters = 0u64;
+    while start.elapsed() < std::time::Duration::from_secs(120) {
+        // SAFETY: live stream and windows; synchronized below.
+        let r = unsafe { comm.collective_on(&spec, send.ptr, recv.ptr, &stream) }
+            .map_err(e2s)
+            .and_then(|_| sync(&stream))
+            .and_then(|_| comm.device_error().map_err(e2s));
+        match r {
+            Ok(()) => iters += 1,
+            Err(e) => {
+                println!(
+                    "ERROR after {iters} iterations, {:.2}s: {e}",
+                    start.elapsed().as_secs_f64()
+                );
+                return if e.contains(&format!("rank {victim}")) {
+                    Ok(format!("rank {me}: {e}"))
+                } else {
+                    Err(format!("unexpected error: {e}"))
+                };
+            }
+        }
+    }
+    Err(format!("no error after {iters} iterations"))
+}
