@@ -370,9 +370,9 @@ pub fn graph(replays: usize, expect: Option<String>) -> Result<String, String> {
         }
     }
     let s = stream.raw();
-    // SAFETY: a live stream of this context; relaxed mode lets ferrocx's own
-    // (non-stream) driver calls run during the capture.
     check(
+        // SAFETY: a live stream of this context; relaxed mode lets ferrocx's own
+        // (non-stream) driver calls run during the capture.
         unsafe {
             sys::cuStreamBeginCapture_v2(
                 s,
