@@ -401,8 +401,8 @@ pub fn graph(replays: usize, expect: Option<String>) -> Result<String, String> {
     captured?;
     end.map_err(|e| e.to_string())?;
     let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-    // SAFETY: `g` is the graph just captured; valid out pointer.
     check(
+        // SAFETY: `g` is the graph just captured; valid out pointer.
         unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g, 0) },
         "cuGraphInstantiate",
     )
