@@ -160,3 +160,25 @@ fn fxinfo_under_fxrun_says_who_runs_each_collective_and_why() {
         assert!(text.contains(needle), "missing '{needle}':\n{text}");
     }
 }
+
+#[test]
+fn conformance_kit_recognises_and_passes_a_c_collective_plugin() {
+    let Some(so) = compile_c_plugin(
+        &repo_root().join("sdk/examples/c-cma/fx_example_cma.c"),
+        "ferrocx_plugin_cma_check",
+    ) else {
+        return;
+    };
+    let (code, out) = check(&so);
+    assert_eq!(code, Some(0), "{out}");
+    for needle in [
+        "PASS  load collective        collective 'cma'",
+        "PASS  comm_init",
+        "ran and verified on host memory: [0, 2, 5, 6, 7]",
+        "PASS  launch(null comm)",
+        "PASS  comm_destroy",
+    ] {
+        assert!(out.contains(needle), "missing '{needle}':\n{out}");
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+}

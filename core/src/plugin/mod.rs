@@ -5,7 +5,7 @@
 mod connection;
 mod host;
 mod instance;
-mod library;
+pub mod library;
 mod registry;
 pub mod select;
 

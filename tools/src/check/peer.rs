@@ -290,30 +290,39 @@ pub fn run_pair(lib: &Arc<PluginLib>, path: &str, rep: &mut Report) {
 
 /// Run the misuse checks in a child that may crash.
 pub fn run_misuse(path: &str, rep: &mut Report) {
-    let mut peer = match ChildPeer::spawn(path, "misuse") {
+    run_child(path, "misuse", "misuse ", rep)
+}
+
+/// Run a battery in a child that may crash: it prints `TRY name` before each
+/// step and `OK`/`BAD`/`SKIP name<TAB>detail` after, then `DONE`.
+pub fn run_child(path: &str, role: &str, prefix: &str, rep: &mut Report) {
+    let mut peer = match ChildPeer::spawn(path, role) {
         Ok(p) => p,
-        Err(e) => return rep.fail("misuse", e),
+        Err(e) => return rep.fail(role, e),
     };
     let mut current = String::from("(start)");
+    let split = |l: &str| {
+        let (n, d) = l.split_once('\t').unwrap_or((l, ""));
+        (format!("{prefix}{n}"), d.to_string())
+    };
     loop {
         match peer.line() {
-            Ok(l) if l.starts_with("TRY ") => current = l[4..].to_string(),
+            Ok(l) if l.starts_with("TRY ") => current = split(&l[4..]).0,
             Ok(l) if l.starts_with("OK ") => {
-                let (name, detail) = l[3..].split_once('\t').unwrap_or((&l[3..], ""));
-                rep.pass(&format!("misuse {name}"), detail.to_string());
+                let (n, d) = split(&l[3..]);
+                rep.pass(&n, d);
             }
             Ok(l) if l.starts_with("BAD ") => {
-                let (name, detail) = l[4..].split_once('\t').unwrap_or((&l[4..], ""));
-                rep.fail(&format!("misuse {name}"), detail.to_string());
+                let (n, d) = split(&l[4..]);
+                rep.fail(&n, d);
+            }
+            Ok(l) if l.starts_with("SKIP ") => {
+                let (n, d) = split(&l[5..]);
+                rep.skip(&n, d);
             }
             Ok(l) if l == "DONE" => return,
-            Ok(l) => return rep.fail("misuse", format!("unexpected line from peer: {l}")),
-            Err(e) => {
-                return rep.fail(
-                    &format!("misuse {current}"),
-                    format!("the plugin crashed the process: {e}"),
-                )
-            }
+            Ok(l) => return rep.fail(role, format!("unexpected line from peer: {l}")),
+            Err(e) => return rep.fail(&current, format!("the plugin crashed the process: {e}")),
         }
     }
 }
@@ -324,6 +333,28 @@ pub fn child_main(args: &[String]) -> ExitCode {
         return ExitCode::from(2);
     };
     let parent: u32 = args.get(2).and_then(|p| p.parse().ok()).unwrap_or(0);
+    if role == "collective" {
+        let lib = ferrocx::plugin::library::open_library(Path::new(path)).and_then(|l| {
+            ferrocx::collective::CollectiveLib::from_library(&l, Path::new(path)).unwrap_or_else(
+                || {
+                    Err(ferrocx::Error::InvalidArgument(
+                        "no collective table".into(),
+                    ))
+                },
+            )
+        });
+        let r = match lib {
+            Ok(l) => super::collective::child(l.table()),
+            Err(e) => Err(e.to_string()),
+        };
+        return match r {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                println!("ERROR {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let lib = match PluginLib::load(Path::new(path)) {
         Ok(l) => Arc::new(l),
         Err(e) => {
