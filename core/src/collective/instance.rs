@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::plugin::HostTable;
 use crate::shared::CommShared;
 use ferrocx_sdk::abi::*;
-use std::ffi::{c_char, c_void};
+use std::ffi::c_void;
 use std::sync::Arc;
 
 /// One collective plugin on one communicator.
@@ -211,21 +211,11 @@ impl Drop for CollectivePlugin {
 
 /// The error for a failed hook, with the plugin's last-error text.
 fn error_of(lib: &CollectiveLib, hook: &'static str, code: i32) -> Error {
-    let mut message = String::new();
-    if let Some(last) = lib.table().last_error {
-        let mut buf = vec![0 as c_char; 1024];
-        // SAFETY: a buffer of the given length.
-        unsafe { last(buf.as_mut_ptr(), buf.len()) };
-        message = c_chars_to_string(&buf);
-    }
-    if message.is_empty() {
-        message = "(the plugin gave no error text)".into();
-    }
     Error::Plugin {
         plugin: lib.name.clone(),
         hook,
         peer: None,
         code,
-        message,
+        message: crate::plugin::library::last_error_text(lib.table().last_error),
     }
 }

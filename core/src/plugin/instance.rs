@@ -6,7 +6,7 @@ use super::host::HostTable;
 use super::library::PluginLib;
 use crate::error::{Error, Result};
 use ferrocx_sdk::abi::*;
-use std::ffi::{c_char, c_void};
+use std::ffi::c_void;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,16 +93,7 @@ impl PluginInstance {
 
     /// Build the error for a failed hook, fetching the plugin's last-error text.
     pub(crate) fn error(&self, hook: &'static str, peer: Option<usize>, code: i32) -> Error {
-        let mut message = String::new();
-        if let Some(last) = self.t().last_error {
-            let mut buf = vec![0 as c_char; 1024];
-            // SAFETY: buffer of the given length.
-            unsafe { last(buf.as_mut_ptr(), buf.len()) };
-            message = c_chars_to_string(&buf);
-        }
-        if message.is_empty() {
-            message = "(the plugin gave no error text)".into();
-        }
+        let message = super::library::last_error_text(self.t().last_error);
         Error::Plugin {
             plugin: self.lib.name.clone(),
             hook,

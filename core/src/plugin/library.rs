@@ -76,11 +76,7 @@ impl PluginLib {
     /// (it may be a collective plugin only).
     pub fn from_library(lib: &Arc<libloading::Library>, path: &Path) -> Option<Result<Self>> {
         // SAFETY: the symbol is documented as `const fx_transport_v1_t *(*)(void)`.
-        let table = unsafe {
-            let entry: libloading::Symbol<FxTransportV1Entry> =
-                lib.get(FX_SYMBOL_V1.as_bytes()).ok()?;
-            entry()
-        };
+        let table = unsafe { table_of::<FxTransportV1>(lib, FX_SYMBOL_V1)? };
         // SAFETY: the entry point promises a table living as long as the library.
         Some(unsafe {
             Self::validate(
@@ -100,52 +96,30 @@ impl PluginLib {
         source: PluginSource,
         shown: &str,
     ) -> Result<Self> {
-        let err = |message: String| Error::PluginLoad {
-            path: shown.to_string(),
-            message,
+        let kind = TableKind {
+            what: "transport",
+            symbol: FX_SYMBOL_V1,
+            version: FX_ABI_VERSION_1,
+            min_size: FX_TRANSPORT_V1_MIN_SIZE,
         };
-        if table.is_null() {
-            return Err(err(format!("'{FX_SYMBOL_V1}' returned a null table")));
-        }
-        // Read the header fields first: nothing past them is trusted before the size check.
-        let version = std::ptr::read(std::ptr::addr_of!((*table).abi_version));
-        let size = std::ptr::read(std::ptr::addr_of!((*table).struct_size)) as usize;
-        if version != FX_ABI_VERSION_1 {
-            return Err(err(format!(
-                "symbol '{FX_SYMBOL_V1}' has abi_version {version}, but this core knows ABI version {FX_ABI_VERSION_1}"
-            )));
-        }
-        if size < FX_TRANSPORT_V1_MIN_SIZE {
-            return Err(err(format!(
-                "symbol '{FX_SYMBOL_V1}' has struct_size {size}, smaller than the {FX_TRANSPORT_V1_MIN_SIZE} bytes of ABI v{FX_ABI_VERSION_1}"
-            )));
-        }
+        let (version, name) = check_header(table.cast(), &kind, shown)?;
         let t = &*table;
-        let name = t.name_str();
-        if name.is_empty() || !t.name.contains(&0) {
-            return Err(err("plugin name is empty or not NUL-terminated".into()));
-        }
-        let missing: Vec<&str> = [
-            ("init", t.init.is_none()),
-            ("finalize", t.finalize.is_none()),
-            ("can_connect", t.can_connect.is_none()),
-            ("setup", t.setup.is_none()),
-            ("connect", t.connect.is_none()),
-            ("isend", t.isend.is_none()),
-            ("irecv", t.irecv.is_none()),
-            ("test", t.test.is_none()),
-            ("free", t.free.is_none()),
-        ]
-        .iter()
-        .filter(|(_, m)| *m)
-        .map(|(n, _)| *n)
-        .collect();
-        if !missing.is_empty() {
-            return Err(err(format!(
-                "plugin '{name}' lacks required hooks: {}",
-                missing.join(", ")
-            )));
-        }
+        check_hooks(
+            &kind,
+            &name,
+            shown,
+            &[
+                ("init", t.init.is_none()),
+                ("finalize", t.finalize.is_none()),
+                ("can_connect", t.can_connect.is_none()),
+                ("setup", t.setup.is_none()),
+                ("connect", t.connect.is_none()),
+                ("isend", t.isend.is_none()),
+                ("irecv", t.irecv.is_none()),
+                ("test", t.test.is_none()),
+                ("free", t.free.is_none()),
+            ],
+        )?;
         Ok(PluginLib {
             table,
             _lib: lib,
@@ -170,4 +144,123 @@ pub fn open_library(path: &Path) -> Result<Arc<libloading::Library>> {
     let lib = unsafe { libloading::Library::new(path) }
         .map_err(|e| err(format!("dlopen failed: {e}")))?;
     Ok(Arc::new(lib))
+}
+
+/// What identifies one kind of plugin table, for the checks every kind shares.
+pub(crate) struct TableKind {
+    /// "transport" or "collective", for messages.
+    pub what: &'static str,
+    /// The exported symbol.
+    pub symbol: &'static str,
+    /// The ABI version this core knows.
+    pub version: u32,
+    /// That version's `struct_size`.
+    pub min_size: usize,
+}
+
+/// The header every plugin table starts with (both ABIs put these fields first).
+#[repr(C)]
+struct TableHeader {
+    abi_version: u32,
+    struct_size: u32,
+    name: [std::ffi::c_char; FX_NAME_BYTES],
+}
+
+/// Call the entry point `symbol` of `lib`: `None` when the library lacks it.
+///
+/// # Safety
+/// `symbol` must be a function `const T *(*)(void)`, as the ABI documents it.
+pub(crate) unsafe fn table_of<T>(lib: &libloading::Library, symbol: &str) -> Option<*const T> {
+    // SAFETY: the caller's contract on the symbol's type.
+    unsafe {
+        let entry: libloading::Symbol<unsafe extern "C" fn() -> *const T> =
+            lib.get(symbol.as_bytes()).ok()?;
+        Some(entry())
+    }
+}
+
+/// Check a table's header — not null, known version, large enough, a name —
+/// before anything past it is read; returns the version and the name.
+///
+/// # Safety
+/// `table` must be null or point to readable memory of at least the header's size.
+pub(crate) unsafe fn check_header(
+    table: *const u8,
+    kind: &TableKind,
+    shown: &str,
+) -> Result<(u32, String)> {
+    let err = |message: String| Error::PluginLoad {
+        path: shown.to_string(),
+        message,
+    };
+    let sym = kind.symbol;
+    if table.is_null() {
+        return Err(err(format!("'{sym}' returned a null table")));
+    }
+    let h = table as *const TableHeader;
+    // SAFETY: the caller's contract: the header is readable; fields are read one by one.
+    let (version, size) = unsafe {
+        (
+            std::ptr::read(std::ptr::addr_of!((*h).abi_version)),
+            std::ptr::read(std::ptr::addr_of!((*h).struct_size)) as usize,
+        )
+    };
+    if version != kind.version {
+        return Err(err(format!(
+            "symbol '{sym}' has abi_version {version}, but this core knows {} ABI version {}",
+            kind.what, kind.version
+        )));
+    }
+    if size < kind.min_size {
+        return Err(err(format!(
+            "symbol '{sym}' has struct_size {size}, smaller than the {} bytes of {} ABI v{}",
+            kind.min_size, kind.what, kind.version
+        )));
+    }
+    // SAFETY: the size check passed: the whole header (and more) is readable.
+    let name_chars = unsafe { std::ptr::read(std::ptr::addr_of!((*h).name)) };
+    let name = c_chars_to_string(&name_chars);
+    if name.is_empty() || !name_chars.contains(&0) {
+        return Err(err("plugin name is empty or not NUL-terminated".into()));
+    }
+    Ok((version, name))
+}
+
+/// Fail naming every required hook that is null (`(hook, is_null)` pairs).
+pub(crate) fn check_hooks(
+    kind: &TableKind,
+    name: &str,
+    shown: &str,
+    hooks: &[(&str, bool)],
+) -> Result<()> {
+    let missing: Vec<&str> = hooks.iter().filter(|(_, m)| *m).map(|(n, _)| *n).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::PluginLoad {
+        path: shown.to_string(),
+        message: format!(
+            "{} plugin '{name}' lacks required hooks: {}",
+            kind.what,
+            missing.join(", ")
+        ),
+    })
+}
+
+/// A plugin's `last_error` text for the calling thread ("(the plugin gave no
+/// error text)" when it has no hook or says nothing).
+pub(crate) fn last_error_text(
+    hook: Option<unsafe extern "C" fn(*mut std::ffi::c_char, usize) -> usize>,
+) -> String {
+    let mut message = String::new();
+    if let Some(last) = hook {
+        let mut buf = vec![0 as std::ffi::c_char; 1024];
+        // SAFETY: a buffer of the given length.
+        unsafe { last(buf.as_mut_ptr(), buf.len()) };
+        message = c_chars_to_string(&buf);
+    }
+    if message.is_empty() {
+        message = "(the plugin gave no error text)".into();
+    }
+    message
 }

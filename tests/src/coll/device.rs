@@ -281,11 +281,7 @@ pub fn ring_loop(size: usize, victim: Option<usize>, kill_after_ms: u64) -> Resu
     let (me, n) = (comm.rank(), comm.nranks());
     let (right, left) = ((me + 1) % n, (me + n - 1) % n);
     if victim == Some(me) {
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(kill_after_ms));
-            // SAFETY: plain libc calls on our own pid.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        });
+        super::kill_self_after(kill_after_ms);
     }
     let stream = Stream::new().map_err(|e| e.to_string())?;
     let send = DevMem::new(size)?;

@@ -21,6 +21,15 @@ pub const TAIL: usize = 16;
 /// What untouched memory holds.
 pub const CANARY: u8 = 0xA5;
 
+/// SIGKILL this process after `ms` milliseconds (a rank dying mid-run).
+pub fn kill_self_after(ms: u64) {
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        // SAFETY: plain libc calls on our own pid.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    });
+}
+
 /// Format a library error.
 pub fn e2s(e: ferrocx::Error) -> String {
     e.to_string()

@@ -477,11 +477,7 @@ pub fn loop_until_error(size: usize, victim: usize, kill_after_ms: u64) -> Resul
     let comm = Communicator::from_env().map_err(e2s)?;
     let (me, n) = (comm.rank(), comm.nranks());
     if victim == me {
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(kill_after_ms));
-            // SAFETY: plain libc calls on our own pid.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        });
+        super::kill_self_after(kill_after_ms);
     }
     let stream = Stream::new().map_err(|e| e.to_string())?;
     let (send, recv) = (DevMem::new(size)?, DevMem::new(size * n)?);
