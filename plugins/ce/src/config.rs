@@ -1,0 +1,122 @@
+//! Tunables of the ce plugin, read once at `init` through `Host::env`.
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `FERROCX_CE_PRIORITY` | `200` | what `can_run` answers for a collective ce can run (0 = never; the core's own algorithms bid 100, ties go to the core) |
+//! | `FERROCX_CE_BATCH` | `8` | copies per batch when a collective is split by intra-batch barriers (≥ 1) |
+//! | `FERROCX_CE_BATCH_BYTES` | `512M` | a collective whose busiest rank copies more than `FERROCX_CE_BATCH` blocks and at least this many bytes is split into batches of `FERROCX_CE_BATCH` copies with a barrier between batches |
+//! | `FERROCX_CE_MEMCPY_BATCH` | `1` | `1`: queue a batch's copies with one `cuMemcpyBatchAsync` where the driver has it (≥ 12.8) and the stream allows it; `0`: always one `cuMemcpyAsync` per copy |
+//!
+//! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
+//! decide what every rank does (its bid, how many barriers a collective
+//! has), so `comm_init` checks that every rank read the same values and sits
+//! the communicator out, naming the variable, when they differ.
+
+use ferrocx_sdk::abi::FX_COLL_CORE_PRIORITY;
+use ferrocx_sdk::{env, Host, PluginError, PluginResult};
+
+/// Default bid: above the core's.
+pub const DEFAULT_PRIORITY: i32 = 2 * FX_COLL_CORE_PRIORITY;
+/// Default copies per batch (NCCL's intra-batch sync frequency).
+pub const DEFAULT_BATCH: usize = 8;
+/// Default size from which a collective is split into batches (NCCL's threshold).
+pub const DEFAULT_BATCH_BYTES: usize = 512 << 20;
+
+/// Effective configuration of one plugin context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// `FERROCX_CE_PRIORITY`: the bid for collectives ce can run (0 = never).
+    pub priority: i32,
+    /// `FERROCX_CE_BATCH`: copies per batch when a collective is split.
+    pub batch: usize,
+    /// `FERROCX_CE_BATCH_BYTES`: bytes from which a collective is split.
+    pub batch_bytes: usize,
+    /// `FERROCX_CE_MEMCPY_BATCH`: use `cuMemcpyBatchAsync` where possible.
+    pub memcpy_batch: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            priority: DEFAULT_PRIORITY,
+            batch: DEFAULT_BATCH,
+            batch_bytes: DEFAULT_BATCH_BYTES,
+            memcpy_batch: true,
+        }
+    }
+}
+
+impl Config {
+    /// Read the variables through the core's environment view.
+    pub fn from_host(host: &Host) -> PluginResult<Self> {
+        Self::from_lookup(|name| host.env(name))
+    }
+
+    /// Read the variables through `lookup` (unset or blank → default) and check them.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> PluginResult<Self> {
+        let d = Config::default();
+        let priority = env::unsigned(&lookup, "FERROCX_CE_PRIORITY", d.priority as usize)?;
+        let priority = i32::try_from(priority).map_err(|_| {
+            PluginError::invalid(format!(
+                "FERROCX_CE_PRIORITY={priority} is too large (at most {})",
+                i32::MAX
+            ))
+        })?;
+        let batch = env::unsigned(&lookup, "FERROCX_CE_BATCH", d.batch)?;
+        if batch == 0 {
+            return Err(PluginError::invalid(
+                "FERROCX_CE_BATCH=0: a batch holds at least one copy",
+            ));
+        }
+        Ok(Config {
+            priority,
+            batch,
+            batch_bytes: env::unsigned(&lookup, "FERROCX_CE_BATCH_BYTES", d.batch_bytes)?,
+            memcpy_batch: env::boolean(&lookup, "FERROCX_CE_MEMCPY_BATCH", d.memcpy_batch)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(v: &[(&str, &str)]) -> PluginResult<Config> {
+        Config::from_lookup(ferrocx_sdk::testing::vars(v))
+    }
+
+    #[test]
+    fn defaults_names_and_limits() {
+        let d = with(&[]).unwrap();
+        assert_eq!(d, Config::default());
+        assert!(d.priority > FX_COLL_CORE_PRIORITY);
+        assert_eq!((d.batch, d.batch_bytes), (8, 512 << 20));
+        let c = with(&[
+            ("FERROCX_CE_PRIORITY", "0"),
+            ("FERROCX_CE_BATCH", "3"),
+            ("FERROCX_CE_BATCH_BYTES", "1M"),
+            ("FERROCX_CE_MEMCPY_BATCH", "0"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c,
+            Config {
+                priority: 0,
+                batch: 3,
+                batch_bytes: 1 << 20,
+                memcpy_batch: false
+            }
+        );
+        ferrocx_sdk::testing::assert_rejected(
+            |env| Config::from_lookup(env),
+            &[
+                ("FERROCX_CE_PRIORITY", "-1"),
+                ("FERROCX_CE_PRIORITY", "4294967296"),
+                ("FERROCX_CE_BATCH", "0"),
+                ("FERROCX_CE_BATCH", "many"),
+                ("FERROCX_CE_BATCH_BYTES", "1.5G"),
+                ("FERROCX_CE_MEMCPY_BATCH", "maybe"),
+            ],
+        );
+    }
+}

@@ -1,0 +1,168 @@
+//! Turning the abstract steps into work on the user's stream.
+//!
+//! * Barrier operations ([`MemOp`]) become `cuStreamBatchMemOp_v2` calls of
+//!   at most [`MAX_MEMOPS`] operations each (the driver wants fewer than
+//!   256 per call), in order: `CU_STREAM_MEM_OP_WRITE_VALUE_32` with
+//!   `CU_STREAM_WRITE_VALUE_DEFAULT` (the write is ordered after the
+//!   stream's earlier work, copies included, with a memory barrier), and
+//!   `CU_STREAM_MEM_OP_WAIT_VALUE_32` with `CU_STREAM_WAIT_VALUE_GEQ` or
+//!   `_EQ`; flags of the call: 0.
+//! * A batch of copies becomes one `cuMemcpyBatchAsync` (driver ≥ 12.8, not
+//!   while capturing — the driver has no graph node for it — and not on the
+//!   legacy default stream, which it refuses) with one attribute for all:
+//!   `srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM`, `flags =
+//!   CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE`, no location hints; or else
+//!   one `cuMemcpyAsync` per copy (unified addressing: the IPC-mapped peer
+//!   addresses are device pointers of this context).
+
+use crate::driver::Api;
+use crate::flags::Flags;
+use crate::sync::{Cmp, MemOp};
+use ferrocx_sdk::cuda::{check, name, sys};
+use ferrocx_sdk::{PluginError, PluginResult};
+
+/// Operations per `cuStreamBatchMemOp` call ("must be less than 256").
+pub const MAX_MEMOPS: usize = 255;
+
+/// One resolved copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Xfer {
+    /// Destination (this process's address of it).
+    pub dst: u64,
+    /// Source.
+    pub src: u64,
+    /// Bytes.
+    pub bytes: usize,
+}
+
+fn param(op: &MemOp, flags: &Flags) -> sys::CUstreamBatchMemOpParams {
+    // SAFETY: the parameter union is plain data; all zeros is a valid value
+    // (reserved fields and `alias` must be 0).
+    let mut p: sys::CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
+    match *op {
+        MemOp::Write {
+            rank,
+            array,
+            slot,
+            value,
+        } => {
+            p.writeValue.operation = sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
+            p.writeValue.address = flags.addr(rank, array, slot);
+            p.writeValue.__bindgen_anon_1.value = value;
+            p.writeValue.flags =
+                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+        }
+        MemOp::Wait {
+            array,
+            slot,
+            value,
+            cmp,
+        } => {
+            p.waitValue.operation = sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_32;
+            p.waitValue.address = flags.addr(flags.rank(), array, slot);
+            p.waitValue.__bindgen_anon_1.value = value;
+            p.waitValue.flags = match cmp {
+                Cmp::Geq => sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ,
+                Cmp::Eq => sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ,
+            } as u32;
+        }
+    }
+    p
+}
+
+/// Queue `ops` on `stream`, in order.
+///
+/// # Safety
+/// `stream` is a live stream (or null) of the bound context, the one the
+/// flag buffers are open in.
+pub unsafe fn memops(
+    api: &Api,
+    stream: sys::CUstream,
+    flags: &Flags,
+    ops: &[MemOp],
+) -> PluginResult<()> {
+    let mut params: Vec<sys::CUstreamBatchMemOpParams> =
+        ops.iter().map(|op| param(op, flags)).collect();
+    for chunk in params.chunks_mut(MAX_MEMOPS) {
+        // SAFETY: `chunk` holds chunk.len() (< 256) initialized parameters that live
+        // across the call; every address lies in a flag buffer that stays mapped
+        // until comm_destroy; flags 0 as required; the stream per the caller.
+        let r = unsafe { (api.batch_memop)(stream, chunk.len() as u32, chunk.as_mut_ptr(), 0) };
+        check(r, "cuStreamBatchMemOp (ce barrier)")?;
+    }
+    Ok(())
+}
+
+/// Queue `list` on `stream` (with `cuMemcpyBatchAsync` when `batch`).
+///
+/// # Safety
+/// Every range is device memory of this process valid until the stream
+/// passes the copy; `stream` as for [`memops`]; `batch` only where allowed
+/// (driver ≥ 12.8, not capturing, not the legacy stream).
+pub unsafe fn copies(
+    api: &Api,
+    stream: sys::CUstream,
+    list: &[Xfer],
+    batch: bool,
+) -> PluginResult<()> {
+    if list.is_empty() {
+        return Ok(());
+    }
+    if let (true, Some(f)) = (batch && list.len() > 1, api.memcpy_batch) {
+        let mut dsts: Vec<sys::CUdeviceptr> = list.iter().map(|x| x.dst).collect();
+        let mut srcs: Vec<sys::CUdeviceptr> = list.iter().map(|x| x.src).collect();
+        let mut sizes: Vec<usize> = list.iter().map(|x| x.bytes).collect();
+        // SAFETY: plain data; zeroed location hints are CU_MEM_LOCATION_TYPE_INVALID
+        // (no hint), which the driver accepts for device pointers.
+        let mut attr: sys::CUmemcpyAttributes = unsafe { std::mem::zeroed() };
+        attr.srcAccessOrder = sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+        attr.flags = sys::CUmemcpyFlags::CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE as u32;
+        let mut attr_idx = [0usize];
+        let mut fail = usize::MAX;
+        // SAFETY: three arrays of list.len() entries, one attribute applying from
+        // copy 0 on (attrsIdxs[0] == 0 as required), a valid failIdx out pointer,
+        // all alive across the call; ranges and stream per the caller's contract.
+        let r = unsafe {
+            f(
+                dsts.as_mut_ptr(),
+                srcs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                list.len(),
+                &mut attr,
+                attr_idx.as_mut_ptr(),
+                1,
+                &mut fail,
+                stream,
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            let at = list.get(fail).map_or(String::new(), |x| {
+                format!(
+                    " at copy {fail} ({} bytes {:#x} → {:#x})",
+                    x.bytes, x.src, x.dst
+                )
+            });
+            return Err(PluginError::system(format!(
+                "cuMemcpyBatchAsync of {} copies failed{at}: {}",
+                list.len(),
+                name(r)
+            )));
+        }
+        return Ok(());
+    }
+    for x in list {
+        // SAFETY: the caller's contract: both ranges valid device memory of this
+        // process (the destination possibly a peer's, IPC-mapped), the stream live.
+        let r = unsafe { sys::cuMemcpyAsync(x.dst, x.src, x.bytes, stream) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(PluginError::system(format!(
+                "cuMemcpyAsync of {} bytes {:#x} → {:#x} failed: {}",
+                x.bytes,
+                x.src,
+                x.dst,
+                name(r)
+            )));
+        }
+    }
+    Ok(())
+}

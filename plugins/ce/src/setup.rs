@@ -1,0 +1,194 @@
+//! What ranks tell each other in `comm_init` (two out-of-band all_gathers)
+//! and how they decide alike.
+//!
+//! 1. **Hello**: whether this rank could set up (CUDA, its device, the driver
+//!    entry points, every peer GPU reachable, its flag buffer), the knobs that
+//!    must agree (`FERROCX_CE_PRIORITY`, `_BATCH`, `_BATCH_BYTES`) and its flag
+//!    buffer's IPC handle. Every rank takes part even when its own setup
+//!    failed, so nobody waits for a rank that returned early; then all ranks
+//!    see the same list and all decide the same ([`agree`]).
+//! 2. **Opened**: whether this rank opened every peer's flags (and started its
+//!    watchdog). Again all decide alike: if one rank failed, every rank sits
+//!    the communicator out.
+//!
+//! Only plain bytes cross: little-endian integers, the 64-byte handle and a
+//! truncated UTF-8 reason.
+
+use crate::config::Config;
+use ferrocx_sdk::device::{IpcHandle, HANDLE_BYTES};
+
+const MAGIC: u32 = 0x4345_0001;
+/// Bytes of the reason text carried.
+const REASON_BYTES: usize = 160;
+/// Bytes of an encoded [`Hello`].
+pub const HELLO_BYTES: usize = 4 + 4 + 4 + 4 + 8 + 8 + HANDLE_BYTES + REASON_BYTES;
+
+/// One rank's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// `None` when the rank is ready; why not otherwise.
+    pub failed: Option<String>,
+    /// `FERROCX_CE_PRIORITY`.
+    pub priority: i32,
+    /// `FERROCX_CE_BATCH`.
+    pub batch: u64,
+    /// `FERROCX_CE_BATCH_BYTES`.
+    pub batch_bytes: u64,
+    /// The rank's flag buffer (NONE when it has none).
+    pub handle: IpcHandle,
+}
+
+impl Hello {
+    /// A ready rank's hello.
+    pub fn ready(cfg: &Config, handle: IpcHandle) -> Self {
+        Hello {
+            failed: None,
+            priority: cfg.priority,
+            batch: cfg.batch as u64,
+            batch_bytes: cfg.batch_bytes as u64,
+            handle,
+        }
+    }
+
+    /// A rank that could not set up.
+    pub fn failed(cfg: &Config, why: impl Into<String>) -> Self {
+        Hello {
+            failed: Some(why.into()),
+            ..Hello::ready(cfg, IpcHandle::NONE)
+        }
+    }
+
+    /// Plain bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(HELLO_BYTES);
+        b.extend_from_slice(&MAGIC.to_le_bytes());
+        b.extend_from_slice(&(self.failed.is_none() as u32).to_le_bytes());
+        b.extend_from_slice(&self.priority.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&self.batch.to_le_bytes());
+        b.extend_from_slice(&self.batch_bytes.to_le_bytes());
+        b.extend_from_slice(&self.handle.0);
+        let mut reason = [0u8; REASON_BYTES];
+        if let Some(why) = &self.failed {
+            // Cut at a character boundary, leaving room for the NUL.
+            let mut end = why.len().min(REASON_BYTES - 1);
+            while !why.is_char_boundary(end) {
+                end -= 1;
+            }
+            reason[..end].copy_from_slice(&why.as_bytes()[..end]);
+        }
+        b.extend_from_slice(&reason);
+        debug_assert_eq!(b.len(), HELLO_BYTES);
+        b
+    }
+
+    /// Inverse of [`encode`](Self::encode).
+    pub fn decode(b: &[u8]) -> Result<Self, String> {
+        if b.len() != HELLO_BYTES {
+            return Err(format!("{} bytes, expected {HELLO_BYTES}", b.len()));
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        if u32_at(0) != MAGIC {
+            return Err(format!("bad magic {:#x}", u32_at(0)));
+        }
+        let mut handle = [0u8; HANDLE_BYTES];
+        handle.copy_from_slice(&b[32..32 + HANDLE_BYTES]);
+        let text = &b[32 + HANDLE_BYTES..];
+        let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
+        Ok(Hello {
+            failed: (u32_at(4) == 0).then(|| String::from_utf8_lossy(&text[..end]).into_owned()),
+            priority: u32_at(8) as i32,
+            batch: u64_at(16),
+            batch_bytes: u64_at(24),
+            handle: IpcHandle(handle),
+        })
+    }
+}
+
+/// Decode every rank's hello (rank order).
+pub fn decode_all(all: &[Vec<u8>]) -> Result<Vec<Hello>, String> {
+    all.iter()
+        .enumerate()
+        .map(|(r, b)| Hello::decode(b).map_err(|e| format!("rank {r}'s ce hello: {e}")))
+        .collect()
+}
+
+/// Whether every rank can go on, or why not (naming the ranks); the same
+/// answer on every rank, since every rank decides from the same list.
+pub fn agree(all: &[Hello]) -> Result<(), String> {
+    let failed: Vec<String> = all
+        .iter()
+        .enumerate()
+        .filter_map(|(r, h)| h.failed.as_ref().map(|why| format!("rank {r}: {why}")))
+        .collect();
+    if !failed.is_empty() {
+        return Err(failed.join("; "));
+    }
+    let Some(first) = all.first() else {
+        return Ok(());
+    };
+    type Knob = (&'static str, fn(&Hello) -> u64);
+    let knobs: [Knob; 3] = [
+        ("FERROCX_CE_PRIORITY", |h| h.priority as u64),
+        ("FERROCX_CE_BATCH", |h| h.batch),
+        ("FERROCX_CE_BATCH_BYTES", |h| h.batch_bytes),
+    ];
+    for (var, get) in knobs {
+        if let Some((r, h)) = all.iter().enumerate().find(|(_, h)| get(h) != get(first)) {
+            return Err(format!(
+                "{var} differs between ranks (rank 0: {}, rank {r}: {}): every rank must use the same value",
+                get(first),
+                get(h)
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hellos_round_trip_and_cut_long_reasons() {
+        let cfg = Config::default();
+        let h = Hello::ready(&cfg, IpcHandle([7; HANDLE_BYTES]));
+        assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
+        let long = "é".repeat(200);
+        let f = Hello::failed(&cfg, long.clone());
+        let back = Hello::decode(&f.encode()).unwrap();
+        let why = back.failed.unwrap();
+        assert!(
+            long.starts_with(&why) && why.len() >= REASON_BYTES - 2,
+            "{why}"
+        );
+        assert!(Hello::decode(&[0; 3]).is_err());
+        let mut bad = h.encode();
+        bad[0] ^= 1;
+        assert!(Hello::decode(&bad).unwrap_err().contains("magic"));
+        let all = vec![h.encode(), bad];
+        assert!(decode_all(&all).unwrap_err().starts_with("rank 1"));
+    }
+
+    #[test]
+    fn every_rank_decides_alike_and_names_who_failed() {
+        let cfg = Config::default();
+        let ok = Hello::ready(&cfg, IpcHandle::NONE);
+        assert_eq!(agree(&[ok.clone(), ok.clone()]), Ok(()));
+        let err = agree(&[
+            ok.clone(),
+            Hello::failed(&cfg, "no GPU"),
+            Hello::failed(&cfg, "cuIpcOpenMemHandle failed"),
+        ])
+        .unwrap_err();
+        assert_eq!(err, "rank 1: no GPU; rank 2: cuIpcOpenMemHandle failed");
+        let other = Hello::ready(&Config { batch: 4, ..cfg }, IpcHandle::NONE);
+        let err = agree(&[ok.clone(), ok, other]).unwrap_err();
+        assert!(
+            err.starts_with("FERROCX_CE_BATCH differs") && err.contains("rank 2: 4"),
+            "{err}"
+        );
+        assert_eq!(agree(&[]), Ok(()));
+    }
+}

@@ -1,0 +1,410 @@
+//! The watchdog's decisions (sans-IO): which queued collectives are still
+//! pending, which one is overdue, and — from a snapshot of this rank's eager
+//! flag arrays — which ranks it is waiting for. `watchdog.rs` polls the
+//! events, reads the flags and releases the stream; this file only decides.
+
+use crate::sync::{Array, Barrier, Cmp, Mode};
+use ferrocx_sdk::PluginError;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// One eager barrier a tracked collective waits at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expect {
+    /// Its ordinal among the communicator's eager barriers.
+    pub index: u64,
+    /// Its array.
+    pub array: Array,
+    /// The value every peer writes into this rank's slot for it.
+    pub value: u32,
+}
+
+impl Expect {
+    /// What the watchdog expects of an eager barrier.
+    pub fn of(b: &Barrier) -> Self {
+        debug_assert_eq!(b.mode, Mode::Eager);
+        Expect {
+            index: b.index,
+            array: b.array,
+            value: b.value,
+        }
+    }
+}
+
+/// One collective queued on a stream, tracked until its event completes.
+#[derive(Debug)]
+pub struct Entry<E> {
+    /// The communicator's collective sequence number.
+    pub seq: u64,
+    /// What it is, for messages ("alltoall of 4096 bytes per rank").
+    pub what: String,
+    /// Its barriers, in stream order.
+    pub expects: Vec<Expect>,
+    /// Completes once the stream passed the collective.
+    pub event: E,
+    /// When it is declared stuck.
+    pub deadline: Instant,
+}
+
+/// The pending collectives of one communicator, oldest first.
+#[derive(Debug)]
+pub struct Tracker<E> {
+    entries: VecDeque<Entry<E>>,
+}
+
+impl<E> Default for Tracker<E> {
+    fn default() -> Self {
+        Tracker {
+            entries: VecDeque::new(),
+        }
+    }
+}
+
+impl<E> Tracker<E> {
+    /// Track one more collective.
+    pub fn push(&mut self, e: Entry<E>) {
+        self.entries.push_back(e);
+    }
+
+    /// Drop the oldest entries while `done` says their event completed
+    /// (cheap: what a launch does); their events come back for reuse.
+    pub fn retire_front(&mut self, mut done: impl FnMut(&E) -> bool) -> Vec<E> {
+        let mut out = Vec::new();
+        while self.entries.front().is_some_and(|e| done(&e.event)) {
+            out.extend(self.entries.pop_front().map(|e| e.event));
+        }
+        out
+    }
+
+    /// Drop every entry whose event completed, wherever it is (collectives
+    /// on different streams may complete out of order).
+    pub fn retire_all(&mut self, mut done: impl FnMut(&E) -> bool) -> Vec<E> {
+        let mut out = Vec::new();
+        let mut keep = VecDeque::with_capacity(self.entries.len());
+        for e in self.entries.drain(..) {
+            if done(&e.event) {
+                out.push(e.event);
+            } else {
+                keep.push_back(e);
+            }
+        }
+        self.entries = keep;
+        out
+    }
+
+    /// The oldest pending entry whose deadline passed.
+    pub fn overdue(&self, now: Instant) -> Option<&Entry<E>> {
+        self.entries.iter().find(|e| e.deadline <= now)
+    }
+
+    /// The oldest pending entry.
+    pub fn oldest(&self) -> Option<&Entry<E>> {
+        self.entries.front()
+    }
+
+    /// The earliest deadline.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.entries.iter().map(|e| e.deadline).min()
+    }
+
+    /// The event of the newest entry.
+    pub fn last_event(&self) -> Option<&E> {
+        self.entries.back().map(|e| &e.event)
+    }
+
+    /// Forget everything; the events come back.
+    pub fn clear(&mut self) -> Vec<E> {
+        self.entries.drain(..).map(|e| e.event).collect()
+    }
+
+    /// Entries pending.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is pending.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// This rank's eager flag arrays as read from the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The eager-ready array, one slot per rank.
+    pub ready: Vec<u32>,
+    /// The eager-complete array.
+    pub complete: Vec<u32>,
+}
+
+impl Snapshot {
+    /// The slots of `array` (an eager one).
+    pub fn slots(&self, array: Array) -> &[u32] {
+        match array {
+            Array::EagerComplete => &self.complete,
+            _ => &self.ready,
+        }
+    }
+}
+
+/// Where a stuck collective waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stuck {
+    /// Position of the barrier in the collective's list.
+    pub at: usize,
+    /// The ranks whose slot is still below the barrier's value.
+    pub missing: Vec<usize>,
+}
+
+/// The first barrier of `expects` (in stream order: the one the stream waits
+/// at) with peers that have not arrived (their slot is behind its value,
+/// compared as the stream does: cyclically), and those peers; `None` when
+/// every peer arrived at every barrier.
+pub fn missing(me: usize, expects: &[Expect], snap: &Snapshot) -> Option<Stuck> {
+    expects.iter().enumerate().find_map(|(at, x)| {
+        let slots = snap.slots(x.array);
+        let missing: Vec<usize> = slots
+            .iter()
+            .enumerate()
+            .filter(|&(r, &v)| r != me && !Cmp::Geq.holds(v, x.value))
+            .map(|(r, _)| r)
+            .collect();
+        (!missing.is_empty()).then_some(Stuck { at, missing })
+    })
+}
+
+/// How far past the oldest pending barrier the release value lies.
+pub const RELEASE_AHEAD: u32 = 1 << 30;
+
+/// The value that releases every eager wait of this rank's stream: 2³⁰ past
+/// the value of the oldest pending barrier. Compared cyclically (`GEQ`), it
+/// satisfies every value from 2³⁰ before that barrier's to 2³⁰ after it —
+/// every barrier pending on the stream, of either array, and any a racing
+/// launch may still queue — while `0xFFFF_FFFF` would lie *behind* every
+/// value below 2³¹.
+pub fn release_value(oldest: &[Expect]) -> u32 {
+    oldest
+        .first()
+        .map_or(0, |x| x.value)
+        .wrapping_add(RELEASE_AHEAD)
+}
+
+/// "rank 1", "rank 1 and rank 3", "rank 1, rank 3 and rank 5": every rank
+/// named on its own, so a message names "rank 3" whatever else is missing.
+fn ranks(list: &[usize]) -> String {
+    let names: Vec<String> = list.iter().map(|r| format!("rank {r}")).collect();
+    match names.split_last() {
+        None => "no rank".into(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// Why the watchdog released a stream: the error that breaks the communicator.
+///
+/// * `read`: the snapshot of this rank's flags, or why it could not be read.
+/// * `released`: `Err(why)` when the release itself may not have happened.
+pub fn verdict<E>(
+    me: usize,
+    entry: &Entry<E>,
+    timeout: Duration,
+    read: &Result<Snapshot, String>,
+    released: &Result<(), String>,
+) -> PluginError {
+    let what = format!("ce collective #{} ({})", entry.seq, entry.what);
+    let tail = match released {
+        Ok(()) => "; the stream was released and the communicator is broken".to_string(),
+        Err(why) => format!("; releasing the stream failed ({why}); the communicator is broken"),
+    };
+    let secs = timeout.as_secs_f64();
+    match read {
+        Ok(snap) => match missing(me, &entry.expects, snap) {
+            Some(s) => {
+                let x = &entry.expects[s.at];
+                PluginError::remote(format!(
+                    "{} never arrived at {what} within {secs}s: rank {me} waited at barrier {} of {} ({}, value {}){tail}",
+                    ranks(&s.missing),
+                    s.at + 1,
+                    entry.expects.len(),
+                    x.array.name(),
+                    x.value,
+                ))
+            }
+            None => PluginError::timeout(format!(
+                "{what} did not complete within {secs}s on rank {me} although every rank arrived at its barriers: the stream is held up by work queued before or inside it{tail}"
+            )),
+        },
+        Err(why) => PluginError::timeout(format!(
+            "{what} did not complete within {secs}s on rank {me}; its flags could not be read ({why}){tail}"
+        )),
+    }
+}
+
+/// The error when the communicator was aborted with collectives queued.
+pub fn aborted<E>(me: usize, entry: &Entry<E>, released: &Result<(), String>) -> PluginError {
+    let tail = match released {
+        Ok(()) => "the stream was released".to_string(),
+        Err(why) => format!("releasing the stream failed ({why})"),
+    };
+    PluginError::remote(format!(
+        "the communicator was aborted while ce collective #{} ({}) was queued on rank {me}: {tail}",
+        entry.seq, entry.what
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrocx_sdk::abi::{FX_REMOTE, FX_TIMEOUT};
+
+    fn entry(expects: Vec<Expect>, ev: u32, deadline: Instant) -> Entry<u32> {
+        Entry {
+            seq: 7,
+            what: "alltoall of 64 bytes per rank".into(),
+            expects,
+            event: ev,
+            deadline,
+        }
+    }
+
+    fn x(index: u64, array: Array, value: u32) -> Expect {
+        Expect {
+            index,
+            array,
+            value,
+        }
+    }
+
+    #[test]
+    fn tracker_retires_done_entries_and_finds_the_overdue() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut t = Tracker::default();
+        for i in 0..4 {
+            t.push(entry(vec![], i, t0 + s * (i + 1)));
+        }
+        assert_eq!(t.next_deadline(), Some(t0 + s));
+        assert_eq!(t.last_event(), Some(&3));
+        // Front only: stops at the first pending one.
+        assert_eq!(t.retire_front(|&e| e != 1), vec![0]);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.retire_all(|&e| e == 2), vec![2]);
+        assert_eq!(t.len(), 2);
+        assert!(t.overdue(t0).is_none());
+        assert_eq!(t.overdue(t0 + s * 5).map(|e| e.event), Some(1));
+        assert_eq!(t.oldest().map(|e| e.event), Some(1));
+        assert_eq!(t.clear(), vec![1, 3]);
+        assert!(t.is_empty() && t.next_deadline().is_none());
+    }
+
+    #[test]
+    fn names_the_ranks_below_the_first_unmet_barrier() {
+        // Rank 0 of 4 waits in its second barrier (complete, value 3); rank 2
+        // never wrote it, rank 3 is a barrier ahead... of nothing: arrived.
+        let xs = [x(4, Array::EagerReady, 3), x(5, Array::EagerComplete, 3)];
+        let snap = Snapshot {
+            ready: vec![0, 3, 3, 3],
+            complete: vec![0, 3, 2, 4],
+        };
+        assert_eq!(
+            missing(0, &xs, &snap),
+            Some(Stuck {
+                at: 1,
+                missing: vec![2]
+            })
+        );
+        let snap2 = Snapshot {
+            ready: vec![0, 2, 3, 2],
+            complete: vec![0, 2, 2, 2],
+        };
+        assert_eq!(
+            missing(0, &xs, &snap2),
+            Some(Stuck {
+                at: 0,
+                missing: vec![1, 3]
+            })
+        );
+        let all = Snapshot {
+            ready: vec![0, 3, 3, 3],
+            complete: vec![9, 3, 3, 3],
+        };
+        assert_eq!(missing(0, &xs, &all), None, "own slot ignored");
+        // Across the wraparound: 0 is one past u32::MAX.
+        let wrap = [x(8, Array::EagerReady, 0), x(9, Array::EagerComplete, 0)];
+        let snap3 = Snapshot {
+            ready: vec![0, 0, 1],
+            complete: vec![0, 0, u32::MAX],
+        };
+        assert_eq!(
+            missing(0, &wrap, &snap3),
+            Some(Stuck {
+                at: 1,
+                missing: vec![2]
+            })
+        );
+    }
+
+    #[test]
+    fn the_release_value_passes_every_pending_wait_of_both_arrays() {
+        for v0 in [1u32, 7, 1 << 31, u32::MAX - 2, u32::MAX] {
+            let r = release_value(&[x(0, Array::EagerReady, v0)]);
+            // Pending barriers: v0 - 1 ..= v0 + 1000 (either array), and a slot at v0 - 1.
+            for d in 0..1000u32 {
+                assert!(Cmp::Geq.holds(r, v0.wrapping_add(d)), "v0 {v0} + {d}");
+            }
+            assert!(Cmp::Geq.holds(r, v0.wrapping_sub(1)));
+        }
+        assert!(!Cmp::Geq.holds(u32::MAX, 1), "why not 0xFFFF_FFFF");
+    }
+
+    #[test]
+    fn verdicts_say_who_what_and_how() {
+        let t = Instant::now();
+        let e = entry(
+            vec![x(0, Array::EagerReady, 1), x(1, Array::EagerComplete, 1)],
+            0,
+            t,
+        );
+        let snap = Snapshot {
+            ready: vec![1, 1, 0],
+            complete: vec![0, 0, 0],
+        };
+        let err = verdict(1, &e, Duration::from_secs(10), &Ok(snap), &Ok(()));
+        assert_eq!(err.code(), FX_REMOTE);
+        let m = err.message();
+        assert!(
+            m.starts_with("rank 2 never arrived at ce collective #7 (alltoall"),
+            "{m}"
+        );
+        assert!(m.contains("barrier 1 of 2 (ready, value 1)"), "{m}");
+        assert!(m.contains("released"), "{m}");
+        let two = Snapshot {
+            ready: vec![1, 1, 1],
+            complete: vec![0, 1, 0],
+        };
+        let m = verdict(1, &e, Duration::from_secs(1), &Ok(two), &Err("x".into()));
+        assert!(
+            m.message().starts_with("rank 0 and rank 2 never arrived"),
+            "{m}"
+        );
+        assert_eq!(ranks(&[1, 3, 5]), "rank 1, rank 3 and rank 5");
+        assert!(
+            m.message().contains("releasing the stream failed (x)"),
+            "{m}"
+        );
+        let none = Snapshot {
+            ready: vec![1, 1, 1],
+            complete: vec![1, 1, 1],
+        };
+        let m = verdict(1, &e, Duration::from_secs(1), &Ok(none), &Ok(()));
+        assert_eq!(m.code(), FX_TIMEOUT);
+        assert!(m.message().contains("every rank arrived"), "{m}");
+        let m = verdict(1, &e, Duration::from_secs(1), &Err("no".into()), &Ok(()));
+        assert!(m.message().contains("could not be read (no)"), "{m}");
+        let m = aborted(1, &e, &Ok(()));
+        assert!(
+            m.message().contains("aborted") && m.message().contains("#7"),
+            "{m}"
+        );
+    }
+}

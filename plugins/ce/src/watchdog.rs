@@ -1,0 +1,393 @@
+//! The watchdog: one host thread per communicator that releases a user
+//! stream stuck at a ce barrier. It is never on the data path — a launch
+//! only records an event behind the collective and hands it over — and it
+//! never spins: it parks on a condition variable, waking every
+//! [`POLL`] while eager collectives are pending (to poll their events, check
+//! deadlines and the abort flag) and otherwise only when told.
+//!
+//! * An entry whose event completed is dropped (its event goes back to the
+//!   pool). Launches also retire completed entries at the front.
+//! * An entry still pending at its deadline (launch + `Host::timeout()`):
+//!   the thread reads this rank's eager flag arrays (`cuMemcpyDtoHAsync` on
+//!   its own non-blocking stream into pinned memory, then waits — bounded —
+//!   for that stream; never the user's), works out which ranks never arrived
+//!   (`watch.rs`), releases the stream by writing a value 2³⁰ past the oldest
+//!   pending barrier's into every slot of both eager arrays
+//!   (`cuMemsetD32Async` on its stream: every pending `GEQ` wait, compared
+//!   cyclically, passes) and breaks the communicator with that message:
+//!   `status()` returns it and every later launch fails with it.
+//! * The abort flag (`Host::aborted()`) with collectives pending: release at
+//!   once, the communicator breaks.
+//! * A communicator broken otherwise (a launch failed half way) with
+//!   collectives pending: release at once.
+//!
+//! Launches captured into a CUDA graph are not tracked: a graph replays its
+//! waits (`EQ 1` on the graph arrays) long after the launch, and the host
+//! cannot tell a slow replay from a stuck one nor release it without
+//! corrupting the next replay. A replayed graph whose peer never arrives
+//! waits forever.
+
+use crate::sync::{Array, FlagLayout};
+use crate::watch::{self, Entry, Expect, Snapshot, Tracker};
+use ferrocx_sdk::cuda::{check, sys, Event, PinnedHost, Stream};
+use ferrocx_sdk::device::Device;
+use ferrocx_sdk::{Host, PluginError, PluginResult};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the thread looks at pending collectives.
+pub const POLL: Duration = Duration::from_millis(100);
+/// How long it parks with nothing pending (it is woken when work comes).
+const IDLE: Duration = Duration::from_secs(1);
+/// Longest wait for its own stream (a flag read, a release).
+const OWN_STREAM_WAIT: Duration = Duration::from_secs(5);
+
+struct State {
+    tracker: Tracker<Event>,
+    pool: Vec<Event>,
+    broken: Option<PluginError>,
+    stop: bool,
+    /// The stream of the newest tracked collective.
+    last_stream: Option<usize>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    host: Host,
+    rank: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What the thread owns to read and release this rank's eager flags.
+pub struct Reader {
+    stream: Stream,
+    host: PinnedHost,
+    done: Event,
+    own: u64,
+    layout: FlagLayout,
+    // Last: the device (its retained context) outlives the objects above.
+    dev: Arc<dyn Device>,
+}
+
+impl Reader {
+    /// Objects of `dev`'s context (bound on this thread): a private stream,
+    /// pinned memory for the two eager arrays, an event; `own` is this
+    /// rank's flag buffer.
+    pub fn new(
+        dev: Arc<dyn Device>,
+        stream: Stream,
+        own: u64,
+        layout: FlagLayout,
+    ) -> PluginResult<Self> {
+        Ok(Reader {
+            stream,
+            host: PinnedHost::new(Self::bytes(&layout))?,
+            done: Event::new()?,
+            own,
+            layout,
+            dev,
+        })
+    }
+
+    /// The eager arrays: the first two of the buffer, contiguous.
+    fn bytes(layout: &FlagLayout) -> usize {
+        layout.offset(Array::EagerComplete, 0) + layout.stride()
+    }
+
+    /// Wait (polling, bounded) until the work queued on the private stream so far is done.
+    fn settle(&self, what: &str) -> Result<(), String> {
+        self.done
+            .record_on(&self.stream)
+            .map_err(|e| e.message().to_string())?;
+        let until = Instant::now() + OWN_STREAM_WAIT;
+        loop {
+            match self.done.done() {
+                Ok(true) => return Ok(()),
+                Ok(false) if Instant::now() < until => std::thread::sleep(Duration::from_millis(1)),
+                Ok(false) => {
+                    return Err(format!(
+                        "{what} did not finish within {OWN_STREAM_WAIT:?} on the watchdog's stream"
+                    ))
+                }
+                Err(e) => return Err(e.message().to_string()),
+            }
+        }
+    }
+
+    /// This rank's eager arrays.
+    fn read(&self) -> Result<Snapshot, String> {
+        let bytes = Self::bytes(&self.layout);
+        // SAFETY: `own` holds at least `bytes` bytes (the eager arrays lead the
+        // buffer), the pinned buffer as many; the private stream is of the same context.
+        let r = unsafe {
+            sys::cuMemcpyDtoHAsync_v2(self.host.host().cast(), self.own, bytes, self.stream.raw())
+        };
+        check(r, "cuMemcpyDtoHAsync").map_err(|e| e.message().to_string())?;
+        self.settle("reading the flags")?;
+        let word = |i: usize| {
+            // SAFETY: i < bytes / 4 (checked by the callers' ranges); the copy into
+            // this pinned memory completed (settled above); 4-byte aligned.
+            unsafe { std::ptr::read_volatile((self.host.host() as *const u32).add(i)) }
+        };
+        let n = self.layout.nranks;
+        let at = |a: Array| self.layout.offset(a, 0) / 4;
+        Ok(Snapshot {
+            ready: (0..n).map(|r| word(at(Array::EagerReady) + r)).collect(),
+            complete: (0..n).map(|r| word(at(Array::EagerComplete) + r)).collect(),
+        })
+    }
+
+    /// Write `value` into every slot of both eager arrays.
+    fn release(&self, value: u32) -> Result<(), String> {
+        let words = Self::bytes(&self.layout) / 4;
+        // SAFETY: `own` holds the eager arrays (`words` words); the private stream is
+        // live and of the same context.
+        let r = unsafe { sys::cuMemsetD32Async(self.own, value, words, self.stream.raw()) };
+        check(r, "cuMemsetD32Async").map_err(|e| e.message().to_string())?;
+        self.settle("the release")
+    }
+}
+
+/// The watchdog of one communicator.
+pub struct Watchdog {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Start the thread.
+    pub fn start(host: Host, rank: usize, reader: Reader) -> PluginResult<Self> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                tracker: Tracker::default(),
+                pool: Vec::new(),
+                broken: None,
+                stop: false,
+                last_stream: None,
+            }),
+            wake: Condvar::new(),
+            host,
+            rank,
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("ferrocx-ce-watch-{rank}"))
+            .spawn(move || run(s, reader))
+            .map_err(|e| PluginError::io("starting the ce watchdog thread", e))?;
+        Ok(Watchdog {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The error that broke the communicator, if any.
+    pub fn status(&self) -> PluginResult<()> {
+        match &self.shared.lock().broken {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Break the communicator with `e` (unless already broken); pending
+    /// collectives are released.
+    pub fn break_with(&self, e: PluginError) {
+        self.shared.lock().broken.get_or_insert(e);
+        self.shared.wake.notify_all();
+    }
+
+    /// Before queuing an eager collective on `stream`: retire completed
+    /// entries, and when the newest pending one went to another stream,
+    /// make `stream` wait for it (ce collectives of a communicator run in
+    /// launch order, whatever streams they are issued on).
+    ///
+    /// # Safety
+    /// `stream` is a live stream (or null) of the device's context, bound on
+    /// this thread.
+    pub unsafe fn order(&self, stream: sys::CUstream) -> PluginResult<()> {
+        let mut st = self.shared.lock();
+        let freed = st.tracker.retire_front(|e| e.done().unwrap_or(true));
+        st.pool.extend(freed);
+        if st.last_stream != Some(stream as usize) {
+            if let Some(ev) = st.tracker.last_event() {
+                // SAFETY: the caller's contract for the stream; the event is live (held
+                // by its entry) and of the same context.
+                let r = unsafe { sys::cuStreamWaitEvent(stream, ev.raw(), 0) };
+                check(
+                    r,
+                    "cuStreamWaitEvent (ordering ce collectives across streams)",
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After queuing an eager collective on `stream`: track it.
+    ///
+    /// # Safety
+    /// As for [`order`](Self::order).
+    pub unsafe fn track(
+        &self,
+        stream: sys::CUstream,
+        seq: u64,
+        what: String,
+        expects: Vec<Expect>,
+    ) -> PluginResult<()> {
+        let mut st = self.shared.lock();
+        let ev = match st.pool.pop() {
+            Some(e) => e,
+            None => Event::new()?,
+        };
+        // SAFETY: the caller's contract for the stream; the event is of the same context.
+        if let Err(e) = unsafe { ev.record(stream) } {
+            st.pool.push(ev);
+            return Err(e);
+        }
+        let was_idle = st.tracker.is_empty();
+        st.tracker.push(Entry {
+            seq,
+            what,
+            expects,
+            event: ev,
+            deadline: Instant::now() + self.shared.host.timeout(),
+        });
+        st.last_stream = Some(stream as usize);
+        drop(st);
+        if was_idle {
+            self.shared.wake.notify_all();
+        }
+        Ok(())
+    }
+
+    /// Wait until every tracked collective completed, at most `limit`;
+    /// whether they did.
+    pub fn drain(&self, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        loop {
+            {
+                let mut st = self.shared.lock();
+                let freed = st.tracker.retire_all(|e| e.done().unwrap_or(true));
+                st.pool.extend(freed);
+                if st.tracker.is_empty() {
+                    return true;
+                }
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Stop the thread and drop every event (the device's context is bound
+    /// on this thread).
+    pub fn stop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let mut st = self.shared.lock();
+        let pending = st.tracker.clear();
+        drop(pending);
+        st.pool.clear();
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// An entry's description without its event.
+fn describe(e: &Entry<Event>) -> Entry<()> {
+    Entry {
+        seq: e.seq,
+        what: e.what.clone(),
+        expects: e.expects.clone(),
+        event: (),
+        deadline: e.deadline,
+    }
+}
+
+fn run(shared: Arc<Shared>, reader: Reader) {
+    // Keep the device's context bound on this thread for its whole life.
+    let _bound = reader.dev.bind();
+    let me = shared.rank;
+    let timeout = shared.host.timeout();
+    let mut st = shared.lock();
+    while !st.stop {
+        let mut failed = None;
+        let freed = st.tracker.retire_all(|e| match e.done() {
+            Ok(d) => d,
+            Err(x) => {
+                failed.get_or_insert(x);
+                true
+            }
+        });
+        st.pool.extend(freed);
+        if let Some(x) = failed {
+            st.broken.get_or_insert(PluginError::system(format!(
+                "a ce collective failed on rank {me}'s stream: {}",
+                x.message()
+            )));
+        }
+        if !st.tracker.is_empty() {
+            // What to do, decided under the lock; the device work without it.
+            let aborted = shared.host.aborted();
+            let value = st
+                .tracker
+                .oldest()
+                .map_or(0, |e| watch::release_value(&e.expects));
+            let job = if st.broken.is_some() {
+                Some((None, false))
+            } else if aborted {
+                st.tracker.oldest().map(|e| (Some(describe(e)), true))
+            } else {
+                st.tracker
+                    .overdue(Instant::now())
+                    .map(|e| (Some(describe(e)), false))
+            };
+            if let Some((entry, aborted)) = job {
+                drop(st);
+                let read = match (&entry, aborted) {
+                    (Some(_), false) => Some(reader.read()),
+                    _ => None,
+                };
+                let released = reader.release(value);
+                let err = entry.as_ref().map(|e| match &read {
+                    Some(r) => watch::verdict(me, e, timeout, r, &released),
+                    None => watch::aborted(me, e, &released),
+                });
+                st = shared.lock();
+                if let Some(err) = err {
+                    shared.host.warn(format!("ce watchdog: {}", err.message()));
+                    st.broken.get_or_insert(err);
+                } else if let Err(why) = released {
+                    shared.host.warn(format!("ce watchdog on rank {me}: releasing the stream of a broken communicator failed: {why}"));
+                }
+                let pending = st.tracker.clear();
+                drop(pending);
+                continue;
+            }
+        }
+        let wait = match st.tracker.next_deadline() {
+            None => IDLE,
+            Some(d) => d
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), POLL),
+        };
+        st = shared
+            .wake
+            .wait_timeout(st, wait)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+}

@@ -1,0 +1,183 @@
+//! The ce plugin through its C table, on any machine: the header, and
+//! `comm_init` deciding alike on every rank (ranks as threads of this
+//! process, with an in-memory out-of-band all_gather/barrier).
+//!
+//! Without CUDA every rank's setup fails and every rank says so, naming all
+//! of them. With a GPU the flag buffers are really allocated, exported and
+//! exchanged, and opening them fails (CUDA refuses to open a handle of the
+//! process itself), so the second exchange makes every rank sit out and
+//! tear down in order (close, barrier, free) — never a panic, never a rank
+//! left waiting.
+
+use ferrocx_ce::Ce;
+use ferrocx_sdk::abi::*;
+use ferrocx_sdk::collective::collective_table;
+use std::ffi::c_void;
+use std::sync::{Arc, Barrier, Mutex};
+
+fn last_error(t: &FxCollectiveV1) -> String {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: a buffer of buf.len() bytes.
+    let n = unsafe { (t.last_error.unwrap())(buf.as_mut_ptr().cast(), buf.len()) };
+    buf.truncate(n.min(buf.len()));
+    String::from_utf8_lossy(&buf)
+        .trim_end_matches('\0')
+        .to_string()
+}
+
+/// In-memory out-of-band collectives for `n` threads.
+struct Group {
+    n: usize,
+    slots: Mutex<Vec<Vec<u8>>>,
+    barrier: Barrier,
+}
+
+struct Member {
+    rank: usize,
+    group: Arc<Group>,
+}
+
+unsafe extern "C" fn all_gather(
+    ctx: *mut c_void,
+    mine: *const c_void,
+    len: usize,
+    all: *mut c_void,
+) -> i32 {
+    // SAFETY: `ctx` is a live Member (the test keeps it across comm_init).
+    let m = unsafe { &*(ctx as *const Member) };
+    // SAFETY: the plugin passes `len` readable bytes.
+    let mine = unsafe { std::slice::from_raw_parts(mine as *const u8, len) }.to_vec();
+    m.group.slots.lock().unwrap()[m.rank] = mine;
+    m.group.barrier.wait();
+    {
+        let slots = m.group.slots.lock().unwrap();
+        for (r, s) in slots.iter().enumerate() {
+            assert_eq!(s.len(), len, "every rank gathers the same length");
+            // SAFETY: `all` holds n × len writable bytes (the ABI's contract).
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.as_ptr(), (all as *mut u8).add(r * len), len)
+            };
+        }
+    }
+    m.group.barrier.wait();
+    FX_OK
+}
+
+unsafe extern "C" fn barrier(ctx: *mut c_void) -> i32 {
+    // SAFETY: as above.
+    let m = unsafe { &*(ctx as *const Member) };
+    m.group.barrier.wait();
+    FX_OK
+}
+
+fn peers(n: usize, hosts: &[u64], gpu: bool) -> Vec<FxPeerInfo> {
+    let pci = if gpu {
+        ferrocx_sdk::cuda::pci_id(0).unwrap_or(0)
+    } else {
+        0
+    };
+    (0..n)
+        .map(|r| {
+            let mut p = ferrocx_sdk::testing::peer(r as i32, std::process::id() as i32);
+            p.nranks = n as i32;
+            p.host_hash = hosts[r];
+            p.cuda_device = if gpu { 0 } else { -1 };
+            p.cuda_pci = pci;
+            p
+        })
+        .collect()
+}
+
+/// comm_init on `n` threads; every rank's (code, message).
+fn comm_init_all(peers: Vec<FxPeerInfo>) -> Vec<(i32, String)> {
+    let n = peers.len();
+    let group = Arc::new(Group {
+        n,
+        slots: Mutex::new(vec![Vec::new(); n]),
+        barrier: Barrier::new(n),
+    });
+    let peers = Arc::new(peers);
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            let (group, peers) = (group.clone(), peers.clone());
+            std::thread::spawn(move || {
+                static TABLE: FxCollectiveV1 = collective_table::<Ce>();
+                let t = &TABLE;
+                let (_host, table) = ferrocx_sdk::testing::host();
+                let mut ctx = std::ptr::null_mut();
+                // SAFETY: a valid host table that outlives the context.
+                assert_eq!(unsafe { (t.init.unwrap())(table, &mut ctx) }, FX_OK);
+                let member = Box::new(Member { rank, group });
+                assert_eq!(member.group.n, peers.len());
+                let oob = FxCommOob {
+                    oob_ctx: &*member as *const Member as *mut c_void,
+                    all_gather: Some(all_gather),
+                    barrier: Some(barrier),
+                };
+                let info = FxCommInfo {
+                    rank: rank as i32,
+                    nranks: peers.len() as i32,
+                    local_rank: rank as i32,
+                    cuda_device: peers[rank].cuda_device,
+                    comm_hash: 1,
+                    peers: peers.as_ptr(),
+                };
+                let mut comm = std::ptr::null_mut();
+                // SAFETY: live context, info (its peers) and oob across the call.
+                let code = unsafe { (t.comm_init.unwrap())(ctx, &info, &oob, &mut comm) };
+                let msg = last_error(t);
+                if code == FX_OK {
+                    // SAFETY: the comm just made.
+                    assert_eq!(unsafe { (t.comm_destroy.unwrap())(comm) }, FX_OK);
+                }
+                // SAFETY: the context made above, every comm destroyed.
+                assert_eq!(unsafe { (t.finalize.unwrap())(ctx) }, FX_OK);
+                drop(member);
+                (code, msg)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn the_table_describes_ce() {
+    let t = collective_table::<Ce>();
+    assert_eq!(t.abi_version, FX_COLL_ABI_VERSION_1);
+    assert_eq!(&t.name[..3], b"ce\0".map(|c| c as _).as_slice());
+    assert_eq!(
+        t.caps,
+        FX_COLL_CAP_CUDA_MEM | FX_COLL_CAP_WINDOWS | FX_COLL_CAP_GRAPHS
+    );
+    assert_eq!(t.caps & FX_COLL_CAP_HOST_MEM, 0);
+}
+
+#[test]
+fn several_hosts_or_a_rank_without_gpu_sit_out_without_an_exchange() {
+    // No exchange happens (the oob would deadlock a single caller): answers
+    // come from what every rank knows.
+    for r in comm_init_all(peers(2, &[1, 2], true)) {
+        assert_eq!(r.0, FX_UNSUPPORTED, "{}", r.1);
+        assert!(r.1.contains("one host"), "{}", r.1);
+    }
+    let mut p = peers(3, &[1, 1, 1], true);
+    p[2].cuda_device = -1;
+    for r in comm_init_all(p) {
+        assert_eq!(r.0, FX_UNSUPPORTED, "{}", r.1);
+        assert!(r.1.contains("rank 2 has no GPU"), "{}", r.1);
+    }
+}
+
+#[test]
+fn every_rank_sits_out_alike_when_setup_fails() {
+    let gpu = ferrocx_sdk::cuda::available().is_ok();
+    for r in comm_init_all(peers(3, &[7, 7, 7], true)) {
+        assert_eq!(r.0, FX_UNSUPPORTED, "{}", r.1);
+        assert!(r.1.contains("ce sits this communicator out"), "{}", r.1);
+        if !gpu {
+            for rank in 0..3 {
+                assert!(r.1.contains(&format!("rank {rank}: ")), "{}", r.1);
+            }
+        }
+    }
+}
