@@ -17,6 +17,11 @@
 # process: the host has no MPI). `torch` measures NCCL with one process per GPU through
 # torch.distributed (scripts/nccl-torch-bench.py, torch-<bench>.log).
 # scripts/bench-compare.py OUT prints ferrocx / NCCL side by side from the logs.
+# `ce` runs the ce collective plugin's device tests (matrix at 2 and 4 ranks, CUDA graph
+# replays, window cycles, a killed rank); `perf-ce` times alltoall, all_gather, gather,
+# scatter and broadcast on symmetric windows (-R 2) through ce and through the core
+# (FERROCX_COLLECTIVES=^ce) in one run. With one GPU shared by the ranks, run `mps`
+# first and `mps-stop` last (nvidia-cuda-mps-control).
 # Never enables NVLink multicast (NCCL_NVLS_ENABLE=0; ferrocx never calls cuMulticastCreate).
 set -uo pipefail
 BIN="$(cd "$1" && pwd)"; OUT="$2"; shift 2
@@ -59,6 +64,18 @@ for s in $STEPS; do
     sendrecv) run_step sendrecv "$BIN/fxperf" --np 2 --mem cuda -b 0 -e 256M -f 4 -n 5 -w 1 -c 1 sendrecv ;;
     device) FXTEST_WORKER="$BIN/fxtest-worker" FERROCX_REQUIRE_GPU=1 \
         run_step device "$BIN/device-tests" --nocapture --test-threads 1 ;;
+    mps) nvidia-cuda-mps-control -d; echo "   mps: started (rc $?)" | tee -a "$SUMMARY" ;;
+    mps-stop) echo quit | nvidia-cuda-mps-control ;;
+    ce) FXTEST_WORKER="$BIN/fxtest-worker" FERROCX_REQUIRE_GPU=1 \
+        run_step ce "$BIN/device-tests" ce_ --nocapture --test-threads 1 ;;
+    perf-ce)
+      for b in alltoall all_gather gather scatter broadcast; do
+        for impl in ce core; do
+          # shellcheck disable=SC2086
+          FERROCX_COLLECTIVES="$([ "$impl" = core ] && echo '^ce')" run_step "fxperf-$b-$impl" \
+            "$BIN/fxperf" --np 2 --mem cuda -R 2 $SIZES $ITERS -c 1 "$b"
+        done
+      done ;;
     mix) run_step mix "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-mix 0 1000 --mem cuda ;;
     kill) [ -n "$(grep -l ring-loop-dev "$BIN/fxtest-worker" 2>/dev/null)" ] && \
         run_step kill "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" ring-loop-dev 8388608 --victim 1 --kill-after-ms 800 ;;

@@ -46,6 +46,8 @@ pub use plugin::Dir;
 pub use registration::RegHandle;
 pub use types::{Bf16, DataType, Element, RedOp, F16};
 
+#[cfg(feature = "builtin-ce")]
+use ferrocx_ce as _;
 #[cfg(feature = "builtin-net-socket")]
 use ferrocx_net_socket as _;
 #[cfg(feature = "builtin-p2p")]

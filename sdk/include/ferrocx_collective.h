@@ -40,7 +40,11 @@
  * core. can_run must give the same answer on every rank for the same call
  * (decide from the descriptor and from what every rank knows, such as window
  * registration, never from local timing), or ranks run different
- * implementations and the call fails.
+ * implementations and the call fails. Windows are symmetric: a caller whose
+ * buffers lie in windows names them at the same offsets on every rank, also
+ * on a side a rank does not use (a broadcast's send buffer at non-roots, a
+ * gather's receive buffer at non-roots), as with NCCL's symmetric memory; a
+ * plugin that needs windows may decline (0) a descriptor without them.
  *
  * HOOKS. All return an FX_* code except can_run (a priority) and last_error
  * (a length). Optional hooks may be NULL.

@@ -96,6 +96,8 @@ use ferrocx_sdk::collective::{CollDesc, Collective, CommInfo, Oob, WindowDesc};
 use ferrocx_sdk::{Host, PluginResult};
 use std::ffi::c_void;
 
+ferrocx_sdk::register_builtin_collective!(Ce);
+
 pub use comm::CeComm;
 pub use config::Config;
 pub use select::Window;
