@@ -29,7 +29,7 @@ unsafe impl Send for CollectivePlugin {}
 // SAFETY: as above.
 unsafe impl Sync for CollectivePlugin {}
 
-/// Outcome of [`CollectivePlugin::start`].
+/// Outcome of `CollectivePlugin::start`.
 pub enum Started {
     /// Ready for calls.
     Ready(CollectivePlugin),

@@ -5,7 +5,7 @@
 //! ([`select`]). `FERROCX_COLLECTIVES` steers which plugins take part.
 //!
 //! Layers: [`library`] validates tables, [`instance`] holds one plugin's
-//! context and comm, [`oob`] gives plugins the bootstrap's collectives for
+//! context and comm, `oob` gives plugins the bootstrap's collectives for
 //! setup, and [`Collectives`] is a communicator's set of them.
 
 pub mod instance;
