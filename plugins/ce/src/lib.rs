@@ -50,6 +50,16 @@
 //! waits cannot be released by the host (nor told apart from a slow replay),
 //! so a replay whose peer never arrives waits forever.
 //!
+//! **Known limit, ranks sharing one GPU under MPS:** when a peer is SIGKILLed
+//! while a survivor's stream still has a write into the peer's memory queued
+//! (a barrier flag or a copy), that write may never complete in the driver.
+//! The watchdog still names the rank and breaks the communicator (`status`,
+//! and every later `launch`, return the error), but the flag release cannot
+//! move a stream stuck on such a write, so a thread in `cuStreamSynchronize`
+//! on it does not return. Measured on one H100: 5 of 11 killed-peer runs
+//! under MPS, 0 of 2 without MPS (`bench/results/2026-11-25-h100-ce/kill/`);
+//! ranks on separate GPUs are still to be measured.
+//!
 //! `comm_init` decides alike on every rank: two out-of-band exchanges
 //! ([`setup`]) so that a rank whose setup failed makes every rank sit the
 //! communicator out (`FX_UNSUPPORTED`, naming the rank and why) rather than
