@@ -178,3 +178,16 @@ fn async_requests_2_ranks() {
 fn async_requests_3_ranks() {
     run_ok(3, &["coll-async"], "30", Duration::from_secs(120));
 }
+
+#[test]
+fn split_by_color_and_key() {
+    for n in [3, 5] {
+        let outs = run_ok(n, &["split"], "60", Duration::from_secs(120));
+        assert!(
+            outs[n - 1].stdout.contains("no color"),
+            "{}",
+            outs[n - 1].stdout
+        );
+        assert!(outs[0].stdout.contains("in color 0"), "{}", outs[0].stdout);
+    }
+}

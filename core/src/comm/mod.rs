@@ -4,6 +4,7 @@ mod coll;
 mod device;
 mod dispatch;
 mod group;
+mod split;
 mod windows;
 
 pub use group::Group;
@@ -70,6 +71,8 @@ pub struct Communicator {
     coll_seq: AtomicU64,
     /// Symmetric windows.
     windows: crate::window::WindowTable,
+    /// Splits so far (names each split's rendezvous messages).
+    splits: AtomicU64,
 }
 
 /// This rank's GPU: `FERROCX_DEVICE`, else the local rank modulo the device count;
@@ -123,6 +126,15 @@ impl Communicator {
 
     /// Create from a [`CommConfig`].
     pub fn with_config(cfg: CommConfig) -> Result<Self> {
+        Self::create(cfg, None)
+    }
+
+    /// [`with_config`](Self::with_config); rank 0 calls `on_bound` with its
+    /// rendezvous address once it listens (a split picks its port that way).
+    pub(crate) fn create(
+        cfg: CommConfig,
+        on_bound: Option<&dyn Fn(std::net::SocketAddr)>,
+    ) -> Result<Self> {
         crate::log::init();
         if cfg.nranks == 0 {
             return Err(Error::invalid("nranks must be at least 1"));
@@ -195,7 +207,8 @@ impl Communicator {
             .collect::<Vec<_>>()
             .join("; ");
 
-        let bootstrap = Bootstrap::init(&cfg.root, cfg.rank, cfg.nranks, -1, timeout)?;
+        let bootstrap =
+            Bootstrap::init_with(&cfg.root, cfg.rank, cfg.nranks, -1, timeout, on_bound)?;
         let comm_hash = bootstrap.comm_hash();
         let gpu = open_gpu(bootstrap.peers()[cfg.rank].local_rank)?;
         // Every rank's device and its PCI location (the same GPU has the same PCI id
@@ -288,6 +301,7 @@ impl Communicator {
             coll_serial: Mutex::new(()),
             coll_seq: AtomicU64::new(0),
             windows: crate::window::WindowTable::default(),
+            splits: AtomicU64::new(0),
         })
     }
 

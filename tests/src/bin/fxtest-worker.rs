@@ -73,6 +73,7 @@ fn main() -> ExitCode {
             opt("--mem").as_deref() == Some("cuda"),
         ),
         Some("coll-group") => coll::mix::group(args[1].parse().expect("repeat"), &args[2..]),
+        Some("split") => coll::mix::split(),
         Some("coll-many") => coll::mix::many(args[1].parse().expect("iterations")),
         Some("coll-bad") => coll::bad::run(args.get(1).map_or("local", String::as_str)),
         Some("coll-async") => coll::bad::asynchronous(),

@@ -518,3 +518,57 @@ pub fn group(repeat: usize, specs: &[String]) -> Result<String, String> {
     comm.destroy().map_err(e2s)?;
     Ok(format!("rank {me}: {repeat} groups of {mine:?} verified"))
 }
+
+/// `Communicator::split`: color = rank % 2 (the last rank passes -1 and gets
+/// none), key = -rank (reverse order); in each new communicator an all-reduce
+/// of the old ranks and an all-gather check membership and order.
+pub fn split() -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(super::e2s)?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    let color = if me == n - 1 { -1 } else { (me % 2) as i32 };
+    let sub = comm.split(color, -(me as i32)).map_err(super::e2s)?;
+    // The parent still works beside its children.
+    let mine = [me as u64];
+    let mut total = [0u64];
+    comm.all_reduce(&mine, &mut total, ferrocx::RedOp::Sum)
+        .map_err(super::e2s)?;
+    if total[0] != (0..n as u64).sum::<u64>() {
+        return Err(format!("rank {me}: parent all-reduce gave {}", total[0]));
+    }
+    let Some(sub) = sub else {
+        comm.barrier_oob().map_err(super::e2s)?;
+        comm.destroy().map_err(super::e2s)?;
+        return Ok(format!("rank {me}: no color, no communicator"));
+    };
+    let members: Vec<usize> = (0..n - 1).filter(|r| r % 2 == me % 2).rev().collect();
+    if sub.nranks() != members.len() || members[sub.rank()] != me {
+        return Err(format!(
+            "rank {me}: new rank {} of {}, expected {} of {}",
+            sub.rank(),
+            sub.nranks(),
+            members.iter().position(|&r| r == me).unwrap_or(99),
+            members.len()
+        ));
+    }
+    let mut sum = [0u64];
+    sub.all_reduce(&mine, &mut sum, ferrocx::RedOp::Sum)
+        .map_err(super::e2s)?;
+    let mut all = vec![0u64; members.len()];
+    sub.all_gather(&mine, &mut all).map_err(super::e2s)?;
+    let want: Vec<u64> = members.iter().map(|&r| r as u64).collect();
+    if sum[0] != want.iter().sum::<u64>() || all != want {
+        return Err(format!(
+            "rank {me}: sum {} gathered {all:?}, expected {want:?}",
+            sum[0]
+        ));
+    }
+    sub.barrier_oob().map_err(super::e2s)?;
+    sub.destroy().map_err(super::e2s)?;
+    comm.barrier_oob().map_err(super::e2s)?;
+    comm.destroy().map_err(super::e2s)?;
+    Ok(format!(
+        "rank {me}: rank {} of {} in color {color}",
+        members.iter().position(|&r| r == me).unwrap_or(0),
+        members.len()
+    ))
+}
