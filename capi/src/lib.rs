@@ -1,7 +1,7 @@
 //! The C API of ferrocx (`capi/include/ferrocx.h`, the reference): opaque
 //! communicator handles, fixed-width codes, host or device buffers told apart
 //! by the pointer, a thread's last error message. Nothing panics across the
-//! boundary: every entry point runs inside [`status::guard`].
+//! boundary: every entry point runs inside `status::guard`.
 
 mod comm;
 mod ops;
