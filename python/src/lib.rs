@@ -1,0 +1,331 @@
+//! The native half of the `ferrocx` Python package: a communicator and its
+//! calls on raw buffers described by DLPack (`ferrocx/__init__.py` turns
+//! NumPy arrays and any `__dlpack__` object into those). Errors become
+//! `ferrocx.Error` subclasses carrying ferrocx's message.
+
+mod dlpack;
+
+use dlpack::Tensor;
+use ferrocx::{CollKind, CollSpec, Communicator, DataType, Error, RedOp};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+create_exception!(
+    _ferrocx,
+    FerrocxError,
+    PyException,
+    "A ferrocx error (its message says which rank and call)."
+);
+create_exception!(
+    _ferrocx,
+    InvalidArgument,
+    FerrocxError,
+    "Bad input: buffer, count, rank, type."
+);
+create_exception!(
+    _ferrocx,
+    Timeout,
+    FerrocxError,
+    "A wait exceeded FERROCX_TIMEOUT."
+);
+create_exception!(
+    _ferrocx,
+    RemoteError,
+    FerrocxError,
+    "A peer failed or went away."
+);
+create_exception!(
+    _ferrocx,
+    Destroyed,
+    FerrocxError,
+    "The communicator was destroyed or aborted."
+);
+create_exception!(
+    _ferrocx,
+    Unsupported,
+    FerrocxError,
+    "Not possible here (e.g. CUDA tensors without a GPU)."
+);
+
+fn err(rank: Option<usize>, call: &str, e: Error) -> PyErr {
+    let msg = match rank {
+        Some(r) => format!("rank {r}: {call}: {e}"),
+        None => format!("{call}: {e}"),
+    };
+    match e {
+        Error::InvalidArgument(_) | Error::Config { .. } => InvalidArgument::new_err(msg),
+        Error::Timeout { .. } => Timeout::new_err(msg),
+        Error::PeerFailed { .. } => RemoteError::new_err(msg),
+        Error::Destroyed(_) => Destroyed::new_err(msg),
+        Error::Unsupported(_) | Error::NoTransport { .. } => Unsupported::new_err(msg),
+        _ => FerrocxError::new_err(msg),
+    }
+}
+
+fn kind_of(name: &str) -> PyResult<CollKind> {
+    Ok(match name {
+        "all_reduce" => CollKind::AllReduce,
+        "all_gather" => CollKind::AllGather,
+        "reduce_scatter" => CollKind::ReduceScatter,
+        "broadcast" => CollKind::Broadcast,
+        "reduce" => CollKind::Reduce,
+        "all_to_all" => CollKind::AllToAll,
+        "gather" => CollKind::Gather,
+        "scatter" => CollKind::Scatter,
+        _ => {
+            return Err(InvalidArgument::new_err(format!(
+                "unknown collective '{name}'"
+            )))
+        }
+    })
+}
+
+fn op_of(name: &str) -> PyResult<RedOp> {
+    RedOp::ALL
+        .into_iter()
+        .find(|o| o.name() == name)
+        .ok_or_else(|| {
+            InvalidArgument::new_err(format!(
+                "unknown reduction '{name}' (sum, prod, min, max, avg)"
+            ))
+        })
+}
+
+/// A started host-memory collective (device calls are stream-ordered: done at once).
+#[pyclass(module = "ferrocx._ferrocx")]
+struct Request {
+    inner: Option<ferrocx::Request>,
+    /// Keeps the DLPack capsules (and so the buffers) alive until the request ends.
+    _keep: Vec<PyObject>,
+    rank: usize,
+}
+
+#[pymethods]
+impl Request {
+    /// Block until done (the GIL is released while waiting).
+    fn wait(&mut self, py: Python<'_>) -> PyResult<()> {
+        let Some(r) = self.inner.take() else {
+            return Ok(());
+        };
+        let rank = self.rank;
+        py.allow_threads(move || r.wait())
+            .map_err(|e| err(Some(rank), "wait", e))?;
+        self._keep.clear();
+        Ok(())
+    }
+
+    /// Whether it finished (an error if it failed).
+    fn test(&mut self) -> PyResult<bool> {
+        match &self.inner {
+            None => Ok(true),
+            Some(r) => r.test().map_err(|e| err(Some(self.rank), "test", e)),
+        }
+    }
+}
+
+/// A communicator (see `ferrocx.Communicator`).
+#[pyclass(module = "ferrocx._ferrocx")]
+struct Comm {
+    comm: Communicator,
+}
+
+impl Comm {
+    fn call<T>(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        f: impl FnOnce(&Communicator) -> ferrocx::Result<T> + Send,
+    ) -> PyResult<T>
+    where
+        T: Send,
+    {
+        let rank = self.comm.rank();
+        let c = &self.comm;
+        py.allow_threads(move || f(c))
+            .map_err(|e| err(Some(rank), name, e))
+    }
+}
+
+#[pymethods]
+impl Comm {
+    /// From the launcher's environment (fxrun, mpirun, srun, torchrun).
+    #[staticmethod]
+    fn from_env(py: Python<'_>) -> PyResult<Comm> {
+        let comm = py
+            .allow_threads(Communicator::from_env)
+            .map_err(|e| err(None, "Communicator.from_env", e))?;
+        Ok(Comm { comm })
+    }
+
+    /// With an explicit rendezvous address `host:port` (rank 0 listens there).
+    #[new]
+    fn new(py: Python<'_>, root: String, rank: usize, nranks: usize) -> PyResult<Comm> {
+        let comm = py
+            .allow_threads(move || Communicator::new(&root, rank, nranks))
+            .map_err(|e| err(Some(rank), "Communicator", e))?;
+        Ok(Comm { comm })
+    }
+
+    #[getter]
+    fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    #[getter]
+    fn nranks(&self) -> usize {
+        self.comm.nranks()
+    }
+
+    #[getter]
+    fn device(&self) -> Option<i32> {
+        self.comm.device()
+    }
+
+    /// A collective on DLPack capsules (`send`/`recv` may be None where
+    /// unused). `stream`: a CUstream as an int for CUDA tensors, else 0.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (kind, send, recv, count, op, root, in_place, stream, nonblocking))]
+    fn collective(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        send: Option<PyObject>,
+        recv: Option<PyObject>,
+        count: usize,
+        op: &str,
+        root: usize,
+        in_place: bool,
+        stream: usize,
+        nonblocking: bool,
+    ) -> PyResult<Request> {
+        let kind = kind_of(kind)?;
+        let name = kind.name();
+        let s = send.as_ref().map(|o| Tensor::of(py, o)).transpose()?;
+        let r = recv.as_ref().map(|o| Tensor::of(py, o)).transpose()?;
+        let dtype: DataType = r
+            .as_ref()
+            .or(s.as_ref())
+            .map(|t| t.dtype)
+            .unwrap_or(DataType::U8);
+        if let (Some(a), Some(b)) = (&s, &r) {
+            if a.dtype != b.dtype || a.cuda != b.cuda {
+                return Err(InvalidArgument::new_err(format!(
+                    "{name}: send is {} on {}, receive {} on {}",
+                    a.dtype,
+                    if a.cuda { "cuda" } else { "cpu" },
+                    b.dtype,
+                    if b.cuda { "cuda" } else { "cpu" }
+                )));
+            }
+        }
+        let cuda = r.as_ref().or(s.as_ref()).is_some_and(|t| t.cuda);
+        let spec = CollSpec::new(kind, dtype, count).op(op_of(op)?).root(root);
+        let (sp, sl) = s.as_ref().map_or((0, 0), |t| (t.ptr, t.bytes));
+        let (rp, rl) = r.as_ref().map_or((0, 0), |t| (t.ptr, t.bytes));
+        let rank = self.comm.rank();
+        let keep: Vec<PyObject> = s.into_iter().chain(r).map(|t| t.capsule).collect();
+        if cuda {
+            self.call(py, name, |c| {
+                // SAFETY: device buffers of live tensors (kept by the caller), a live stream.
+                unsafe {
+                    if in_place {
+                        c.collective_in_place_on(&spec, rp as u64, stream as ferrocx::RawStream)
+                    } else {
+                        c.collective_on(&spec, sp as u64, rp as u64, stream as ferrocx::RawStream)
+                    }
+                }
+            })?;
+            return Ok(Request {
+                inner: None,
+                _keep: keep,
+                rank,
+            });
+        }
+        let (sp, sl) = if in_place { (rp, rl) } else { (sp, sl) };
+        // SAFETY: host buffers of tensors kept alive by `keep` until the request ends.
+        let req = self.call(py, name, |c| unsafe {
+            c.start_raw(&spec, (sp as *const u8, sl), (rp as *mut u8, rl), in_place)
+        })?;
+        let mut req = Request {
+            inner: Some(req),
+            _keep: keep,
+            rank,
+        };
+        if !nonblocking {
+            req.wait(py)?;
+        }
+        Ok(req)
+    }
+
+    /// Send (`send=True`) or receive `capsule`'s bytes to/from `peer`.
+    #[pyo3(signature = (send, capsule, peer, stream))]
+    fn p2p(
+        &self,
+        py: Python<'_>,
+        send: bool,
+        capsule: PyObject,
+        peer: usize,
+        stream: usize,
+    ) -> PyResult<()> {
+        let t = Tensor::of(py, &capsule)?;
+        let name = if send { "send" } else { "recv" };
+        let (p, n, cuda) = (t.ptr, t.bytes, t.cuda);
+        self.call(py, name, move |c| {
+            let mut g = c.group_start();
+            // SAFETY: the tensor lives across the call (the caller holds it).
+            unsafe {
+                match (send, cuda) {
+                    (true, false) => g.send(std::slice::from_raw_parts(p as *const u8, n), peer)?,
+                    (false, false) => {
+                        g.recv(std::slice::from_raw_parts_mut(p as *mut u8, n), peer)?
+                    }
+                    (true, true) => g.send_on(p as u64, n, peer, stream as ferrocx::RawStream)?,
+                    (false, true) => g.recv_on(p as u64, n, peer, stream as ferrocx::RawStream)?,
+                }
+            }
+            g.group_end()
+        })
+    }
+
+    /// New communicators by color (None for a negative color), ordered by key.
+    fn split(&self, py: Python<'_>, color: i32, key: i32) -> PyResult<Option<Comm>> {
+        Ok(self
+            .call(py, "split", |c| c.split(color, key))?
+            .map(|comm| Comm { comm }))
+    }
+
+    /// Wait until every rank gets here.
+    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
+        self.call(py, "barrier", |c| c.barrier())
+    }
+
+    /// The error of a stream-ordered operation that failed after its call.
+    fn device_error(&self, py: Python<'_>) -> PyResult<()> {
+        self.call(py, "device_error", |c| c.device_error())
+    }
+
+    /// Release everything; later calls raise `Destroyed`.
+    fn destroy(&self, py: Python<'_>) -> PyResult<()> {
+        self.call(py, "destroy", |c| c.destroy())
+    }
+
+    /// Tell the peers, stop every wait, release everything.
+    fn abort(&self) {
+        self.comm.abort()
+    }
+}
+
+#[pymodule]
+fn _ferrocx(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Comm>()?;
+    m.add_class::<Request>()?;
+    m.add("Error", py.get_type::<FerrocxError>())?;
+    m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
+    m.add("Timeout", py.get_type::<Timeout>())?;
+    m.add("RemoteError", py.get_type::<RemoteError>())?;
+    m.add("Destroyed", py.get_type::<Destroyed>())?;
+    m.add("Unsupported", py.get_type::<Unsupported>())?;
+    Ok(())
+}
