@@ -167,6 +167,12 @@ fn coll(
     })
 }
 
+/// The one buffer of an in-place call, (start, bytes): from the lower of the
+/// two pointers (NCCL's layouts put the rank's block inside the larger buffer).
+fn in_place_span(send: usize, recv: usize, (s, r): (usize, usize)) -> (usize, usize) {
+    (send.min(recv), s.max(r) + send.abs_diff(recv))
+}
+
 fn run_one(c: &Communicator, p: Pending) -> Result<()> {
     match p {
         Pending::Coll {
@@ -179,11 +185,9 @@ fn run_one(c: &Communicator, p: Pending) -> Result<()> {
         } => {
             let (s, r) = extents(c, &spec)?;
             if in_place {
-                let base = send.min(recv);
+                let (base, len) = in_place_span(send, recv, (s, r));
                 // SAFETY: the C caller's contract: the buffer holds NCCL's in-place layout.
-                c.collective_in_place(&spec, unsafe {
-                    slice_mut(base, s.max(r) + send.abs_diff(recv))
-                })
+                c.collective_in_place(&spec, unsafe { slice_mut(base, len) })
             } else {
                 // SAFETY: the C caller's contract: buffers of NCCL's sizes.
                 c.collective(&spec, unsafe { slice(send, s) }, unsafe {
@@ -203,7 +207,7 @@ fn run_one(c: &Communicator, p: Pending) -> Result<()> {
             // SAFETY: device buffers and stream of the caller's contract.
             unsafe {
                 if in_place {
-                    c.collective_in_place_on(&spec, send.min(recv) as u64, s)
+                    c.collective_in_place_on(&spec, in_place_span(send, recv, (0, 0)).0 as u64, s)
                 } else {
                     c.collective_on(&spec, send as u64, recv as u64, s)
                 }
@@ -343,10 +347,10 @@ pub extern "C" fn ferrocx_group_end() -> i32 {
                                 (false, false) => {
                                     g.collective(&spec, slice(send, s), slice_mut(recv, r))?
                                 }
-                                (false, true) => g.collective_in_place(
-                                    &spec,
-                                    slice_mut(send.min(recv), s.max(r) + send.abs_diff(recv)),
-                                )?,
+                                (false, true) => {
+                                    let (base, len) = in_place_span(send, recv, (s, r));
+                                    g.collective_in_place(&spec, slice_mut(base, len))?
+                                }
                                 (true, false) => g.collective_on(
                                     &spec,
                                     send as u64,
@@ -355,7 +359,7 @@ pub extern "C" fn ferrocx_group_end() -> i32 {
                                 )?,
                                 (true, true) => g.collective_in_place_on(
                                     &spec,
-                                    send.min(recv) as u64,
+                                    in_place_span(send, recv, (0, 0)).0 as u64,
                                     stream as RawStream,
                                 )?,
                             }

@@ -23,17 +23,26 @@ pub struct Choice {
     pub scores: Vec<(String, i32)>,
 }
 
-impl Choice {
-    /// Decide from each plugin's `(name, priority)`.
-    pub fn decide(plugins: &[(String, i32)]) -> Choice {
+impl Runner {
+    /// The winner among the plugins' priorities, in order: the highest above
+    /// the core's, ties to the core, then to the earlier plugin.
+    pub fn best(priorities: impl IntoIterator<Item = i32>) -> Runner {
         let mut runner = Runner::Core;
         let mut best = FX_COLL_CORE_PRIORITY;
-        for (i, (_, p)) in plugins.iter().enumerate() {
-            if *p > best {
-                best = *p;
+        for (i, p) in priorities.into_iter().enumerate() {
+            if p > best {
+                best = p;
                 runner = Runner::Plugin(i);
             }
         }
+        runner
+    }
+}
+
+impl Choice {
+    /// Decide from each plugin's `(name, priority)`.
+    pub fn decide(plugins: &[(String, i32)]) -> Choice {
+        let runner = Runner::best(plugins.iter().map(|(_, p)| *p));
         let mut scores = vec![("core".to_string(), FX_COLL_CORE_PRIORITY)];
         scores.extend(plugins.iter().cloned());
         Choice { runner, scores }

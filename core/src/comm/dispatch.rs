@@ -6,9 +6,11 @@ use super::Communicator;
 use crate::collective::{abi_coll, Choice, Runner};
 use crate::error::Result;
 use crate::plan::CollSpec;
+use crate::window::Entry;
 use ferrocx_sdk::abi::*;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// A call as the dispatcher sees it (buffers already validated).
 pub(crate) struct Call<'a> {
@@ -28,10 +30,44 @@ fn mem_name(mem: i32) -> &'static str {
     }
 }
 
+/// A call as the plugins see it: the descriptor every plugin shares, and
+/// the windows its buffers lie in (each plugin has its own handle for them).
+struct Described {
+    base: FxCollDesc,
+    send_win: Option<(Arc<Entry>, u64)>,
+    recv_win: Option<(Arc<Entry>, u64)>,
+}
+
+impl Described {
+    /// The descriptor for plugin `i`: the base, with its window handles.
+    fn for_plugin(&self, i: usize) -> FxCollDesc {
+        let mut d = self.base;
+        if let Some((e, off)) = &self.send_win {
+            if let Some(h) = e.handles[i] {
+                d.flags |= FX_COLL_SEND_WINDOW;
+                d.send_win = h as *mut c_void;
+                d.send_offset = *off;
+            }
+        }
+        if let Some((e, off)) = &self.recv_win {
+            if let Some(h) = e.handles[i] {
+                d.flags |= FX_COLL_RECV_WINDOW;
+                d.recv_win = h as *mut c_void;
+                d.recv_offset = *off;
+            }
+        }
+        d
+    }
+
+    fn in_windows(&self) -> bool {
+        self.send_win.is_some() || self.recv_win.is_some()
+    }
+}
+
 impl Communicator {
-    /// The descriptor of `call` for plugin `i` (its window handles), or `None`
-    /// when only the core can run this collective.
-    fn describe(&self, call: &Call<'_>, seq: u64) -> Option<Vec<FxCollDesc>> {
+    /// `call` described for the plugins, or `None` when only the core can run
+    /// this collective.
+    fn describe(&self, call: &Call<'_>, seq: u64) -> Option<Described> {
         let coll = abi_coll(call.spec.kind)?;
         let (n, r, s) = (self.nranks(), self.rank(), call.spec);
         let (se, re) = s.kind.buffer_elems(s.count, n, r, s.root)?;
@@ -72,47 +108,32 @@ impl Communicator {
             recv_offset: 0,
             seq,
         };
-        Some(
-            (0..self.colls.plugins().len())
-                .map(|i| {
-                    let mut d = base;
-                    if let Some((e, off)) = &sw {
-                        if let Some(h) = e.handles[i] {
-                            d.flags |= FX_COLL_SEND_WINDOW;
-                            d.send_win = h as *mut c_void;
-                            d.send_offset = *off;
-                        }
-                    }
-                    if let Some((e, off)) = &rw {
-                        if let Some(h) = e.handles[i] {
-                            d.flags |= FX_COLL_RECV_WINDOW;
-                            d.recv_win = h as *mut c_void;
-                            d.recv_offset = *off;
-                        }
-                    }
-                    d
-                })
-                .collect(),
-        )
+        Some(Described {
+            base,
+            send_win: sw,
+            recv_win: rw,
+        })
+    }
+
+    /// Ask every plugin about `d` (the caller holds `coll_serial`); `each`
+    /// sees every plugin's priority. No allocation: this runs on every call.
+    fn bid(&self, d: &Described, mut each: impl FnMut(&str, i32)) -> Runner {
+        Runner::best(self.colls.plugins().iter().enumerate().map(|(i, p)| {
+            let prio = p.can_run(&d.for_plugin(i));
+            each(p.name(), prio);
+            prio
+        }))
     }
 
     /// Who would run `call` now, with every candidate's priority.
-    pub(crate) fn choose(&self, call: &Call<'_>) -> (Choice, Vec<FxCollDesc>) {
+    pub(crate) fn choose(&self, call: &Call<'_>) -> Choice {
         let seq = self.coll_seq.load(Ordering::Relaxed);
-        match self.describe(call, seq) {
-            Some(descs) if !self.colls.is_empty() => {
-                let _serial = self.coll_serial.lock();
-                let scores = self
-                    .colls
-                    .plugins()
-                    .iter()
-                    .zip(&descs)
-                    .map(|(p, d)| (p.name().to_string(), p.can_run(d)))
-                    .collect::<Vec<_>>();
-                (Choice::decide(&scores), descs)
-            }
-            _ => (Choice::decide(&[]), Vec::new()),
+        let mut scores = Vec::new();
+        if let Some(d) = self.describe(call, seq) {
+            let _serial = self.coll_serial.lock();
+            self.bid(&d, |name, p| scores.push((name.to_string(), p)));
         }
+        Choice::decide(&scores)
     }
 
     /// Run `call` on a collective plugin if one wins it: `Ok(true)` when it
@@ -120,37 +141,49 @@ impl Communicator {
     /// core must run it. Every collective call passes here once, on every
     /// rank, so the sequence number stays equal everywhere.
     pub(crate) fn run_on_plugin(&self, call: &Call<'_>, stream: *mut c_void) -> Result<bool> {
+        let seq = self.coll_seq.fetch_add(1, Ordering::Relaxed);
         if self.colls.is_empty() {
-            self.coll_seq.fetch_add(1, Ordering::Relaxed);
             return Ok(false);
         }
         self.colls
             .status()
             .inspect_err(|e| self.engine.break_with(e.clone()))?;
-        let (choice, descs) = self.choose(call);
-        let seq = self.coll_seq.fetch_add(1, Ordering::Relaxed);
-        let s = call.spec;
-        tracing::info!(
-            target: "ferrocx::collective",
-            "#{seq} {} {} × {} {} {}{}: {} ({})",
-            s.kind.name(),
-            s.count,
-            s.dtype,
-            mem_name(call.mem),
-            if descs.first().is_some_and(|d| d.flags & (FX_COLL_SEND_WINDOW | FX_COLL_RECV_WINDOW) != 0) { "windows" } else { "buffers" },
-            if call.in_place { ", in place" } else { "" },
-            choice.winner(),
-            choice.explain()
-        );
-        let Runner::Plugin(i) = choice.runner else {
+        let Some(d) = self.describe(call, seq) else {
+            return Ok(false);
+        };
+        let _serial = self.coll_serial.lock();
+        // The names and priorities are kept only for the log.
+        let log = tracing::enabled!(target: "ferrocx::collective", tracing::Level::INFO);
+        let mut scores = Vec::new();
+        let runner = self.bid(&d, |name, p| {
+            if log {
+                scores.push((name.to_string(), p))
+            }
+        });
+        if log {
+            let choice = Choice::decide(&scores);
+            let s = call.spec;
+            tracing::info!(
+                target: "ferrocx::collective",
+                "#{seq} {} {} × {} {} {}{}: {} ({})",
+                s.kind.name(),
+                s.count,
+                s.dtype,
+                mem_name(call.mem),
+                if d.in_windows() { "windows" } else { "buffers" },
+                if call.in_place { ", in place" } else { "" },
+                choice.winner(),
+                choice.explain()
+            );
+        }
+        let Runner::Plugin(i) = runner else {
             return Ok(false);
         };
         self.check_live()?;
         let p = self.colls.get(i)?;
-        let _serial = self.coll_serial.lock();
         // SAFETY: the buffers were validated by the caller (host slices, or device
         // buffers the caller keeps alive until the stream passes the call).
-        unsafe { p.launch(&descs[i], stream) }?;
+        unsafe { p.launch(&d.for_plugin(i), stream) }?;
         Ok(true)
     }
 }

@@ -81,6 +81,6 @@ impl Communicator {
             mem: if device { FX_MEM_CUDA } else { FX_MEM_HOST },
             capturing: false,
         };
-        Ok(self.choose(&call).0)
+        Ok(self.choose(&call))
     }
 }
