@@ -206,6 +206,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "NVRTC library for the device reduction kernels",
     ),
     (
+        "FERROCX_KERNEL_CACHE",
+        "(~/.cache/ferrocx/kernels)",
+        "directory keeping compiled device kernels between processes; off: none",
+    ),
+    (
         "FERROCX_P2P_DISABLE",
         "0",
         "1 makes the p2p transport decline every peer",

@@ -11,6 +11,10 @@ or on CUDA; CUDA calls are queued on the current torch stream, or on ``stream=``
 Outputs are written into ``out=`` when given, else a new array/tensor like the input.
 Calls with ``nonblocking=True`` return a :class:`Request` (host memory) to ``wait()`` on.
 Errors raise :class:`Error` subclasses carrying ferrocx's message (which rank, which call).
+
+With CUDA tensors, set ``CUDA_MODULE_LOADING=EAGER`` before CUDA starts: under PyTorch's
+default (lazy loading) a torch kernel launched for the first time while a ferrocx operation
+is in flight stalls that operation until ``FERROCX_TIMEOUT``.
 """
 from __future__ import annotations
 

@@ -1,7 +1,14 @@
 """The package on CUDA tensors (PyTorch), queued on torch's current stream; skipped
 without torch or a GPU. Under fxrun with ranks sharing one GPU, run MPS first.
 
-    fxrun -n 2 -- python -m pytest -q python/tests/test_cuda.py"""
+    fxrun -n 2 -- python -m pytest -q python/tests/test_cuda.py
+
+CUDA_MODULE_LOADING=EAGER is set before torch starts CUDA: with PyTorch's LAZY, torch's
+first launch of a kernel (a new dtype's conversion, here) while a ferrocx operation is in
+flight stalls it until FERROCX_TIMEOUT (docs/ENV.md)."""
+import os
+
+os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
 try:
     import pytest
 

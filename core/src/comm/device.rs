@@ -290,8 +290,9 @@ impl Communicator {
         self.device_error()?;
         let gpu = self.gpu()?.clone();
         gpu.bind()?;
-        // Compile and load the reduction kernels now: module loads may synchronize
-        // the device, which must not happen once a user stream waits for the plan.
+        gpu.warn_if_lazy_loading();
+        // The kernels were loaded when the device was opened; this only reports a
+        // kernel that could not be built, here rather than from the progress thread.
         for t in &tasks {
             if let Task::Coll(c) = t {
                 if c.kind.reduces() {

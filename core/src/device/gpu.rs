@@ -58,7 +58,7 @@ impl Gpu {
             tracing::warn!(target: "ferrocx::device",
                 "this rank may run on one CPU only: its progress thread and a thread waiting on a CUDA stream will take turns, a scheduler slice (milliseconds) at a time; give each GPU rank two cores or more (fxrun --bind share)");
         }
-        Ok(Arc::new(Gpu {
+        let gpu = Arc::new(Gpu {
             pci,
             stream,
             flags,
@@ -68,7 +68,37 @@ impl Gpu {
             chans: Mutex::new(Vec::new()),
             retired: Mutex::new((Vec::new(), Vec::new())),
             ctx,
-        }))
+        });
+        gpu.preload();
+        Ok(gpu)
+    }
+
+    /// Build and load every reduction kernel now, while no operation of this
+    /// process can be in flight (see [`Kernels::prepare_all`]). Failures are
+    /// logged here and returned by the device reductions that need the kernel.
+    fn preload(&self) {
+        let t = std::time::Instant::now();
+        match self.kernels().and_then(Kernels::prepare_all) {
+            Ok(()) => tracing::debug!(target: "ferrocx::device",
+                "reduction kernels loaded in {:.0} ms", t.elapsed().as_secs_f64() * 1e3),
+            Err(e) => tracing::info!(target: "ferrocx::device", "{e}"),
+        }
+    }
+
+    /// Warn once per process, at its first device operation, when CUDA loads modules
+    /// lazily: a kernel the application launches for the first time while a ferrocx
+    /// operation is in flight makes the driver wait for the device's queued work
+    /// while it holds the context, and the progress thread's CUDA calls wait for the
+    /// driver: the operation stalls until FERROCX_TIMEOUT (seen with PyTorch, which
+    /// sets LAZY; BENCH.md, 2026-11-25).
+    pub fn warn_if_lazy_loading(&self) {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            if lazy_loading() {
+                tracing::warn!(target: "ferrocx::device",
+                    "CUDA_MODULE_LOADING is LAZY: a kernel the application launches for the first time while a ferrocx device operation is in flight can stall that operation until FERROCX_TIMEOUT; set CUDA_MODULE_LOADING=EAGER before CUDA starts (docs/ENV.md)");
+            }
+        });
     }
 
     /// Make the context current on the calling thread (every thread that touches CUDA).
@@ -120,7 +150,7 @@ impl Gpu {
         Ok(e)
     }
 
-    /// The reduction kernels, compiled on first use.
+    /// The reduction kernels (built and loaded when the device was opened).
     pub fn kernels(&self) -> Result<&Kernels> {
         self.kernels
             .get_or_init(|| Kernels::new(&self.ctx).map_err(|e| e.to_string()))
@@ -185,4 +215,16 @@ impl Gpu {
     pub fn put_dev(&self, b: DevBuf) {
         self.dev_pool.lock().push(b);
     }
+}
+
+/// Whether the driver loads modules lazily (`CUDA_MODULE_LOADING=LAZY`, the
+/// default since CUDA 12.2).
+fn lazy_loading() -> bool {
+    if super::kernels::driver_version() < 11070 {
+        return false;
+    }
+    let mut mode = sys::CUmoduleLoadingMode::CU_MODULE_EAGER_LOADING;
+    // SAFETY: valid out pointer; the driver has the call (11.7+).
+    let r = unsafe { sys::cuModuleGetLoadingMode(&mut mode) };
+    r == sys::CUresult::CUDA_SUCCESS && mode == sys::CUmoduleLoadingMode::CU_MODULE_LAZY_LOADING
 }

@@ -47,8 +47,12 @@
 //!
 //! ## Compilation and caching
 //!
-//! A source is compiled the first time its kernel is used (or at
-//! [`Kernels::prepare`]), once per process for each compute capability:
+//! Every source is compiled and loaded when a communicator opens its device
+//! ([`Kernels::prepare_all`], several compiles at once), so that no module is
+//! loaded once operations can be in flight (a load waits for the device's queued
+//! work); a kernel a standalone [`Kernels`] has not prepared is built at first use.
+//! Compiles happen once per process for each compute capability, and images are
+//! kept on disk between processes ([`super::kcache`], `FERROCX_KERNEL_CACHE`):
 //! by default ([`Image::Auto`]) to a CUBIN for the device's real architecture
 //! (`--gpu-architecture=sm_90`: no driver JIT, whatever PTX version the driver
 //! accepts), falling back to PTX (`compute_90`, or the newest virtual
@@ -71,8 +75,8 @@
 //!
 //! ## Environment
 //!
-//! No variable of its own; NVRTC is found as [`super::nvrtc`] says
-//! (`FERROCX_NVRTC_LIB`, `CUDA_HOME`).
+//! `FERROCX_KERNEL_CACHE`: where compiled images are kept ([`super::kcache`]);
+//! NVRTC is found as [`super::nvrtc`] says (`FERROCX_NVRTC_LIB`, `CUDA_HOME`).
 
 use super::nvrtc::Nvrtc;
 use crate::error::{Error, Result};
@@ -470,11 +474,15 @@ fn compiled(
 ) -> Result<Arc<Compiled>, String> {
     type Cache = HashMap<(i32, Image, usize), Result<Arc<Compiled>, String>>;
     static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
-    let mut cache = CACHE.get_or_init(Default::default).lock();
-    cache
-        .entry((cc, pref, slot(dtype, kind)))
-        .or_insert_with(|| compile(nvrtc, cc, pref, dtype, kind).map(Arc::new))
-        .clone()
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (cc, pref, slot(dtype, kind));
+    if let Some(r) = cache.lock().get(&key) {
+        return r.clone();
+    }
+    // Compiled without the lock, so that several kernels compile at once
+    // ([`Kernels::prepare_all`]); a rare duplicate compile keeps the first result.
+    let r = compile(nvrtc, cc, pref, dtype, kind).map(Arc::new);
+    cache.lock().entry(key).or_insert(r).clone()
 }
 
 fn compile(
@@ -493,6 +501,32 @@ fn compile(
 /// `pref` says PTX, else (or if that fails, with `Image::Auto`) PTX for the newest
 /// virtual architecture this NVRTC knows that is not newer than the device.
 fn compile_source(
+    nvrtc: &Nvrtc,
+    cc: i32,
+    pref: Image,
+    src: &str,
+    file: &str,
+) -> Result<Compiled, String> {
+    let (maj, min) = nvrtc.version();
+    let key_cc = cc.to_string();
+    let key_nvrtc = format!("{maj}.{min}");
+    let key_pref = format!("{pref:?}");
+    let key: [&str; 5] = [
+        src,
+        &key_cc,
+        &key_nvrtc,
+        &key_pref,
+        &NVRTC_OPTIONS.join(" "),
+    ];
+    if let Some((what, bytes)) = super::kcache::get(&key) {
+        return Ok(Compiled { bytes, what });
+    }
+    let c = compile_uncached(nvrtc, cc, pref, src, file)?;
+    super::kcache::put(&key, &c.what, &c.bytes);
+    Ok(c)
+}
+
+fn compile_uncached(
     nvrtc: &Nvrtc,
     cc: i32,
     pref: Image,
@@ -672,6 +706,21 @@ pub unsafe fn launch(
     }
 }
 
+/// The driver's version (e.g. 12080), 0 when it cannot be asked.
+pub(crate) fn driver_version() -> i32 {
+    static V: OnceLock<i32> = OnceLock::new();
+    *V.get_or_init(|| {
+        let mut v = 0;
+        // SAFETY: valid out pointer; callers hold a context, so the driver is loaded.
+        let r = unsafe { sys::cuDriverGetVersion(&mut v) };
+        if r == sys::CUresult::CUDA_SUCCESS {
+            v
+        } else {
+            0
+        }
+    })
+}
+
 fn load(image: &Compiled, name: &str) -> std::result::Result<Func, String> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
     let mut log = vec![0u8; 8192];
@@ -720,6 +769,19 @@ fn load(image: &Compiled, name: &str) -> std::result::Result<Func, String> {
             "cuModuleGetFunction({name}) failed: {}",
             cuda::name(r)
         )));
+    }
+    if driver_version() >= 12040 {
+        // Under lazy module loading (CUDA's default) the code would otherwise be
+        // loaded at its first launch, and a load waits for the device's queued work:
+        // that work may be an operation waiting for this very process.
+        // SAFETY: a function of a loaded module; the driver has cuFuncLoad (12.4+).
+        let r = unsafe { sys::cuFuncLoad(func) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(unload(format!(
+                "cuFuncLoad({name}) failed: {}",
+                cuda::name(r)
+            )));
+        }
     }
     let attr = |a: sys::CUfunction_attribute| {
         let mut v = 0;
@@ -954,6 +1016,45 @@ impl Kernels {
             self.func(dtype, Kind::Finish)?;
         }
         Ok(())
+    }
+
+    /// Compile (several at once, or from the on-disk cache) and load every kernel
+    /// of every type and operator now. A communicator calls it when it opens its
+    /// device, before any operation can be in flight: loading a module later waits
+    /// for the device's queued work, which may wait for this process (a deadlock
+    /// until the timeout). Every kernel is tried; the first failure is returned
+    /// (each failed kernel also reports its error when used).
+    pub fn prepare_all(&self) -> Result<()> {
+        self.bind()?;
+        let cc = self.cc.0 * 10 + self.cc.1;
+        let kinds = [Kind::Sum, Kind::Prod, Kind::Min, Kind::Max, Kind::Finish];
+        let todo: Vec<(DataType, Kind)> = DataType::ALL
+            .iter()
+            .flat_map(|&d| kinds.iter().map(move |&k| (d, k)))
+            .filter(|&(d, k)| self.shared.slots[slot(d, k)].get().is_none())
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8)
+            .min(todo.len().max(1));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&(d, k)) = todo.get(i) else { break };
+                    // Errors are kept in the process-wide cache and reported below.
+                    let _ = compiled(self.nvrtc, cc, self.image, d, k);
+                });
+            }
+        });
+        let mut first = None;
+        for (d, k) in todo {
+            if let Err(e) = self.func(d, k) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// What was built for `op`'s reduction kernel on `dtype` (compiling and

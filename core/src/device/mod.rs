@@ -8,6 +8,7 @@
 mod assign;
 pub(crate) mod copy;
 mod gpu;
+mod kcache;
 pub mod kernels;
 pub(crate) mod mem;
 pub mod nvrtc;
