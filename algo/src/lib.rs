@@ -14,6 +14,7 @@
 
 mod barrier;
 pub mod error;
+pub mod fingerprint;
 pub mod half;
 mod pairwise;
 mod rd;
@@ -28,6 +29,7 @@ mod tree;
 pub mod types;
 
 pub use error::{Invalid, Result};
+pub use fingerprint::Fingerprint;
 pub use pairwise::quadratic_deltas;
 pub use schedule::{Buf, Local, Region, Schedule, Stage, Xfer};
 pub use types::{Bf16, DataType, Element, RedOp, F16};

@@ -36,7 +36,9 @@ pub(crate) fn set_last(msg: &str) {
 /// The code for a ferrocx error.
 pub(crate) fn code_of(e: &Error) -> i32 {
     match e {
-        Error::InvalidArgument(_) | Error::Config { .. } => FERROCX_INVALID_ARGUMENT,
+        Error::InvalidArgument(_) | Error::Config { .. } | Error::Mismatch { .. } => {
+            FERROCX_INVALID_ARGUMENT
+        }
         Error::Unsupported(_) | Error::NoTransport { .. } => FERROCX_UNSUPPORTED,
         Error::Timeout { .. } => FERROCX_TIMEOUT,
         Error::PeerFailed { .. } => FERROCX_REMOTE_ERROR,

@@ -90,6 +90,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "bound for every wait, seconds (or 500ms, 2m)",
     ),
     (
+        "FERROCX_CHECK_CALLS",
+        "1",
+        "compare every collective's call (type, op, count, root, order) with the neighbours' first; 0: off",
+    ),
+    (
         "FERROCX_DEBUG",
         "warn",
         "log filter (EnvFilter syntax: info, info,ferrocx::select=debug)",

@@ -69,6 +69,19 @@ pub enum Error {
     Io(String),
     /// A CUDA driver call failed (the message names the call and the driver's code).
     Cuda(String),
+    /// Two ranks made different calls at the same point: their call fingerprints
+    /// differ (`FERROCX_CHECK_CALLS`). Every rank of the call gets it (the rank
+    /// that saw it tells the others); no data of that call may be used.
+    Mismatch {
+        /// The lower of the two ranks.
+        rank: usize,
+        /// What it called, e.g. `all_reduce(float, sum, 1000) as op #5`.
+        call: String,
+        /// The other rank.
+        peer: usize,
+        /// What that rank called.
+        peer_call: String,
+    },
 }
 
 /// `Result` with [`Error`].
@@ -120,13 +133,63 @@ impl fmt::Display for Error {
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Io(m) => write!(f, "I/O error: {m}"),
             Error::Cuda(m) => write!(f, "CUDA error: {m}"),
+            Error::Mismatch {
+                rank,
+                call,
+                peer,
+                peer_call,
+            } => write!(
+                f,
+                "{MISMATCH}rank {rank} called {call}, rank {peer} called {peer_call}"
+            ),
         }
     }
 }
 
 impl std::error::Error for Error {}
 
+/// How a [`Error::Mismatch`] message starts (also how peers recognise it in an
+/// abort notice).
+const MISMATCH: &str = "mismatched calls: ";
+
 impl Error {
+    /// Ranks `a` and `b` called `call_a` and `call_b`; the lower rank is named first.
+    pub(crate) fn mismatch(a: usize, call_a: String, b: usize, call_b: String) -> Self {
+        let ((rank, call), (peer, peer_call)) = if a <= b {
+            ((a, call_a), (b, call_b))
+        } else {
+            ((b, call_b), (a, call_a))
+        };
+        Error::Mismatch {
+            rank,
+            call,
+            peer,
+            peer_call,
+        }
+    }
+
+    /// The error a peer's abort notice means here: the mismatch it found, or its failure.
+    pub(crate) fn from_abort(from: usize, reason: &str) -> Self {
+        Self::parse_mismatch(reason).unwrap_or_else(|| Error::PeerFailed {
+            rank: from,
+            detail: format!("it aborted the communicator: {reason}"),
+        })
+    }
+
+    /// The [`Error::Mismatch`] whose message is `s`.
+    fn parse_mismatch(s: &str) -> Option<Self> {
+        let s = s.strip_prefix(MISMATCH)?.strip_prefix("rank ")?;
+        let (rank, s) = s.split_once(" called ")?;
+        let (call, s) = s.split_once(", rank ")?;
+        let (peer, peer_call) = s.split_once(" called ")?;
+        Some(Error::Mismatch {
+            rank: rank.parse().ok()?,
+            call: call.to_string(),
+            peer: peer.parse().ok()?,
+            peer_call: peer_call.to_string(),
+        })
+    }
+
     /// The peer rank this error is about, when there is one.
     pub fn peer(&self) -> Option<usize> {
         match self {
@@ -154,5 +217,32 @@ impl Error {
 impl From<ferrocx_algo::Invalid> for Error {
     fn from(e: ferrocx_algo::Invalid) -> Self {
         Error::InvalidArgument(e.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mismatch_crosses_an_abort_notice_intact() {
+        let e = Error::mismatch(
+            2,
+            "broadcast(float, 10, root 2) as op #0".into(),
+            1,
+            "broadcast(float, 10, root 1) as op #0".into(),
+        );
+        assert_eq!(
+            e.to_string(),
+            "mismatched calls: rank 1 called broadcast(float, 10, root 1) as op #0, rank 2 called broadcast(float, 10, root 2) as op #0"
+        );
+        assert_eq!(Error::from_abort(2, &e.to_string()), e);
+        assert_eq!(
+            Error::from_abort(3, "out of memory"),
+            Error::PeerFailed {
+                rank: 3,
+                detail: "it aborted the communicator: out of memory".into()
+            }
+        );
     }
 }

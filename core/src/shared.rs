@@ -46,10 +46,7 @@ impl CommShared {
             return Err(Error::PeerFailed { rank, detail });
         }
         if let Some((rank, reason)) = self.bootstrap.abort_notice() {
-            return Err(Error::PeerFailed {
-                rank,
-                detail: format!("it aborted the communicator: {reason}"),
-            });
+            return Err(Error::from_abort(rank, &reason));
         }
         Ok(())
     }

@@ -25,6 +25,7 @@ from ._ferrocx import (  # noqa: F401
     Destroyed,
     Error,
     InvalidArgument,
+    Mismatch,
     RemoteError,
     Request,
     Timeout,
@@ -32,7 +33,7 @@ from ._ferrocx import (  # noqa: F401
 )
 
 __all__ = [
-    "Communicator", "Request", "Error", "InvalidArgument", "Timeout", "RemoteError",
+    "Communicator", "Request", "Error", "InvalidArgument", "Mismatch", "Timeout", "RemoteError",
     "Destroyed", "Unsupported",
 ]
 __version__ = "0.1.0"

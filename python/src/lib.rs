@@ -25,6 +25,12 @@ create_exception!(
 );
 create_exception!(
     _ferrocx,
+    Mismatch,
+    InvalidArgument,
+    "Ranks made different calls at the same point (FERROCX_CHECK_CALLS)."
+);
+create_exception!(
+    _ferrocx,
     Timeout,
     FerrocxError,
     "A wait exceeded FERROCX_TIMEOUT."
@@ -55,6 +61,7 @@ fn err(rank: Option<usize>, call: &str, e: Error) -> PyErr {
     };
     match e {
         Error::InvalidArgument(_) | Error::Config { .. } => InvalidArgument::new_err(msg),
+        Error::Mismatch { .. } => Mismatch::new_err(msg),
         Error::Timeout { .. } => Timeout::new_err(msg),
         Error::PeerFailed { .. } => RemoteError::new_err(msg),
         Error::Destroyed(_) => Destroyed::new_err(msg),
@@ -323,6 +330,7 @@ fn _ferrocx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Request>()?;
     m.add("Error", py.get_type::<FerrocxError>())?;
     m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
+    m.add("Mismatch", py.get_type::<Mismatch>())?;
     m.add("Timeout", py.get_type::<Timeout>())?;
     m.add("RemoteError", py.get_type::<RemoteError>())?;
     m.add("Destroyed", py.get_type::<Destroyed>())?;

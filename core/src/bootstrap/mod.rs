@@ -377,10 +377,7 @@ impl Bootstrap {
                     describe_tag(tag)
                 ),
             },
-            WaitError::Aborted(from, reason) => Error::PeerFailed {
-                rank: from,
-                detail: format!("rank {from} aborted the communicator: {reason}"),
-            },
+            WaitError::Aborted(from, reason) => Error::from_abort(from, &reason),
             WaitError::Closed => {
                 Error::Destroyed(format!("the bootstrap of rank {} was closed", self.rank))
             }

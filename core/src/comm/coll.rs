@@ -33,7 +33,13 @@ impl Communicator {
         in_place: bool,
     ) -> Result<CollTask> {
         self.check_live()?;
-        CollTask::new(spec, self.rank(), self.nranks(), send, recv, in_place)
+        let mut t = CollTask::new(spec, self.rank(), self.nranks(), send, recv, in_place)?;
+        // Every valid collective call takes the next number, the same on every rank
+        // (plugin dispatch and the call check both use it).
+        t.seq = self
+            .coll_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(t)
     }
 
     /// Typed calls pass whole slices: their lengths must be exactly what the
@@ -75,7 +81,13 @@ impl Communicator {
             (recv.as_mut_ptr() as usize, recv.len()),
             false,
         )?;
-        if self.host_on_plugin(spec, send.as_ptr() as u64, recv.as_mut_ptr() as u64, false)? {
+        if self.host_on_plugin(
+            spec,
+            t.seq,
+            send.as_ptr() as u64,
+            recv.as_mut_ptr() as u64,
+            false,
+        )? {
             return Ok(());
         }
         self.run_tasks(vec![t.into()])
@@ -85,6 +97,7 @@ impl Communicator {
     fn host_on_plugin(
         &self,
         spec: &CollSpec,
+        seq: u64,
         send: u64,
         recv: u64,
         in_place: bool,
@@ -96,6 +109,7 @@ impl Communicator {
             in_place,
             mem: ferrocx_sdk::abi::FX_MEM_HOST,
             capturing: false,
+            seq,
         };
         self.run_on_plugin(&call, std::ptr::null_mut())
     }
@@ -108,7 +122,7 @@ impl Communicator {
     pub fn collective_in_place(&self, spec: &CollSpec, buf: &mut [u8]) -> Result<()> {
         let b = (buf.as_mut_ptr() as usize, buf.len());
         let t = self.coll_task(spec, b, b, true)?;
-        if self.host_on_plugin(spec, b.0 as u64, b.0 as u64, true)? {
+        if self.host_on_plugin(spec, t.seq, b.0 as u64, b.0 as u64, true)? {
             return Ok(());
         }
         self.run_tasks(vec![t.into()])
@@ -134,7 +148,7 @@ impl Communicator {
             (recv.0 as usize, recv.1),
             in_place,
         )?;
-        if self.host_on_plugin(spec, send.0 as u64, recv.0 as u64, in_place)? {
+        if self.host_on_plugin(spec, t.seq, send.0 as u64, recv.0 as u64, in_place)? {
             return Ok(Request::finished(self.engine.clone()));
         }
         self.start_tasks(vec![t.into()])

@@ -125,7 +125,7 @@ impl Communicator {
         let t = self.device_coll_task(spec, send, recv, false)?;
         let stream = stream.raw_stream();
         // SAFETY: the caller's contract.
-        if unsafe { self.device_on_plugin(spec, send, recv, false, stream)? } {
+        if unsafe { self.device_on_plugin(spec, t.seq, send, recv, false, stream)? } {
             return Ok(());
         }
         // SAFETY: the caller's contract.
@@ -139,6 +139,7 @@ impl Communicator {
     unsafe fn device_on_plugin(
         &self,
         spec: &CollSpec,
+        seq: u64,
         send: u64,
         recv: u64,
         in_place: bool,
@@ -153,6 +154,7 @@ impl Communicator {
                     in_place,
                     mem: ferrocx_sdk::abi::FX_MEM_CUDA,
                     capturing: false,
+                    seq,
                 },
                 std::ptr::null_mut(),
             );
@@ -166,6 +168,7 @@ impl Communicator {
             in_place,
             mem: ferrocx_sdk::abi::FX_MEM_CUDA,
             capturing,
+            seq,
         };
         self.run_on_plugin(&call, stream as *mut std::ffi::c_void)
     }
@@ -183,7 +186,7 @@ impl Communicator {
         let t = self.device_coll_task(spec, buf, buf, true)?;
         let stream = stream.raw_stream();
         // SAFETY: the caller's contract.
-        if unsafe { self.device_on_plugin(spec, buf, buf, true, stream)? } {
+        if unsafe { self.device_on_plugin(spec, t.seq, buf, buf, true, stream)? } {
             return Ok(());
         }
         // SAFETY: the caller's contract.

@@ -9,7 +9,6 @@ use crate::plan::CollSpec;
 use crate::window::Entry;
 use ferrocx_sdk::abi::*;
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// A call as the dispatcher sees it (buffers already validated).
@@ -20,6 +19,8 @@ pub(crate) struct Call<'a> {
     pub in_place: bool,
     pub mem: i32,
     pub capturing: bool,
+    /// The call's sequence number (`CollTask::seq`; for `choose`, the next one).
+    pub seq: u64,
 }
 
 fn mem_name(mem: i32) -> &'static str {
@@ -127,7 +128,7 @@ impl Communicator {
 
     /// Who would run `call` now, with every candidate's priority.
     pub(crate) fn choose(&self, call: &Call<'_>) -> Choice {
-        let seq = self.coll_seq.load(Ordering::Relaxed);
+        let seq = call.seq;
         let mut scores = Vec::new();
         if let Some(d) = self.describe(call, seq) {
             let _serial = self.coll_serial.lock();
@@ -138,10 +139,10 @@ impl Communicator {
 
     /// Run `call` on a collective plugin if one wins it: `Ok(true)` when it
     /// ran (host) or was queued on `stream` (device), `Ok(false)` when the
-    /// core must run it. Every collective call passes here once, on every
-    /// rank, so the sequence number stays equal everywhere.
+    /// core must run it. `call.seq` is the number `coll_task` gave the call,
+    /// equal on every rank.
     pub(crate) fn run_on_plugin(&self, call: &Call<'_>, stream: *mut c_void) -> Result<bool> {
-        let seq = self.coll_seq.fetch_add(1, Ordering::Relaxed);
+        let seq = call.seq;
         if self.colls.is_empty() {
             return Ok(false);
         }

@@ -443,7 +443,8 @@ impl Communicator {
     ) -> Result<Arc<crate::plan::StageDone>> {
         Ok(match self.engine.submit(plans, driving)? {
             Submitted::Queued(done) => done,
-            Submitted::Missing(plans, missing) => {
+            Submitted::Missing(mut plans, missing) => {
+                let missing = self.check_before_connecting(&mut plans, missing)?;
                 self.connect(missing)?;
                 match self.engine.submit(plans, driving)? {
                     Submitted::Queued(done) => done,
@@ -455,6 +456,43 @@ impl Communicator {
                 }
             }
         })
+    }
+
+    /// Before making connections a call needs beyond its checks' ring, run the
+    /// checks alone (over the ring's connections, made first): ranks that disagree
+    /// about the call would otherwise wait for connections the others never make.
+    /// Returns the connections still to make. The checks then leave the plans: each
+    /// rank sends and receives one fingerprint per call (a rank whose connections
+    /// all exist checks inside the call, and its neighbours' early checks pair
+    /// with that).
+    fn check_before_connecting(
+        &self,
+        plans: &mut [crate::plan::Plan],
+        missing: Vec<(usize, usize, Dir)>,
+    ) -> Result<Vec<(usize, usize, Dir)>> {
+        let mut ring = Vec::new();
+        for p in plans.iter() {
+            p.check_needs(&mut ring);
+        }
+        if ring.is_empty() || missing.iter().all(|m| ring.contains(m)) {
+            return Ok(missing);
+        }
+        let (first, rest): (Vec<_>, Vec<_>) = missing.into_iter().partition(|m| ring.contains(m));
+        if !first.is_empty() {
+            self.connect(first)?;
+        }
+        let pre: Vec<_> = plans.iter().filter_map(|p| p.checks_only()).collect();
+        let done = match self.engine.submit(pre, true)? {
+            Submitted::Queued(done) => done,
+            Submitted::Missing(_, still) => {
+                return Err(Error::Io(format!(
+                    "call check: connections {still:?} missing right after they were established"
+                )))
+            }
+        };
+        Request::new(self.engine.clone(), done, true).wait()?;
+        plans.iter_mut().for_each(|p| p.drop_checks());
+        Ok(rest)
     }
 
     /// Establish connections on the service thread; fatal failures break the communicator.

@@ -394,6 +394,12 @@ impl Engine {
 
     /// Fail everything, free connections, remember `err`.
     fn break_all(&self, st: &mut State, err: Error) {
+        // Ranks that disagree about the call also fail its transfers (sizes, peers):
+        // when a call check already saw the disagreement, that is the error to report.
+        let err = match err {
+            Error::Mismatch { .. } => err,
+            e => st.plans.iter().find_map(|r| r.plan.mismatch()).unwrap_or(e),
+        };
         tracing::error!(target: "ferrocx::comm", "rank {}: {err}", self.shared.rank);
         let reason = err.to_string();
         if st.broken.is_none() {

@@ -5,6 +5,7 @@
 //! queue and are dropped there.
 
 mod cache;
+mod check;
 mod done;
 mod hoist;
 mod local;

@@ -5,11 +5,14 @@
 //! ranks cut and picked channels differently and hung).
 
 use super::cache::ScheduleCache;
+use super::check::Check;
 use super::local::Bases;
 use super::own_block;
 use super::runner::{Runner, ScratchBuf};
 use super::task::{CollTask, P2pTask, Task};
-use crate::algo::{self, Algo, Buf, CollArgs, CollKind, Part, Region, Schedule, Stage, Xfer};
+use crate::algo::{
+    self, Algo, Buf, CollArgs, CollKind, Fingerprint, Part, Region, Schedule, Stage, Xfer,
+};
 use crate::config;
 use crate::device::mem::DevBuf;
 use crate::device::order::Signal;
@@ -42,6 +45,8 @@ pub(crate) struct PlanConfig {
     pub device_channel_bytes: usize,
     /// Forced algorithm (`FERROCX_ALGO`), where it applies.
     pub algo: Option<Algo>,
+    /// Check every collective's call against the neighbours' (`FERROCX_CHECK_CALLS`).
+    pub check_calls: bool,
 }
 
 impl PlanConfig {
@@ -67,6 +72,7 @@ impl PlanConfig {
             device_channel_bytes: config::env_usize("FERROCX_DEVICE_CHANNEL_BYTES", 64 << 20)?
                 .max(1),
             algo,
+            check_calls: config::env_bool("FERROCX_CHECK_CALLS", true)?,
         })
     }
 }
@@ -183,16 +189,78 @@ impl Plan {
     /// Whether `ok` holds for every (channel, peer, dir) the plan uses.
     pub fn all_needs(&self, mut ok: impl FnMut((usize, usize, Dir)) -> bool) -> bool {
         self.runners.iter().flatten().all(|r| {
-            r.sched.stages.iter().all(|st| {
-                st.sends.iter().all(|x| ok((r.channel, x.peer, Dir::Send)))
-                    && st.recvs.iter().all(|x| ok((r.channel, x.peer, Dir::Recv)))
-            })
+            r.check
+                .iter()
+                .flat_map(|c| c.needs())
+                .all(|(peer, dir)| ok((r.channel, peer, dir)))
+                && r.sched.stages.iter().all(|st| {
+                    st.sends.iter().all(|x| ok((r.channel, x.peer, Dir::Send)))
+                        && st.recvs.iter().all(|x| ok((r.channel, x.peer, Dir::Recv)))
+                })
         })
+    }
+
+    /// A plan of this plan's call checks alone. Run before connecting what the
+    /// plan needs: ranks that disagree about a call (a root, a peer) may wait
+    /// forever for connections the other side never makes.
+    pub fn checks_only(&self) -> Option<Plan> {
+        let mut p = Plan::new();
+        for r in self.runners.iter().flatten() {
+            let Some(c) = &r.check else { continue };
+            let empty = Arc::new(Schedule {
+                stages: Vec::new(),
+                scratch: 0,
+            });
+            let bases = Bases {
+                send: 0,
+                recv: 0,
+                scratch: 0,
+                esize: 1,
+            };
+            p.add(
+                Runner::new(
+                    r.channel,
+                    empty,
+                    bases,
+                    DataType::U8,
+                    RedOp::Sum,
+                    r.nranks,
+                    true,
+                    None,
+                )
+                .with_check(Some(c.again())),
+            );
+        }
+        (p.left > 0).then_some(p)
+    }
+
+    /// Forget the call checks (they ran ahead: [`checks_only`](Self::checks_only)).
+    pub fn drop_checks(&mut self) {
+        for r in self.runners.iter_mut().flatten() {
+            r.check = None;
+        }
+    }
+
+    /// The (channel, peer, dir) connections the plan's call checks use.
+    pub fn check_needs(&self, out: &mut Vec<(usize, usize, Dir)>) {
+        for r in self.runners.iter().flatten() {
+            if let Some(c) = &r.check {
+                out.extend(c.needs().map(|(peer, dir)| (r.channel, peer, dir)));
+            }
+        }
+    }
+
+    /// The call mismatch some runner has seen, if any.
+    pub fn mismatch(&self) -> Option<crate::Error> {
+        self.runners.iter().flatten().find_map(|r| r.mismatch())
     }
 
     /// Every (channel, peer, dir) connection the plan uses.
     pub fn needs(&self, out: &mut Vec<(usize, usize, Dir)>) {
         for r in self.runners.iter().flatten() {
+            if let Some(c) = &r.check {
+                out.extend(c.needs().map(|(peer, dir)| (r.channel, peer, dir)));
+            }
             for st in &r.sched.stages {
                 out.extend(st.sends.iter().map(|x| (r.channel, x.peer, Dir::Send)));
                 out.extend(st.recvs.iter().map(|x| (r.channel, x.peer, Dir::Recv)));
@@ -363,6 +431,21 @@ pub(crate) fn plan(
                 },
                 _ => sched,
             };
+            // The call check travels with the first part (the same on every rank).
+            let check = (cfg.check_calls && i == 0)
+                .then(|| {
+                    let fp = Fingerprint::of(
+                        t.seq,
+                        t.kind,
+                        t.dtype,
+                        t.op,
+                        t.count,
+                        t.root,
+                        t.v.is_some(),
+                    );
+                    Check::new(fp, rank, nranks)
+                })
+                .flatten();
             let r = Runner::new(
                 ch,
                 sched,
@@ -372,7 +455,8 @@ pub(crate) fn plan(
                 nranks,
                 true,
                 staging.clone(),
-            );
+            )
+            .with_check(check);
             cur.add(match &dev_gpu {
                 Some(g) => r.on_device(g.clone(), stage_device)?,
                 None => r,

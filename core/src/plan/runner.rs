@@ -67,6 +67,8 @@ pub(crate) struct Runner {
     posts: Vec<Post>,
     /// Device buffers: local steps run on the GPU, stream-ordered.
     pub dev: Option<DevRun>,
+    /// The call check, until the previous rank's call is known to agree.
+    pub check: Option<super::check::Check>,
 }
 
 /// Where a device runner is within its current stage.
@@ -168,7 +170,41 @@ impl Runner {
             _staging: staging,
             posts: Vec::new(),
             dev: None,
+            check: None,
         }
+    }
+
+    /// Check the call against the previous rank's before using received data.
+    pub fn with_check(mut self, check: Option<super::check::Check>) -> Self {
+        self.check = check;
+        self
+    }
+
+    /// Post the call check (first of all) and see whether it came back: `Err` on a
+    /// mismatch. Once it agrees the check is dropped.
+    fn poll_check(&mut self, poster: &mut dyn Poster) -> Result<(), Error> {
+        if let Some(c) = self.check.as_mut() {
+            c.start(self.channel, poster);
+            if c.poll()? {
+                self.check = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// The error to report for a failed transfer: the call mismatch behind it, if
+    /// the previous rank's fingerprint already said so.
+    fn cause(&self, e: Error) -> Error {
+        self.check
+            .as_ref()
+            .and_then(|c| c.arrived_mismatch())
+            .unwrap_or(e)
+    }
+
+    /// The call mismatch this runner has seen, if any (the engine prefers it to a
+    /// transport failure it explains).
+    pub fn mismatch(&self) -> Option<Error> {
+        self.check.as_ref().and_then(|c| c.arrived_mismatch())
     }
 
     /// Run on device memory: locals as GPU work on `gpu`'s executor stream.
@@ -200,10 +236,13 @@ impl Runner {
 
     /// Move as far as possible without blocking.
     pub fn advance(&mut self, poster: &mut dyn Poster) -> Step {
+        if let Err(e) = self.poll_check(poster) {
+            return Step::Failed(e);
+        }
         if self.dev.is_some() {
             return match self.advance_device(poster) {
                 Ok(s) => s,
-                Err(e) => Step::Failed(e),
+                Err(e) => Step::Failed(self.cause(e)),
             };
         }
         loop {
@@ -213,13 +252,20 @@ impl Runner {
                 }
                 if let Some(e) = done.take_error() {
                     self.cur = None;
-                    return Step::Failed(e);
+                    return Step::Failed(self.cause(e));
+                }
+                if self.check.is_some() {
+                    // Received data is used only once the calls are known to agree.
+                    return Step::Blocked;
                 }
                 self.cur = None;
                 self.locals(self.stage);
                 self.stage += 1;
             }
             let Some(st) = self.sched.stages.get(self.stage) else {
+                if self.check.is_some() {
+                    return Step::Blocked;
+                }
                 return Step::Done;
             };
             if st.is_local() {
@@ -282,6 +328,9 @@ impl Runner {
             match dev.phase {
                 Phase::Start => {
                     let Some(st) = self.sched.stages.get(self.stage) else {
+                        if self.check.is_some() {
+                            return Ok(Step::Blocked);
+                        }
                         return Ok(Step::Done);
                     };
                     if st.is_local() {
@@ -306,7 +355,11 @@ impl Runner {
                     }
                     if let Some(e) = done.take_error() {
                         self.cur = None;
-                        return Ok(Step::Failed(e));
+                        return Ok(Step::Failed(self.cause(e)));
+                    }
+                    if self.check.is_some() {
+                        // Received data is used only once the calls are known to agree.
+                        return Ok(Step::Blocked);
                     }
                     self.cur = None;
                     tracing::trace!(target: "ferrocx::device", "channel {} stage {}: transfers done", self.channel, self.stage);

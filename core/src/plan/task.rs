@@ -28,6 +28,8 @@ pub(crate) struct CollTask {
     pub v: Option<Arc<VCounts>>,
     /// The buffers are CUDA device memory (stream-ordered device API).
     pub device: bool,
+    /// The communicator's sequence number of the call (its fingerprint's).
+    pub seq: u64,
 }
 
 /// A point-to-point operation of a group.
@@ -134,6 +136,7 @@ impl CollTask {
             stage_send: false,
             v,
             device: false,
+            seq: 0,
         };
         if in_place {
             let buf = recv;

@@ -77,6 +77,7 @@ fn main() -> ExitCode {
         Some("coll-many") => coll::mix::many(args[1].parse().expect("iterations")),
         Some("coll-bad") => coll::bad::run(args.get(1).map_or("local", String::as_str)),
         Some("coll-async") => coll::bad::asynchronous(),
+        Some("mismatch") => coll::mismatch::run(&args[1]),
         Some("coll-plugin") => coll::plugin::run(
             opt("--expect"),
             opt("--mem").as_deref() == Some("cuda"),

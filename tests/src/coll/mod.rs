@@ -8,6 +8,7 @@
 pub mod bad;
 pub mod device;
 pub mod matrix;
+pub mod mismatch;
 pub mod mix;
 pub mod plugin;
 pub mod probe;

@@ -1,0 +1,233 @@
+//! Call fingerprints: what a rank believes the current collective is, small enough
+//! to send beside every call and compare on arrival (sans-IO: encoding, decoding and
+//! the comparison; the core decides where they travel).
+//!
+//! Ranks that call different collectives at the same point (another type, root,
+//! count or operator, or a call one rank skipped) otherwise exchange bytes that
+//! happen to fit and return wrong data. A fingerprint holds the communicator's
+//! sequence number of the call and every argument all ranks must agree on; the
+//! arguments a collective ignores (the operator of an all-gather, the root of an
+//! all-reduce) are left out so they cannot cause false alarms.
+//!
+//! Wire format (32 bytes, little-endian): magic `FXFP` · version (1) · kind · type ·
+//! operator (0xff: none) · sequence u64 · count u64 · root u32 (`u32::MAX`: none) ·
+//! flags u32 (bit 0: per-rank counts, as alltoallv).
+
+use crate::{CollKind, DataType, RedOp};
+use std::fmt;
+
+/// Bytes of an encoded fingerprint.
+pub const FINGERPRINT_BYTES: usize = 32;
+
+const MAGIC: [u8; 4] = *b"FXFP";
+const VERSION: u8 = 1;
+const NONE8: u8 = 0xff;
+const NONE32: u32 = u32::MAX;
+
+/// One rank's view of a collective call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// The communicator's sequence number of the call (0 for the first).
+    pub seq: u64,
+    /// Which collective.
+    pub kind: CollKind,
+    /// Element type.
+    pub dtype: DataType,
+    /// Operator, for the collectives that reduce.
+    pub op: Option<RedOp>,
+    /// Element count as the call passed it.
+    pub count: u64,
+    /// Root, for the rooted collectives.
+    pub root: Option<u32>,
+    /// Per-rank counts (alltoallv): the counts themselves are not compared.
+    pub vector: bool,
+}
+
+/// Received bytes that are not a fingerprint of this format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Garbled(pub String);
+
+impl Fingerprint {
+    /// The fingerprint of a call; the operator and root are kept only where the
+    /// collective uses them.
+    pub fn of(
+        seq: u64,
+        kind: CollKind,
+        dtype: DataType,
+        op: RedOp,
+        count: usize,
+        root: usize,
+        vector: bool,
+    ) -> Self {
+        Fingerprint {
+            seq,
+            kind,
+            dtype,
+            op: kind.reduces().then_some(op),
+            count: count as u64,
+            root: kind.rooted().then_some(root as u32),
+            vector,
+        }
+    }
+
+    /// The 32 bytes sent.
+    pub fn encode(&self) -> [u8; FINGERPRINT_BYTES] {
+        let mut b = [0u8; FINGERPRINT_BYTES];
+        b[0..4].copy_from_slice(&MAGIC);
+        b[4] = VERSION;
+        b[5] = CollKind::ALL
+            .iter()
+            .position(|&k| k == self.kind)
+            .expect("every kind is in ALL") as u8;
+        b[6] = self.dtype as u8;
+        b[7] = self.op.map_or(NONE8, |o| o as u8);
+        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        b[16..24].copy_from_slice(&self.count.to_le_bytes());
+        b[24..28].copy_from_slice(&self.root.unwrap_or(NONE32).to_le_bytes());
+        b[28..32].copy_from_slice(&u32::from(self.vector).to_le_bytes());
+        b
+    }
+
+    /// Read 32 received bytes.
+    pub fn decode(b: &[u8; FINGERPRINT_BYTES]) -> Result<Self, Garbled> {
+        if b[0..4] != MAGIC {
+            return Err(Garbled(format!(
+                "not a call fingerprint (starts {:02x?})",
+                &b[0..4]
+            )));
+        }
+        if b[4] != VERSION {
+            return Err(Garbled(format!(
+                "a call fingerprint of version {} (this rank speaks {VERSION})",
+                b[4]
+            )));
+        }
+        let kind = *CollKind::ALL
+            .get(b[5] as usize)
+            .ok_or_else(|| Garbled(format!("a call fingerprint of unknown kind {}", b[5])))?;
+        let dtype = DataType::from_code(u32::from(b[6])).map_err(|e| Garbled(e.0))?;
+        let op = match b[7] {
+            NONE8 => None,
+            c => Some(RedOp::from_code(u32::from(c)).map_err(|e| Garbled(e.0))?),
+        };
+        let word = |r: std::ops::Range<usize>| {
+            let mut w = [0u8; 8];
+            w[..r.len()].copy_from_slice(&b[r]);
+            u64::from_le_bytes(w)
+        };
+        let root = word(24..28) as u32;
+        Ok(Fingerprint {
+            seq: word(8..16),
+            kind,
+            dtype,
+            op,
+            count: word(16..24),
+            root: (root != NONE32).then_some(root),
+            vector: word(28..32) & 1 != 0,
+        })
+    }
+
+    /// Whether two ranks' calls agree (everything, sequence number included).
+    pub fn agrees(&self, other: &Fingerprint) -> bool {
+        self == other
+    }
+}
+
+/// `all_reduce(float, sum, 1000) as op #5`.
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({}", self.kind.name(), self.dtype)?;
+        if let Some(op) = self.op {
+            write!(f, ", {op}")?;
+        }
+        if self.vector {
+            write!(f, ", per-rank counts")?;
+        } else {
+            write!(f, ", {}", self.count)?;
+        }
+        if let Some(r) = self.root {
+            write!(f, ", root {r}")?;
+        }
+        write!(f, ") as op #{}", self.seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(kind: CollKind, dtype: DataType, op: RedOp, count: usize, root: usize) -> Fingerprint {
+        Fingerprint::of(5, kind, dtype, op, count, root, false)
+    }
+
+    #[test]
+    fn round_trip_every_kind_type_and_operator() {
+        for kind in CollKind::ALL {
+            for dtype in DataType::ALL {
+                for op in RedOp::ALL {
+                    let f = Fingerprint::of(
+                        u64::MAX - 3,
+                        kind,
+                        dtype,
+                        op,
+                        1 << 40,
+                        7,
+                        kind == CollKind::AllToAllV,
+                    );
+                    assert_eq!(Fingerprint::decode(&f.encode()), Ok(f));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unused_arguments_do_not_count() {
+        let a = fp(CollKind::AllGather, DataType::F32, RedOp::Sum, 10, 0);
+        let b = fp(CollKind::AllGather, DataType::F32, RedOp::Max, 10, 3);
+        assert!(a.agrees(&b));
+        let a = fp(CollKind::Broadcast, DataType::F32, RedOp::Sum, 10, 1);
+        let b = fp(CollKind::Broadcast, DataType::F32, RedOp::Max, 10, 1);
+        assert!(a.agrees(&b));
+    }
+
+    #[test]
+    fn each_argument_that_matters_is_seen() {
+        let base = fp(CollKind::Reduce, DataType::F32, RedOp::Sum, 1000, 0);
+        let mut variants = vec![
+            fp(CollKind::Reduce, DataType::I32, RedOp::Sum, 1000, 0),
+            fp(CollKind::Reduce, DataType::F32, RedOp::Max, 1000, 0),
+            fp(CollKind::Reduce, DataType::F32, RedOp::Sum, 999, 0),
+            fp(CollKind::Reduce, DataType::F32, RedOp::Sum, 1000, 1),
+            fp(CollKind::AllReduce, DataType::F32, RedOp::Sum, 1000, 0),
+        ];
+        let mut later = base;
+        later.seq += 1;
+        variants.push(later);
+        for v in variants {
+            assert!(!base.agrees(&v), "{v} vs {base}");
+            assert!(!Fingerprint::decode(&v.encode()).unwrap().agrees(&base));
+        }
+    }
+
+    #[test]
+    fn describes_the_call() {
+        let f = fp(CollKind::AllReduce, DataType::F32, RedOp::Sum, 1000, 0);
+        assert_eq!(f.to_string(), "all_reduce(float, sum, 1000) as op #5");
+        let f = fp(CollKind::Broadcast, DataType::I32, RedOp::Sum, 4, 2);
+        assert_eq!(f.to_string(), "broadcast(int32, 4, root 2) as op #5");
+    }
+
+    #[test]
+    fn garbage_is_not_a_fingerprint() {
+        assert!(Fingerprint::decode(&[0u8; 32]).is_err());
+        let mut b = fp(CollKind::AllReduce, DataType::F32, RedOp::Sum, 1, 0).encode();
+        b[4] = 9;
+        assert!(Fingerprint::decode(&b).unwrap_err().0.contains("version 9"));
+        let mut b = fp(CollKind::AllReduce, DataType::F32, RedOp::Sum, 1, 0).encode();
+        b[5] = 200;
+        assert!(Fingerprint::decode(&b).is_err());
+        b[5] = 0;
+        b[6] = 77;
+        assert!(Fingerprint::decode(&b).is_err());
+    }
+}

@@ -1,0 +1,78 @@
+//! `mismatch CASE`: ranks that make different calls (issue 16's three cases, as a
+//! new user made them) must each get `Error::Mismatch` naming both calls, never
+//! `Ok`. `mismatch off-CASE`: the same with `FERROCX_CHECK_CALLS=0` set by the
+//! test: no mismatch error (proves the switch, nothing about the data).
+
+use ferrocx::{CollKind, CollSpec, Communicator, DataType, Error, RedOp};
+
+const N: usize = 1000;
+
+/// The outcome of the call that disagrees: `Err(e)` expected.
+fn call(comm: &Communicator, case: &str) -> Result<ferrocx::Result<()>, String> {
+    let me = comm.rank();
+    Ok(match case {
+        // Rank 0 reduces f32, the others i32 of the same byte length.
+        "type" => {
+            let dtype = if me == 0 {
+                DataType::F32
+            } else {
+                DataType::I32
+            };
+            let spec = CollSpec::new(CollKind::AllReduce, dtype, N).op(RedOp::Sum);
+            let send = vec![1u8; N * 4];
+            let mut recv = vec![0u8; N * 4];
+            comm.collective(&spec, &send, &mut recv)
+        }
+        // Every rank believes it is the root; small (eager) and large (rendezvous).
+        "root" | "root-large" => {
+            let n = if case == "root" { N } else { 1 << 20 };
+            let spec = CollSpec::new(CollKind::Broadcast, DataType::F32, n).root(me);
+            let mut buf = vec![0u8; n * 4];
+            comm.collective_in_place(&spec, &mut buf)
+        }
+        // Rank 1 makes one all_reduce fewer, then everyone broadcasts the same size.
+        "skip" => {
+            let mut x = vec![me as i32; N];
+            let calls = if me == 1 { 1 } else { 2 };
+            for _ in 0..calls {
+                let send = x.clone();
+                if let Err(e) = comm.all_reduce(&send, &mut x, RedOp::Sum) {
+                    return Ok(Err(e));
+                }
+            }
+            let spec = CollSpec::new(CollKind::Broadcast, DataType::I32, N).root(0);
+            let mut buf = vec![0u8; N * 4];
+            comm.collective_in_place(&spec, &mut buf)
+        }
+        other => return Err(format!("unknown mismatch case {other}")),
+    })
+}
+
+pub fn run(case: &str) -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(|e| e.to_string())?;
+    let (off, case) = match case.strip_prefix("off-") {
+        Some(c) => (true, c),
+        None => (false, case),
+    };
+    let r = call(&comm, case)?;
+    if off {
+        return match r {
+            Err(e @ Error::Mismatch { .. }) => Err(format!("checks are off, yet: {e}")),
+            _ => Ok(format!(
+                "no mismatch reported with FERROCX_CHECK_CALLS=0 ({r:?})"
+            )),
+        };
+    }
+    match r {
+        Ok(()) => Err(format!("{case}: Ok although the ranks' calls differ")),
+        Err(e @ Error::Mismatch { .. }) => {
+            // What a program sees later: the communicator stays broken.
+            let again = comm.barrier();
+            if again.is_ok() {
+                return Err(format!("{case}: the communicator still works after: {e}"));
+            }
+            Ok(format!("MISMATCH {e}"))
+        }
+        Err(e) => Err(format!("{case}: expected Error::Mismatch, got {e:?}")),
+    }
+}
