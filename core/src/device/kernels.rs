@@ -52,7 +52,7 @@
 //! loaded once operations can be in flight (a load waits for the device's queued
 //! work); a kernel a standalone [`Kernels`] has not prepared is built at first use.
 //! Compiles happen once per process for each compute capability, and images are
-//! kept on disk between processes ([`super::kcache`], `FERROCX_KERNEL_CACHE`):
+//! kept on disk between processes (`FERROCX_KERNEL_CACHE`, `device/kcache.rs`):
 //! by default ([`Image::Auto`]) to a CUBIN for the device's real architecture
 //! (`--gpu-architecture=sm_90`: no driver JIT, whatever PTX version the driver
 //! accepts), falling back to PTX (`compute_90`, or the newest virtual
@@ -75,7 +75,7 @@
 //!
 //! ## Environment
 //!
-//! `FERROCX_KERNEL_CACHE`: where compiled images are kept ([`super::kcache`]);
+//! `FERROCX_KERNEL_CACHE`: where compiled images are kept (`device/kcache.rs`);
 //! NVRTC is found as [`super::nvrtc`] says (`FERROCX_NVRTC_LIB`, `CUDA_HOME`).
 
 use super::nvrtc::Nvrtc;

@@ -15,7 +15,7 @@
 //! the call to arrive, and it travels beside the data instead of adding a round
 //! trip.
 
-use super::runner::{Post, Poster};
+use super::post::{Post, Poster};
 use super::StageDone;
 use crate::algo::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 use crate::error::Error;

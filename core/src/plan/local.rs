@@ -17,6 +17,17 @@ pub(crate) struct Bases {
 }
 
 impl Bases {
+    /// Regions that hold absolute addresses and byte lengths (point-to-point
+    /// operations, call checks).
+    pub fn absolute() -> Self {
+        Bases {
+            send: 0,
+            recv: 0,
+            scratch: 0,
+            esize: 1,
+        }
+    }
+
     /// Address and byte length of a region.
     pub fn addr(&self, r: &Region) -> (usize, usize) {
         let base = match r.buf {

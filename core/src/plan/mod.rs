@@ -11,6 +11,7 @@ mod hoist;
 mod local;
 mod own_block;
 mod planner;
+mod post;
 mod runner;
 mod spec;
 mod task;

@@ -211,17 +211,11 @@ impl Plan {
                 stages: Vec::new(),
                 scratch: 0,
             });
-            let bases = Bases {
-                send: 0,
-                recv: 0,
-                scratch: 0,
-                esize: 1,
-            };
             p.add(
                 Runner::new(
                     r.channel,
                     empty,
-                    bases,
+                    Bases::absolute(),
                     DataType::U8,
                     RedOp::Sum,
                     r.nranks,
@@ -501,16 +495,10 @@ pub(crate) fn plan(
                 stages: vec![st],
                 scratch: 0,
             });
-            let bases = Bases {
-                send: 0,
-                recv: 0,
-                scratch: 0,
-                esize: 1,
-            };
             let r = Runner::new(
                 ch,
                 sched,
-                bases,
+                Bases::absolute(),
                 DataType::U8,
                 RedOp::Sum,
                 nranks,

@@ -12,31 +12,13 @@ use crate::types::{DataType, RedOp};
 use ferrocx_sdk::cuda::Event;
 use std::sync::Arc;
 
+pub(crate) use super::post::{Post, Poster};
+
 /// Below this a send is assumed eager (copied out at once by the transport).
 const EAGER_BYTES: usize = 16 * 1024;
 
 /// Scratch memory, 8-byte aligned, recycled through the engine's pool.
 pub(crate) type ScratchBuf = Vec<u64>;
-
-/// A transfer for the engine to queue: (channel, peer, dir, address, bytes).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Post {
-    pub channel: usize,
-    pub peer: usize,
-    pub dir: Dir,
-    pub ptr: usize,
-    pub len: usize,
-}
-
-/// What `advance` needs from the engine: somewhere to queue transfers and
-/// a way to know whether the last stage's transfers are done.
-pub(crate) trait Poster {
-    /// Queue transfers; they complete into the returned stage counter.
-    fn post(&mut self, posts: &[Post]) -> Arc<super::StageDone>;
-    /// Whether the connection for (channel, peer, dir) takes device memory itself
-    /// (`FX_CAP_CUDA_MEM`); otherwise device runners stage through pinned host memory.
-    fn device_ok(&self, channel: usize, peer: usize, dir: Dir) -> bool;
-}
 
 /// Result of [`Runner::advance`].
 pub(crate) enum Step {
