@@ -185,6 +185,37 @@ pub fn killed_rank_is_named(worker: &str, env: &[(&str, &str)], timeout_s: u64) 
     outs
 }
 
+/// Run a `fxtest-worker` scenario on `n` ranks, echo their output to stderr, and
+/// require that every rank exited 0 having printed `PASS` and that no shared
+/// memory was left behind.
+pub fn run_passing(
+    worker: &str,
+    n: usize,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: std::time::Duration,
+) -> Vec<RankOutput> {
+    let t = std::time::Instant::now();
+    let outs = run_ranks(worker, n, args, env, limit);
+    eprintln!("{args:?} on {n} ranks: {:.1} s", t.elapsed().as_secs_f64());
+    for o in &outs {
+        for line in o.stdout.lines() {
+            eprintln!("  [{}] {line}", o.rank);
+        }
+    }
+    assert_all_ok(&outs);
+    for o in &outs {
+        assert!(o.stdout.contains("PASS"), "rank {}: {}", o.rank, o.stdout);
+    }
+    let pids: Vec<u32> = outs.iter().map(|o| o.pid).collect();
+    assert_eq!(
+        shm_leftovers(&pids),
+        Vec::<String>::new(),
+        "shared memory left behind"
+    );
+    outs
+}
+
 /// Panic with every rank's output unless all exited 0.
 pub fn assert_all_ok(outs: &[RankOutput]) {
     if outs.iter().all(RankOutput::ok) {

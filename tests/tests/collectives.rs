@@ -4,8 +4,8 @@
 //! checks over many operations, bad input, and asynchronous requests.
 //! The scenarios live in `tests/src/coll/` (run by `fxtest-worker coll-*`).
 
-use ferrocx_tests::{assert_all_ok, run_ranks, shm_leftovers, RankOutput};
-use std::time::{Duration, Instant};
+use ferrocx_tests::{run_passing, RankOutput};
+use std::time::Duration;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_fxtest-worker");
 
@@ -17,25 +17,7 @@ fn run_ok(n: usize, args: &[&str], timeout: &str, limit: Duration) -> Vec<RankOu
 
 /// [`run_ok`] with more environment.
 fn run_env(n: usize, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Vec<RankOutput> {
-    let t = Instant::now();
-    let outs = run_ranks(WORKER, n, args, env, limit);
-    eprintln!("{args:?} on {n} ranks: {:.1} s", t.elapsed().as_secs_f64());
-    for o in &outs {
-        for line in o.stdout.lines() {
-            eprintln!("  [{}] {line}", o.rank);
-        }
-    }
-    assert_all_ok(&outs);
-    for o in &outs {
-        assert!(o.stdout.contains("PASS"), "rank {}: {}", o.rank, o.stdout);
-    }
-    let pids: Vec<u32> = outs.iter().map(|o| o.pid).collect();
-    assert_eq!(
-        shm_leftovers(&pids),
-        Vec::<String>::new(),
-        "shared memory left behind"
-    );
-    outs
+    run_passing(WORKER, n, args, env, limit)
 }
 
 /// Many channels, tiny segments (not a multiple of every element size) and

@@ -2,7 +2,7 @@
 //! rank fail with `Error::Mismatch` naming both calls, never `Ok`
 //! (`fxtest-worker mismatch CASE`, `tests/src/coll/mismatch.rs`).
 
-use ferrocx_tests::{assert_all_ok, run_ranks, shm_leftovers, RankOutput};
+use ferrocx_tests::{run_passing, RankOutput};
 use std::time::{Duration, Instant};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_fxtest-worker");
@@ -11,27 +11,16 @@ fn run(case: &str, env: &[(&str, &str)]) -> Vec<RankOutput> {
     let t = Instant::now();
     let mut all = vec![("FERROCX_TIMEOUT", "20")];
     all.extend_from_slice(env);
-    let outs = run_ranks(
+    let outs = run_passing(
         WORKER,
         3,
         &["mismatch", case],
         &all,
         Duration::from_secs(60),
     );
-    let took = t.elapsed();
-    for o in &outs {
-        for line in o.stdout.lines() {
-            eprintln!("  [{}] {line}", o.rank);
-        }
-    }
-    assert_all_ok(&outs);
-    for o in &outs {
-        assert!(o.stdout.contains("PASS"), "rank {}: {}", o.rank, o.stdout);
-    }
     // Found by the check, not by the 20 s timeout.
+    let took = t.elapsed();
     assert!(took < Duration::from_secs(15), "{case} took {took:?}");
-    let pids: Vec<u32> = outs.iter().map(|o| o.pid).collect();
-    assert_eq!(shm_leftovers(&pids), Vec::<String>::new());
     outs
 }
 

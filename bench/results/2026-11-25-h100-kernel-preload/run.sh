@@ -20,8 +20,8 @@ timeout 200 $B/gpu-kernels --test-threads 1 > $L/gpu-kernels.txt 2>&1; echo "rc 
 for mc in default:8 default:32 EAGER:32; do
  mode=${mc%:*}; conns=${mc#*:}
  for _ in 1; do
-  for t in $D/probe.py python/tests/test_cuda.py; do
-   n=$(basename $t .py)-$mode-c$conns
+  for t in bench/results/2026-11-25-h100-python/pycuda_probe2.py python/tests/test_cuda.py; do
+   n=$(basename $t .py | sed s/pycuda_probe2/probe/)-$mode-c$conns
    env $( [ $mode = EAGER ] && echo CUDA_MODULE_LOADING=EAGER ) CUDA_DEVICE_MAX_CONNECTIONS=$conns FERROCX_TIMEOUT=15 \
      timeout 60 $B/fxrun -n 2 -- python3 -u $t > $L/$n.txt 2>&1; rc=$?
    echo "$n rc=$rc" | tee -a $L/summary.txt
