@@ -184,13 +184,16 @@ impl Mailbox {
                     return Ok(m);
                 }
             }
-            match &st.peers[peer] {
-                PeerState::Dead(d) => return Err(WaitError::PeerDead(d.clone())),
-                PeerState::Left => return Err(WaitError::PeerLeft),
-                PeerState::Alive => {}
+            if let PeerState::Dead(d) = &st.peers[peer] {
+                return Err(WaitError::PeerDead(d.clone()));
             }
+            // An abort notice explains a peer that then left: a rank that aborts sends its
+            // notice before its goodbye, so the notice is the cause to report.
             if let Some((from, reason)) = &st.abort {
                 return Err(WaitError::Aborted(*from, reason.clone()));
+            }
+            if st.peers[peer] == PeerState::Left {
+                return Err(WaitError::PeerLeft);
             }
             if self.cond.wait_until(&mut st, deadline).timed_out() {
                 // One last look: the event may have landed right at the deadline.
@@ -293,6 +296,11 @@ mod tests {
 
         mb.peer_left(0);
         assert_eq!(mb.check_peer(0), Err(WaitError::PeerLeft));
+        assert_eq!(
+            mb.wait(0, 0, soon(10_000)),
+            Err(WaitError::Aborted(2, "out of memory".into())),
+            "a peer that left after an abort notice is explained by the notice"
+        );
         mb.close();
         assert_eq!(mb.wait(2, 0, soon(10_000)), Err(WaitError::Closed));
     }
