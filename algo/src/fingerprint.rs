@@ -136,6 +136,9 @@ impl Fingerprint {
 /// `all_reduce(float, sum, 1000) as op #5`.
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.kind == CollKind::Barrier {
+            return write!(f, "barrier() as op #{}", self.seq);
+        }
         write!(f, "{}({}", self.kind.name(), self.dtype)?;
         if let Some(op) = self.op {
             write!(f, ", {op}")?;

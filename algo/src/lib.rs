@@ -23,6 +23,8 @@ mod ring;
 mod schedule;
 pub mod sim;
 mod simple;
+pub mod status;
+pub mod survivors;
 #[cfg(test)]
 mod tests;
 mod tree;

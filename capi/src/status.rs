@@ -40,7 +40,7 @@ pub(crate) fn code_of(e: &Error) -> i32 {
             FERROCX_INVALID_ARGUMENT
         }
         Error::Unsupported(_) | Error::NoTransport { .. } => FERROCX_UNSUPPORTED,
-        Error::Timeout { .. } => FERROCX_TIMEOUT,
+        Error::Timeout { .. } | Error::Hang { .. } => FERROCX_TIMEOUT,
         Error::PeerFailed { .. } => FERROCX_REMOTE_ERROR,
         Error::Destroyed(_) => FERROCX_DESTROYED,
         _ => FERROCX_SYSTEM_ERROR,

@@ -82,6 +82,18 @@ pub enum Error {
         /// What that rank called.
         peer_call: String,
     },
+    /// A wait timed out (`FERROCX_TIMEOUT`) and every rank was asked where it is:
+    /// the report says which ranks never reached which operation. Every rank of the
+    /// communicator gets it (the rank whose wait expired tells the others).
+    Hang {
+        /// The rank whose wait expired.
+        rank: usize,
+        /// Its timeout, e.g. `timed out after 5.0s waiting for rank 2: …`.
+        waited: String,
+        /// Every rank's state, e.g. `rank 2 is past all_reduce(float, sum, 1000) as
+        /// op #4 and made no further call; ranks 0,1 wait in broadcast(…) as op #5`.
+        report: String,
+    },
 }
 
 /// `Result` with [`Error`].
@@ -142,6 +154,11 @@ impl fmt::Display for Error {
                 f,
                 "{MISMATCH}rank {rank} called {call}, rank {peer} called {peer_call}"
             ),
+            Error::Hang {
+                rank,
+                waited,
+                report,
+            } => write!(f, "{HANG}{report}{HANG_RANK}{rank} {waited}"),
         }
     }
 }
@@ -151,6 +168,9 @@ impl std::error::Error for Error {}
 /// How a [`Error::Mismatch`] message starts (also how peers recognise it in an
 /// abort notice).
 const MISMATCH: &str = "mismatched calls: ";
+/// How a [`Error::Hang`] message starts, and what follows its report.
+const HANG: &str = "hang: ";
+const HANG_RANK: &str = ". Rank ";
 
 impl Error {
     /// Ranks `a` and `b` called `call_a` and `call_b`; the lower rank is named first.
@@ -170,10 +190,12 @@ impl Error {
 
     /// The error a peer's abort notice means here: the mismatch it found, or its failure.
     pub(crate) fn from_abort(from: usize, reason: &str) -> Self {
-        Self::parse_mismatch(reason).unwrap_or_else(|| Error::PeerFailed {
-            rank: from,
-            detail: format!("it aborted the communicator: {reason}"),
-        })
+        Self::parse_mismatch(reason)
+            .or_else(|| Self::parse_hang(reason))
+            .unwrap_or_else(|| Error::PeerFailed {
+                rank: from,
+                detail: format!("it aborted the communicator: {reason}"),
+            })
     }
 
     /// The [`Error::Mismatch`] whose message is `s`.
@@ -187,6 +209,17 @@ impl Error {
             call: call.to_string(),
             peer: peer.parse().ok()?,
             peer_call: peer_call.to_string(),
+        })
+    }
+
+    /// The [`Error::Hang`] whose message is `s`.
+    fn parse_hang(s: &str) -> Option<Self> {
+        let (report, s) = s.strip_prefix(HANG)?.split_once(HANG_RANK)?;
+        let (rank, waited) = s.split_once(' ')?;
+        Some(Error::Hang {
+            rank: rank.parse().ok()?,
+            waited: waited.to_string(),
+            report: report.to_string(),
         })
     }
 
@@ -237,6 +270,17 @@ mod tests {
             "mismatched calls: rank 1 called broadcast(float, 10, root 1) as op #0, rank 2 called broadcast(float, 10, root 2) as op #0"
         );
         assert_eq!(Error::from_abort(2, &e.to_string()), e);
+        let h = Error::Hang {
+            rank: 0,
+            waited: "timed out after 5.0s waiting for rank 2: x (FERROCX_TIMEOUT)".into(),
+            report: "rank 2 is past a(b) as op #4 and made no further call; ranks 0,1 wait in c as op #5".into(),
+        };
+        assert_eq!(
+            h.to_string(),
+            "hang: rank 2 is past a(b) as op #4 and made no further call; ranks 0,1 wait in c as op #5. \
+             Rank 0 timed out after 5.0s waiting for rank 2: x (FERROCX_TIMEOUT)"
+        );
+        assert_eq!(Error::from_abort(0, &h.to_string()), h);
         assert_eq!(
             Error::from_abort(3, "out of memory"),
             Error::PeerFailed {

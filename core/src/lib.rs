@@ -34,6 +34,8 @@ pub mod window;
 pub use ferrocx_algo::reduce;
 mod registration;
 mod shared;
+mod signal;
+mod status;
 use ferrocx_algo::types;
 
 pub use algo::{Algo, CollKind, VCounts};

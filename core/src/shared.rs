@@ -23,6 +23,8 @@ pub(crate) struct CommShared {
     pub timeout: Duration,
     /// Shared with every plugin's host table.
     pub abort: Arc<AtomicU32>,
+    /// This rank's last operation, answered to peers' status queries.
+    pub status: Arc<crate::status::Tracker>,
 }
 
 impl CommShared {

@@ -24,6 +24,7 @@ from ._ferrocx import (  # noqa: F401
     Comm as _Comm,
     Destroyed,
     Error,
+    Hang,
     InvalidArgument,
     Mismatch,
     RemoteError,
@@ -33,8 +34,8 @@ from ._ferrocx import (  # noqa: F401
 )
 
 __all__ = [
-    "Communicator", "Request", "Error", "InvalidArgument", "Mismatch", "Timeout", "RemoteError",
-    "Destroyed", "Unsupported",
+    "Communicator", "Request", "Error", "InvalidArgument", "Mismatch", "Timeout", "Hang",
+    "RemoteError", "Destroyed", "Unsupported",
 ]
 __version__ = "0.1.0"
 
@@ -193,6 +194,13 @@ class Communicator:
 
     def barrier(self) -> None:
         self._c.barrier()
+
+    def status_report(self) -> str:
+        """Where every rank is: its last operation and whether it waits in it.
+
+        For a job that seems stuck; changes nothing. A wait that times out raises
+        :class:`Hang` with the same report."""
+        return self._c.status_report()
 
     def device_error(self) -> None:
         """Raise the error of a CUDA call that failed after it returned, if any."""

@@ -37,6 +37,12 @@ create_exception!(
 );
 create_exception!(
     _ferrocx,
+    Hang,
+    Timeout,
+    "A wait exceeded FERROCX_TIMEOUT; the message says which ranks never reached which operation."
+);
+create_exception!(
+    _ferrocx,
     RemoteError,
     FerrocxError,
     "A peer failed or went away."
@@ -63,6 +69,7 @@ fn err(rank: Option<usize>, call: &str, e: Error) -> PyErr {
         Error::InvalidArgument(_) | Error::Config { .. } => InvalidArgument::new_err(msg),
         Error::Mismatch { .. } => Mismatch::new_err(msg),
         Error::Timeout { .. } => Timeout::new_err(msg),
+        Error::Hang { .. } => Hang::new_err(msg),
         Error::PeerFailed { .. } => RemoteError::new_err(msg),
         Error::Destroyed(_) => Destroyed::new_err(msg),
         Error::Unsupported(_) | Error::NoTransport { .. } => Unsupported::new_err(msg),
@@ -307,6 +314,11 @@ impl Comm {
         self.call(py, "barrier", |c| c.barrier())
     }
 
+    /// Where every rank is (its last operation, whether it waits in it).
+    fn status_report(&self, py: Python<'_>) -> PyResult<String> {
+        self.call(py, "status_report", |c| c.status_report())
+    }
+
     /// The error of a stream-ordered operation that failed after its call.
     fn device_error(&self, py: Python<'_>) -> PyResult<()> {
         self.call(py, "device_error", |c| c.device_error())
@@ -331,6 +343,7 @@ fn _ferrocx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", py.get_type::<FerrocxError>())?;
     m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
     m.add("Mismatch", py.get_type::<Mismatch>())?;
+    m.add("Hang", py.get_type::<Hang>())?;
     m.add("Timeout", py.get_type::<Timeout>())?;
     m.add("RemoteError", py.get_type::<RemoteError>())?;
     m.add("Destroyed", py.get_type::<Destroyed>())?;

@@ -5,6 +5,8 @@
 Every collective on NumPy arrays with results checked, in place and not,
 non-blocking calls, send/recv, split, and errors as exceptions with ferrocx's
 message."""
+import re
+
 import numpy as np
 import pytest
 
@@ -101,3 +103,14 @@ def test_errors_carry_the_message():
     assert issubclass(ferrocx.InvalidArgument, ferrocx.Error)
     # Still works after the errors.
     np.testing.assert_array_equal(comm.all_reduce(np.ones(2, dtype=np.int32)), np.full(2, n))
+
+
+def test_status_report_names_every_rank():
+    comm.barrier()
+    report = comm.status_report()
+    # Every rank answered, each just past (or still leaving) the barrier.
+    assert "did not answer" not in report, report
+    assert "barrier() as op #" in report, report
+    named = {int(r) for g in re.findall(r"ranks? ([\d,]+) ", report) for r in g.split(",")}
+    assert named == set(range(n)), report
+    assert issubclass(ferrocx.Hang, ferrocx.Timeout)

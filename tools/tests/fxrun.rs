@@ -295,3 +295,59 @@ fn bind_core_puts_each_rank_on_its_own_cpu() {
         );
     }
 }
+
+#[test]
+fn keep_going_lets_the_other_ranks_finish() {
+    let (out, _) = run(&[
+        "-n",
+        "3",
+        "--keep-going",
+        "sh",
+        "-c",
+        "if [ $FERROCX_RANK = 2 ]; then exit 3; fi; sleep 0.5; echo done $FERROCX_STATUS_SIGNAL",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "the first failure's status");
+    let stdout = text(&out.stdout);
+    for r in 0..2 {
+        assert!(stdout.contains(&format!("[{r}] done 1")), "{stdout}");
+    }
+}
+
+#[test]
+fn sigusr1_reaches_rank_0_only() {
+    let dir = scratch("usr1");
+    let script = format!(
+        "trap 'echo usr1 $FERROCX_RANK; exit 0' USR1; echo $$ > {}/pid.$FERROCX_RANK; \
+         i=0; while [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; echo no signal $FERROCX_RANK",
+        dir.display()
+    );
+    let start = Instant::now();
+    let child = fxrun(&["-n", "2", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for r in 0..2 {
+        while !dir.join(format!("pid.{r}")).exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "ranks did not start"
+            );
+            sleep(Duration::from_millis(10));
+        }
+    }
+    let fx = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: plain kill(2) of the fxrun child we just spawned.
+    assert_eq!(unsafe { libc::kill(fx, libc::SIGUSR1) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("[0] usr1 0"), "{stdout}");
+    assert!(stdout.contains("[1] no signal 1"), "{stdout}");
+    assert!(
+        text(&out.stderr).contains("asked rank 0 for a status report"),
+        "{}",
+        text(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -10,6 +10,10 @@ use crate::error::Result;
 const KIND_SHIFT: u32 = 32;
 const BARRIER: u64 = RESERVED_TAG_BIT | (1 << KIND_SHIFT);
 const ALL_GATHER: u64 = RESERVED_TAG_BIT | (2 << KIND_SHIFT);
+/// A peer asks what this rank is doing (answered on the reader thread).
+pub(super) const STATUS_QUERY: u64 = RESERVED_TAG_BIT | (3 << KIND_SHIFT);
+/// The answer to [`STATUS_QUERY`].
+pub(super) const STATUS_REPLY: u64 = RESERVED_TAG_BIT | (4 << KIND_SHIFT);
 
 impl Bootstrap {
     /// Wait until every rank has entered the barrier (dissemination: ⌈log2 n⌉ rounds, in
@@ -58,6 +62,8 @@ pub(super) fn describe_internal_tag(tag: u64) -> String {
             format!("bootstrap barrier (round {})", tag & 0xffff_ffff)
         }
         k if k == ALL_GATHER & !RESERVED_TAG_BIT => "bootstrap all_gather".to_string(),
+        k if k == STATUS_QUERY & !RESERVED_TAG_BIT => "status query".to_string(),
+        k if k == STATUS_REPLY & !RESERVED_TAG_BIT => "status reply".to_string(),
         _ => format!("bootstrap internal message (tag {tag:#x})"),
     }
 }

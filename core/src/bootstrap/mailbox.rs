@@ -14,6 +14,10 @@ use std::time::Instant;
 /// Callback fired when a peer dies or an abort notice arrives.
 pub(crate) type Hook = Box<dyn Fn() + Send + Sync>;
 
+/// Answers a query (from peer, its payload) on the reader thread instead of queueing it:
+/// status queries must be answered while the rank's program is busy elsewhere.
+pub(crate) type Responder = Box<dyn Fn(usize, Vec<u8>) + Send + Sync>;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum PeerState {
     Alive,
@@ -51,6 +55,8 @@ pub(crate) struct Mailbox {
     state: Mutex<State>,
     cond: Condvar,
     hook: OnceLock<Hook>,
+    /// Messages on this tag go to the responder, not to a queue.
+    responder: OnceLock<(u64, Responder)>,
     /// Set before this side shuts its sockets, so readers take the EOF they then see for
     /// our own doing rather than a dead peer.
     closing: AtomicBool,
@@ -66,12 +72,21 @@ impl Mailbox {
             state: Mutex::new(state),
             cond: Condvar::new(),
             hook: OnceLock::new(),
+            responder: OnceLock::new(),
             closing: AtomicBool::new(false),
         }
     }
 
     /// Queue a message from `peer`. Dropped if this side is closed.
     pub fn deliver(&self, peer: usize, tag: u64, data: Vec<u8>) {
+        if let Some((t, answer)) = self.responder.get() {
+            if *t == tag {
+                if !self.is_closing() {
+                    answer(peer, data);
+                }
+                return;
+            }
+        }
         let mut st = self.state.lock();
         if st.closed {
             return;
@@ -161,6 +176,12 @@ impl Mailbox {
         }
     }
 
+    /// For every rank, whether it is known dead or gone.
+    pub fn gone(&self) -> Vec<bool> {
+        let st = self.state.lock();
+        st.peers.iter().map(|p| *p != PeerState::Alive).collect()
+    }
+
     /// Whether `peer` is known dead or gone (abort notices are not sent to those).
     pub fn peer_gone(&self, peer: usize) -> bool {
         self.state.lock().peers[peer] != PeerState::Alive
@@ -171,6 +192,27 @@ impl Mailbox {
     /// Messages that already arrived are delivered even if the peer died or aborted since:
     /// they were sent while it was healthy.
     pub fn wait(&self, peer: usize, tag: u64, deadline: Instant) -> Result<Vec<u8>, WaitError> {
+        self.wait_for(peer, tag, deadline, true)
+    }
+
+    /// [`wait`](Self::wait), going on after an abort notice: for exchanges that must
+    /// work on a communicator that already failed (hang reports, agreeing on survivors).
+    pub fn wait_despite_abort(
+        &self,
+        peer: usize,
+        tag: u64,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, WaitError> {
+        self.wait_for(peer, tag, deadline, false)
+    }
+
+    fn wait_for(
+        &self,
+        peer: usize,
+        tag: u64,
+        deadline: Instant,
+        heed_abort: bool,
+    ) -> Result<Vec<u8>, WaitError> {
         let mut st = self.state.lock();
         loop {
             if st.closed {
@@ -189,7 +231,7 @@ impl Mailbox {
             }
             // An abort notice explains a peer that then left: a rank that aborts sends its
             // notice before its goodbye, so the notice is the cause to report.
-            if let Some((from, reason)) = &st.abort {
+            if let Some((from, reason)) = st.abort.as_ref().filter(|_| heed_abort) {
                 return Err(WaitError::Aborted(*from, reason.clone()));
             }
             if st.peers[peer] == PeerState::Left {
@@ -203,6 +245,11 @@ impl Mailbox {
                 return Err(WaitError::Timeout);
             }
         }
+    }
+
+    /// Send messages tagged `tag` to `answer` (once; `false` if one was set).
+    pub fn set_responder(&self, tag: u64, answer: Responder) -> bool {
+        self.responder.set((tag, answer)).is_ok()
     }
 
     /// Install the event hook (once). If a death or abort already happened, it fires now so

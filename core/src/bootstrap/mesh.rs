@@ -53,9 +53,15 @@ impl Conn {
         Self::write_locked(&mut w, kind, tag, payload)
     }
 
-    /// Send one frame only if that is quick (abort and goodbye: best effort, never stuck
-    /// behind a wedged peer).
-    pub fn send_quick(&self, kind: Kind, payload: &[u8], within: Duration) -> std::io::Result<()> {
+    /// Send one frame only if that is quick (abort, goodbye, status: best effort, never
+    /// stuck behind a wedged peer).
+    pub fn send_quick(
+        &self,
+        kind: Kind,
+        tag: u64,
+        payload: &[u8],
+        within: Duration,
+    ) -> std::io::Result<()> {
         let mut w = self.writer.try_lock_for(within).ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::WouldBlock,
@@ -66,7 +72,7 @@ impl Conn {
             return Err(broken());
         };
         s.set_write_timeout(Some(within.max(Duration::from_millis(1))))?;
-        let r = Self::write_locked(&mut w, kind, 0, payload);
+        let r = Self::write_locked(&mut w, kind, tag, payload);
         if let Some(s) = w.as_ref() {
             let _ = s.set_write_timeout(Some(self.timeout.max(Duration::from_millis(1))));
         }

@@ -76,8 +76,9 @@ pub struct Bootstrap {
     comm_hash: u64,
     timeout: Duration,
     mailbox: Arc<Mailbox>,
-    /// Indexed by rank; `None` at our own rank.
-    conns: Vec<Option<Conn>>,
+    /// Indexed by rank; `None` at our own rank. Shared with the status responder, which
+    /// answers on the reader threads.
+    conns: Arc<Vec<Option<Conn>>>,
     readers: Mutex<Vec<JoinHandle<()>>>,
     closed: AtomicBool,
     /// Serializes this rank's collectives (their tags are reused call after call).
@@ -132,15 +133,16 @@ impl Bootstrap {
             comm_hash,
             timeout,
             mailbox,
-            conns: Vec::with_capacity(nranks),
+            conns: Arc::new(Vec::with_capacity(nranks)),
             readers: Mutex::new(Vec::with_capacity(nranks.saturating_sub(1))),
             closed: AtomicBool::new(false),
             coll: Mutex::new(()),
         };
         // From here on, an early return drops `boot`, whose Drop shuts what was started.
         for (peer, stream) in streams.into_iter().enumerate() {
+            let conns = Arc::get_mut(&mut boot.conns).expect("not shared before init ends");
             let Some(stream) = stream else {
-                boot.conns.push(None);
+                conns.push(None);
                 continue;
             };
             let spawned = stream.try_clone().and_then(|reader| {
@@ -152,7 +154,9 @@ impl Bootstrap {
             let (conn, handle) = spawned.map_err(|e| {
                 Error::Bootstrap(format!("starting the reader for rank {peer}: {e}"))
             })?;
-            boot.conns.push(Some(conn));
+            Arc::get_mut(&mut boot.conns)
+                .expect("not shared before init ends")
+                .push(Some(conn));
             boot.readers.lock().push(handle);
         }
         debug!(
@@ -240,7 +244,7 @@ impl Bootstrap {
             if self.mailbox.peer_gone(peer) {
                 continue;
             }
-            if let Err(e) = conn.send_quick(wire::Kind::Abort, reason.as_bytes(), QUICK) {
+            if let Err(e) = conn.send_quick(wire::Kind::Abort, 0, reason.as_bytes(), QUICK) {
                 debug!(peer, "abort notice not delivered: {e}");
             }
         }
@@ -264,6 +268,83 @@ impl Bootstrap {
         }
     }
 
+    /// Answer every peer's status query with `status()`, on the reader thread (so a rank
+    /// whose program is busy elsewhere still answers). Set once. The reply carries the
+    /// query's first 8 bytes (its id) and then the status.
+    pub(crate) fn set_status_source(&self, status: Box<dyn Fn() -> Vec<u8> + Send + Sync>) {
+        let conns = self.conns.clone();
+        let answer = move |peer: usize, query: Vec<u8>| {
+            let Some(Some(conn)) = conns.get(peer) else {
+                return;
+            };
+            let mut reply = query.get(..8).unwrap_or_default().to_vec();
+            reply.extend_from_slice(&status());
+            if let Err(e) = conn.send_quick(wire::Kind::Data, coll::STATUS_REPLY, &reply, QUICK) {
+                debug!(peer, "status reply not delivered: {e}");
+            }
+        };
+        if !self
+            .mailbox
+            .set_responder(coll::STATUS_QUERY, Box::new(answer))
+        {
+            warn!(
+                rank = self.rank,
+                "status source already set; the new one is ignored"
+            );
+        }
+    }
+
+    /// For every rank, whether it died or closed its communicator.
+    pub(crate) fn gone_peers(&self) -> Vec<bool> {
+        self.mailbox.gone()
+    }
+
+    /// [`recv_deadline`](Self::recv_deadline) that goes on after an abort notice (only
+    /// `peer`'s own failure ends it): for exchanges among the survivors of a failure.
+    pub(crate) fn recv_despite_abort(
+        &self,
+        peer: usize,
+        tag: u64,
+        deadline: Instant,
+    ) -> Result<Vec<u8>> {
+        let after = deadline.saturating_duration_since(Instant::now());
+        self.mailbox
+            .wait_despite_abort(peer, tag, deadline)
+            .map_err(|e| self.wait_error(e, peer, tag, after))
+    }
+
+    /// Send `query` (starting with its 8-byte id) to every live peer and collect their
+    /// replies with that id until `deadline`, indexed by rank (`None`: no answer; our own
+    /// entry is `None` too). Works on a communicator that was aborted.
+    pub(crate) fn query_status(&self, query: &[u8], deadline: Instant) -> Vec<Option<Vec<u8>>> {
+        let mut out = vec![None; self.nranks];
+        let mut asked = Vec::new();
+        for (peer, conn) in self.conns.iter().enumerate() {
+            let Some(conn) = conn else { continue };
+            if self.mailbox.peer_gone(peer) {
+                continue;
+            }
+            match conn.send_quick(wire::Kind::Data, coll::STATUS_QUERY, query, QUICK) {
+                Ok(()) => asked.push(peer),
+                Err(e) => debug!(peer, "status query not delivered: {e}"),
+            }
+        }
+        let id = query.get(..8).unwrap_or_default();
+        for peer in asked {
+            // Replies to an earlier query that gave up on this peer are skipped.
+            while let Ok(reply) =
+                self.mailbox
+                    .wait_despite_abort(peer, coll::STATUS_REPLY, deadline)
+            {
+                if reply.get(..8) == Some(id) {
+                    out[peer] = Some(reply[8..].to_vec());
+                    break;
+                }
+            }
+        }
+        out
+    }
+
     /// Clean shutdown: goodbye to every live peer, close the sockets, join the reader
     /// threads. Idempotent; also done on drop. Never blocks long, even with dead peers.
     pub fn close(&self) {
@@ -285,7 +366,7 @@ impl Bootstrap {
         for (peer, conn) in self.conns.iter().enumerate() {
             let Some(conn) = conn else { continue };
             if goodbye && !self.mailbox.peer_gone(peer) {
-                if let Err(e) = conn.send_quick(wire::Kind::Goodbye, &[], QUICK) {
+                if let Err(e) = conn.send_quick(wire::Kind::Goodbye, 0, &[], QUICK) {
                     debug!(peer, "goodbye not delivered: {e}");
                 }
             }

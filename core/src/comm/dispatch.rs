@@ -182,9 +182,29 @@ impl Communicator {
         };
         self.check_live()?;
         let p = self.colls.get(i)?;
-        // SAFETY: the buffers were validated by the caller (host slices, or device
-        // buffers the caller keeps alive until the stream passes the call).
-        unsafe { p.launch(&d.for_plugin(i), stream) }?;
+        let s = call.spec;
+        let label = ferrocx_algo::Fingerprint::of(
+            seq,
+            s.kind,
+            s.dtype,
+            s.op,
+            s.count,
+            s.root,
+            s.v.is_some(),
+        );
+        self.shared
+            .status
+            .begin(format!("{label} on plugin '{}'", p.name()));
+        let r = {
+            let _waiting = (call.mem == FX_MEM_HOST).then(|| self.shared.status.waiting());
+            // SAFETY: the buffers were validated by the caller (host slices, or device
+            // buffers the caller keeps alive until the stream passes the call).
+            unsafe { p.launch(&d.for_plugin(i), stream) }
+        };
+        self.shared
+            .status
+            .ended(r.as_ref().map(|_| None).map_err(|_| ()));
+        r?;
         Ok(true)
     }
 }

@@ -3,7 +3,9 @@
 mod coll;
 mod device;
 mod dispatch;
+mod form;
 mod group;
+mod shrink;
 mod split;
 mod windows;
 
@@ -14,7 +16,7 @@ use crate::collective::Collectives;
 use crate::config;
 use crate::engine::{Engine, EngineStats, Request, Submitted};
 use crate::error::{Error, Result};
-use crate::plan::{CollSpec, P2pTask, PlanConfig, ScheduleCache, Task};
+use crate::plan::{CollSpec, P2pTask, PlanConfig, ScheduleCache, StageDone, Task};
 use crate::plugin::{Dir, PluginInstance, PluginReport, Registry, TransportFilter};
 use crate::proxy::{connect, ProgressThread, ServiceThread};
 use crate::registration::{RegHandle, Registrations};
@@ -73,6 +75,8 @@ pub struct Communicator {
     windows: crate::window::WindowTable,
     /// Splits so far (names each split's rendezvous messages).
     splits: AtomicU64,
+    /// Shrinks so far (names each shrink's messages).
+    shrinks: AtomicU64,
 }
 
 /// This rank's GPU: `FERROCX_DEVICE`, else the local rank modulo the device count;
@@ -251,7 +255,13 @@ impl Communicator {
             bootstrap,
             timeout,
             abort,
+            status: Default::default(),
         });
+        let status = shared.status.clone();
+        shared
+            .bootstrap
+            .set_status_source(Box::new(move || status.status().encode()));
+        crate::signal::watch(&shared)?;
         let (colls, left_out) = Collectives::start(&registry.collectives, &coll_filter, &shared)?;
         for (name, why) in left_out {
             if let Some(r) = report
@@ -302,6 +312,7 @@ impl Communicator {
             coll_seq: AtomicU64::new(0),
             windows: crate::window::WindowTable::default(),
             splits: AtomicU64::new(0),
+            shrinks: AtomicU64::new(0),
         })
     }
 
@@ -421,6 +432,15 @@ impl Communicator {
 
     fn launch(&self, tasks: Vec<Task>, driving: bool) -> Result<Request> {
         self.check_live()?;
+        self.shared.status.begin(crate::plan::describe(&tasks));
+        let r = self.launch_planned(tasks, driving);
+        self.shared
+            .status
+            .ended(r.as_ref().map(Some).map_err(|_| ()));
+        Ok(Request::new(self.engine.clone(), r?, driving))
+    }
+
+    fn launch_planned(&self, tasks: Vec<Task>, driving: bool) -> Result<Arc<StageDone>> {
         let plans = crate::plan::plan(
             tasks,
             &self.plan_cfg,
@@ -431,8 +451,7 @@ impl Communicator {
             false,
             false,
         )?;
-        let done = self.submit_plans(plans, driving)?;
-        Ok(Request::new(self.engine.clone(), done, driving))
+        self.submit_plans(plans, driving)
     }
 
     /// Queue plans, making the connections they need first.
@@ -444,6 +463,7 @@ impl Communicator {
         Ok(match self.engine.submit(plans, driving)? {
             Submitted::Queued(done) => done,
             Submitted::Missing(mut plans, missing) => {
+                let _waiting = self.shared.status.waiting();
                 let missing = self.check_before_connecting(&mut plans, missing)?;
                 self.connect(missing)?;
                 match self.engine.submit(plans, driving)? {
@@ -597,6 +617,24 @@ impl Communicator {
     pub fn all_gather_oob(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.check_live()?;
         self.shared.bootstrap.all_gather(mine)
+    }
+
+    /// Where every rank of this communicator is: its last operation, whether it is
+    /// still in flight, whether a thread waits in it, e.g. `rank 2 is past
+    /// all_reduce(float, sum, 1000) as op #4 and made no further call; ranks 0,1 wait
+    /// in broadcast(float, 1000, root 0) as op #5`. Every rank answers from a
+    /// background thread, so this works while the others are busy or stuck (ranks
+    /// that do not answer within 2 s are named as such); it changes nothing. The
+    /// same report is in [`Error::Hang`], and `FERROCX_STATUS_SIGNAL=1` prints it on
+    /// SIGUSR1.
+    pub fn status_report(&self) -> Result<String> {
+        if self.state.load(Ordering::Acquire) != LIVE {
+            return Err(Error::Destroyed("communicator was destroyed".into()));
+        }
+        Ok(self
+            .shared
+            .status
+            .report(&self.shared.bootstrap, self.timeout()))
     }
 
     fn teardown(&self, why: &str) {

@@ -1,8 +1,8 @@
 //! [`Communicator::split`]: new communicators from groups of this one's
 //! ranks, as `MPI_Comm_split` and `ncclCommSplit`.
 
-use super::{CommConfig, Communicator};
-use crate::error::{Error, Result};
+use super::Communicator;
+use crate::error::Result;
 use std::sync::atomic::Ordering;
 
 /// Tag space of the messages that carry a split's rendezvous address ("SP").
@@ -49,34 +49,7 @@ impl Communicator {
             return Ok(None);
         };
         let new_rank = members.iter().position(|&r| r == me).expect("a member");
-        let tag = TAG_SPLIT | seq;
-        let boot = &self.shared.bootstrap;
-        let cfg = |root: String| CommConfig {
-            root,
-            rank: new_rank,
-            nranks: members.len(),
-            timeout: Some(self.timeout()),
-        };
-        let comm = if new_rank == 0 {
-            // Listen on a free port of the interface the peers reach us at, and
-            // tell the members where once bound.
-            let ip = self.peers()[me].addr.ip();
-            let root = std::net::SocketAddr::new(ip, 0).to_string();
-            let tell = |addr: std::net::SocketAddr| {
-                for &m in &members[1..] {
-                    if let Err(e) = boot.send(m, tag, addr.to_string().as_bytes()) {
-                        tracing::warn!(target: "ferrocx::comm", "split: telling rank {m} the new root: {e}");
-                    }
-                }
-            };
-            Communicator::create(cfg(root), Some(&tell))?
-        } else {
-            let addr = boot.recv(members[0], tag)?;
-            let root = String::from_utf8(addr).map_err(|_| {
-                Error::Bootstrap("split: the new root's address is not text".into())
-            })?;
-            Communicator::create(cfg(root), None)?
-        };
+        let comm = self.form(&members, TAG_SPLIT | seq, false)?;
         tracing::info!(target: "ferrocx::comm", "split (color {color}, key {key}): rank {me} is rank {new_rank} of {}", members.len());
         Ok(Some(comm))
     }

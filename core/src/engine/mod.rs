@@ -351,6 +351,7 @@ impl Engine {
         if !registered {
             self.driving.fetch_add(1, Ordering::AcqRel);
         }
+        let _waiting = self.shared.status.waiting();
         let mut idle = 0u32;
         let mut idle_since: Option<Instant> = None;
         while !done.is_done() {
@@ -400,15 +401,20 @@ impl Engine {
             Error::Mismatch { .. } => err,
             e => st.plans.iter().find_map(|r| r.plan.mismatch()).unwrap_or(e),
         };
+        // A timeout is usually a rank that never reached the call: ask every rank
+        // where it is (answered by their reader threads; bounded, a few ms when all
+        // answer) so every rank's error names it.
+        let err = self.shared.status.attribute(&self.shared.bootstrap, err);
         tracing::error!(target: "ferrocx::comm", "rank {}: {err}", self.shared.rank);
-        let reason = err.to_string();
+        self.shared.status.failed();
         if st.broken.is_none() {
             st.broken = Some(err.clone());
         }
-        Self::fail_all(st, &err);
+        // Peers first: they learn the cause before they can see this rank's state change.
         if !matches!(err, Error::PeerFailed { .. }) {
-            self.shared.bootstrap.broadcast_abort(&reason);
+            self.shared.bootstrap.broadcast_abort(&err.to_string());
         }
+        Self::fail_all(st, &err);
     }
 
     /// Fail every queued operation and plan with `err`; free connections.

@@ -10,9 +10,7 @@ use super::local::Bases;
 use super::own_block;
 use super::runner::{Runner, ScratchBuf};
 use super::task::{CollTask, P2pTask, Task};
-use crate::algo::{
-    self, Algo, Buf, CollArgs, CollKind, Fingerprint, Part, Region, Schedule, Stage, Xfer,
-};
+use crate::algo::{self, Algo, Buf, CollArgs, CollKind, Part, Region, Schedule, Stage, Xfer};
 use crate::config;
 use crate::device::mem::DevBuf;
 use crate::device::order::Signal;
@@ -427,18 +425,7 @@ pub(crate) fn plan(
             };
             // The call check travels with the first part (the same on every rank).
             let check = (cfg.check_calls && i == 0)
-                .then(|| {
-                    let fp = Fingerprint::of(
-                        t.seq,
-                        t.kind,
-                        t.dtype,
-                        t.op,
-                        t.count,
-                        t.root,
-                        t.v.is_some(),
-                    );
-                    Check::new(fp, rank, nranks)
-                })
+                .then(|| Check::new(t.fingerprint(), rank, nranks))
                 .flatten();
             let r = Runner::new(
                 ch,

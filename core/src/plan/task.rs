@@ -6,6 +6,7 @@ use crate::algo::{in_place_safe, Algo, CollKind, VCounts};
 use crate::error::{Error, Result};
 use crate::plugin::Dir;
 use crate::types::{DataType, RedOp};
+use std::fmt;
 use std::sync::Arc;
 
 /// A validated collective call: pointers checked against counts, in-place
@@ -53,6 +54,43 @@ pub(crate) enum Task {
 impl From<CollTask> for Task {
     fn from(t: CollTask) -> Self {
         Task::Coll(t)
+    }
+}
+
+impl CollTask {
+    /// What every rank must agree on about this call (its call check, its status label).
+    pub fn fingerprint(&self) -> ferrocx_algo::Fingerprint {
+        ferrocx_algo::Fingerprint::of(
+            self.seq,
+            self.kind,
+            self.dtype,
+            self.op,
+            self.count,
+            self.root,
+            self.v.is_some(),
+        )
+    }
+}
+
+impl fmt::Display for Task {
+    /// `all_reduce(float, sum, 1000) as op #5`, `send of 64 bytes to rank 2`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Task::Coll(c) => write!(f, "{}", c.fingerprint()),
+            Task::P2p(p) if p.dir == Dir::Send => {
+                write!(f, "send of {} bytes to rank {}", p.len, p.peer)
+            }
+            Task::P2p(p) => write!(f, "receive of {} bytes from rank {}", p.len, p.peer),
+        }
+    }
+}
+
+/// A status label for a call or group: its first operation, and how many more.
+pub(crate) fn describe(tasks: &[Task]) -> String {
+    match tasks {
+        [] => "an empty group".into(),
+        [t] => t.to_string(),
+        [t, rest @ ..] => format!("{t} (and {} more in its group)", rest.len()),
     }
 }
 

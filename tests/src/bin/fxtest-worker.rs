@@ -78,6 +78,8 @@ fn main() -> ExitCode {
         Some("coll-bad") => coll::bad::run(args.get(1).map_or("local", String::as_str)),
         Some("coll-async") => coll::bad::asynchronous(),
         Some("mismatch") => coll::mismatch::run(&args[1]),
+        Some("hang") => coll::hang::run(&args[1]),
+        Some("shrink") => coll::shrink::run(),
         Some("coll-plugin") => coll::plugin::run(
             opt("--expect"),
             opt("--mem").as_deref() == Some("cuda"),

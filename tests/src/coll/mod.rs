@@ -7,11 +7,13 @@
 
 pub mod bad;
 pub mod device;
+pub mod hang;
 pub mod matrix;
 pub mod mismatch;
 pub mod mix;
 pub mod plugin;
 pub mod probe;
+pub mod shrink;
 pub mod soak;
 
 use ferrocx::{Algo, Request};

@@ -25,8 +25,10 @@ Start N ranks of CMD on this host, for ferrocx programs.
 Each rank gets FERROCX_RANK and FERROCX_LOCAL_RANK (0..N-1), FERROCX_NRANKS and
 FERROCX_LOCAL_NRANKS (N), and one shared FERROCX_COMM_ID. Every line a rank writes is
 prefixed with `[RANK] ` (stdout to stdout, stderr to stderr). SIGINT, SIGTERM and SIGHUP
-are forwarded to all ranks (a third one kills them). When a rank exits non-zero or is
-killed by a signal, the other ranks get SIGTERM and, after a grace period, SIGKILL.
+are forwarded to all ranks (a third one kills them); SIGUSR1 goes to rank 0, which prints
+where every rank is (FERROCX_STATUS_SIGNAL, set to 1 for the ranks). When a rank exits
+non-zero or is killed by a signal, the other ranks get SIGTERM and, after a grace period,
+SIGKILL (unless --keep-going).
 
 Options:
   -n, --np N           number of ranks (required, at least 1)
@@ -34,6 +36,9 @@ Options:
                        else 127.0.0.1:<free port>)
       --timeout SECS   kill all ranks and exit {TIMEOUT_EXIT_CODE} after SECS seconds
       --no-prefix      pass rank output through without `[RANK] ` prefixes
+      --keep-going     a failing rank does not stop the others (programs that go on
+                       without it: Communicator::shrink); the exit status is still
+                       the first failure's
       --bind core|share|none
                        core: rank i on the i-th CPU this launcher may use, like
                        `mpirun --bind-to core`; share: rank i on the i-th of N equal
@@ -70,6 +75,7 @@ struct Options {
     timeout: Option<Duration>,
     raw_output: bool,
     bind: ferrocx_tools::launch::affinity::Bind,
+    keep_going: bool,
 }
 
 /// Parses the arguments after the program name. Options come before CMD; the first
@@ -123,6 +129,7 @@ fn parse(argv: &[OsString]) -> Result<Cli, String> {
             "h" | "help" if inline.is_none() => return Ok(Cli::Help),
             "V" | "version" if inline.is_none() => return Ok(Cli::Version),
             "no-prefix" if inline.is_none() => opts.raw_output = true,
+            "keep-going" if inline.is_none() => opts.keep_going = true,
             "bind" => {
                 let v = value("core, share or none")?;
                 opts.bind = ferrocx_tools::launch::affinity::Bind::parse(&v)
@@ -191,6 +198,7 @@ fn main() {
         timeout: opts.timeout,
         raw_output: opts.raw_output,
         bind: opts.bind,
+        keep_going: opts.keep_going,
         ..LaunchOptions::default()
     };
     match run_ranks(n, OsStr::new(&cmd), &args, &launch) {

@@ -63,6 +63,9 @@ pub struct LaunchOptions {
     pub raw_output: bool,
     /// CPU binding of the ranks (see [`affinity::Bind`]).
     pub bind: affinity::Bind,
+    /// A rank that fails does not stop the others (for programs that go on without
+    /// it, `Communicator::shrink`); the exit status is still the first failure's.
+    pub keep_going: bool,
 }
 
 /// A `FERROCX_COMM_ID` value on this host: `127.0.0.1:<port>` for a port that was free a
@@ -210,7 +213,7 @@ pub fn run_ranks(
             }
         }
     }
-    let code = supervise(&mut ranks, opts.timeout, grace);
+    let code = supervise(&mut ranks, opts.timeout, grace, opts.keep_going);
 
     let until = Instant::now() + FINAL_OUTPUT_WAIT;
     for r in &ranks {
@@ -236,6 +239,9 @@ pub fn run_ranks(
 const CUDA_CONNECTIONS: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 const CUDA_CONNECTIONS_DEFAULT: &str = "32";
 
+/// Ranks print a status report on SIGUSR1 (docs/ERRORS.md) unless the user set it.
+const STATUS_SIGNAL: &str = "FERROCX_STATUS_SIGNAL";
+
 #[allow(clippy::too_many_arguments)]
 fn spawn_rank(
     i: usize,
@@ -256,6 +262,10 @@ fn spawn_rank(
     }
     if std::env::var_os(CUDA_CONNECTIONS).is_none() {
         c.env(CUDA_CONNECTIONS, CUDA_CONNECTIONS_DEFAULT);
+    }
+    // `kill -USR1 <fxrun>` reaches rank 0, which prints where every rank is.
+    if std::env::var_os(STATUS_SIGNAL).is_none() {
+        c.env(STATUS_SIGNAL, "1");
     }
     c.args(args)
         .envs(opts.env.iter().map(|(k, v)| (k, v)))
@@ -333,7 +343,12 @@ fn plural(n: usize) -> &'static str {
 }
 
 /// Polls ranks, signals and deadlines until every rank has been reaped; returns the code.
-fn supervise(ranks: &mut [Rank], timeout: Option<Duration>, grace: Duration) -> i32 {
+fn supervise(
+    ranks: &mut [Rank],
+    timeout: Option<Duration>,
+    grace: Duration,
+    keep_going: bool,
+) -> i32 {
     let deadline = timeout.map(|t| Instant::now() + t);
     // The exit code once decided (first failure or timeout).
     let mut outcome: Option<i32> = None;
@@ -370,6 +385,9 @@ fn supervise(ranks: &mut [Rank], timeout: Option<Duration>, grace: Duration) -> 
                     Err(()) => 1,
                 };
                 outcome = Some(code);
+                if keep_going {
+                    continue;
+                }
                 let left = signal_running(ranks, libc::SIGTERM);
                 if left > 0 {
                     eprintln!("fxrun: terminating {left} remaining rank{}", plural(left));
@@ -383,6 +401,13 @@ fn supervise(ranks: &mut [Rank], timeout: Option<Duration>, grace: Duration) -> 
 
         // 2. Forward signals received by the launcher.
         for (sig, count) in signals::take() {
+            if sig == libc::SIGUSR1 {
+                if ranks[0].running() {
+                    signals::signal_group(ranks[0].pid, sig);
+                    eprintln!("fxrun: got SIGUSR1; asked rank 0 for a status report");
+                }
+                continue;
+            }
             signals_seen += count;
             interrupted.get_or_insert(sig);
             let name = signal_name(sig).unwrap_or("signal");

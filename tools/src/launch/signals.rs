@@ -1,4 +1,4 @@
-//! SIGINT/SIGTERM/SIGHUP capture for the launcher.
+//! SIGINT/SIGTERM/SIGHUP (and SIGUSR1, for status reports) capture for the launcher.
 //!
 //! The handler only bumps an atomic counter (async-signal-safe); the supervisor loop polls
 //! [`take`] and forwards what arrived to the ranks. The previous dispositions are restored
@@ -9,10 +9,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use libc::c_int;
 
-/// Signals the launcher catches and forwards.
-pub(crate) const CAUGHT: [c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+/// Signals the launcher catches and forwards (SIGUSR1 to rank 0 only: a status report).
+pub(crate) const CAUGHT: [c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1];
 
-static PENDING: [AtomicU32; 3] = [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)];
+static PENDING: [AtomicU32; 4] = [
+    AtomicU32::new(0),
+    AtomicU32::new(0),
+    AtomicU32::new(0),
+    AtomicU32::new(0),
+];
 
 extern "C" fn on_signal(sig: c_int) {
     for (slot, &s) in PENDING.iter().zip(CAUGHT.iter()) {

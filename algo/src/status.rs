@@ -1,0 +1,234 @@
+//! Hang attribution (sans-IO): what each rank says it is doing, and the report that
+//! compares them ("rank 2 is past op #4 …, ranks 0,1 wait in op #5 …").
+//!
+//! A timeout alone names one peer and one transfer; the cause is usually a rank that
+//! never reached the call (it stopped calling, or made one call fewer). When a wait
+//! times out, the core asks every rank for its [`RankStatus`] over the bootstrap and
+//! puts [`report`] in the error; the same report is available on demand for a live job.
+//!
+//! Wire format: state u8 · waiting u8 · label length u16 · label bytes (UTF-8).
+
+use std::fmt::Write;
+
+/// Longest label kept (a group of many operations is summarised before this).
+pub const MAX_LABEL: usize = 512;
+
+/// Where a rank is, as far as this communicator knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// No operation started yet.
+    NoCall,
+    /// The last operation started (its label) has not finished.
+    InFlight(String),
+    /// The last operation started (its label) finished; nothing started since.
+    Past(String),
+    /// The last operation started (its label) failed (this rank's wait timed out,
+    /// or it learnt of another rank's failure).
+    Failed(String),
+}
+
+/// One rank's answer to a status query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankStatus {
+    /// Its last operation.
+    pub phase: Phase,
+    /// Whether a thread of the rank is blocked in a call of this communicator.
+    pub waiting: bool,
+}
+
+impl RankStatus {
+    /// Bytes sent to the rank that asked.
+    pub fn encode(&self) -> Vec<u8> {
+        let (state, label) = match &self.phase {
+            Phase::NoCall => (0u8, ""),
+            Phase::InFlight(l) => (1, l.as_str()),
+            Phase::Past(l) => (2, l.as_str()),
+            Phase::Failed(l) => (3, l.as_str()),
+        };
+        let mut end = label.len().min(MAX_LABEL);
+        while !label.is_char_boundary(end) {
+            end -= 1;
+        }
+        let label = &label.as_bytes()[..end];
+        let mut b = Vec::with_capacity(4 + label.len());
+        b.push(state);
+        b.push(u8::from(self.waiting));
+        b.extend_from_slice(&(label.len() as u16).to_le_bytes());
+        b.extend_from_slice(label);
+        b
+    }
+
+    /// The status in `b`, or `None` when it is not one.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        let (&state, rest) = b.split_first()?;
+        let (&waiting, rest) = rest.split_first()?;
+        let len = u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as usize;
+        let label = String::from_utf8(rest.get(2..2 + len)?.to_vec()).ok()?;
+        let phase = match state {
+            0 => Phase::NoCall,
+            1 => Phase::InFlight(label),
+            2 => Phase::Past(label),
+            3 => Phase::Failed(label),
+            _ => return None,
+        };
+        Some(RankStatus {
+            phase,
+            waiting: waiting != 0,
+        })
+    }
+
+    /// What the rank does, for one rank (`false`) or several (`true`).
+    fn describe(&self, plural: bool) -> String {
+        let v = |one: &'static str, many: &'static str| if plural { many } else { one };
+        match (&self.phase, self.waiting) {
+            (Phase::NoCall, false) => format!("{} made no call yet", v("has", "have")),
+            (Phase::NoCall, true) => format!("{} connecting for a first call", v("is", "are")),
+            (Phase::InFlight(l), true) => format!("{} in {l}", v("waits", "wait")),
+            (Phase::InFlight(l), false) => format!(
+                "{} {l} in flight but {} not waiting on it",
+                v("has", "have"),
+                v("is", "are")
+            ),
+            (Phase::Past(l), _) => format!("{} past {l} and made no further call", v("is", "are")),
+            (Phase::Failed(l), _) => format!("failed in {l}"),
+        }
+    }
+
+    /// Stragglers first: ranks that are not waiting are usually the cause.
+    fn order(&self) -> u8 {
+        match (&self.phase, self.waiting) {
+            (Phase::Past(_), _) | (Phase::NoCall, false) => 0,
+            (Phase::InFlight(_), false) => 1,
+            (Phase::Failed(_), _) => 3,
+            _ => 2,
+        }
+    }
+}
+
+/// `ranks 0,1` or `rank 2`.
+fn ranks(list: &[usize]) -> String {
+    let mut s = String::from(if list.len() == 1 { "rank " } else { "ranks " });
+    for (i, r) in list.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{r}");
+    }
+    s
+}
+
+/// The report for every rank's status (`None`: it did not answer), ranks in the
+/// same state grouped: `rank 2 is past all_reduce(float, sum, 1000) as op #4 and
+/// made no further call; ranks 0,1 wait in broadcast(float, 1000, root 0) as op #5`.
+pub fn report(statuses: &[Option<RankStatus>]) -> String {
+    let mut groups: Vec<(&RankStatus, Vec<usize>)> = Vec::new();
+    let mut silent = Vec::new();
+    for (rank, s) in statuses.iter().enumerate() {
+        match s {
+            None => silent.push(rank),
+            Some(s) => match groups.iter_mut().find(|(g, _)| *g == s) {
+                Some((_, list)) => list.push(rank),
+                None => groups.push((s, vec![rank])),
+            },
+        }
+    }
+    groups.sort_by_key(|(s, list)| (s.order(), list[0]));
+    let mut parts: Vec<String> = groups
+        .iter()
+        .map(|(s, list)| format!("{} {}", ranks(list), s.describe(list.len() > 1)))
+        .collect();
+    if !silent.is_empty() {
+        parts.push(format!(
+            "{} did not answer (dead, stopped, or no longer in the communicator)",
+            ranks(&silent)
+        ));
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(phase: Phase, waiting: bool) -> Option<RankStatus> {
+        Some(RankStatus { phase, waiting })
+    }
+
+    #[test]
+    fn round_trip_and_garbage() {
+        for s in [
+            RankStatus {
+                phase: Phase::NoCall,
+                waiting: false,
+            },
+            RankStatus {
+                phase: Phase::InFlight("broadcast(float, 4, root 0) as op #5".into()),
+                waiting: true,
+            },
+            RankStatus {
+                phase: Phase::Past("send of 8 bytes to rank 1".into()),
+                waiting: false,
+            },
+            RankStatus {
+                phase: Phase::Failed("barrier() as op #2".into()),
+                waiting: true,
+            },
+        ] {
+            assert_eq!(RankStatus::decode(&s.encode()), Some(s));
+        }
+        assert_eq!(RankStatus::decode(&[]), None);
+        assert_eq!(RankStatus::decode(&[9, 0, 0, 0]), None);
+        assert_eq!(RankStatus::decode(&[1, 0, 5, 0, b'a']), None, "short label");
+    }
+
+    #[test]
+    fn long_labels_are_cut_on_a_character_boundary() {
+        let s = RankStatus {
+            phase: Phase::InFlight("é".repeat(MAX_LABEL)),
+            waiting: false,
+        };
+        let Some(RankStatus {
+            phase: Phase::InFlight(l),
+            ..
+        }) = RankStatus::decode(&s.encode())
+        else {
+            panic!("decodes");
+        };
+        assert_eq!(l.len(), MAX_LABEL);
+    }
+
+    #[test]
+    fn the_straggler_comes_first_and_equal_ranks_are_grouped() {
+        let bcast = Phase::InFlight("broadcast(float, 1000, root 0) as op #5".into());
+        let r = report(&[
+            st(bcast.clone(), true),
+            st(bcast, true),
+            st(
+                Phase::Past("all_reduce(float, sum, 1000) as op #4".into()),
+                false,
+            ),
+        ]);
+        assert_eq!(
+            r,
+            "rank 2 is past all_reduce(float, sum, 1000) as op #4 and made no further call; \
+             ranks 0,1 wait in broadcast(float, 1000, root 0) as op #5"
+        );
+    }
+
+    #[test]
+    fn silent_and_idle_ranks_are_named() {
+        let r = report(&[
+            st(Phase::InFlight("x".into()), true),
+            None,
+            st(Phase::NoCall, false),
+            st(Phase::InFlight("y".into()), false),
+            None,
+            st(Phase::Failed("x".into()), false),
+        ]);
+        assert_eq!(
+            r,
+            "rank 2 has made no call yet; rank 3 has y in flight but is not waiting on it; \
+             rank 0 waits in x; rank 5 failed in x; ranks 1,4 did not answer (dead, stopped, or no longer in the communicator)"
+        );
+    }
+}

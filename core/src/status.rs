@@ -1,0 +1,214 @@
+//! What this rank is doing (its last operation, whether a thread waits in a call),
+//! answered to any peer that asks over the bootstrap, and the hang report built from
+//! every rank's answer (the comparison itself is `ferrocx_algo::status`, sans-IO).
+//!
+//! A timeout names one transfer; the report names the rank that never reached the
+//! call. The rank whose wait expires asks every rank before it gives up and puts the
+//! report in its error ([`Error::Hang`]); the abort notice carries it to the others.
+
+use crate::bootstrap::Bootstrap;
+use crate::error::Error;
+use crate::plan::StageDone;
+use ferrocx_algo::status::{report, Phase, RankStatus};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The longest a report waits for the ranks' answers (each answers from a reader thread
+/// at once; silent ranks are named as such).
+const ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+/// Query ids, so a late answer to an earlier query is not taken for a new one.
+static NEXT_QUERY: AtomicU64 = AtomicU64::new(1);
+
+struct Last {
+    label: String,
+    /// Set once the operation is queued; `None` while it is being started (or ran
+    /// synchronously on a collective plugin).
+    done: Option<Arc<StageDone>>,
+    running: bool,
+    failed: bool,
+}
+
+/// This rank's last operation and its waiting threads.
+#[derive(Default)]
+pub(crate) struct Tracker {
+    last: Mutex<Option<Last>>,
+    waiting: AtomicU32,
+    /// One report at a time: concurrent ones would take each other's answers.
+    asking: Mutex<()>,
+}
+
+/// Counts a thread as waiting in a call until dropped.
+pub(crate) struct Waiting<'a>(&'a AtomicU32);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Tracker {
+    /// An operation starts (`label`: e.g. the call's fingerprint).
+    pub fn begin(&self, label: String) {
+        *self.last.lock() = Some(Last {
+            label,
+            done: None,
+            running: true,
+            failed: false,
+        });
+    }
+
+    /// The operation begun last was queued; it is in flight until `done` completes.
+    pub fn queued(&self, done: &Arc<StageDone>) {
+        if let Some(l) = self.last.lock().as_mut() {
+            l.done = Some(done.clone());
+            l.running = false;
+        }
+    }
+
+    /// The operation begun last finished without being queued (it ran on a collective
+    /// plugin, or had nothing to move).
+    pub fn finished(&self) {
+        if let Some(l) = self.last.lock().as_mut() {
+            l.running = false;
+        }
+    }
+
+    /// The operation begun last failed, or the communicator broke while it was in
+    /// flight.
+    pub fn failed(&self) {
+        if let Some(l) = self.last.lock().as_mut() {
+            if l.running || l.done.as_ref().is_some_and(|d| !d.is_done()) {
+                l.failed = true;
+            }
+            l.running = false;
+        }
+    }
+
+    /// [`queued`](Self::queued), [`finished`](Self::finished) or
+    /// [`failed`](Self::failed), as `r` says.
+    pub fn ended(&self, r: Result<Option<&Arc<StageDone>>, ()>) {
+        match r {
+            Ok(Some(d)) => self.queued(d),
+            Ok(None) => self.finished(),
+            Err(_) => self.failed(),
+        }
+    }
+
+    /// A thread waits in a call until the guard drops.
+    pub fn waiting(&self) -> Waiting<'_> {
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        Waiting(&self.waiting)
+    }
+
+    pub fn status(&self) -> RankStatus {
+        let phase = match self.last.lock().as_ref() {
+            None => Phase::NoCall,
+            Some(l) if l.failed => Phase::Failed(l.label.clone()),
+            Some(l) if l.running || l.done.as_ref().is_some_and(|d| !d.is_done()) => {
+                Phase::InFlight(l.label.clone())
+            }
+            Some(l) => Phase::Past(l.label.clone()),
+        };
+        RankStatus {
+            phase,
+            waiting: self.waiting.load(Ordering::Acquire) > 0,
+        }
+    }
+
+    /// Every rank's status (this one's from here), asked over `boot`; `None` for ranks
+    /// that did not answer within `limit` (at most [`ANSWER_WAIT`]).
+    pub fn gather(&self, boot: &Bootstrap, limit: Duration) -> Vec<Option<RankStatus>> {
+        let _one = self.asking.lock();
+        let id = NEXT_QUERY.fetch_add(1, Ordering::Relaxed);
+        let deadline = Instant::now() + limit.min(ANSWER_WAIT);
+        let mut all: Vec<Option<RankStatus>> = boot
+            .query_status(&id.to_le_bytes(), deadline)
+            .into_iter()
+            .map(|a| a.and_then(|b| RankStatus::decode(&b)))
+            .collect();
+        all[boot.rank()] = Some(self.status());
+        all
+    }
+
+    /// The report for the whole communicator, e.g. `rank 2 is past … ; ranks 0,1 wait in …`.
+    pub fn report(&self, boot: &Bootstrap, limit: Duration) -> String {
+        report(&self.gather(boot, limit))
+    }
+
+    /// A timeout becomes [`Error::Hang`] with every rank's status; other errors pass.
+    pub fn attribute(&self, boot: &Bootstrap, err: Error) -> Error {
+        if !matches!(err, Error::Timeout { .. }) || boot.nranks() < 2 {
+            return err;
+        }
+        // Two ranks often time out together: the report of the one that asked first
+        // saw everyone, while the other may find it gone already.
+        let theirs = || {
+            boot.abort_notice()
+                .map(|(from, reason)| Error::from_abort(from, &reason))
+                .filter(|e| matches!(e, Error::Hang { .. }))
+        };
+        if let Some(h) = theirs() {
+            return h;
+        }
+        let all = self.gather(boot, boot.timeout());
+        if all.iter().any(Option::is_none) {
+            if let Some(h) = theirs() {
+                return h;
+            }
+        }
+        let report = report(&all);
+        Error::Hang {
+            rank: boot.rank(),
+            waited: err.to_string(),
+            report,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_operation_is_in_flight_until_its_counter_completes() {
+        let t = Tracker::default();
+        assert_eq!(t.status().phase, Phase::NoCall);
+        t.begin("op A".into());
+        assert_eq!(t.status().phase, Phase::InFlight("op A".into()));
+        let done = StageDone::new(1);
+        t.queued(&done);
+        {
+            let _w = t.waiting();
+            let s = t.status();
+            assert_eq!(s.phase, Phase::InFlight("op A".into()));
+            assert!(s.waiting);
+        }
+        assert!(!t.status().waiting);
+        done.finish(None);
+        assert_eq!(t.status().phase, Phase::Past("op A".into()));
+        t.begin("op B".into());
+        t.finished();
+        assert_eq!(
+            t.status().phase,
+            Phase::Past("op B".into()),
+            "ran on a plugin"
+        );
+        t.begin("op C".into());
+        t.ended(Err(()));
+        assert_eq!(t.status().phase, Phase::Failed("op C".into()), "refused");
+        t.begin("op D".into());
+        let d = StageDone::new(1);
+        t.queued(&d);
+        t.failed();
+        assert_eq!(
+            t.status().phase,
+            Phase::Failed("op D".into()),
+            "broke in flight"
+        );
+        d.finish(None);
+        assert_eq!(t.status().phase, Phase::Failed("op D".into()));
+    }
+}
