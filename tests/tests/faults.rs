@@ -82,7 +82,9 @@ fn silent_peer(phase: &str, needle: &str) {
     assert!(outs[0].ok(), "{:?}", outs[0]);
     let text = &outs[0].stdout;
     assert!(
-        text.contains("timed out after 2.0s waiting for rank 1") && text.contains(needle),
+        text.contains("timed out after 2.0s waiting for rank 1")
+            && text.contains(needle)
+            && text.contains("rank 0 waits in receive of 64 bytes from rank 1"),
         "{text}"
     );
     assert!(

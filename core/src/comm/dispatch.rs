@@ -146,9 +146,7 @@ impl Communicator {
         if self.colls.is_empty() {
             return Ok(false);
         }
-        self.colls
-            .status()
-            .inspect_err(|e| self.engine.break_with(e.clone()))?;
+        self.colls.status().map_err(|e| self.engine.break_with(e))?;
         let Some(d) = self.describe(call, seq) else {
             return Ok(false);
         };

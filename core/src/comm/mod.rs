@@ -537,10 +537,7 @@ impl Communicator {
                 | Error::PeerFailed { .. }
                 | Error::Plugin { .. }
                 | Error::Bootstrap(_)),
-            ) => {
-                self.engine.break_with(e.clone());
-                Err(e)
-            }
+            ) => Err(self.engine.break_with(e)),
             Err(e) => Err(e),
         }
     }

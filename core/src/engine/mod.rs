@@ -258,11 +258,14 @@ impl Engine {
 
     /// Mark the communicator broken by a failure outside the data path
     /// (e.g. connection setup timed out): later operations are refused.
-    pub fn break_with(&self, err: Error) {
+    /// Returns the error that broke it (a timeout becomes [`Error::Hang`]; an
+    /// earlier failure stays the cause).
+    pub fn break_with(&self, err: Error) -> Error {
         let mut st = self.state.lock();
         if st.broken.is_none() {
             self.break_all(&mut st, err);
         }
+        st.broken.clone().expect("set by break_all")
     }
 
     /// Add newly established connections.

@@ -388,7 +388,8 @@ fn stall(data: bool) -> Result<String, String> {
     let mut buf = vec![0u8; 64];
     match comm.recv(&mut buf, 1) {
         Ok(()) => Err("receive from a silent peer succeeded".into()),
-        Err(e @ Error::Timeout { peer: Some(1), .. }) => {
+        // The timeout, with every rank's state (`Error::Hang`).
+        Err(e @ Error::Hang { rank: 0, .. }) => {
             println!("ERROR after {:.2}s: {e}", start.elapsed().as_secs_f64());
             let again = comm.send(&buf, 1);
             match again {
