@@ -1,6 +1,6 @@
-//! Call fingerprints: what a rank believes the current collective is, small enough
-//! to send beside every call and compare on arrival (sans-IO: encoding, decoding and
-//! the comparison; the core decides where they travel).
+//! Call fingerprints: what a rank believes the current collective (or point-to-point
+//! operation) is, small enough to send beside every call and compare on arrival
+//! (sans-IO: encoding, decoding and the comparison; the core decides where they travel).
 //!
 //! Ranks that call different collectives at the same point (another type, root,
 //! count or operator, or a call one rank skipped) otherwise exchange bytes that
@@ -9,9 +9,15 @@
 //! arguments a collective ignores (the operator of an all-gather, the root of an
 //! all-reduce) are left out so they cannot cause false alarms.
 //!
-//! Wire format (32 bytes, little-endian): magic `FXFP` · version (1) · kind · type ·
-//! operator (0xff: none) · sequence u64 · count u64 · root u32 (`u32::MAX`: none) ·
-//! flags u32 (bit 0: per-rank counts, as alltoallv).
+//! A send carries its byte count and its number among this rank's sends to that peer;
+//! the receive it pairs with (FIFO per pair of ranks, no tags) expects the same number
+//! and count: a send that meets a collective, or a collective that meets a send, is a
+//! mismatch; a different count is a size error.
+//!
+//! Wire format (32 bytes, little-endian): magic `FXFP` · version (1) · kind (collective
+//! index; 0x80 send, 0x81 receive) · type · operator (0xff: none) · sequence u64 ·
+//! count u64 · root u32 (`u32::MAX`: none; for sends and receives the peer) · flags u32
+//! (bit 0: per-rank counts, as alltoallv).
 
 use crate::{CollKind, DataType, RedOp};
 use std::fmt;
@@ -23,14 +29,39 @@ const MAGIC: [u8; 4] = *b"FXFP";
 const VERSION: u8 = 1;
 const NONE8: u8 = 0xff;
 const NONE32: u32 = u32::MAX;
+const SEND: u8 = 0x80;
+const RECV: u8 = 0x81;
+
+/// What kind of call a fingerprint describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    /// A collective.
+    Coll(CollKind),
+    /// A send (`root`: the destination, `seq`: its number among sends to it).
+    Send,
+    /// A receive (`root`: the source, `seq`: its number among receives from it).
+    Recv,
+}
+
+/// How a received send's fingerprint compares with the receive it met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pairing {
+    /// The send is the one this receive expects.
+    Agrees,
+    /// The right send, with this many bytes (the receive holds another count).
+    Size(u64),
+    /// Something else arrived (a collective, another send): the calls differ.
+    Differs,
+}
 
 /// One rank's view of a collective call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint {
-    /// The communicator's sequence number of the call (0 for the first).
+    /// The communicator's sequence number of the call (0 for the first); for sends
+    /// and receives, the number among this rank's to (from) that peer.
     pub seq: u64,
-    /// Which collective.
-    pub kind: CollKind,
+    /// Which call.
+    pub kind: CallKind,
     /// Element type.
     pub dtype: DataType,
     /// Operator, for the collectives that reduce.
@@ -61,7 +92,7 @@ impl Fingerprint {
     ) -> Self {
         Fingerprint {
             seq,
-            kind,
+            kind: CallKind::Coll(kind),
             dtype,
             op: kind.reduces().then_some(op),
             count: count as u64,
@@ -70,15 +101,54 @@ impl Fingerprint {
         }
     }
 
+    /// The `seq`-th send (from 0) of this rank to `to`, of `bytes`.
+    pub fn send(seq: u64, to: usize, bytes: usize) -> Self {
+        Self::p2p(CallKind::Send, seq, to, bytes)
+    }
+
+    /// The `seq`-th receive (from 0) of this rank from `from`, of `bytes`.
+    pub fn recv(seq: u64, from: usize, bytes: usize) -> Self {
+        Self::p2p(CallKind::Recv, seq, from, bytes)
+    }
+
+    fn p2p(kind: CallKind, seq: u64, peer: usize, bytes: usize) -> Self {
+        Fingerprint {
+            seq,
+            kind,
+            dtype: DataType::U8,
+            op: None,
+            count: bytes as u64,
+            root: Some(peer as u32),
+            vector: false,
+        }
+    }
+
+    /// For a receive (`self`, on rank `me`): how the fingerprint that arrived
+    /// before its data compares.
+    pub fn pairing(&self, me: usize, arrived: &Fingerprint) -> Pairing {
+        let is_its_send = arrived.kind == CallKind::Send
+            && arrived.root == Some(me as u32)
+            && arrived.seq == self.seq;
+        match () {
+            _ if !is_its_send => Pairing::Differs,
+            _ if arrived.count == self.count => Pairing::Agrees,
+            _ => Pairing::Size(arrived.count),
+        }
+    }
+
     /// The 32 bytes sent.
     pub fn encode(&self) -> [u8; FINGERPRINT_BYTES] {
         let mut b = [0u8; FINGERPRINT_BYTES];
         b[0..4].copy_from_slice(&MAGIC);
         b[4] = VERSION;
-        b[5] = CollKind::ALL
-            .iter()
-            .position(|&k| k == self.kind)
-            .expect("every kind is in ALL") as u8;
+        b[5] = match self.kind {
+            CallKind::Coll(kind) => CollKind::ALL
+                .iter()
+                .position(|&k| k == kind)
+                .expect("every kind is in ALL") as u8,
+            CallKind::Send => SEND,
+            CallKind::Recv => RECV,
+        };
         b[6] = self.dtype as u8;
         b[7] = self.op.map_or(NONE8, |o| o as u8);
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
@@ -102,9 +172,15 @@ impl Fingerprint {
                 b[4]
             )));
         }
-        let kind = *CollKind::ALL
-            .get(b[5] as usize)
-            .ok_or_else(|| Garbled(format!("a call fingerprint of unknown kind {}", b[5])))?;
+        let kind = match b[5] {
+            SEND => CallKind::Send,
+            RECV => CallKind::Recv,
+            k => CallKind::Coll(
+                *CollKind::ALL
+                    .get(k as usize)
+                    .ok_or_else(|| Garbled(format!("a call fingerprint of unknown kind {k}")))?,
+            ),
+        };
         let dtype = DataType::from_code(u32::from(b[6])).map_err(|e| Garbled(e.0))?;
         let op = match b[7] {
             NONE8 => None,
@@ -136,10 +212,26 @@ impl Fingerprint {
 /// `all_reduce(float, sum, 1000) as op #5`.
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.kind == CollKind::Barrier {
-            return write!(f, "barrier() as op #{}", self.seq);
-        }
-        write!(f, "{}({}", self.kind.name(), self.dtype)?;
+        let peer = self.root.unwrap_or(NONE32);
+        let kind = match self.kind {
+            CallKind::Send => {
+                return write!(
+                    f,
+                    "send of {} bytes to rank {peer} (its send #{} to that rank)",
+                    self.count, self.seq
+                )
+            }
+            CallKind::Recv => {
+                return write!(
+                    f,
+                    "receive of {} bytes from rank {peer} (its receive #{} from that rank)",
+                    self.count, self.seq
+                )
+            }
+            CallKind::Coll(CollKind::Barrier) => return write!(f, "barrier() as op #{}", self.seq),
+            CallKind::Coll(k) => k,
+        };
+        write!(f, "{}({}", kind.name(), self.dtype)?;
         if let Some(op) = self.op {
             write!(f, ", {op}")?;
         }
@@ -221,13 +313,41 @@ mod tests {
     }
 
     #[test]
+    fn a_receive_knows_its_send() {
+        let recv = Fingerprint::recv(3, 0, 64);
+        let sent = Fingerprint::decode(&Fingerprint::send(3, 1, 64).encode()).unwrap();
+        assert_eq!(recv.pairing(1, &sent), Pairing::Agrees);
+        assert_eq!(
+            recv.pairing(1, &Fingerprint::send(3, 1, 100)),
+            Pairing::Size(100)
+        );
+        for other in [
+            Fingerprint::send(2, 1, 64), // another send to this rank
+            Fingerprint::send(3, 2, 64), // a send meant for rank 2
+            Fingerprint::recv(3, 1, 64), // both sides receive
+            fp(CollKind::AllReduce, DataType::U8, RedOp::Sum, 64, 0),
+        ] {
+            assert_eq!(recv.pairing(1, &other), Pairing::Differs, "{other}");
+        }
+        assert_eq!(
+            sent.to_string(),
+            "send of 64 bytes to rank 1 (its send #3 to that rank)"
+        );
+        assert_eq!(
+            recv.to_string(),
+            "receive of 64 bytes from rank 0 (its receive #3 from that rank)"
+        );
+        assert_eq!(Fingerprint::decode(&recv.encode()), Ok(recv));
+    }
+
+    #[test]
     fn garbage_is_not_a_fingerprint() {
         assert!(Fingerprint::decode(&[0u8; 32]).is_err());
         let mut b = fp(CollKind::AllReduce, DataType::F32, RedOp::Sum, 1, 0).encode();
         b[4] = 9;
         assert!(Fingerprint::decode(&b).unwrap_err().0.contains("version 9"));
         let mut b = fp(CollKind::AllReduce, DataType::F32, RedOp::Sum, 1, 0).encode();
-        b[5] = 200;
+        b[5] = 0x7f;
         assert!(Fingerprint::decode(&b).is_err());
         b[5] = 0;
         b[6] = 77;

@@ -31,7 +31,7 @@ mod tree;
 pub mod types;
 
 pub use error::{Invalid, Result};
-pub use fingerprint::Fingerprint;
+pub use fingerprint::{CallKind, Fingerprint, Pairing};
 pub use pairwise::quadratic_deltas;
 pub use schedule::{Buf, Local, Region, Schedule, Stage, Xfer};
 pub use types::{Bf16, DataType, Element, RedOp, F16};

@@ -72,6 +72,28 @@ fn a_skipped_call_of_equal_size_fails_on_every_rank() {
 }
 
 #[test]
+fn a_send_that_meets_a_collective_fails_on_every_rank() {
+    expect(
+        "send",
+        &[
+            "mismatched calls: rank 0 called send of 4000 bytes to rank 1 (its send #0 to that rank)",
+            "rank 1 called all_reduce(float, sum, 1000) as op #1",
+        ],
+    );
+}
+
+#[test]
+fn a_receive_that_meets_a_collective_fails_on_every_rank() {
+    expect(
+        "recv",
+        &[
+            "mismatched calls: rank 0 called all_reduce(float, sum, 1000) as op #1",
+            "rank 1 called receive of 4000 bytes from rank 0 (its receive #0 from that rank)",
+        ],
+    );
+}
+
+#[test]
 fn checks_can_be_turned_off() {
     run("off-type", &[("FERROCX_CHECK_CALLS", "0")]);
 }

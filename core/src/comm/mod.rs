@@ -77,6 +77,8 @@ pub struct Communicator {
     splits: AtomicU64,
     /// Shrinks so far (names each shrink's messages).
     shrinks: AtomicU64,
+    /// Per peer: sends to it and receives from it so far (point-to-point call checks).
+    p2p_seq: Mutex<Vec<[u64; 2]>>,
 }
 
 /// This rank's GPU: `FERROCX_DEVICE`, else the local rank modulo the device count;
@@ -313,6 +315,7 @@ impl Communicator {
             windows: crate::window::WindowTable::default(),
             splits: AtomicU64::new(0),
             shrinks: AtomicU64::new(0),
+            p2p_seq: Mutex::new(vec![[0; 2]; cfg.nranks]),
         })
     }
 
@@ -383,6 +386,7 @@ impl Communicator {
             ptr,
             len,
             device: false,
+            seq: 0,
         })
     }
 
@@ -430,8 +434,9 @@ impl Communicator {
         self.launch(tasks, false)
     }
 
-    fn launch(&self, tasks: Vec<Task>, driving: bool) -> Result<Request> {
+    fn launch(&self, mut tasks: Vec<Task>, driving: bool) -> Result<Request> {
         self.check_live()?;
+        self.number_p2p(&mut tasks);
         self.shared.status.begin(crate::plan::describe(&tasks));
         let r = self.launch_planned(tasks, driving);
         self.shared
@@ -452,6 +457,19 @@ impl Communicator {
             false,
         )?;
         self.submit_plans(plans, driving)
+    }
+
+    /// Give each send (receive) its number among this rank's sends to (receives
+    /// from) its peer, in posting order: what its call check compares.
+    fn number_p2p(&self, tasks: &mut [Task]) {
+        let mut counts = self.p2p_seq.lock();
+        for t in tasks.iter_mut() {
+            if let Task::P2p(p) = t {
+                let c = &mut counts[p.peer][usize::from(p.dir == Dir::Recv)];
+                p.seq = *c;
+                *c += 1;
+            }
+        }
     }
 
     /// Queue plans, making the connections they need first.

@@ -508,7 +508,11 @@ impl Engine {
                         continue;
                     }
                     Step::Done => {}
-                    Step::Failed(e) if r.fatal => return Some(e),
+                    // A mismatched send/receive breaks the communicator like a
+                    // collective's: the other side must learn of it too.
+                    Step::Failed(e) if r.fatal || matches!(e, Error::Mismatch { .. }) => {
+                        return Some(e)
+                    }
                     Step::Failed(e) => {
                         run.error.get_or_insert(e);
                     }

@@ -121,7 +121,7 @@ impl Check {
             Ok(f) if f.agrees(&self.mine) => return Ok(()),
             Ok(f) => f.to_string(),
             Err(g) => format!(
-                "an operation that sent no call fingerprint first ({}: a send, or a call with FERROCX_CHECK_CALLS=0 there)",
+                "an operation that sent no call fingerprint first ({}: a send of device memory, a call a collective plugin ran, or a call with FERROCX_CHECK_CALLS=0 there)",
                 g.0
             ),
         };

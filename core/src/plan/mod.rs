@@ -10,6 +10,7 @@ mod done;
 mod hoist;
 mod local;
 mod own_block;
+mod pairs;
 mod planner;
 mod post;
 mod runner;

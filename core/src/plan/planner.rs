@@ -8,6 +8,7 @@ use super::cache::ScheduleCache;
 use super::check::Check;
 use super::local::Bases;
 use super::own_block;
+use super::pairs::Pairs;
 use super::runner::{Runner, ScratchBuf};
 use super::task::{CollTask, P2pTask, Task};
 use crate::algo::{self, Algo, Buf, CollArgs, CollKind, Part, Region, Schedule, Stage, Xfer};
@@ -449,30 +450,36 @@ pub(crate) fn plan(
         // Host and device operations run in separate runners (one stage each).
         for device in [false, true] {
             let mut st = Stage::default();
-            for &P2pTask {
-                dir,
-                peer,
-                ptr,
-                len,
-                device: d,
-            } in p2p.iter().filter(|t| t.device == device)
-            {
-                let x = Xfer {
-                    peer,
-                    region: Region::new(
-                        if dir == Dir::Send {
-                            Buf::Send
-                        } else {
-                            Buf::Recv
-                        },
-                        ptr,
-                        len,
-                    ),
+            let ops: Vec<&P2pTask> = p2p.iter().filter(|t| t.device == device).collect();
+            let data = |i: usize| {
+                let t = ops[i];
+                let buf = if t.dir == Dir::Send {
+                    Buf::Send
+                } else {
+                    Buf::Recv
                 };
-                debug_assert_eq!(d, device);
-                match dir {
-                    Dir::Send => st.sends.push(x),
-                    Dir::Recv => st.recvs.push(x),
+                Xfer {
+                    peer: t.peer,
+                    region: Region::new(buf, t.ptr, t.len),
+                }
+            };
+            // Device operations are not checked: their fingerprints would be host
+            // memory in a runner whose transfers are device memory.
+            let mut pairs = None;
+            if cfg.check_calls && !device {
+                let desc: Vec<_> = ops
+                    .iter()
+                    .map(|t| (t.dir == Dir::Send, t.peer, t.len, t.seq))
+                    .collect();
+                let (p, sends, recvs) = Pairs::new(rank, &desc, data);
+                (st.sends, st.recvs) = (sends, recvs);
+                pairs = Some(p);
+            } else {
+                for (i, t) in ops.iter().enumerate() {
+                    match t.dir {
+                        Dir::Send => st.sends.push(data(i)),
+                        Dir::Recv => st.recvs.push(data(i)),
+                    }
                 }
             }
             if st.sends.is_empty() && st.recvs.is_empty() {
@@ -492,6 +499,10 @@ pub(crate) fn plan(
                 false,
                 None,
             );
+            let r = match pairs {
+                Some(p) => r.with_pairs(p),
+                None => r,
+            };
             if device {
                 let g = gpu.ok_or_else(|| {
                     crate::Error::Unsupported(

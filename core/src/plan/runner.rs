@@ -51,6 +51,8 @@ pub(crate) struct Runner {
     pub dev: Option<DevRun>,
     /// The call check, until the previous rank's call is known to agree.
     pub check: Option<super::check::Check>,
+    /// The call check of sends and receives (their fingerprints travel in the stage).
+    pub pairs: Option<super::pairs::Pairs>,
 }
 
 /// Where a device runner is within its current stage.
@@ -153,7 +155,14 @@ impl Runner {
             posts: Vec::new(),
             dev: None,
             check: None,
+            pairs: None,
         }
+    }
+
+    /// Check each receive against the fingerprint its send put before the data.
+    pub fn with_pairs(mut self, pairs: super::pairs::Pairs) -> Self {
+        self.pairs = Some(pairs);
+        self
     }
 
     /// Check the call against the previous rank's before using received data.
@@ -177,9 +186,16 @@ impl Runner {
     /// The error to report for a failed transfer: the call mismatch behind it, if
     /// the previous rank's fingerprint already said so.
     fn cause(&self, e: Error) -> Error {
+        let pairs = || {
+            self.pairs
+                .as_ref()
+                .and_then(|p| p.verdict().err())
+                .filter(|e| matches!(e, Error::Mismatch { .. }))
+        };
         self.check
             .as_ref()
             .and_then(|c| c.arrived_mismatch())
+            .or_else(pairs)
             .unwrap_or(e)
     }
 
@@ -239,6 +255,10 @@ impl Runner {
                 if self.check.is_some() {
                     // Received data is used only once the calls are known to agree.
                     return Step::Blocked;
+                }
+                if let Some(Err(e)) = self.pairs.take().map(|p| p.verdict()) {
+                    self.cur = None;
+                    return Step::Failed(e);
                 }
                 self.cur = None;
                 self.locals(self.stage);

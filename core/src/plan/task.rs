@@ -42,6 +42,9 @@ pub(crate) struct P2pTask {
     pub len: usize,
     /// The buffer is CUDA device memory.
     pub device: bool,
+    /// Its number among this rank's sends to (receives from) `peer`: what its
+    /// call check compares (set when the operation is launched).
+    pub seq: u64,
 }
 
 /// What a group holds.

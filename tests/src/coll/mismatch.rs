@@ -44,6 +44,39 @@ fn call(comm: &Communicator, case: &str) -> Result<ferrocx::Result<()>, String> 
             let mut buf = vec![0u8; N * 4];
             comm.collective_in_place(&spec, &mut buf)
         }
+        // After one all-reduce (connections made), rank 0 sends 4000 bytes to rank 1,
+        // then all ranks all-reduce 4000 bytes: rank 1's all-reduce meets the send.
+        // (A send may complete before its receiver checks it: then rank 0's
+        // all-reduce fails.)
+        "send" => {
+            let spec = CollSpec::new(CollKind::AllReduce, DataType::F32, N).op(RedOp::Sum);
+            let send = vec![1u8; N * 4];
+            let mut recv = vec![0u8; N * 4];
+            if let Err(e) = comm.collective(&spec, &send, &mut recv) {
+                return Ok(Err(e));
+            }
+            if me == 0 {
+                if let Err(e) = comm.send(&send, 1) {
+                    return Ok(Err(e));
+                }
+            }
+            comm.collective(&spec, &send, &mut recv)
+        }
+        // After one all-reduce, rank 1 receives 4000 bytes from rank 0 while the
+        // others all-reduce again: the all-reduce's first message meets the receive.
+        "recv" => {
+            let spec = CollSpec::new(CollKind::AllReduce, DataType::F32, N).op(RedOp::Sum);
+            let send = vec![1u8; N * 4];
+            let mut recv = vec![0u8; N * 4];
+            if let Err(e) = comm.collective(&spec, &send, &mut recv) {
+                return Ok(Err(e));
+            }
+            if me == 1 {
+                comm.recv(&mut recv, 0)
+            } else {
+                comm.collective(&spec, &send, &mut recv)
+            }
+        }
         other => return Err(format!("unknown mismatch case {other}")),
     })
 }
