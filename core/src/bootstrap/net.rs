@@ -330,8 +330,8 @@ pub(crate) fn connect_auth(
         ))),
         // Holding a secret, we take nothing but a refusal from a peer that skipped the proof.
         (Some(_), Kind::Table | Kind::PeerAck) => Err(Error::Auth(format!(
-            "{peer} answered without proving the job secret: it has none, or is not part of this job \
-             ({SET_THE_SECRET})"
+            "{peer} answered without proving the job secret: it has none, or is not part of this job: \
+             {SET_THE_SECRET}"
         ))),
         _ => Ok(first),
     }
