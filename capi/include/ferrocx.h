@@ -49,6 +49,7 @@ typedef int32_t ferrocx_result_t;
 #define FERROCX_TIMEOUT 5          /* a wait exceeded FERROCX_TIMEOUT */
 #define FERROCX_DESTROYED 6        /* the communicator was finalized or aborted */
 #define FERROCX_INTERNAL_ERROR 7
+#define FERROCX_AUTH_ERROR 8       /* bootstrap authentication failed: FERROCX_SECRET(_FILE) differs or is missing */
 
 /* Element types (the same numbers as the plugin ABI's FX_TYPE_*). */
 #define FERROCX_INT8 0

@@ -22,6 +22,9 @@ pub const FERROCX_TIMEOUT: i32 = 5;
 pub const FERROCX_DESTROYED: i32 = 6;
 /// A bug (a caught panic).
 pub const FERROCX_INTERNAL_ERROR: i32 = 7;
+/// A bootstrap connection failed authentication: the ranks' job secrets
+/// (`FERROCX_SECRET` / `FERROCX_SECRET_FILE`) differ, or only some have one.
+pub const FERROCX_AUTH_ERROR: i32 = 8;
 
 thread_local! {
     static LAST: RefCell<CString> = RefCell::new(CString::default());
@@ -43,6 +46,7 @@ pub(crate) fn code_of(e: &Error) -> i32 {
         Error::Timeout { .. } | Error::Hang { .. } => FERROCX_TIMEOUT,
         Error::PeerFailed { .. } => FERROCX_REMOTE_ERROR,
         Error::Destroyed(_) => FERROCX_DESTROYED,
+        Error::Auth(_) => FERROCX_AUTH_ERROR,
         _ => FERROCX_SYSTEM_ERROR,
     }
 }
@@ -101,6 +105,7 @@ pub extern "C" fn ferrocx_get_error_string(result: i32) -> *const c_char {
         FERROCX_TIMEOUT => b"timeout\0",
         FERROCX_DESTROYED => b"communicator destroyed\0",
         FERROCX_INTERNAL_ERROR => b"internal error\0",
+        FERROCX_AUTH_ERROR => b"authentication failed (job secrets differ)\0",
         _ => b"unknown result code\0",
     };
     s.as_ptr() as *const c_char
@@ -111,4 +116,23 @@ pub extern "C" fn ferrocx_get_error_string(result: i32) -> *const c_char {
 pub extern "C" fn ferrocx_get_last_error() -> *const c_char {
     // The CString lives in the thread-local until the thread's next error.
     LAST.with(|l| l.borrow().as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    #[test]
+    fn auth_failures_have_their_own_code() {
+        let e = Error::Auth("the bootstrap root refused this rank".into());
+        assert_eq!(code_of(&e), FERROCX_AUTH_ERROR);
+        // SAFETY: ferrocx_get_error_string returns a static NUL-terminated string.
+        let s = unsafe { CStr::from_ptr(ferrocx_get_error_string(FERROCX_AUTH_ERROR)) };
+        assert_eq!(
+            s.to_str().unwrap(),
+            "authentication failed (job secrets differ)"
+        );
+        assert_eq!(code_of(&Error::Bootstrap("x".into())), FERROCX_SYSTEM_ERROR);
+    }
 }

@@ -131,6 +131,7 @@ fn header_constants_match_the_library() {
         ("FERROCX_TIMEOUT", FERROCX_TIMEOUT.into()),
         ("FERROCX_DESTROYED", FERROCX_DESTROYED.into()),
         ("FERROCX_INTERNAL_ERROR", FERROCX_INTERNAL_ERROR.into()),
+        ("FERROCX_AUTH_ERROR", FERROCX_AUTH_ERROR.into()),
     ];
     // Types and operators are the core's numbering (= the plugin ABI's).
     let mut all = checks;

@@ -1,6 +1,10 @@
 //! Settings read from the environment (`docs/ENV.md` lists every variable).
 
+use crate::bootstrap::JobSecret;
 use crate::error::{Error, Result};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::time::Duration;
 
 /// Default bound for every wait: long enough for slow starts, short enough that a hang is visible.
@@ -20,6 +24,59 @@ pub fn timeout_from_env() -> Result<Duration> {
         Ok(v) if !v.trim().is_empty() => parse_duration("FERROCX_TIMEOUT", &v),
         _ => Ok(DEFAULT_TIMEOUT),
     }
+}
+
+/// The variable holding the job secret itself.
+pub const SECRET_VAR: &str = "FERROCX_SECRET";
+/// The variable naming a file that holds the job secret.
+pub const SECRET_FILE_VAR: &str = "FERROCX_SECRET_FILE";
+
+/// The job secret that authenticates bootstrap connections: `FERROCX_SECRET` (the
+/// text itself), or the contents of the file `FERROCX_SECRET_FILE` names (trailing
+/// newlines trimmed). `None` when neither is set (blank counts as unset). A file that
+/// cannot be read or is empty, or both variables set, is an `Error::Config`.
+pub fn secret_from_env() -> Result<Option<JobSecret>> {
+    secret_from(
+        std::env::var_os(SECRET_VAR).as_deref(),
+        std::env::var_os(SECRET_FILE_VAR).as_deref(),
+    )
+}
+
+/// [`secret_from_env`] on given values (no environment access).
+fn secret_from(text: Option<&OsStr>, file: Option<&OsStr>) -> Result<Option<JobSecret>> {
+    // Bytes, not UTF-8: a secret may be any bytes the launcher can put in the environment.
+    fn set(v: Option<&OsStr>) -> Option<&OsStr> {
+        v.filter(|v| !v.as_bytes().trim_ascii().is_empty())
+    }
+    match (set(text), set(file)) {
+        (Some(_), Some(_)) => Err(Error::Config {
+            var: SECRET_VAR.into(),
+            message: format!("both {SECRET_VAR} and {SECRET_FILE_VAR} are set; set only one"),
+        }),
+        (Some(t), None) => Ok(JobSecret::new(t.as_bytes())),
+        (None, Some(f)) => read_secret_file(Path::new(f)).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The secret in `path`: its bytes without trailing newlines (`echo` adds one).
+fn read_secret_file(path: &Path) -> Result<JobSecret> {
+    let bad = |message: String| Error::Config {
+        var: SECRET_FILE_VAR.into(),
+        message,
+    };
+    let bytes = std::fs::read(path).map_err(|e| {
+        bad(format!(
+            "cannot read the job secret file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let end = bytes
+        .iter()
+        .rposition(|&b| b != b'\n' && b != b'\r')
+        .map_or(0, |i| i + 1);
+    JobSecret::new(&bytes[..end])
+        .ok_or_else(|| bad(format!("the job secret file {} is empty", path.display())))
 }
 
 /// A boolean variable: `1/true/yes/on` or `0/false/no/off`.
@@ -88,6 +145,16 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "FERROCX_TIMEOUT",
         "300",
         "bound for every wait, seconds (or 500ms, 2m)",
+    ),
+    (
+        "FERROCX_SECRET",
+        "(none; fxrun: random per job)",
+        "job secret: bootstrap connections are accepted only from processes that know it",
+    ),
+    (
+        "FERROCX_SECRET_FILE",
+        "(none)",
+        "file holding the job secret (trailing newline trimmed), instead of FERROCX_SECRET",
     ),
     (
         "FERROCX_CHECK_CALLS",
@@ -287,5 +354,47 @@ mod tests {
         assert!(e.to_string().contains("FERROCX_TIMEOUT"), "{e}");
         assert!(parse_duration("X", "-1").is_err());
         assert!(parse_duration("X", "0").is_err());
+    }
+
+    #[test]
+    fn secrets_from_text_or_file() {
+        let os = |s: &'static str| Some(OsStr::new(s));
+        assert!(secret_from(None, None).unwrap().is_none());
+        assert!(
+            secret_from(os(""), os("  ")).unwrap().is_none(),
+            "blank is unset"
+        );
+        assert_eq!(secret_from(os("s3cret"), None).unwrap().unwrap().len(), 6);
+        let e = secret_from(os("a"), os("/f")).unwrap_err().to_string();
+        assert!(
+            e.contains("both FERROCX_SECRET and FERROCX_SECRET_FILE"),
+            "{e}"
+        );
+
+        let dir = std::env::temp_dir().join(format!("fx-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "s3cret\r\n\n").unwrap();
+        let got = secret_from(None, Some(file.as_os_str())).unwrap().unwrap();
+        assert_eq!(got.len(), 6, "trailing newlines trimmed");
+        std::fs::write(&file, "\n").unwrap();
+        let e = secret_from(None, Some(file.as_os_str())).unwrap_err();
+        assert!(
+            matches!(&e, Error::Config { var, message } if var == "FERROCX_SECRET_FILE"
+                && message.contains(&format!("{} is empty", file.display()))),
+            "{e}"
+        );
+        let missing = dir.join("missing");
+        let e = secret_from(None, Some(missing.as_os_str()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!(
+                "bad configuration FERROCX_SECRET_FILE: cannot read the job secret file {}: ",
+                missing.display()
+            )),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

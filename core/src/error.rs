@@ -18,6 +18,10 @@ pub enum Error {
     },
     /// Rendezvous or out-of-band exchange failed.
     Bootstrap(String),
+    /// A bootstrap connection failed authentication: this rank and the one it met do
+    /// not share the job secret (`FERROCX_SECRET` / `FERROCX_SECRET_FILE`), or only one
+    /// of them has one. The message says which side and what to set.
+    Auth(String),
     /// A bounded wait expired (`FERROCX_TIMEOUT`).
     Timeout {
         /// What was being waited for.
@@ -105,6 +109,7 @@ impl fmt::Display for Error {
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::Config { var, message } => write!(f, "bad configuration {var}: {message}"),
             Error::Bootstrap(m) => write!(f, "bootstrap failed: {m}"),
+            Error::Auth(m) => write!(f, "bootstrap authentication failed: {m}"),
             Error::Timeout { what, peer, after } => match peer {
                 Some(p) => write!(
                     f,

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ._ferrocx import (  # noqa: F401
+    AuthError,
     Comm as _Comm,
     Destroyed,
     Error,
@@ -35,7 +36,7 @@ from ._ferrocx import (  # noqa: F401
 
 __all__ = [
     "Communicator", "Request", "Error", "InvalidArgument", "Mismatch", "Timeout", "Hang",
-    "RemoteError", "Destroyed", "Unsupported",
+    "RemoteError", "Destroyed", "Unsupported", "AuthError",
 ]
 __version__ = "0.1.0"
 

@@ -31,6 +31,12 @@ create_exception!(
 );
 create_exception!(
     _ferrocx,
+    AuthError,
+    FerrocxError,
+    "A bootstrap connection failed authentication: the ranks' job secrets (FERROCX_SECRET / FERROCX_SECRET_FILE) differ, or only some have one."
+);
+create_exception!(
+    _ferrocx,
     Timeout,
     FerrocxError,
     "A wait exceeded FERROCX_TIMEOUT."
@@ -72,6 +78,7 @@ fn err(rank: Option<usize>, call: &str, e: Error) -> PyErr {
         Error::Hang { .. } => Hang::new_err(msg),
         Error::PeerFailed { .. } => RemoteError::new_err(msg),
         Error::Destroyed(_) => Destroyed::new_err(msg),
+        Error::Auth(_) => AuthError::new_err(msg),
         Error::Unsupported(_) | Error::NoTransport { .. } => Unsupported::new_err(msg),
         _ => FerrocxError::new_err(msg),
     }
@@ -344,6 +351,7 @@ fn _ferrocx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
     m.add("Mismatch", py.get_type::<Mismatch>())?;
     m.add("Hang", py.get_type::<Hang>())?;
+    m.add("AuthError", py.get_type::<AuthError>())?;
     m.add("Timeout", py.get_type::<Timeout>())?;
     m.add("RemoteError", py.get_type::<RemoteError>())?;
     m.add("Destroyed", py.get_type::<Destroyed>())?;

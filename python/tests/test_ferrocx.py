@@ -101,6 +101,9 @@ def test_errors_carry_the_message():
     with pytest.raises(ferrocx.InvalidArgument, match="__dlpack__"):
         comm.all_reduce([1, 2, 3])
     assert issubclass(ferrocx.InvalidArgument, ferrocx.Error)
+    # Authentication failures (job secrets differ) have their own class.
+    assert issubclass(ferrocx.AuthError, ferrocx.Error)
+    assert "AuthError" in ferrocx.__all__
     # Still works after the errors.
     np.testing.assert_array_equal(comm.all_reduce(np.ones(2, dtype=np.int32)), np.full(2, n))
 

@@ -47,22 +47,52 @@ pub fn run_ranks(
     limit: Duration,
 ) -> Vec<RankOutput> {
     let root = format!("127.0.0.1:{}", free_port());
-    let cmds = (0..n)
+    run_commands(rank_commands(worker, n, args, env, &root), limit)
+}
+
+/// The commands of `n` ranks of `worker args` meeting at `root`, as `fxrun` would
+/// start them (one fresh `FERROCX_SECRET` for the job), with `env` added last.
+pub fn rank_commands(
+    worker: &str,
+    n: usize,
+    args: &[&str],
+    env: &[(&str, &str)],
+    root: &str,
+) -> Vec<Command> {
+    let secret = job_secret();
+    (0..n)
         .map(|r| {
             let mut c = Command::new(worker);
             c.args(args)
-                .env("FERROCX_COMM_ID", &root)
+                .env("FERROCX_COMM_ID", root)
                 .env("FERROCX_RANK", r.to_string())
                 .env("FERROCX_NRANKS", n.to_string())
-                .env("FERROCX_LOCAL_RANK", r.to_string());
+                .env("FERROCX_LOCAL_RANK", r.to_string())
+                .env("FERROCX_SECRET", &secret)
+                .env_remove("FERROCX_SECRET_FILE");
             clear_selection_env(&mut c);
             for (k, v) in env {
                 c.env(k, v);
             }
             c
         })
-        .collect();
-    run_commands(cmds, limit)
+        .collect()
+}
+
+/// A job secret no other job of this test run shares (uniqueness is all a test needs;
+/// fxrun draws its secrets from the OS random source).
+pub fn job_secret() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static JOBS: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!(
+        "fxtest-{}-{}-{}",
+        std::process::id(),
+        now.as_nanos(),
+        JOBS.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Remove the transport selection variables a developer's shell may hold, so a

@@ -118,6 +118,7 @@ fn conformance_kit_rejects_a_wrong_abi_naming_the_file() {
 fn plugin_report_lists_builtins_and_skipped_files() {
     let out = Command::new(FXINFO)
         .env("FERROCX_PLUGINS", "/nonexistent/libferrocx_plugin_x.so")
+        .env("FERROCX_SECRET", "do-not-print-me")
         .env_remove("FERROCX_RANK")
         .output()
         .expect("run fxinfo");
@@ -132,6 +133,12 @@ fn plugin_report_lists_builtins_and_skipped_files() {
         "{text}"
     );
     assert!(text.contains("FERROCX_TIMEOUT"), "{text}");
+    // The job secret is listed, never shown.
+    assert!(
+        text.contains("FERROCX_SECRET") && text.contains("(15 bytes, hidden)"),
+        "{text}"
+    );
+    assert!(!text.contains("do-not-print-me"), "{text}");
 }
 
 #[test]

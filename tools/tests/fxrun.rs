@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 
 const FXRUN: &str = env!("CARGO_BIN_EXE_fxrun");
 
-/// An fxrun command with a short kill grace and no inherited comm id.
+/// An fxrun command with a short kill grace and no inherited comm id or secret.
 fn fxrun(args: &[&str]) -> Command {
     let mut c = Command::new(FXRUN);
     c.args(args)
         .env("FXRUN_KILL_GRACE", "1")
         .env_remove("FERROCX_COMM_ID")
+        .env_remove("FERROCX_SECRET")
+        .env_remove("FERROCX_SECRET_FILE")
         .stdin(Stdio::null());
     c
 }
@@ -109,6 +111,50 @@ fn comm_id_is_shared_and_valid() {
         .output()
         .unwrap();
     assert_eq!(text(&out.stdout).matches("node7:1234").count(), 2);
+}
+
+/// What each rank printed, without the `[rank] ` prefixes, by rank.
+fn per_rank(out: &Output) -> Vec<String> {
+    let mut lines: Vec<(String, String)> = text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (r, v) = l.split_once("] ").unwrap();
+            (r.to_owned(), v.to_owned())
+        })
+        .collect();
+    lines.sort();
+    lines.into_iter().map(|(_, v)| v).collect()
+}
+
+#[test]
+fn each_job_gets_its_own_secret_shared_by_its_ranks() {
+    let show = [
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "echo \"$FERROCX_SECRET|$FERROCX_SECRET_FILE\"",
+    ];
+    let (a, _) = run(&show);
+    let (b, _) = run(&show);
+    assert_eq!(a.status.code(), Some(0), "{}", text(&a.stderr));
+    let (a, b) = (per_rank(&a), per_rank(&b));
+    assert_eq!(a.len(), 2, "{a:?}");
+    assert_eq!(a[0], a[1], "both ranks of a job hold one secret");
+    assert_eq!(b[0], b[1]);
+    let secret = a[0].strip_suffix('|').expect("no secret file");
+    assert_eq!(secret.len(), 64, "32 random bytes as hex: {secret}");
+    assert!(secret.bytes().all(|c| c.is_ascii_hexdigit()), "{secret}");
+    assert_ne!(a[0], b[0], "two jobs, two secrets");
+
+    // The user's choice is passed through as it is.
+    let out = fxrun(&show).env("FERROCX_SECRET", "mine").output().unwrap();
+    assert_eq!(per_rank(&out), ["mine|", "mine|"]);
+    let out = fxrun(&show)
+        .env("FERROCX_SECRET_FILE", "/etc/job.key")
+        .output()
+        .unwrap();
+    assert_eq!(per_rank(&out), ["|/etc/job.key", "|/etc/job.key"]);
 }
 
 #[test]

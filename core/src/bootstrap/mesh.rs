@@ -2,13 +2,17 @@
 //!
 //! Each rank connects to every higher rank's listener and accepts one connection from every
 //! lower rank (concurrently, so no rank waits for a chain of others). A connection opens
-//! with a [`PeerHello`] carrying the communicator nonce, answered by a `PeerAck`; anything
-//! else on a listener is dropped with a warning. Afterwards one reader thread per
+//! with a [`PeerHello`] carrying the communicator nonce, answered by a `PeerAck` (with a
+//! job secret, only after the challenge-response of `auth.rs`); anything else on a
+//! listener is dropped with a warning. Afterwards one reader thread per
 //! connection does blocking reads (it parks in the kernel while idle) and hands frames to
 //! the [`Mailbox`].
 
+use super::auth::{self, JobSecret, Link};
 use super::mailbox::Mailbox;
-use super::net::{accept_until, configure, connect_retry, read_frame_by};
+use super::net::{
+    accept_auth, accept_until, configure, connect_auth, connect_retry, read_frame_by, AuthHello,
+};
 use super::root::{describe, list};
 use super::wire::{self, Kind, PeerHello, WireError, MAX_HELLO, MAX_PAYLOAD};
 use super::RankInfo;
@@ -116,6 +120,7 @@ pub(crate) fn connect_mesh(
     nonce: u64,
     listener: Option<TcpListener>,
     timeout: Duration,
+    secret: Option<&JobSecret>,
 ) -> Result<Vec<Option<TcpStream>>> {
     let n = peers.len();
     let deadline = super::net::deadline_after(timeout);
@@ -123,12 +128,12 @@ pub(crate) fn connect_mesh(
     let (lower, higher) = std::thread::scope(|scope| {
         let acceptor = match (&listener, me) {
             (_, 0) => None,
-            (Some(l), _) => {
-                Some(scope.spawn(|| accept_lower(me, peers, nonce, l, deadline, timeout, &stop)))
-            }
+            (Some(l), _) => Some(
+                scope.spawn(|| accept_lower(me, peers, nonce, l, secret, deadline, timeout, &stop)),
+            ),
             (None, _) => unreachable!("non-root ranks have a peer listener"),
         };
-        let higher = connect_higher(me, peers, nonce, deadline, timeout);
+        let higher = connect_higher(me, peers, nonce, secret, deadline, timeout);
         if higher.is_err() {
             stop.store(true, Ordering::Release); // no point waiting for the others
         }
@@ -155,6 +160,7 @@ fn connect_higher(
     me: usize,
     peers: &[RankInfo],
     nonce: u64,
+    secret: Option<&JobSecret>,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<Vec<(usize, TcpStream)>> {
@@ -170,37 +176,48 @@ fn connect_higher(
         )?;
         configure(&s, timeout)
             .map_err(|e| Error::Bootstrap(format!("configuring the connection to {who}: {e}")))?;
+        let challenge = secret.map(|_| auth::challenge()).transpose()?;
         let hello = PeerHello {
             nonce,
             from: me,
             to,
-        };
-        wire::write_frame(&mut &s, Kind::PeerHello, 0, &hello.encode()).map_err(|e| {
-            Error::PeerFailed {
-                rank: to,
-                detail: format!("{who} dropped our mesh connection: {e}"),
-            }
+            challenge,
+        }
+        .encode();
+        wire::write_frame(&mut &s, Kind::PeerHello, 0, &hello).map_err(|e| Error::PeerFailed {
+            rank: to,
+            detail: format!("{who} dropped our mesh connection: {e}"),
         })?;
-        match read_frame_by(&s, deadline, MAX_HELLO) {
-            Ok(f) if f.kind == Kind::PeerAck => {}
-            Ok(f) => {
-                return Err(Error::Bootstrap(format!("{who} answered our mesh hello with a {:?} frame", f.kind)));
-            }
-            Err(WireError::Timeout) => {
-                return Err(Error::Timeout {
+        let read = || {
+            read_frame_by(&s, deadline, MAX_HELLO).map_err(|e| match e {
+                WireError::Timeout => Error::Timeout {
                     what: format!("{who} to acknowledge our mesh connection"),
                     peer: Some(to),
                     after: timeout,
-                })
-            }
-            Err(WireError::Closed) => {
-                return Err(Error::Bootstrap(format!(
-                    "{who} at {} refused our mesh connection: another process now owns that address, or it is not \
-                     part of this communicator (see its warnings)",
+                },
+                WireError::Closed => Error::Bootstrap(format!(
+                    "{who} at {} refused our mesh connection: another process now owns that address, or it is \
+                     not part of this communicator (see its warnings)",
                     p.addr
-                )))
-            }
-            Err(e) => return Err(Error::PeerFailed { rank: to, detail: format!("{who} failed during the mesh setup: {e}") }),
+                )),
+                e => Error::PeerFailed {
+                    rank: to,
+                    detail: format!("{who} failed during the mesh setup: {e}"),
+                },
+            })
+        };
+        let signed = AuthHello {
+            link: Link::Mesh,
+            bytes: &hello,
+            challenge: challenge.as_ref(),
+        };
+        let peer = format!("{who} at {}", p.addr);
+        let f = connect_auth(&s, secret, &peer, &signed, read()?, read)?;
+        if f.kind != Kind::PeerAck {
+            return Err(Error::Bootstrap(format!(
+                "{who} answered our mesh hello with a {:?} frame",
+                f.kind
+            )));
         }
         debug!(rank = me, peer = to, "mesh connection up");
         out.push((to, s));
@@ -209,11 +226,13 @@ fn connect_higher(
 }
 
 /// Accept one connection from each rank below `me`, rejecting strays.
+#[allow(clippy::too_many_arguments)]
 fn accept_lower(
     me: usize,
     peers: &[RankInfo],
     nonce: u64,
     listener: &TcpListener,
+    secret: Option<&JobSecret>,
     deadline: Instant,
     timeout: Duration,
     stop: &AtomicBool,
@@ -240,8 +259,8 @@ fn accept_lower(
         let checked = configure(&s, timeout)
             .map_err(|e| e.to_string())
             .and_then(|_| {
-                let f = read_frame_by(&s, deadline.min(Instant::now() + HELLO_WAIT), MAX_HELLO)
-                    .map_err(|e| e.to_string())?;
+                let by = deadline.min(Instant::now() + HELLO_WAIT);
+                let f = read_frame_by(&s, by, MAX_HELLO).map_err(|e| e.to_string())?;
                 if f.kind != Kind::PeerHello {
                     return Err(format!(
                         "it sent a {:?} frame instead of a mesh hello",
@@ -249,6 +268,14 @@ fn accept_lower(
                     ));
                 }
                 let h = PeerHello::decode(&f.payload)?;
+                // Authenticated before anything it claims is looked at.
+                let signed = AuthHello {
+                    link: Link::Mesh,
+                    bytes: &f.payload,
+                    challenge: h.challenge.as_ref(),
+                };
+                accept_auth(&s, secret, &format!("rank {me}"), &signed, by)
+                    .map_err(|why| format!("it claims rank {} but {why}", h.from))?;
                 h.check(me, nonce)?;
                 if got[h.from].is_some() {
                     return Err(format!("rank {} is already connected", h.from));
@@ -271,7 +298,10 @@ fn accept_lower(
                 count += 1;
             }
             Err(why) => {
-                warn!(rank = me, from = %from_addr, "rejected a bootstrap mesh connection: {why}")
+                warn!(
+                    rank = me,
+                    "rank {me} refused a bootstrap mesh connection from {from_addr}: {why}"
+                )
             }
         }
     }
@@ -343,10 +373,7 @@ fn read_loop(peer: usize, who: &str, stream: TcpStream, mailbox: &Mailbox) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn strays_are_rejected_and_the_real_peer_accepted() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
+    fn table(addr: std::net::SocketAddr) -> [RankInfo; 2] {
         let info = |rank| RankInfo {
             rank,
             pid: 1,
@@ -356,12 +383,20 @@ mod tests {
             cuda_device: 0,
             addr,
         };
-        let peers = [info(0), info(1)];
+        [info(0), info(1)]
+    }
+
+    fn hello(s: &TcpStream, h: PeerHello) -> Result<wire::Frame, WireError> {
+        wire::write_frame(&mut &*s, Kind::PeerHello, 0, &h.encode()).unwrap();
+        read_frame_by(s, Instant::now() + Duration::from_secs(10), MAX_HELLO)
+    }
+
+    #[test]
+    fn strays_are_rejected_and_the_real_peer_accepted() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peers = table(addr);
         let nonce = 0x1234;
-        let hello = |s: &TcpStream, h: PeerHello| {
-            wire::write_frame(&mut &*s, Kind::PeerHello, 0, &h.encode()).unwrap();
-            read_frame_by(s, Instant::now() + Duration::from_secs(10), MAX_HELLO)
-        };
         let client = std::thread::spawn(move || {
             // Another communicator's rank 0 (stale job on a reused port): dropped.
             let stale = TcpStream::connect(addr).unwrap();
@@ -371,7 +406,8 @@ mod tests {
                     PeerHello {
                         nonce: 99,
                         from: 0,
-                        to: 1
+                        to: 1,
+                        challenge: None,
                     }
                 ),
                 Err(WireError::Closed)
@@ -387,6 +423,7 @@ mod tests {
                     nonce,
                     from: 0,
                     to: 1,
+                    challenge: None,
                 },
             )
             .unwrap();
@@ -400,6 +437,7 @@ mod tests {
             &peers,
             nonce,
             &listener,
+            None,
             deadline,
             Duration::from_secs(10),
             &stop,
@@ -408,5 +446,92 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].0, 0);
         client.join().unwrap();
+    }
+
+    /// A mesh listener of a job with a secret: strays without it, with another, or
+    /// with a made-up answer are refused (each told why), even when they know the nonce;
+    /// the real rank 0 then gets in.
+    #[test]
+    fn mesh_strays_without_the_secret_are_refused_and_the_real_peer_accepted() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peers = table(addr);
+        let nonce = 0x1234;
+        let job = JobSecret::new("job").unwrap();
+        let timeout = Duration::from_secs(10);
+        let client = {
+            let (peers, job) = (peers.clone(), job.clone());
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + timeout;
+                // Without a secret (it learnt the nonce by watching the network).
+                let bare = TcpStream::connect(addr).unwrap();
+                let f = hello(
+                    &bare,
+                    PeerHello {
+                        nonce,
+                        from: 0,
+                        to: 1,
+                        challenge: None,
+                    },
+                )
+                .unwrap();
+                assert_eq!(f.kind, Kind::AuthFail);
+                let why = String::from_utf8_lossy(&f.payload).into_owned();
+                assert!(
+                    why.starts_with("rank 1 has a job secret and this process has none"),
+                    "{why}"
+                );
+                // With another job's secret: the connector sees the listener's answer fail.
+                let other = JobSecret::new("other job").unwrap();
+                let e = connect_higher(0, &peers, nonce, Some(&other), deadline, timeout)
+                    .expect_err("refused");
+                assert!(
+                    matches!(&e, Error::Auth(m) if m.contains("does not know this rank's job secret")),
+                    "{e}"
+                );
+                // A made-up answer to the listener's challenge.
+                let forger = TcpStream::connect(addr).unwrap();
+                let f = hello(
+                    &forger,
+                    PeerHello {
+                        nonce,
+                        from: 0,
+                        to: 1,
+                        challenge: Some([1; auth::CHALLENGE_LEN]),
+                    },
+                )
+                .unwrap();
+                assert_eq!(f.kind, Kind::AuthChallenge);
+                wire::write_frame(&mut &forger, Kind::AuthAnswer, 0, &[9; auth::ANSWER_LEN])
+                    .unwrap();
+                let f = read_frame_by(&forger, deadline, MAX_HELLO).unwrap();
+                assert_eq!(f.kind, Kind::AuthFail);
+                // The real rank 0.
+                let mut up = connect_higher(0, &peers, nonce, Some(&job), deadline, timeout)
+                    .expect("the real rank gets in");
+                assert_eq!(up.len(), 1);
+                up.pop().unwrap()
+            })
+        };
+        let stop = AtomicBool::new(false);
+        let got = accept_lower(
+            1,
+            &peers,
+            nonce,
+            &listener,
+            Some(&job),
+            Instant::now() + timeout,
+            timeout,
+            &stop,
+        )
+        .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, 0);
+        let (to, stream) = client.join().unwrap();
+        assert_eq!(to, 1);
+        // The accepted pair is one connection: a frame crosses it.
+        wire::write_frame(&mut &stream, Kind::Data, 5, b"x").unwrap();
+        let f = read_frame_by(&got[0].1, Instant::now() + timeout, MAX_HELLO).unwrap();
+        assert_eq!((f.kind, f.tag), (Kind::Data, 5));
     }
 }

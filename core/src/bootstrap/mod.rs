@@ -10,9 +10,14 @@
 //! connection drops without a goodbye frame is reported dead, with its pid and host, and
 //! an abort notice from any peer ends every wait at once.
 //!
+//! With a [`JobSecret`], every connection (to the root, between ranks) is accepted only
+//! after a mutual HMAC challenge-response (`auth.rs`); without one, anybody who can reach
+//! the root can join (one warning per process says so).
+//!
 //! Wire format: `wire.rs`. Who launched us (`FERROCX_COMM_ID`, torchrun, Open MPI,
 //! Slurm): `launch.rs`.
 
+mod auth;
 mod coll;
 mod host;
 mod launch;
@@ -24,6 +29,7 @@ mod root;
 mod tests;
 mod wire;
 
+pub use auth::JobSecret;
 pub use host::{host_hash, host_name};
 pub use launch::LaunchInfo;
 
@@ -92,6 +98,11 @@ impl Bootstrap {
     /// rank connects to every higher rank (identified by rank and nonce, so stray
     /// connections are rejected) and starts one reader thread per connection.
     ///
+    /// With a `secret` (the same on every rank), each of those connections is taken only
+    /// after both ends proved they know it; a connection that does not is refused with a
+    /// warning and the rendezvous goes on. A rank whose secret differs from its peer's, or
+    /// that has none where the peer has one (or the reverse), fails with [`Error::Auth`].
+    ///
     /// Each phase (rendezvous, mesh) is bounded by `timeout`.
     pub fn init(
         root: &str,
@@ -99,8 +110,9 @@ impl Bootstrap {
         nranks: usize,
         cuda_device: i32,
         timeout: Duration,
+        secret: Option<&JobSecret>,
     ) -> Result<Bootstrap> {
-        Self::init_with(root, rank, nranks, cuda_device, timeout, None)
+        Self::init_with(root, rank, nranks, cuda_device, timeout, secret, None)
     }
 
     /// [`init`](Self::init), with a callback that rank 0 calls with its listening address
@@ -111,6 +123,7 @@ impl Bootstrap {
         nranks: usize,
         cuda_device: i32,
         timeout: Duration,
+        secret: Option<&JobSecret>,
         on_bound: root::OnBound<'_>,
     ) -> Result<Bootstrap> {
         if nranks == 0 {
@@ -121,10 +134,10 @@ impl Bootstrap {
                 "bootstrap: rank {rank} is out of range for {nranks} ranks"
             )));
         }
-        debug!(%root, rank, nranks, ?timeout, "bootstrap init");
-        let rv = root::rendezvous(root, rank, nranks, cuda_device, timeout, on_bound)?;
+        debug!(%root, rank, nranks, ?timeout, authenticated = secret.is_some(), "bootstrap init");
+        let rv = root::rendezvous(root, rank, nranks, cuda_device, timeout, secret, on_bound)?;
         let comm_hash = root::comm_hash(rv.nonce);
-        let streams = mesh::connect_mesh(rank, &rv.peers, rv.nonce, rv.listener, timeout)?;
+        let streams = mesh::connect_mesh(rank, &rv.peers, rv.nonce, rv.listener, timeout, secret)?;
         let mailbox = Arc::new(Mailbox::new(nranks));
         let mut boot = Bootstrap {
             rank,

@@ -1,7 +1,9 @@
 //! Socket helpers shared by the rendezvous and the mesh: resolving the root, bounded
-//! connects and accepts, reads with a deadline.
+//! connects and accepts, reads with a deadline, and both ends of the authentication
+//! handshake (the logic is in `auth.rs`; this moves its bytes).
 
-use super::wire::{self, Frame, WireError};
+use super::auth::{self, Challenge, JobSecret, Link, Side};
+use super::wire::{self, Frame, Kind, WireError, MAX_HELLO};
 use crate::error::{Error, Result};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -168,6 +170,171 @@ pub(crate) fn read_frame_by(
     s.set_read_timeout(Some(left))?;
     let mut r = s;
     wire::read_frame(&mut r, max_len)
+}
+
+/// What every auth refusal tells the user to do.
+const SET_THE_SECRET: &str =
+    "set the same FERROCX_SECRET or FERROCX_SECRET_FILE for every rank of the job (fxrun does)";
+
+/// What the handshake of one connection authenticates: the connector's hello.
+#[derive(Clone, Copy)]
+pub(crate) struct AuthHello<'a> {
+    /// Which kind of connection this is.
+    pub link: Link,
+    /// The hello frame's payload, exactly as sent.
+    pub bytes: &'a [u8],
+    /// The connector's challenge in it; `None`: the connector has no secret.
+    pub challenge: Option<&'a Challenge>,
+}
+
+/// Acceptor side of the handshake, once the connector's `hello` has been read: `me`
+/// names us in what we tell the connector ("the bootstrap root", "rank 3"). `Ok` when
+/// both hold the secret and proved it, or neither holds one. `Err` is why the connection
+/// is refused, worded to follow "it claims rank N but " in the warning; the connector has
+/// been sent `AuthFail` where that helps it say what is wrong.
+pub(crate) fn accept_auth(
+    s: &TcpStream,
+    secret: Option<&JobSecret>,
+    me: &str,
+    hello: &AuthHello<'_>,
+    by: Instant,
+) -> std::result::Result<(), String> {
+    let AuthHello {
+        link,
+        bytes: hello,
+        challenge: theirs,
+    } = *hello;
+    let fail = |reason: String| {
+        // Best effort: it may be gone, or not a ferrocx rank at all.
+        let _ = wire::write_frame(&mut &*s, Kind::AuthFail, 0, reason.as_bytes());
+    };
+    let (secret, theirs) = match (secret, theirs) {
+        (None, None) => return Ok(()),
+        (Some(_), None) => {
+            fail(format!(
+                "{me} has a job secret and this process has none: {SET_THE_SECRET}"
+            ));
+            return Err(
+                "has no job secret and this job has one: a process outside the job, or a rank started without \
+                 the secret"
+                    .into(),
+            );
+        }
+        (None, Some(_)) => {
+            fail(format!(
+                "this process has a job secret and {me} has none: {SET_THE_SECRET}"
+            ));
+            return Err(format!(
+                "has a job secret and {me} has none: {SET_THE_SECRET}"
+            ));
+        }
+        (Some(s), Some(c)) => (s, c),
+    };
+    let mine = auth::challenge().map_err(|e| e.to_string())?;
+    let ours = auth::answer(secret, link, Side::Acceptor, theirs, &mine, hello);
+    wire::write_frame(
+        &mut &*s,
+        Kind::AuthChallenge,
+        0,
+        &wire::encode_auth_challenge(&mine, &ours),
+    )
+    .map_err(|e| format!("dropped the connection before our challenge: {e}"))?;
+    let f = read_frame_by(s, by, MAX_HELLO).map_err(|e| match e {
+        WireError::Timeout => "did not answer our challenge".to_string(),
+        WireError::Closed => "closed the connection instead of answering our challenge".to_string(),
+        e => format!("failed while answering our challenge: {e}"),
+    })?;
+    match f.kind {
+        Kind::AuthAnswer => {
+            if auth::verify(
+                secret,
+                link,
+                Side::Connector,
+                theirs,
+                &mine,
+                hello,
+                &f.payload,
+            ) {
+                Ok(())
+            } else {
+                fail(format!(
+                    "{me} could not verify this process's answer: {SET_THE_SECRET}"
+                ));
+                Err("answered our challenge wrongly: it does not know the job secret".into())
+            }
+        }
+        // Its reason is ours to know already: our answer did not verify there.
+        Kind::AuthFail => {
+            Err("refused our answer to its challenge: its job secret differs from ours".into())
+        }
+        k => Err(format!(
+            "sent a {k:?} frame instead of answering our challenge"
+        )),
+    }
+}
+
+/// Connector side of the handshake. We sent `hello` (with our challenge when we hold the
+/// secret) to `peer` (named as in errors: "the bootstrap root 10.0.0.1:29500", "rank 3
+/// (pid …)"); `first` is the first frame it answered with, and `read` reads the next one
+/// (with the caller's error mapping). Returns the first frame after the handshake (the
+/// table, a reject, an ack); `Err(Error::Auth)` when the peer refused us or could not
+/// prove the secret, or only one side holds one.
+pub(crate) fn connect_auth(
+    s: &TcpStream,
+    secret: Option<&JobSecret>,
+    peer: &str,
+    hello: &AuthHello<'_>,
+    first: Frame,
+    mut read: impl FnMut() -> Result<Frame>,
+) -> Result<Frame> {
+    let AuthHello {
+        link,
+        bytes: hello,
+        challenge: mine,
+    } = *hello;
+    let refused = |f: &Frame| {
+        Error::Auth(format!(
+            "{peer} refused this rank: {}",
+            String::from_utf8_lossy(&f.payload)
+        ))
+    };
+    match (secret.zip(mine), first.kind) {
+        (_, Kind::AuthFail) => Err(refused(&first)),
+        (Some((secret, mine)), Kind::AuthChallenge) => {
+            let (theirs, answer) = wire::decode_auth_challenge(&first.payload)
+                .map_err(|e| Error::Auth(format!("{peer} sent a malformed challenge: {e}")))?;
+            if !auth::verify(secret, link, Side::Acceptor, mine, &theirs, hello, &answer) {
+                let _ = wire::write_frame(
+                    &mut &*s,
+                    Kind::AuthFail,
+                    0,
+                    b"its answer to our challenge is wrong: our job secrets differ",
+                );
+                return Err(Error::Auth(format!(
+                    "{peer} does not know this rank's job secret: its answer to our challenge is wrong. Either the \
+                     ranks were given different secrets, or another process answers at that address: {SET_THE_SECRET}"
+                )));
+            }
+            let ours = auth::answer(secret, link, Side::Connector, mine, &theirs, hello);
+            wire::write_frame(&mut &*s, Kind::AuthAnswer, 0, &ours).map_err(|e| {
+                Error::Bootstrap(format!("{peer} dropped the connection during authentication: {e}"))
+            })?;
+            let next = read()?;
+            if next.kind == Kind::AuthFail {
+                return Err(refused(&next));
+            }
+            Ok(next)
+        }
+        (None, Kind::AuthChallenge) => Err(Error::Auth(format!(
+            "{peer} asks for the job secret and this rank has none: {SET_THE_SECRET}"
+        ))),
+        // Holding a secret, we take nothing but a refusal from a peer that skipped the proof.
+        (Some(_), Kind::Table | Kind::PeerAck) => Err(Error::Auth(format!(
+            "{peer} answered without proving the job secret: it has none, or is not part of this job: \
+             {SET_THE_SECRET}"
+        ))),
+        _ => Ok(first),
+    }
 }
 
 #[cfg(test)]

@@ -6,9 +6,17 @@
 //! address of its connection to the root — the interface that routes toward the cluster —
 //! so that address can go into the table. Rank 0 needs no peer listener: in the mesh only
 //! lower ranks connect to higher ones.
+//!
+//! With a job secret, the root takes a hello only after the mutual challenge-response of
+//! `auth.rs` on its connection; a connection that fails it is refused with a warning, as
+//! any other stray, and the root goes on waiting for the real ranks.
 
+use super::auth::{self, JobSecret, Link};
 use super::host::{host_hash, host_name, Fnv};
-use super::net::{accept_until, bind_root, configure, connect_retry, read_frame_by, resolve};
+use super::net::{
+    accept_auth, accept_until, bind_root, configure, connect_auth, connect_retry, read_frame_by,
+    resolve, AuthHello,
+};
 use super::wire::{self, Kind, RootHello, WireError, MAX_HELLO, MAX_PAYLOAD, VERSION};
 use super::RankInfo;
 use crate::error::{Error, Result};
@@ -16,18 +24,27 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::AtomicBool;
+use std::sync::Once;
 use std::time::{Duration, Instant, SystemTime};
 use tracing::{debug, warn};
 
-/// How long rank 0 waits for one accepted connection to say hello before dropping it:
-/// real ranks send it at once; this keeps a silent stray from holding up the others.
+/// How long rank 0 waits for one accepted connection to say hello (and, with a secret,
+/// answer its challenge) before dropping it: real ranks do at once; this keeps a silent
+/// stray from holding up the others.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
+/// Refusals kept for the root's timeout message (they often explain a missing rank).
+const REFUSALS_KEPT: usize = 4;
+
+/// The warning about running without a secret is given once per process (splits and
+/// further communicators would only repeat it).
+static NO_SECRET_WARNING: Once = Once::new();
 
 /// What a rank knows after rendezvous.
 pub(crate) struct Rendezvous {
     /// Every rank's info, indexed by rank, local ranks assigned.
     pub peers: Vec<RankInfo>,
-    /// Chosen by rank 0; authenticates mesh connections of this communicator.
+    /// Chosen by rank 0; tells this communicator's mesh connections from other jobs' (the
+    /// job secret, when there is one, is what authenticates them).
     pub nonce: u64,
     /// This rank's peer listener (none on rank 0).
     pub listener: Option<TcpListener>,
@@ -36,13 +53,15 @@ pub(crate) struct Rendezvous {
 /// Called by rank 0 with its listening address once bound (tests rendezvous on port 0).
 pub(crate) type OnBound<'a> = Option<&'a dyn Fn(SocketAddr)>;
 
-/// Run the rendezvous for `rank` of `nranks` at `root`, bounded by `timeout`.
+/// Run the rendezvous for `rank` of `nranks` at `root`, bounded by `timeout`,
+/// authenticating every connection with `secret` when there is one.
 pub(crate) fn rendezvous(
     root: &str,
     rank: usize,
     nranks: usize,
     cuda_device: i32,
     timeout: Duration,
+    secret: Option<&JobSecret>,
     on_bound: OnBound<'_>,
 ) -> Result<Rendezvous> {
     let deadline = super::net::deadline_after(timeout);
@@ -76,9 +95,23 @@ pub(crate) fn rendezvous(
         if let Some(f) = on_bound {
             f(addr);
         }
-        serve_root(root, listener, me(addr), nranks, deadline, timeout)
+        warn_without_secret(secret, &addr.to_string());
+        serve_root(root, listener, me(addr), nranks, secret, deadline, timeout)
     } else {
-        join_root(root, &addrs, me, nranks, deadline, timeout)
+        warn_without_secret(secret, root);
+        join_root(root, &addrs, me, nranks, secret, deadline, timeout)
+    }
+}
+
+/// Once per process: running without a secret lets anyone on the network in.
+fn warn_without_secret(secret: Option<&JobSecret>, addr: &str) {
+    if secret.is_none() {
+        NO_SECRET_WARNING.call_once(|| {
+            warn!(
+                "no job secret (FERROCX_SECRET / FERROCX_SECRET_FILE): any process that can reach {addr} can join \
+                 or stall this job"
+            )
+        });
     }
 }
 
@@ -88,6 +121,7 @@ fn serve_root(
     listener: TcpListener,
     me: RankInfo,
     nranks: usize,
+    secret: Option<&JobSecret>,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<Rendezvous> {
@@ -98,15 +132,26 @@ fn serve_root(
     table[0] = Some(me);
     let mut conns: Vec<(usize, TcpStream)> = Vec::with_capacity(nranks - 1);
     let never = AtomicBool::new(false);
+    let mut refusals: Vec<String> = Vec::new();
+    let mut refused = 0usize;
     while conns.len() < nranks - 1 {
         let Some((s, from)) =
             accept_until(&listener, deadline, &never).map_err(io_err("accepting at the root"))?
         else {
             let missing: Vec<usize> = (0..nranks).filter(|&r| table[r].is_none()).collect();
+            let also = match refused {
+                0 => String::new(),
+                n => format!(
+                    "; refused {n} connection{}: {}{}",
+                    if n == 1 { "" } else { "s" },
+                    refusals.join("; "),
+                    if n > refusals.len() { "; …" } else { "" }
+                ),
+            };
             return Err(Error::Timeout {
                 what: format!(
                     "rendezvous at {root}: {} of {nranks} ranks arrived; missing ranks {} (not started, crashed, or \
-                     pointed at another address?)",
+                     pointed at another address?){also}",
                     nranks - missing.len(),
                     list(&missing)
                 ),
@@ -114,17 +159,23 @@ fn serve_root(
                 after: timeout,
             });
         };
-        match admit(&s, &table, nranks, deadline, timeout) {
+        match admit(&s, &table, nranks, secret, deadline, timeout) {
             Ok(info) => {
                 debug!(rank = info.rank, pid = info.pid, host = %info.host_name, addr = %info.addr, %from, "rank joined");
                 let r = info.rank;
                 table[r] = Some(info);
                 conns.push((r, s));
             }
-            Err(why) => {
-                warn!(%from, %root, "bootstrap root rejected a connection: {why}");
-                // Best effort: a ferrocx rank learns why instead of waiting for the table.
-                let _ = wire::write_frame(&mut &s, Kind::Reject, 0, why.as_bytes());
+            Err(Refusal { why, told }) => {
+                warn!(%root, "bootstrap root refused a connection from {from}: {why}");
+                if !told {
+                    // Best effort: a ferrocx rank learns why instead of waiting for the table.
+                    let _ = wire::write_frame(&mut &s, Kind::Reject, 0, why.as_bytes());
+                }
+                refused += 1;
+                if refusals.len() < REFUSALS_KEPT {
+                    refusals.push(format!("from {from}: {why}"));
+                }
             }
         }
     }
@@ -160,14 +211,29 @@ fn serve_root(
     })
 }
 
-/// Read and check one hello at the root; `Err` is the reason to reject the connection.
+/// Why the root refused a connection.
+struct Refusal {
+    why: String,
+    /// The connection was already told (an `AuthFail`): no `Reject` needed.
+    told: bool,
+}
+
+impl From<String> for Refusal {
+    fn from(why: String) -> Self {
+        Refusal { why, told: false }
+    }
+}
+
+/// Read, authenticate and check one hello at the root; `Err` is why the connection is
+/// refused.
 fn admit(
     s: &TcpStream,
     table: &[Option<RankInfo>],
     nranks: usize,
+    secret: Option<&JobSecret>,
     deadline: Instant,
     timeout: Duration,
-) -> std::result::Result<RankInfo, String> {
+) -> std::result::Result<RankInfo, Refusal> {
     configure(s, timeout).map_err(|e| format!("cannot configure the socket: {e}"))?;
     let by = deadline.min(Instant::now() + HELLO_WAIT);
     let f = read_frame_by(s, by, MAX_HELLO).map_err(|e| match e {
@@ -175,26 +241,35 @@ fn admit(
         e => format!("reading its hello: {e}"),
     })?;
     if f.kind != Kind::Hello {
-        return Err(format!("it sent a {:?} frame instead of a hello", f.kind));
+        return Err(format!("it sent a {:?} frame instead of a hello", f.kind).into());
     }
     let h = RootHello::decode(&f.payload)?;
+    // Authenticated before anything it claims is looked at (or answered).
+    let signed = AuthHello {
+        link: Link::Root,
+        bytes: &f.payload,
+        challenge: h.challenge.as_ref(),
+    };
+    accept_auth(s, secret, "the bootstrap root", &signed, by).map_err(|why| Refusal {
+        why: format!("it claims rank {} but {why}", h.rank),
+        told: true,
+    })?;
     if h.nranks != nranks {
         return Err(format!(
             "rank {} expects {} ranks, the root expects {nranks}: ranks disagree on the size",
             h.rank, h.nranks
-        ));
+        )
+        .into());
     }
     if h.rank == 0 || h.rank >= nranks || h.info.rank != h.rank {
-        return Err(format!(
-            "rank {} is not a valid non-root rank of {nranks}",
-            h.rank
-        ));
+        return Err(format!("rank {} is not a valid non-root rank of {nranks}", h.rank).into());
     }
     if let Some(prev) = &table[h.rank] {
         return Err(format!(
             "rank {} already joined as pid {} on host {}; this one is pid {} on host {}: two processes claim one rank",
             h.rank, prev.pid, prev.host_name, h.info.pid, h.info.host_name
-        ));
+        )
+        .into());
     }
     Ok(h.info)
 }
@@ -205,6 +280,7 @@ fn join_root(
     addrs: &[SocketAddr],
     me: impl Fn(SocketAddr) -> RankInfo,
     nranks: usize,
+    secret: Option<&JobSecret>,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<Rendezvous> {
@@ -223,17 +299,21 @@ fn join_root(
         .map_err(io_err("reading the peer listener's address"))?);
     let rank = info.rank;
     debug!(%root, rank, addr = %info.addr, "connected to the bootstrap root");
+    let challenge = secret.map(|_| auth::challenge()).transpose()?;
     let hello = RootHello {
         version: VERSION,
         rank,
         nranks,
         info: info.clone(),
-    };
-    wire::write_frame(&mut &s, Kind::Hello, 0, &hello.encode()).map_err(|e| Error::PeerFailed {
+        challenge,
+    }
+    .encode();
+    wire::write_frame(&mut &s, Kind::Hello, 0, &hello).map_err(|e| Error::PeerFailed {
         rank: 0,
         detail: format!("the bootstrap root {root} dropped the connection before our hello: {e}"),
     })?;
-    let f = read_frame_by(&s, deadline, MAX_PAYLOAD).map_err(|e| match e {
+    let read = || {
+        read_frame_by(&s, deadline, MAX_PAYLOAD).map_err(|e| match e {
         WireError::Timeout => Error::Timeout {
             what: format!("the rank table from the bootstrap root {root} (rank 0 is still waiting for other ranks to arrive)"),
             peer: Some(0),
@@ -244,7 +324,15 @@ fn join_root(
             detail: format!("the bootstrap root {root} closed the connection during rendezvous"),
         },
         e => Error::PeerFailed { rank: 0, detail: format!("reading the rank table from the bootstrap root {root}: {e}") },
-    })?;
+    })
+    };
+    let signed = AuthHello {
+        link: Link::Root,
+        bytes: &hello,
+        challenge: challenge.as_ref(),
+    };
+    let peer = format!("the bootstrap root {root}");
+    let f = connect_auth(&s, secret, &peer, &signed, read()?, read)?;
     let (nonce, peers) = match f.kind {
         Kind::Table => wire::decode_table(&f.payload).map_err(|e| {
             Error::Bootstrap(format!(

@@ -2,6 +2,7 @@
 //! binds port 0 and hands the port to the others, so parallel tests never collide.
 
 use super::*;
+use super::{auth, net, wire};
 use std::net::TcpListener;
 use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc;
@@ -17,29 +18,69 @@ fn run_ranks_at<T: Send + 'static>(
     timeout: Duration,
     body: impl Fn(Bootstrap) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
+    run_ranks_full(host, n, timeout, None, move |_, b| body(b))
+}
+
+/// [`run_ranks_at`] with every rank holding `secret`, and with rank 0's address passed
+/// to `body`.
+fn run_ranks_full<T: Send + 'static>(
+    host: &str,
+    n: usize,
+    timeout: Duration,
+    secret: Option<JobSecret>,
+    body: impl Fn(SocketAddr, Bootstrap) -> T + Send + Sync + 'static,
+) -> Vec<T> {
     let body = Arc::new(body);
     let (tx, rx) = mpsc::channel::<SocketAddr>();
     let rx = Arc::new(std::sync::Mutex::new(rx));
     let mut handles = Vec::new();
     for rank in 0..n {
         let (body, tx, rx, host) = (body.clone(), tx.clone(), rx.clone(), host.to_string());
+        let secret = secret.clone();
         handles.push(std::thread::spawn(move || {
-            let boot = if rank == 0 {
-                let report = move |addr: SocketAddr| {
+            let (addr, boot) = if rank == 0 {
+                let bound = std::sync::OnceLock::new();
+                let report = |addr: SocketAddr| {
+                    bound.set(addr).unwrap();
                     for _ in 1..n {
                         tx.send(addr).unwrap();
                     }
                 };
-                Bootstrap::init_with(&format!("{host}:0"), 0, n, 0, timeout, Some(&report))
+                let boot = Bootstrap::init_with(
+                    &format!("{host}:0"),
+                    0,
+                    n,
+                    0,
+                    timeout,
+                    secret.as_ref(),
+                    Some(&report),
+                );
+                // n = 1 binds nothing: no address to report.
+                let addr = bound
+                    .get()
+                    .copied()
+                    .unwrap_or(SocketAddr::from(([0; 4], 0)));
+                (addr, boot)
             } else {
                 let addr = rx
                     .lock()
                     .unwrap()
                     .recv_timeout(SLOW)
                     .expect("rank 0 reports its port");
-                Bootstrap::init(&addr.to_string(), rank, n, rank as i32, timeout)
+                let boot = Bootstrap::init(
+                    &addr.to_string(),
+                    rank,
+                    n,
+                    rank as i32,
+                    timeout,
+                    secret.as_ref(),
+                );
+                (addr, boot)
             };
-            body(boot.unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}")))
+            body(
+                addr,
+                boot.unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}")),
+            )
         }));
     }
     handles
@@ -330,7 +371,7 @@ fn root_that_does_not_exist_times_out_naming_the_address() {
     let root = format!("127.0.0.1:{}", free_port());
     let timeout = Duration::from_secs(1);
     let t = Instant::now();
-    let e = Bootstrap::init(&root, 1, 2, 0, timeout)
+    let e = Bootstrap::init(&root, 1, 2, 0, timeout, None)
         .err()
         .expect("no root, no bootstrap");
     let took = t.elapsed();
@@ -348,7 +389,7 @@ fn silent_root_times_out_waiting_for_the_table() {
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
     let root = silent.local_addr().unwrap().to_string();
     let t = Instant::now();
-    let e = Bootstrap::init(&root, 1, 2, 0, Duration::from_millis(800))
+    let e = Bootstrap::init(&root, 1, 2, 0, Duration::from_millis(800), None)
         .err()
         .expect("no table, no bootstrap");
     assert!(matches!(e, Error::Timeout { peer: Some(0), .. }), "{e}");
@@ -362,7 +403,7 @@ fn root_rejects_strays_and_wrong_sizes_but_completes() {
     let (tx, rx) = mpsc::channel();
     let root = std::thread::spawn(move || {
         let report = move |a: SocketAddr| tx.send(a).unwrap();
-        Bootstrap::init_with("127.0.0.1:0", 0, 2, 0, SLOW, Some(&report))
+        Bootstrap::init_with("127.0.0.1:0", 0, 2, 0, SLOW, None, Some(&report))
     });
     let addr = rx.recv_timeout(SLOW).unwrap();
     // Garbage (an HTTP probe), then a ferrocx rank that believes in another size.
@@ -370,7 +411,7 @@ fn root_rejects_strays_and_wrong_sizes_but_completes() {
     probe
         .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
-    let e = Bootstrap::init(&addr.to_string(), 1, 3, 0, SLOW)
+    let e = Bootstrap::init(&addr.to_string(), 1, 3, 0, SLOW, None)
         .err()
         .expect("size mismatch is rejected");
     assert!(
@@ -378,7 +419,7 @@ fn root_rejects_strays_and_wrong_sizes_but_completes() {
         "{e}"
     );
     // The real rank 1 still gets in.
-    let one = Bootstrap::init(&addr.to_string(), 1, 2, 0, SLOW).unwrap();
+    let one = Bootstrap::init(&addr.to_string(), 1, 2, 0, SLOW, None).unwrap();
     let zero = root.join().unwrap().unwrap();
     assert_eq!(zero.comm_hash(), one.comm_hash());
     zero.send(1, 3, b"hi").unwrap();
@@ -388,15 +429,15 @@ fn root_rejects_strays_and_wrong_sizes_but_completes() {
 #[test]
 fn bad_arguments() {
     assert!(matches!(
-        Bootstrap::init("127.0.0.1:1", 0, 0, 0, SLOW),
+        Bootstrap::init("127.0.0.1:1", 0, 0, 0, SLOW, None),
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        Bootstrap::init("127.0.0.1:1", 2, 2, 0, SLOW),
+        Bootstrap::init("127.0.0.1:1", 2, 2, 0, SLOW, None),
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        Bootstrap::init("no-port", 1, 2, 0, SLOW),
+        Bootstrap::init("no-port", 1, 2, 0, SLOW, None),
         Err(Error::InvalidArgument(_))
     ));
 }
@@ -434,4 +475,199 @@ fn close_is_idempotent_and_ends_waits() {
 fn bootstrap_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<Bootstrap>();
+}
+
+fn secret(s: &str) -> JobSecret {
+    JobSecret::new(s).unwrap()
+}
+
+/// Start rank 0 of 2 holding `secret` on a port of its own; returns its thread and address.
+fn lone_root(
+    secret: Option<JobSecret>,
+) -> (std::thread::JoinHandle<Result<Bootstrap>>, SocketAddr) {
+    let (tx, rx) = mpsc::channel();
+    let root = std::thread::spawn(move || {
+        let report = move |a: SocketAddr| tx.send(a).unwrap();
+        Bootstrap::init_with("127.0.0.1:0", 0, 2, 0, SLOW, secret.as_ref(), Some(&report))
+    });
+    (root, rx.recv_timeout(SLOW).unwrap())
+}
+
+/// The real rank 1 joins after the strays: both ends work.
+fn real_rank_completes(
+    root: std::thread::JoinHandle<Result<Bootstrap>>,
+    addr: SocketAddr,
+    secret: Option<&JobSecret>,
+) {
+    let one = Bootstrap::init(&addr.to_string(), 1, 2, 0, SLOW, secret).unwrap();
+    let zero = root.join().unwrap().unwrap();
+    assert_eq!(zero.comm_hash(), one.comm_hash());
+    zero.send(1, 3, b"hi").unwrap();
+    assert_eq!(one.recv(0, 3).unwrap(), b"hi");
+    one.send(0, 4, b"ho").unwrap();
+    assert_eq!(zero.recv(1, 4).unwrap(), b"ho");
+}
+
+#[test]
+fn ranks_sharing_a_secret_work() {
+    for n in [1, 2, 4] {
+        let out = run_ranks_full("127.0.0.1", n, SLOW, Some(secret("s3cret")), |_, b| {
+            b.barrier().unwrap();
+            (b.all_gather(&[b.rank() as u8]).unwrap(), b.comm_hash())
+        });
+        for (r, (all, hash)) in out.iter().enumerate() {
+            let expect: Vec<Vec<u8>> = (0..n as u8).map(|p| vec![p]).collect();
+            assert_eq!(all, &expect, "rank {r} of {n}");
+            assert_eq!(*hash, out[0].1);
+        }
+    }
+}
+
+#[test]
+fn root_refuses_ranks_without_the_secret_or_with_another_and_completes() {
+    let job = secret("the job's secret");
+    let (root, addr) = lone_root(Some(job.clone()));
+    let at = addr.to_string();
+    // No secret: told why, as an auth error (not a timeout).
+    let e = Bootstrap::init(&at, 1, 2, 0, SLOW, None)
+        .err()
+        .expect("no secret, no entry");
+    match &e {
+        Error::Auth(m) => assert_eq!(
+            m,
+            &format!(
+                "the bootstrap root {at} refused this rank: the bootstrap root has a job secret and this process \
+                 has none: set the same FERROCX_SECRET or FERROCX_SECRET_FILE for every rank of the job (fxrun does)"
+            )
+        ),
+        e => panic!("expected Error::Auth, got {e}"),
+    }
+    // Another secret: the root's answer does not verify here.
+    let t = Instant::now();
+    let e = Bootstrap::init(&at, 1, 2, 0, SLOW, Some(&secret("another job's")))
+        .err()
+        .expect("wrong secret, no entry");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    match &e {
+        Error::Auth(m) => assert!(
+            m.starts_with(&format!(
+                "the bootstrap root {at} does not know this rank's job secret: its answer to our challenge is wrong"
+            )),
+            "{m}"
+        ),
+        e => panic!("expected Error::Auth, got {e}"),
+    }
+    assert!(
+        e.to_string()
+            .starts_with("bootstrap authentication failed: "),
+        "{e}"
+    );
+    // A forger: a well-formed hello with a challenge, then an answer it made up.
+    forge_root_answer(addr);
+    real_rank_completes(root, addr, Some(&job));
+}
+
+/// Speak the protocol to the root without the secret: hello, then a made-up answer.
+/// The root must refuse (an `AuthFail`, then the connection closes).
+fn forge_root_answer(addr: SocketAddr) {
+    let s = std::net::TcpStream::connect(addr).unwrap();
+    let me = RankInfo {
+        rank: 1,
+        pid: 1,
+        host_name: "intruder".into(),
+        host_hash: 1,
+        local_rank: 0,
+        cuda_device: -1,
+        addr: "127.0.0.1:9".parse().unwrap(),
+    };
+    let hello = wire::RootHello {
+        version: wire::VERSION,
+        rank: 1,
+        nranks: 2,
+        info: me,
+        challenge: Some([7; auth::CHALLENGE_LEN]),
+    };
+    wire::write_frame(&mut &s, wire::Kind::Hello, 0, &hello.encode()).unwrap();
+    let by = Instant::now() + SLOW;
+    let f = net::read_frame_by(&s, by, wire::MAX_PAYLOAD).unwrap();
+    assert_eq!(f.kind, wire::Kind::AuthChallenge);
+    wire::write_frame(&mut &s, wire::Kind::AuthAnswer, 0, &[0; auth::ANSWER_LEN]).unwrap();
+    let f = net::read_frame_by(&s, by, wire::MAX_PAYLOAD).unwrap();
+    assert_eq!(f.kind, wire::Kind::AuthFail);
+    let why = String::from_utf8_lossy(&f.payload);
+    assert!(why.contains("could not verify"), "{why}");
+    assert!(matches!(
+        net::read_frame_by(&s, by, wire::MAX_PAYLOAD),
+        Err(wire::WireError::Closed)
+    ));
+}
+
+#[test]
+fn secret_on_one_side_only_is_refused_with_a_clear_error() {
+    // The rank has a secret, the root none: the rank is told.
+    let (root, addr) = lone_root(None);
+    let at = addr.to_string();
+    let e = Bootstrap::init(&at, 1, 2, 0, SLOW, Some(&secret("mine")))
+        .err()
+        .expect("mixed is refused");
+    assert!(
+        matches!(&e, Error::Auth(m) if m.contains("this process has a job secret and the bootstrap root has none")),
+        "{e}"
+    );
+    real_rank_completes(root, addr, None);
+}
+
+#[test]
+fn a_root_that_cannot_prove_the_secret_is_not_trusted() {
+    // Something at the root address that skips the proof (an impostor, or an old root):
+    // a rank holding a secret stops at its first answer.
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = fake.local_addr().unwrap().to_string();
+    let impostor = std::thread::spawn(move || {
+        let (s, _) = fake.accept().unwrap();
+        net::read_frame_by(&s, Instant::now() + SLOW, wire::MAX_HELLO).unwrap();
+        let table = wire::encode_table(1, &[]);
+        wire::write_frame(&mut &s, wire::Kind::Table, 0, &table).unwrap();
+        // Keep the socket open until the rank gave up.
+        let _ = net::read_frame_by(&s, Instant::now() + SLOW, wire::MAX_HELLO);
+    });
+    let e = Bootstrap::init(&at, 1, 2, 0, SLOW, Some(&secret("mine")))
+        .err()
+        .expect("no proof, no trust");
+    assert!(
+        matches!(&e, Error::Auth(m) if m.contains("answered without proving the job secret")),
+        "{e}"
+    );
+    impostor.join().unwrap();
+}
+
+#[test]
+fn the_root_timeout_names_the_refused_connections() {
+    let (tx, rx) = mpsc::channel();
+    let job = secret("job");
+    let root = std::thread::spawn(move || {
+        let report = move |a: SocketAddr| tx.send(a).unwrap();
+        Bootstrap::init_with(
+            "127.0.0.1:0",
+            0,
+            2,
+            0,
+            Duration::from_secs(2),
+            Some(&job),
+            Some(&report),
+        )
+    });
+    let addr = rx.recv_timeout(SLOW).unwrap();
+    let _ = Bootstrap::init(&addr.to_string(), 1, 2, 0, SLOW, Some(&secret("other")));
+    let e = root.join().unwrap().err().expect("rank 1 never got in");
+    let text = e.to_string();
+    assert!(matches!(e, Error::Timeout { peer: Some(1), .. }), "{text}");
+    assert!(
+        text.contains("missing ranks [1]")
+            && text.contains("refused 1 connection: from 127.0.0.1:")
+            && text.contains(
+                "it claims rank 1 but refused our answer to its challenge: its job secret differs from ours"
+            ),
+        "{text}"
+    );
 }

@@ -5,12 +5,18 @@
 //! incrementally, so a garbage header cannot make us allocate its claimed size up front.
 //!
 //! Frames by phase:
-//! - rendezvous (rank → root): `Hello { magic, version, rank, nranks, RankInfo }`;
+//! - rendezvous (rank → root): `Hello { magic, version, rank, nranks, RankInfo, auth }`;
 //!   (root → rank): `Table { magic, nonce, nranks, RankInfo × nranks }` or `Reject { reason }`;
-//! - mesh (lower rank → higher rank): `PeerHello { magic, version, nonce, from, to }`,
+//! - mesh (lower rank → higher rank): `PeerHello { magic, version, nonce, from, to, auth }`,
 //!   answered by `PeerAck`;
+//! - authentication (`auth.rs`), between a hello and its answer when the hello's `auth`
+//!   carries a challenge (`auth = 1 | challenge[32]`; `0`: the sender has no job secret):
+//!   (acceptor → connector) `AuthChallenge { challenge[32], answer[32] }`, (connector →
+//!   acceptor) `AuthAnswer { answer[32] }`; either side may instead send
+//!   `AuthFail { reason }` and close;
 //! - steady state: `Data` (tag = message tag), `Abort { reason }`, `Goodbye`.
 
+use super::auth::{Answer, Challenge, ANSWER_LEN, CHALLENGE_LEN};
 use super::RankInfo;
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -18,8 +24,8 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 /// First field of every hello: tells a ferrocx bootstrap from anything else on the port.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"FRCXBOOT");
-/// Bumped on any incompatible change of this file's encodings.
-pub(crate) const VERSION: u32 = 1;
+/// Bumped on any incompatible change of this file's encodings (2: authentication).
+pub(crate) const VERSION: u32 = 2;
 /// Largest payload accepted on an established connection.
 pub(crate) const MAX_PAYLOAD: u64 = 1 << 30;
 /// Largest hello accepted from a connection that has not identified itself yet.
@@ -41,6 +47,9 @@ pub(crate) enum Kind {
     Data = 6,
     Goodbye = 7,
     Abort = 8,
+    AuthChallenge = 9,
+    AuthAnswer = 10,
+    AuthFail = 11,
 }
 
 impl Kind {
@@ -54,6 +63,9 @@ impl Kind {
             6 => Kind::Data,
             7 => Kind::Goodbye,
             8 => Kind::Abort,
+            9 => Kind::AuthChallenge,
+            10 => Kind::AuthAnswer,
+            11 => Kind::AuthFail,
             _ => return None,
         })
     }
@@ -193,6 +205,17 @@ impl Enc {
             }
         }
     }
+    pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(b);
+        self
+    }
+    /// A hello's authentication field: `0` (no secret) or `1 | challenge`.
+    pub fn auth(&mut self, challenge: &Option<Challenge>) -> &mut Self {
+        match challenge {
+            None => self.u8(0),
+            Some(c) => self.u8(1).bytes(c),
+        }
+    }
     pub fn rank_info(&mut self, info: &RankInfo) -> &mut Self {
         self.u64(info.rank as u64)
             .u32(info.pid)
@@ -245,6 +268,16 @@ impl<'a> Dec<'a> {
         Ok(u64::from_le_bytes(
             self.take(8)?.try_into().expect("8 bytes"),
         ))
+    }
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        Ok(self.take(N)?.try_into().expect("N bytes"))
+    }
+    pub fn auth(&mut self) -> Result<Option<Challenge>, String> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => Ok(Some(self.array()?)),
+            m => Err(format!("unknown authentication method {m}")),
+        }
     }
     pub fn usize(&mut self) -> Result<usize, String> {
         let v = self.u64()?;
@@ -306,12 +339,14 @@ impl<'a> Dec<'a> {
 }
 
 /// Rank → root at rendezvous.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct RootHello {
     pub version: u32,
     pub rank: usize,
     pub nranks: usize,
     pub info: RankInfo,
+    /// The rank's challenge; `None`: it has no job secret.
+    pub challenge: Option<Challenge>,
 }
 
 impl RootHello {
@@ -321,7 +356,8 @@ impl RootHello {
             .u32(self.version)
             .u64(self.rank as u64)
             .u64(self.nranks as u64)
-            .rank_info(&self.info);
+            .rank_info(&self.info)
+            .auth(&self.challenge);
         e.0
     }
     /// Magic and version come first so a foreign client is told apart before anything else.
@@ -333,6 +369,7 @@ impl RootHello {
             rank: d.usize()?,
             nranks: d.usize()?,
             info: d.rank_info()?,
+            challenge: d.auth()?,
         };
         d.finish()?;
         Ok(hello)
@@ -372,6 +409,8 @@ pub(crate) struct PeerHello {
     pub nonce: u64,
     pub from: usize,
     pub to: usize,
+    /// The connecting rank's challenge; `None`: it has no job secret.
+    pub challenge: Option<Challenge>,
 }
 
 impl PeerHello {
@@ -381,7 +420,8 @@ impl PeerHello {
             .u32(VERSION)
             .u64(self.nonce)
             .u64(self.from as u64)
-            .u64(self.to as u64);
+            .u64(self.to as u64)
+            .auth(&self.challenge);
         e.0
     }
     pub fn decode(buf: &[u8]) -> Result<PeerHello, String> {
@@ -391,6 +431,7 @@ impl PeerHello {
             nonce: d.u64()?,
             from: d.usize()?,
             to: d.usize()?,
+            challenge: d.auth()?,
         };
         d.finish()?;
         Ok(h)
@@ -418,6 +459,21 @@ impl PeerHello {
         }
         Ok(())
     }
+}
+
+/// Acceptor → connector: its challenge and its answer (`auth.rs`).
+pub(crate) fn encode_auth_challenge(challenge: &Challenge, answer: &Answer) -> Vec<u8> {
+    let mut e = Enc::default();
+    e.bytes(challenge).bytes(answer);
+    e.0
+}
+
+pub(crate) fn decode_auth_challenge(buf: &[u8]) -> Result<(Challenge, Answer), String> {
+    let mut d = Dec::new(buf);
+    let c = d.array::<CHALLENGE_LEN>()?;
+    let a = d.array::<ANSWER_LEN>()?;
+    d.finish()?;
+    Ok((c, a))
 }
 
 /// Magic, then a version this build speaks; returns the version.
@@ -521,8 +577,20 @@ mod tests {
             rank: 3,
             nranks: 4,
             info: info(3, "10.0.0.7:4000"),
+            challenge: None,
         };
         assert_eq!(RootHello::decode(&hello.encode()).unwrap(), hello);
+        let with_auth = RootHello {
+            challenge: Some([0x5a; CHALLENGE_LEN]),
+            ..hello.clone()
+        };
+        assert_eq!(RootHello::decode(&with_auth.encode()).unwrap(), with_auth);
+        let mut bad_method = with_auth.encode();
+        let method = bad_method.len() - CHALLENGE_LEN - 1;
+        bad_method[method] = 7;
+        assert!(RootHello::decode(&bad_method)
+            .unwrap_err()
+            .contains("unknown authentication method 7"));
         let table = vec![
             info(0, "10.0.0.1:1"),
             info(1, "[fe80::1%3]:29500"),
@@ -558,13 +626,36 @@ mod tests {
     }
 
     #[test]
+    fn auth_challenge_round_trip() {
+        let (c, a) = ([1u8; CHALLENGE_LEN], [2u8; ANSWER_LEN]);
+        let enc = encode_auth_challenge(&c, &a);
+        assert_eq!(enc.len(), CHALLENGE_LEN + ANSWER_LEN);
+        assert_eq!(decode_auth_challenge(&enc).unwrap(), (c, a));
+        assert!(decode_auth_challenge(&enc[1..]).is_err());
+        let mut long = enc;
+        long.push(0);
+        assert!(decode_auth_challenge(&long).is_err());
+    }
+
+    #[test]
     fn peer_hello_checks() {
         let h = PeerHello {
             nonce: 5,
             from: 1,
             to: 3,
+            challenge: None,
         };
         assert_eq!(PeerHello::decode(&h.encode()).unwrap(), h);
+        let a = PeerHello {
+            challenge: Some([3; CHALLENGE_LEN]),
+            ..h
+        };
+        assert_eq!(PeerHello::decode(&a.encode()).unwrap(), a);
+        // A challenge cut short.
+        let enc = a.encode();
+        assert!(PeerHello::decode(&enc[..enc.len() - 1])
+            .unwrap_err()
+            .contains("truncated"));
         assert!(h.check(3, 5).is_ok());
         assert!(h.check(3, 6).unwrap_err().contains("another communicator"));
         assert!(h.check(2, 5).unwrap_err().contains("addressed to rank 3"));

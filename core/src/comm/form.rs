@@ -27,6 +27,8 @@ impl Communicator {
             rank: new_rank,
             nranks: members.len(),
             timeout: Some(self.timeout()),
+            // This one's, not re-read: the environment or the file may have changed.
+            secret: self.secret.clone(),
         };
         if new_rank == 0 {
             // Listen on a free port of the interface the peers reach us at, and

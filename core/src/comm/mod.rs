@@ -11,7 +11,7 @@ mod windows;
 
 pub use group::Group;
 
-use crate::bootstrap::{Bootstrap, LaunchInfo, RankInfo};
+use crate::bootstrap::{Bootstrap, JobSecret, LaunchInfo, RankInfo};
 use crate::collective::Collectives;
 use crate::config;
 use crate::engine::{Engine, EngineStats, Request, Submitted};
@@ -42,6 +42,10 @@ pub struct CommConfig {
     pub nranks: usize,
     /// Bound for every wait; default `FERROCX_TIMEOUT` or 300 s.
     pub timeout: Option<Duration>,
+    /// The job secret that authenticates the bootstrap's connections (the same on every
+    /// rank); default `FERROCX_SECRET` or `FERROCX_SECRET_FILE`, else none (allowed, with
+    /// a warning: anyone who can reach `root` can join).
+    pub secret: Option<JobSecret>,
 }
 
 /// A communicator: ranks `0..nranks` exchanging host buffers over plugins.
@@ -79,6 +83,8 @@ pub struct Communicator {
     shrinks: AtomicU64,
     /// Per peer: sends to it and receives from it so far (point-to-point call checks).
     p2p_seq: Mutex<Vec<[u64; 2]>>,
+    /// The job secret this communicator was made with; its splits use it too.
+    secret: Option<JobSecret>,
 }
 
 /// This rank's GPU: `FERROCX_DEVICE`, else the local rank modulo the device count;
@@ -117,6 +123,7 @@ impl Communicator {
             rank: l.rank,
             nranks: l.nranks,
             timeout: None,
+            secret: None,
         })
     }
 
@@ -127,6 +134,7 @@ impl Communicator {
             rank,
             nranks,
             timeout: None,
+            secret: None,
         })
     }
 
@@ -154,6 +162,10 @@ impl Communicator {
         let timeout = match cfg.timeout {
             Some(t) => t,
             None => config::timeout_from_env()?,
+        };
+        let secret = match cfg.secret {
+            Some(s) => Some(s),
+            None => config::secret_from_env()?,
         };
         // Local checks first, so a misconfigured rank fails with its own message.
         let filter = TransportFilter::from_env()?;
@@ -213,8 +225,15 @@ impl Communicator {
             .collect::<Vec<_>>()
             .join("; ");
 
-        let bootstrap =
-            Bootstrap::init_with(&cfg.root, cfg.rank, cfg.nranks, -1, timeout, on_bound)?;
+        let bootstrap = Bootstrap::init_with(
+            &cfg.root,
+            cfg.rank,
+            cfg.nranks,
+            -1,
+            timeout,
+            secret.as_ref(),
+            on_bound,
+        )?;
         let comm_hash = bootstrap.comm_hash();
         let gpu = open_gpu(bootstrap.peers()[cfg.rank].local_rank)?;
         // Every rank's device and its PCI location (the same GPU has the same PCI id
@@ -316,6 +335,7 @@ impl Communicator {
             splits: AtomicU64::new(0),
             shrinks: AtomicU64::new(0),
             p2p_seq: Mutex::new(vec![[0; 2]; cfg.nranks]),
+            secret,
         })
     }
 

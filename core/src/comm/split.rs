@@ -26,8 +26,8 @@ impl Communicator {
     /// same order with its other collective calls): ranks passing the same
     /// `color` form one, ordered by `key` (ties by their rank here). A
     /// negative `color` takes no part and gets `None`. The new communicators
-    /// have their own bootstrap, transports and plugins, and the timeout of
-    /// this one.
+    /// have their own bootstrap, transports and plugins, and the timeout and
+    /// job secret of this one.
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator>> {
         self.check_live()?;
         let seq = self.splits.fetch_add(1, Ordering::Relaxed);

@@ -180,9 +180,13 @@ fn info() -> ExitCode {
         }
         println!("\nconfiguration:");
         for (name, default, meaning) in VARIABLES {
-            let (value, origin) = match std::env::var(name) {
-                Ok(v) => (v, "set"),
-                Err(_) => (default.to_string(), "default"),
+            let (value, origin) = match std::env::var_os(name) {
+                // The secret itself is never printed (fxinfo output lands in logs).
+                Some(v) if *name == ferrocx::config::SECRET_VAR => {
+                    (format!("({} bytes, hidden)", v.len()), "set")
+                }
+                Some(v) => (v.to_string_lossy().into_owned(), "set"),
+                None => (default.to_string(), "default"),
             };
             println!("  {name:<28} = {value:<24} ({origin}) {meaning}");
         }

@@ -23,7 +23,9 @@ Usage: fxrun -n N [OPTIONS] [--] CMD [ARGS...]
 Start N ranks of CMD on this host, for ferrocx programs.
 
 Each rank gets FERROCX_RANK and FERROCX_LOCAL_RANK (0..N-1), FERROCX_NRANKS and
-FERROCX_LOCAL_NRANKS (N), and one shared FERROCX_COMM_ID. Every line a rank writes is
+FERROCX_LOCAL_NRANKS (N), one shared FERROCX_COMM_ID, and one shared FERROCX_SECRET
+made fresh for this job (32 random bytes, hex) so that only its ranks can join it
+(a FERROCX_SECRET or FERROCX_SECRET_FILE already set is passed through instead). Every line a rank writes is
 prefixed with `[RANK] ` (stdout to stdout, stderr to stderr). SIGINT, SIGTERM and SIGHUP
 are forwarded to all ranks (a third one kills them); SIGUSR1 goes to rank 0, which prints
 where every rank is (FERROCX_STATUS_SIGNAL, set to 1 for the ranks). When a rank exits

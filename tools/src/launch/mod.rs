@@ -1,7 +1,7 @@
 //! Local multi-rank launcher: the engine behind `fxrun` and `fxperf --np N`.
 //!
 //! [`run_ranks`] starts N copies of a command on this host with the ferrocx rank variables
-//! set, prefixes their output with `[rank] `, forwards SIGINT/SIGTERM/SIGHUP to them, tears
+//! and a fresh job secret set, prefixes their output with `[rank] `, forwards SIGINT/SIGTERM/SIGHUP to them, tears
 //! everything down when one rank fails, and returns the exit code the launcher should exit
 //! with.
 //!
@@ -66,6 +66,32 @@ pub struct LaunchOptions {
     /// A rank that fails does not stop the others (for programs that go on without
     /// it, `Communicator::shrink`); the exit status is still the first failure's.
     pub keep_going: bool,
+}
+
+/// Bytes of OS randomness in a job secret made by [`job_secret`].
+pub const SECRET_BYTES: usize = 32;
+
+/// The `FERROCX_SECRET` to give the ranks of one job: `None` when the user already chose
+/// one (`FERROCX_SECRET` or `FERROCX_SECRET_FILE`, non-blank, in this process's
+/// environment or in `extra`), which the ranks then inherit as they are; else
+/// [`SECRET_BYTES`] fresh bytes from the OS random source, as hex.
+pub fn job_secret(extra: &[(OsString, OsString)]) -> io::Result<Option<String>> {
+    use std::os::unix::ffi::OsStrExt;
+    let chosen = |v: &OsStr| !v.as_bytes().trim_ascii().is_empty();
+    for var in [
+        ferrocx::config::SECRET_VAR,
+        ferrocx::config::SECRET_FILE_VAR,
+    ] {
+        let in_extra = extra.iter().any(|(k, v)| k == var && chosen(v));
+        if in_extra || std::env::var_os(var).is_some_and(|v| chosen(&v)) {
+            return Ok(None);
+        }
+    }
+    let mut bytes = [0u8; SECRET_BYTES];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        io::Error::other(format!("no job secret: the OS random source failed: {e}"))
+    })?;
+    Ok(Some(bytes.iter().map(|b| format!("{b:02x}")).collect()))
 }
 
 /// A `FERROCX_COMM_ID` value on this host: `127.0.0.1:<port>` for a port that was free a
@@ -164,8 +190,9 @@ impl Rank {
 /// Starts `n` local ranks of `cmd args…` and supervises them until all have exited.
 ///
 /// Every rank gets `FERROCX_RANK`/`FERROCX_LOCAL_RANK` = its index, `FERROCX_NRANKS`/
-/// `FERROCX_LOCAL_NRANKS` = `n` and one shared `FERROCX_COMM_ID` (see
-/// [`LaunchOptions::comm_id`]). Returns the exit code the launcher should exit with:
+/// `FERROCX_LOCAL_NRANKS` = `n`, one shared `FERROCX_COMM_ID` (see
+/// [`LaunchOptions::comm_id`]) and one shared `FERROCX_SECRET` made for this call (see
+/// [`job_secret`]). Returns the exit code the launcher should exit with:
 /// 0 when every rank exited 0; the first failing rank's exit code (128 + signal if it was
 /// killed) after the others have been torn down; [`TIMEOUT_EXIT_CODE`] on timeout; 128 +
 /// signal when the launcher was interrupted and every rank still exited 0.
@@ -195,6 +222,7 @@ pub fn run_ranks(
             _ => free_comm_id()?.into(),
         },
     };
+    let secret = job_secret(&opts.env)?;
     let grace = opts.kill_grace.unwrap_or_else(kill_grace_from_env);
     let _signals = signals::Guard::install()?;
     let stdin_to_rank0 = !io::stdin().is_terminal();
@@ -202,7 +230,11 @@ pub fn run_ranks(
     let mut ranks: Vec<Rank> = Vec::with_capacity(n);
     let mut pumps: Vec<JoinHandle<()>> = Vec::new();
     for i in 0..n {
-        match spawn_rank(i, n, cmd, args, &comm_id, opts, stdin_to_rank0, &mut pumps) {
+        let ids = Ids {
+            comm_id: &comm_id,
+            secret: secret.as_deref(),
+        };
+        match spawn_rank(i, n, cmd, args, &ids, opts, stdin_to_rank0, &mut pumps) {
             Ok(rank) => ranks.push(rank),
             Err(e) => {
                 for r in &mut ranks {
@@ -242,13 +274,20 @@ const CUDA_CONNECTIONS_DEFAULT: &str = "32";
 /// Ranks print a status report on SIGUSR1 (docs/ERRORS.md) unless the user set it.
 const STATUS_SIGNAL: &str = "FERROCX_STATUS_SIGNAL";
 
+/// What every rank of one job shares.
+struct Ids<'a> {
+    comm_id: &'a OsStr,
+    /// `None`: the user's `FERROCX_SECRET` / `FERROCX_SECRET_FILE` is inherited.
+    secret: Option<&'a str>,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn spawn_rank(
     i: usize,
     n: usize,
     cmd: &OsStr,
     args: &[OsString],
-    comm_id: &OsStr,
+    ids: &Ids<'_>,
     opts: &LaunchOptions,
     stdin_to_rank0: bool,
     pumps: &mut Vec<JoinHandle<()>>,
@@ -267,13 +306,16 @@ fn spawn_rank(
     if std::env::var_os(STATUS_SIGNAL).is_none() {
         c.env(STATUS_SIGNAL, "1");
     }
+    if let Some(secret) = ids.secret {
+        c.env(ferrocx::config::SECRET_VAR, secret);
+    }
     c.args(args)
         .envs(opts.env.iter().map(|(k, v)| (k, v)))
         .env("FERROCX_RANK", i.to_string())
         .env("FERROCX_NRANKS", n.to_string())
         .env("FERROCX_LOCAL_RANK", i.to_string())
         .env("FERROCX_LOCAL_NRANKS", n.to_string())
-        .env("FERROCX_COMM_ID", comm_id)
+        .env("FERROCX_COMM_ID", ids.comm_id)
         .process_group(0)
         .stdin(if i == 0 && stdin_to_rank0 {
             Stdio::inherit()
