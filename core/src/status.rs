@@ -8,7 +8,7 @@
 
 use crate::bootstrap::Bootstrap;
 use crate::error::Error;
-use crate::plan::StageDone;
+use crate::plan::{Label, StageDone};
 use ferrocx_algo::status::{report, Phase, RankStatus};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -23,7 +23,7 @@ const ANSWER_WAIT: Duration = Duration::from_secs(2);
 static NEXT_QUERY: AtomicU64 = AtomicU64::new(1);
 
 struct Last {
-    label: String,
+    label: Label,
     /// Set once the operation is queued; `None` while it is being started (or ran
     /// synchronously on a collective plugin).
     done: Option<Arc<StageDone>>,
@@ -51,7 +51,7 @@ impl Drop for Waiting<'_> {
 
 impl Tracker {
     /// An operation starts (`label`: e.g. the call's fingerprint).
-    pub fn begin(&self, label: String) {
+    pub fn begin(&self, label: Label) {
         *self.last.lock() = Some(Last {
             label,
             done: None,
@@ -66,6 +66,17 @@ impl Tracker {
             l.done = Some(done.clone());
             l.running = false;
         }
+    }
+
+    /// An operation was queued at once (its connections existed): [`begin`](Self::begin)
+    /// and [`queued`](Self::queued) in one update.
+    pub fn queued_as(&self, label: Label, done: &Arc<StageDone>) {
+        *self.last.lock() = Some(Last {
+            label,
+            done: Some(done.clone()),
+            running: false,
+            failed: false,
+        });
     }
 
     /// The operation begun last finished without being queued (it ran on a collective
@@ -106,11 +117,11 @@ impl Tracker {
     pub fn status(&self) -> RankStatus {
         let phase = match self.last.lock().as_ref() {
             None => Phase::NoCall,
-            Some(l) if l.failed => Phase::Failed(l.label.clone()),
+            Some(l) if l.failed => Phase::Failed(l.label.to_string()),
             Some(l) if l.running || l.done.as_ref().is_some_and(|d| !d.is_done()) => {
-                Phase::InFlight(l.label.clone())
+                Phase::InFlight(l.label.to_string())
             }
-            Some(l) => Phase::Past(l.label.clone()),
+            Some(l) => Phase::Past(l.label.to_string()),
         };
         RankStatus {
             phase,
@@ -176,7 +187,7 @@ mod tests {
     fn the_last_operation_is_in_flight_until_its_counter_completes() {
         let t = Tracker::default();
         assert_eq!(t.status().phase, Phase::NoCall);
-        t.begin("op A".into());
+        t.begin(Label::Text("op A".into()));
         assert_eq!(t.status().phase, Phase::InFlight("op A".into()));
         let done = StageDone::new(1);
         t.queued(&done);
@@ -189,17 +200,17 @@ mod tests {
         assert!(!t.status().waiting);
         done.finish(None);
         assert_eq!(t.status().phase, Phase::Past("op A".into()));
-        t.begin("op B".into());
+        t.begin(Label::Text("op B".into()));
         t.finished();
         assert_eq!(
             t.status().phase,
             Phase::Past("op B".into()),
             "ran on a plugin"
         );
-        t.begin("op C".into());
+        t.begin(Label::Text("op C".into()));
         t.ended(Err(()));
         assert_eq!(t.status().phase, Phase::Failed("op C".into()), "refused");
-        t.begin("op D".into());
+        t.begin(Label::Text("op D".into()));
         let d = StageDone::new(1);
         t.queued(&d);
         t.failed();

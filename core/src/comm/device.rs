@@ -291,25 +291,7 @@ impl Communicator {
     ) -> Result<()> {
         self.check_live()?;
         self.device_error()?;
-        self.shared.status.begin(crate::plan::describe(&tasks));
-        // SAFETY: the caller's contract, passed on.
-        let r = unsafe { self.launch_device_tasks(tasks, streams) };
-        self.shared
-            .status
-            .ended(r.as_ref().map(Option::as_ref).map_err(|_| ()));
-        r.map(|_| ())
-    }
-
-    /// [`launch_device`](Self::launch_device) after the status update: the counter of
-    /// the queued work, `None` when there was nothing to move.
-    ///
-    /// # Safety
-    /// As [`launch_device`](Self::launch_device).
-    unsafe fn launch_device_tasks(
-        &self,
-        tasks: Vec<Task>,
-        streams: &[RawStream],
-    ) -> Result<Option<Arc<crate::plan::StageDone>>> {
+        let label = crate::plan::label(&tasks);
         let gpu = self.gpu()?.clone();
         gpu.bind()?;
         gpu.warn_if_lazy_loading();
@@ -374,7 +356,7 @@ impl Communicator {
             signals.push(unsafe { gpu.flags().wait_on(s)? });
         }
         if plans.is_empty() {
-            return Ok(None); // nothing to move: the signals fire as they drop
+            return Ok(()); // nothing to move: the signals fire as they drop
         }
         let first = plans.first_mut().expect("not empty");
         first
@@ -385,10 +367,10 @@ impl Communicator {
         last.device
             .get_or_insert_with(|| PlanDevice::new(gpu.clone()))
             .signals = signals;
-        let done = self.submit_plans(plans, false)?;
+        let done = self.submit_plans(plans, false, label)?;
         tracing::trace!(target: "ferrocx::device", "launched on {} stream(s)", uniq.len());
-        self.device_ops.lock().push(done.clone());
-        Ok(Some(done))
+        self.device_ops.lock().push(done);
+        Ok(())
     }
 }
 

@@ -5,7 +5,7 @@
 use super::Communicator;
 use crate::collective::{abi_coll, Choice, Runner};
 use crate::error::Result;
-use crate::plan::CollSpec;
+use crate::plan::{CollSpec, Label};
 use crate::window::Entry;
 use ferrocx_sdk::abi::*;
 use std::ffi::c_void;
@@ -181,7 +181,7 @@ impl Communicator {
         self.check_live()?;
         let p = self.colls.get(i)?;
         let s = call.spec;
-        let label = ferrocx_algo::Fingerprint::of(
+        let fp = ferrocx_algo::Fingerprint::of(
             seq,
             s.kind,
             s.dtype,
@@ -192,7 +192,7 @@ impl Communicator {
         );
         self.shared
             .status
-            .begin(format!("{label} on plugin '{}'", p.name()));
+            .begin(Label::Text(format!("{fp} on plugin '{}'", p.name())));
         let r = {
             let _waiting = (call.mem == FX_MEM_HOST).then(|| self.shared.status.waiting());
             // SAFETY: the buffers were validated by the caller (host slices, or device

@@ -16,7 +16,7 @@ use crate::collective::Collectives;
 use crate::config;
 use crate::engine::{Engine, EngineStats, Request, Submitted};
 use crate::error::{Error, Result};
-use crate::plan::{CollSpec, P2pTask, PlanConfig, ScheduleCache, StageDone, Task};
+use crate::plan::{CollSpec, P2pTask, PlanConfig, ScheduleCache, Task};
 use crate::plugin::{Dir, PluginInstance, PluginReport, Registry, TransportFilter};
 use crate::proxy::{connect, ProgressThread, ServiceThread};
 use crate::registration::{RegHandle, Registrations};
@@ -457,15 +457,7 @@ impl Communicator {
     fn launch(&self, mut tasks: Vec<Task>, driving: bool) -> Result<Request> {
         self.check_live()?;
         self.number_p2p(&mut tasks);
-        self.shared.status.begin(crate::plan::describe(&tasks));
-        let r = self.launch_planned(tasks, driving);
-        self.shared
-            .status
-            .ended(r.as_ref().map(Some).map_err(|_| ()));
-        Ok(Request::new(self.engine.clone(), r?, driving))
-    }
-
-    fn launch_planned(&self, tasks: Vec<Task>, driving: bool) -> Result<Arc<StageDone>> {
+        let label = crate::plan::label(&tasks);
         let plans = crate::plan::plan(
             tasks,
             &self.plan_cfg,
@@ -476,12 +468,16 @@ impl Communicator {
             false,
             false,
         )?;
-        self.submit_plans(plans, driving)
+        let done = self.submit_plans(plans, driving, label)?;
+        Ok(Request::new(self.engine.clone(), done, driving))
     }
 
     /// Give each send (receive) its number among this rank's sends to (receives
     /// from) its peer, in posting order: what its call check compares.
     fn number_p2p(&self, tasks: &mut [Task]) {
+        if !tasks.iter().any(|t| matches!(t, Task::P2p(_))) {
+            return; // collectives only: no lock
+        }
         let mut counts = self.p2p_seq.lock();
         for t in tasks.iter_mut() {
             if let Task::P2p(p) = t {
@@ -493,27 +489,50 @@ impl Communicator {
     }
 
     /// Queue plans, making the connections they need first.
+    /// `label` names the operation in status reports (`Communicator::status_report`).
     pub(crate) fn submit_plans(
         &self,
         plans: Vec<crate::plan::Plan>,
         driving: bool,
+        label: crate::plan::Label,
     ) -> Result<Arc<crate::plan::StageDone>> {
-        Ok(match self.engine.submit(plans, driving)? {
-            Submitted::Queued(done) => done,
-            Submitted::Missing(mut plans, missing) => {
-                let _waiting = self.shared.status.waiting();
-                let missing = self.check_before_connecting(&mut plans, missing)?;
-                self.connect(missing)?;
-                match self.engine.submit(plans, driving)? {
-                    Submitted::Queued(done) => done,
-                    Submitted::Missing(_, still) => {
-                        return Err(Error::Io(format!(
-                            "connections {still:?} missing right after they were established"
-                        )))
-                    }
-                }
+        let status = &self.shared.status;
+        match self.engine.submit(plans, driving) {
+            Ok(Submitted::Queued(done)) => {
+                // The common case: one status update per call.
+                status.queued_as(label, &done);
+                Ok(done)
             }
-        })
+            Ok(Submitted::Missing(plans, missing)) => {
+                status.begin(label);
+                let r = self.connect_and_submit(plans, missing, driving);
+                status.ended(r.as_ref().map(Some).map_err(|_| ()));
+                r
+            }
+            Err(e) => {
+                status.begin(label);
+                status.failed();
+                Err(e)
+            }
+        }
+    }
+
+    /// Make the connections `plans` need (their call checks first), then queue them.
+    fn connect_and_submit(
+        &self,
+        mut plans: Vec<crate::plan::Plan>,
+        missing: Vec<(usize, usize, Dir)>,
+        driving: bool,
+    ) -> Result<Arc<crate::plan::StageDone>> {
+        let _waiting = self.shared.status.waiting();
+        let missing = self.check_before_connecting(&mut plans, missing)?;
+        self.connect(missing)?;
+        match self.engine.submit(plans, driving)? {
+            Submitted::Queued(done) => Ok(done),
+            Submitted::Missing(_, still) => Err(Error::Io(format!(
+                "connections {still:?} missing right after they were established"
+            ))),
+        }
     }
 
     /// Before making connections a call needs beyond its checks' ring, run the

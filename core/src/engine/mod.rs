@@ -354,7 +354,6 @@ impl Engine {
         if !registered {
             self.driving.fetch_add(1, Ordering::AcqRel);
         }
-        let _waiting = self.shared.status.waiting();
         let mut idle = 0u32;
         let mut idle_since: Option<Instant> = None;
         while !done.is_done() {
@@ -387,6 +386,8 @@ impl Engine {
                 let _g = self.state.lock();
                 self.wake.notify_one();
             }
+            // Counted for status reports only here: a wait worth reporting parks.
+            let _waiting = self.shared.status.waiting();
             done.park();
         }
         // Finished plans are dropped by the next submit (or `stats`), not here.

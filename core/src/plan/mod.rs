@@ -22,4 +22,4 @@ pub(crate) use done::StageDone;
 pub(crate) use planner::{plan, Plan, PlanConfig, PlanDevice};
 pub(crate) use runner::{Post, Poster, ScratchBuf, Step};
 pub use spec::CollSpec;
-pub(crate) use task::{describe, CollTask, P2pTask, Task};
+pub(crate) use task::{label, CollTask, Label, P2pTask, Task};

@@ -6,6 +6,7 @@ use crate::algo::{in_place_safe, Algo, CollKind, VCounts};
 use crate::error::{Error, Result};
 use crate::plugin::Dir;
 use crate::types::{DataType, RedOp};
+use ferrocx_algo::Fingerprint;
 use std::fmt;
 use std::sync::Arc;
 
@@ -75,25 +76,45 @@ impl CollTask {
     }
 }
 
-impl fmt::Display for Task {
-    /// `all_reduce(float, sum, 1000) as op #5`, `send of 64 bytes to rank 2`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Task {
+    /// What every rank must agree on about this operation (its status label).
+    pub fn fingerprint(&self) -> ferrocx_algo::Fingerprint {
         match self {
-            Task::Coll(c) => write!(f, "{}", c.fingerprint()),
+            Task::Coll(c) => c.fingerprint(),
             Task::P2p(p) if p.dir == Dir::Send => {
-                write!(f, "send of {} bytes to rank {}", p.len, p.peer)
+                ferrocx_algo::Fingerprint::send(p.seq, p.peer, p.len)
             }
-            Task::P2p(p) => write!(f, "receive of {} bytes from rank {}", p.len, p.peer),
+            Task::P2p(p) => ferrocx_algo::Fingerprint::recv(p.seq, p.peer, p.len),
         }
     }
 }
 
-/// A status label for a call or group: its first operation, and how many more.
-pub(crate) fn describe(tasks: &[Task]) -> String {
-    match tasks {
-        [] => "an empty group".into(),
-        [t] => t.to_string(),
-        [t, rest @ ..] => format!("{t} (and {} more in its group)", rest.len()),
+/// The status label of a call or group: its first operation, and how many more
+/// (formatted only when a status report asks).
+pub(crate) fn label(tasks: &[Task]) -> Label {
+    match tasks.split_first() {
+        Some((t, rest)) => Label::Call(t.fingerprint(), rest.len()),
+        None => Label::Text("an empty group".into()),
+    }
+}
+
+/// What an operation is, formatted only when a report asks (a call pays for a copy of
+/// its 32-byte fingerprint, not for text).
+#[derive(Debug, Clone)]
+pub(crate) enum Label {
+    /// A call's fingerprint, and how many more operations its group holds.
+    Call(Fingerprint, usize),
+    /// Anything else.
+    Text(String),
+}
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Label::Call(fp, 0) => write!(f, "{fp}"),
+            Label::Call(fp, more) => write!(f, "{fp} (and {more} more in its group)"),
+            Label::Text(t) => f.write_str(t),
+        }
     }
 }
 
