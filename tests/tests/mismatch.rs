@@ -2,7 +2,7 @@
 //! rank fail with `Error::Mismatch` naming both calls, never `Ok`
 //! (`fxtest-worker mismatch CASE`, `tests/src/coll/mismatch.rs`).
 
-use ferrocx_tests::{run_passing, RankOutput};
+use ferrocx_tests::{compile_c_plugin, repo_root, run_passing, RankOutput};
 use std::time::{Duration, Instant};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_fxtest-worker");
@@ -26,7 +26,11 @@ fn run(case: &str, env: &[(&str, &str)]) -> Vec<RankOutput> {
 
 /// Every rank reports the mismatch, and the message names both ranks' calls.
 fn expect(case: &str, needles: &[&str]) {
-    for o in run(case, &[]) {
+    expect_with(case, &[], needles)
+}
+
+fn expect_with(case: &str, env: &[(&str, &str)], needles: &[&str]) {
+    for o in run(case, env) {
         let line = o
             .stdout
             .lines()
@@ -89,6 +93,24 @@ fn a_receive_that_meets_a_collective_fails_on_every_rank() {
         &[
             "mismatched calls: rank 0 called all_reduce(float, sum, 1000) as op #1",
             "rank 1 called receive of 4000 bytes from rank 0 (its receive #0 from that rank)",
+        ],
+    );
+}
+
+#[test]
+fn a_collective_a_plugin_runs_is_checked_too() {
+    let Some(so) = compile_c_plugin(
+        &repo_root().join("sdk/examples/c-cma/fx_example_cma.c"),
+        "ferrocx_plugin_cma",
+    ) else {
+        return; // no C compiler: the plugin tests say so
+    };
+    expect_with(
+        "plugin",
+        &[("FERROCX_PLUGINS", &so.to_string_lossy())],
+        &[
+            "mismatched calls: rank 0 called all_gather(uint8, 100) as op #0",
+            "called all_gather(uint8, 200) as op #0",
         ],
     );
 }

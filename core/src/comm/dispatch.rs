@@ -4,7 +4,7 @@
 
 use super::Communicator;
 use crate::collective::{abi_coll, Choice, Runner};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::{CollSpec, Label};
 use crate::window::Entry;
 use ferrocx_sdk::abi::*;
@@ -66,6 +66,21 @@ impl Described {
 }
 
 impl Communicator {
+    /// The call check of a collective a plugin runs (`FERROCX_CHECK_CALLS`): the
+    /// core's ring check, alone, before the plugin starts. Host memory only: the call
+    /// blocks anyway; a stream-ordered call would have to wait for its neighbours
+    /// before returning.
+    fn check_alone(&self, fp: ferrocx_algo::Fingerprint) -> Result<()> {
+        if !self.plan_cfg.check_calls {
+            return Ok(());
+        }
+        let Some(plan) = crate::plan::Plan::check_alone(fp, self.rank(), self.nranks()) else {
+            return Ok(());
+        };
+        let done = self.submit_plans(vec![plan], true, Label::Call(fp, 0))?;
+        crate::engine::Request::new(self.engine.clone(), done, true).wait()
+    }
+
     /// `call` described for the plugins, or `None` when only the core can run
     /// this collective.
     fn describe(&self, call: &Call<'_>, seq: u64) -> Option<Described> {
@@ -190,6 +205,9 @@ impl Communicator {
             s.root,
             s.v.is_some(),
         );
+        if call.mem == FX_MEM_HOST {
+            self.check_alone(fp)?;
+        }
         self.shared
             .status
             .begin(Label::Text(format!("{fp} on plugin '{}'", p.name())));
@@ -202,7 +220,12 @@ impl Communicator {
         self.shared
             .status
             .ended(r.as_ref().map(|_| None).map_err(|_| ()));
-        r?;
+        // A plugin that failed because another rank gave up reports its own symptom
+        // (a barrier that broke); the other rank's reason is the cause to report.
+        r.map_err(|e| match self.shared.check_peers() {
+            Err(cause @ (Error::Mismatch { .. } | Error::Hang { .. })) => cause,
+            _ => e,
+        })?;
         Ok(true)
     }
 }

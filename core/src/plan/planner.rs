@@ -227,6 +227,31 @@ impl Plan {
         (p.left > 0).then_some(p)
     }
 
+    /// A plan of one call check alone (on channel 0), for a call the core does not
+    /// run itself (a collective plugin runs it); `None` for a single rank.
+    pub fn check_alone(fp: ferrocx_algo::Fingerprint, rank: usize, nranks: usize) -> Option<Plan> {
+        let check = Check::new(fp, rank, nranks)?;
+        let empty = Arc::new(Schedule {
+            stages: Vec::new(),
+            scratch: 0,
+        });
+        let mut p = Plan::new();
+        p.add(
+            Runner::new(
+                0,
+                empty,
+                Bases::absolute(),
+                DataType::U8,
+                RedOp::Sum,
+                nranks,
+                true,
+                None,
+            )
+            .with_check(Some(check)),
+        );
+        Some(p)
+    }
+
     /// Forget the call checks (they ran ahead: [`checks_only`](Self::checks_only)).
     pub fn drop_checks(&mut self) {
         for r in self.runners.iter_mut().flatten() {

@@ -77,6 +77,28 @@ fn call(comm: &Communicator, case: &str) -> Result<ferrocx::Result<()>, String> 
                 comm.collective(&spec, &send, &mut recv)
             }
         }
+        // All-gathers on symmetric windows, run by the collective plugin the test
+        // loads (`cma`): rank 0 gathers 100 bytes per rank, the others 200.
+        "plugin" => {
+            let n = comm.nranks();
+            let count = if me == 0 { 100 } else { 200 };
+            let mut send = vec![me as u8; 200];
+            let mut recv = vec![0u8; 200 * n];
+            let ws = comm.window_register(&mut send).map_err(|e| e.to_string())?;
+            let wr = comm.window_register(&mut recv).map_err(|e| e.to_string())?;
+            let spec = CollSpec::new(CollKind::AllGather, DataType::U8, count);
+            let (sp, rp) = (send.as_ptr() as u64, recv.as_mut_ptr() as u64);
+            let choice = comm
+                .collective_choice(&spec, sp, rp, false, false)
+                .map_err(|e| e.to_string())?;
+            if choice.winner() != "cma" {
+                return Err(format!("the plugin does not run it: {}", choice.explain()));
+            }
+            let r = comm.collective(&spec, &send[..count], &mut recv[..count * n]);
+            let _ = comm.window_deregister(ws);
+            let _ = comm.window_deregister(wr);
+            r
+        }
         other => return Err(format!("unknown mismatch case {other}")),
     })
 }
