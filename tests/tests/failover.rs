@@ -129,12 +129,15 @@ fn a_rail_that_goes_down_mid_all_to_all_fails_over_and_is_taken_back() {
         });
         let before = tx_bytes(&hosts, 0);
         let back_at = iters(&dir, 0).max(iters(&dir, 1));
-        wait_for("two all-to-alls after the recovery", &dir, || {
-            both(back_at + 2)
+        wait_for("three all-to-alls after the recovery", &dir, || {
+            both(back_at + 3)
         });
+        // Chunks go to whichever rail is free, so on a loaded machine rail 0 may take
+        // well under half (seen: 60 MB of two all-to-alls' 256 MiB); probes and
+        // acknowledgements alone are kilobytes.
         let carried = tx_bytes(&hosts, 0) - before;
         assert!(
-            carried > 64 << 20,
+            carried > 32 << 20,
             "rail 0 carried only {carried} bytes after it was taken back"
         );
         std::fs::write(dir.join("stop"), "").expect("stop file");
