@@ -67,18 +67,25 @@ impl Described {
 
 impl Communicator {
     /// The call check of a collective a plugin runs (`FERROCX_CHECK_CALLS`): the
-    /// core's ring check, alone, before the plugin starts. Host memory only: the call
-    /// blocks anyway; a stream-ordered call would have to wait for its neighbours
-    /// before returning.
-    fn check_alone(&self, fp: ferrocx_algo::Fingerprint) -> Result<()> {
+    /// core's ring check, alone. On host memory it completes before the plugin starts
+    /// (the call blocks anyway). A stream-ordered call must not wait on the host for
+    /// its neighbours: its check is queued beside it, and a mismatch breaks the
+    /// communicator and surfaces from `device_error` and every later call, as other
+    /// stream-ordered failures do.
+    fn check_alone(&self, fp: ferrocx_algo::Fingerprint, wait: bool) -> Result<()> {
         if !self.plan_cfg.check_calls {
             return Ok(());
         }
         let Some(plan) = crate::plan::Plan::check_alone(fp, self.rank(), self.nranks()) else {
             return Ok(());
         };
-        let done = self.submit_plans(vec![plan], true, Label::Call(fp, 0))?;
-        crate::engine::Request::new(self.engine.clone(), done, true).wait()
+        let done = self.submit_plans(vec![plan], wait, Label::Call(fp, 0))?;
+        if wait {
+            crate::engine::Request::new(self.engine.clone(), done, true).wait()
+        } else {
+            self.device_ops.lock().push(done);
+            Ok(())
+        }
     }
 
     /// `call` described for the plugins, or `None` when only the core can run
@@ -205,9 +212,7 @@ impl Communicator {
             s.root,
             s.v.is_some(),
         );
-        if call.mem == FX_MEM_HOST {
-            self.check_alone(fp)?;
-        }
+        self.check_alone(fp, call.mem == FX_MEM_HOST)?;
         self.shared
             .status
             .begin(Label::Text(format!("{fp} on plugin '{}'", p.name())));

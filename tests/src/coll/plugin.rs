@@ -521,3 +521,57 @@ pub fn loop_until_error(size: usize, victim: usize, kill_after_ms: u64) -> Resul
     }
     Err(format!("no error after {iters} iterations"))
 }
+
+/// Ranks disagree about a device all-gather that `ce` runs (rank 0 gathers `size`
+/// bytes per rank, the others `size/2`): the call's check runs beside it, and the
+/// mismatch surfaces from `device_error` (or the next call) on every rank.
+pub fn ce_mismatch(size: usize) -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    let stream = Stream::new().map_err(|e| e.to_string())?;
+    let (send, recv) = (DevMem::new(size)?, DevMem::new(size * n)?);
+    // SAFETY: the allocations outlive the windows.
+    let (_ws, _wr) = unsafe {
+        (
+            comm.window_register_device(send.ptr, size).map_err(e2s)?,
+            comm.window_register_device(recv.ptr, size * n)
+                .map_err(e2s)?,
+        )
+    };
+    let count = if me == 0 { size } else { size / 2 };
+    let spec = CollSpec::new(CollKind::AllGather, DataType::U8, count);
+    let winner = comm
+        .collective_choice(&spec, send.ptr, recv.ptr, false, true)
+        .map_err(e2s)?;
+    if winner.winner() != "ce" {
+        return Err(format!("ce does not run it: {}", winner.explain()));
+    }
+    // SAFETY: live stream and windows; synchronized below.
+    let first = unsafe { comm.collective_on(&spec, send.ptr, recv.ptr, &stream) }
+        .map_err(e2s)
+        .and_then(|_| sync(&stream));
+    let start = std::time::Instant::now();
+    let err = loop {
+        if let Err(e) = &first {
+            break e.clone();
+        }
+        if let Err(e) = comm.device_error() {
+            break e.to_string();
+        }
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            return Err("no error 30 s after a mismatched call".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    // Every later call fails too.
+    // SAFETY: as above.
+    let later = unsafe { comm.collective_on(&spec, send.ptr, recv.ptr, &stream) };
+    if later.is_ok() {
+        return Err(format!("a call after the mismatch ({err}) was accepted"));
+    }
+    if err.contains("mismatched calls") && err.contains("all_gather(uint8, ") {
+        Ok(format!("rank {me}: {err}"))
+    } else {
+        Err(format!("expected a mismatch, got: {err}"))
+    }
+}
