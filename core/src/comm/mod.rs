@@ -474,7 +474,7 @@ impl Communicator {
 
     /// Give each send (receive) its number among this rank's sends to (receives
     /// from) its peer, in posting order: what its call check compares.
-    fn number_p2p(&self, tasks: &mut [Task]) {
+    pub(crate) fn number_p2p(&self, tasks: &mut [Task]) {
         if !tasks.iter().any(|t| matches!(t, Task::P2p(_))) {
             return; // collectives only: no lock
         }

@@ -87,7 +87,6 @@ fn main() -> ExitCode {
             opt("--cycles").map_or(0, |v| v.parse().expect("cycles")),
         ),
         Some("window-mismatch") => coll::plugin::mismatched_window(),
-        Some("ce-mismatch") => coll::plugin::ce_mismatch(args[1].parse().expect("size")),
         Some("coll-plugin-loop") => coll::plugin::loop_until_error(
             args[1].parse().expect("size"),
             opt("--victim").map_or(1, |v| v.parse().expect("victim")),
