@@ -67,6 +67,15 @@ impl Agreement {
         b
     }
 
+    /// After [`Outcome::Agreed`]: this rank's set as next round's message. A peer that
+    /// learnt of a failure one round later than this rank waits for that round; the
+    /// echo lets it finish with the same survivors instead of timing out on this rank.
+    pub fn echo(&self) -> Vec<u8> {
+        let mut b = self.message();
+        b[..4].copy_from_slice(&(self.round + 1).to_le_bytes());
+        b
+    }
+
     /// `peer` failed to send or answer this round.
     pub fn lost(&mut self, peer: usize) {
         if !self.gone[peer] {
@@ -185,6 +194,28 @@ mod tests {
         them.lost(1);
         a.receive(0, &them.message());
         assert!(matches!(a.finish_round(), Outcome::Failed(m) if m.contains("rank 1")));
+    }
+
+    #[test]
+    fn a_rank_one_round_behind_finishes_on_the_echo() {
+        // 3 ranks, rank 2 died. Rank 0 knew it at once and agreed in round 0 (rank 1's
+        // round-0 message already named rank 2). Rank 1 saw rank 2 die only after it
+        // sent its round-0 message (from rank 0's round-0 message), so it runs round 1.
+        let mut r0 = Agreement::new(0, vec![false, false, true]);
+        let mut r1 = Agreement::new(1, vec![false, false, false]);
+        let m1 = {
+            let mut seen = r1.clone();
+            seen.lost(2);
+            seen.message()
+        };
+        let m0 = r0.message();
+        r0.receive(1, &m1);
+        assert_eq!(r0.finish_round(), Outcome::Agreed(vec![0, 1]));
+        r1.receive(0, &m0);
+        r1.lost(2);
+        assert_eq!(r1.finish_round(), Outcome::Again);
+        r1.receive(0, &r0.echo());
+        assert_eq!(r1.finish_round(), Outcome::Agreed(vec![0, 1]));
     }
 
     #[test]

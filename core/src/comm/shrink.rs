@@ -56,7 +56,14 @@ impl Communicator {
                 }
             }
             match agree.finish_round() {
-                Outcome::Agreed(members) => break members,
+                Outcome::Agreed(members) => {
+                    // For a peer still a round behind (see `Agreement::echo`).
+                    let next = u64::from(agree.round()) + 1;
+                    for p in agree.peers() {
+                        let _ = boot.send_raw(p, tag(next), &agree.echo());
+                    }
+                    break members;
+                }
                 Outcome::Again => continue,
                 Outcome::Failed(why) => {
                     return Err(Error::Bootstrap(format!(

@@ -15,6 +15,9 @@ pub fn run() -> Result<String, String> {
     let mut x = [1u32; 64];
     comm.all_reduce(&[1u32; 64], &mut x, RedOp::Sum)
         .map_err(e2s)?;
+    // Rank 3 may finish that all-reduce before the others received all of its data:
+    // it dies only once everyone has.
+    comm.barrier_oob().map_err(e2s)?;
     if me == 3 {
         super::kill_self_after(0);
         std::thread::sleep(std::time::Duration::from_secs(60));
