@@ -79,8 +79,8 @@ impl Tracker {
         });
     }
 
-    /// The operation begun last finished without being queued (it ran on a collective
-    /// plugin, or had nothing to move).
+    /// The operation begun last finished without being queued (a collective plugin
+    /// ran it).
     pub fn finished(&self) {
         if let Some(l) = self.last.lock().as_mut() {
             l.running = false;
@@ -95,16 +95,6 @@ impl Tracker {
                 l.failed = true;
             }
             l.running = false;
-        }
-    }
-
-    /// [`queued`](Self::queued), [`finished`](Self::finished) or
-    /// [`failed`](Self::failed), as `r` says.
-    pub fn ended(&self, r: Result<Option<&Arc<StageDone>>, ()>) {
-        match r {
-            Ok(Some(d)) => self.queued(d),
-            Ok(None) => self.finished(),
-            Err(_) => self.failed(),
         }
     }
 
@@ -208,7 +198,7 @@ mod tests {
             "ran on a plugin"
         );
         t.begin(Label::Text("op C".into()));
-        t.ended(Err(()));
+        t.failed();
         assert_eq!(t.status().phase, Phase::Failed("op C".into()), "refused");
         t.begin(Label::Text("op D".into()));
         let d = StageDone::new(1);

@@ -21,6 +21,8 @@ pub struct CollectivePlugin {
     closed: std::sync::atomic::AtomicBool,
     _oob: OobTable,
     _host: HostTable,
+    /// The name, shared with status labels (no copy per call).
+    shared_name: Arc<str>,
 }
 
 // SAFETY: hooks of one comm are serialized by the caller (the communicator's
@@ -81,6 +83,7 @@ impl CollectivePlugin {
             };
         }
         Ok(Started::Ready(CollectivePlugin {
+            shared_name: Arc::from(lib.name.as_str()),
             lib,
             ctx,
             comm,
@@ -93,6 +96,11 @@ impl CollectivePlugin {
     /// Plugin name.
     pub fn name(&self) -> &str {
         &self.lib.name
+    }
+
+    /// Plugin name, shared (for labels kept past the call).
+    pub fn shared_name(&self) -> Arc<str> {
+        self.shared_name.clone()
     }
 
     fn t(&self) -> &FxCollectiveV1 {

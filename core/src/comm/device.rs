@@ -291,8 +291,6 @@ impl Communicator {
     ) -> Result<()> {
         self.check_live()?;
         self.device_error()?;
-        let mut tasks = tasks;
-        self.number_p2p(&mut tasks);
         let label = crate::plan::label(&tasks);
         let gpu = self.gpu()?.clone();
         gpu.bind()?;

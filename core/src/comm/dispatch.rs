@@ -212,18 +212,17 @@ impl Communicator {
         if call.mem == FX_MEM_HOST {
             self.check_alone(fp)?;
         }
-        self.shared
-            .status
-            .begin(Label::Text(format!("{fp} on plugin '{}'", p.name())));
+        self.shared.status.begin(Label::Plugin(fp, p.shared_name()));
         let r = {
             let _waiting = (call.mem == FX_MEM_HOST).then(|| self.shared.status.waiting());
             // SAFETY: the buffers were validated by the caller (host slices, or device
             // buffers the caller keeps alive until the stream passes the call).
             unsafe { p.launch(&d.for_plugin(i), stream) }
         };
-        self.shared
-            .status
-            .ended(r.as_ref().map(|_| None).map_err(|_| ()));
+        match &r {
+            Ok(()) => self.shared.status.finished(),
+            Err(_) => self.shared.status.failed(),
+        }
         // A plugin that failed because another rank gave up reports its own symptom
         // (a barrier that broke); the other rank's reason is the cause to report.
         r.map_err(|e| match self.shared.check_peers() {

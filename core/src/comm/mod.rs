@@ -474,7 +474,7 @@ impl Communicator {
 
     /// Give each send (receive) its number among this rank's sends to (receives
     /// from) its peer, in posting order: what its call check compares.
-    pub(crate) fn number_p2p(&self, tasks: &mut [Task]) {
+    fn number_p2p(&self, tasks: &mut [Task]) {
         if !tasks.iter().any(|t| matches!(t, Task::P2p(_))) {
             return; // collectives only: no lock
         }
@@ -506,7 +506,10 @@ impl Communicator {
             Ok(Submitted::Missing(plans, missing)) => {
                 status.begin(label);
                 let r = self.connect_and_submit(plans, missing, driving);
-                status.ended(r.as_ref().map(Some).map_err(|_| ()));
+                match &r {
+                    Ok(done) => status.queued(done),
+                    Err(_) => status.failed(),
+                }
                 r
             }
             Err(e) => {

@@ -205,24 +205,9 @@ impl Plan {
     pub fn checks_only(&self) -> Option<Plan> {
         let mut p = Plan::new();
         for r in self.runners.iter().flatten() {
-            let Some(c) = &r.check else { continue };
-            let empty = Arc::new(Schedule {
-                stages: Vec::new(),
-                scratch: 0,
-            });
-            p.add(
-                Runner::new(
-                    r.channel,
-                    empty,
-                    Bases::absolute(),
-                    DataType::U8,
-                    RedOp::Sum,
-                    r.nranks,
-                    true,
-                    None,
-                )
-                .with_check(Some(c.again())),
-            );
+            if let Some(c) = &r.check {
+                p.add(check_runner(r.channel, r.nranks, c.again()));
+            }
         }
         (p.left > 0).then_some(p)
     }
@@ -230,25 +215,8 @@ impl Plan {
     /// A plan of one call check alone (on channel 0), for a call the core does not
     /// run itself (a collective plugin runs it); `None` for a single rank.
     pub fn check_alone(fp: ferrocx_algo::Fingerprint, rank: usize, nranks: usize) -> Option<Plan> {
-        let check = Check::new(fp, rank, nranks)?;
-        let empty = Arc::new(Schedule {
-            stages: Vec::new(),
-            scratch: 0,
-        });
         let mut p = Plan::new();
-        p.add(
-            Runner::new(
-                0,
-                empty,
-                Bases::absolute(),
-                DataType::U8,
-                RedOp::Sum,
-                nranks,
-                true,
-                None,
-            )
-            .with_check(Some(check)),
-        );
+        p.add(check_runner(0, nranks, Check::new(fp, rank, nranks)?));
         Some(p)
     }
 
@@ -306,6 +274,25 @@ fn stage_input(t: &CollTask, ranges: &[(usize, usize)]) -> Arc<ScratchBuf> {
         super::local::copy_in(&mut buf, off * es, t.send + off * es, n * es);
     }
     Arc::new(buf)
+}
+
+/// A runner that only runs call check `c` on `channel` (no transfers of its own).
+fn check_runner(channel: usize, nranks: usize, c: Check) -> Runner {
+    let empty = Arc::new(Schedule {
+        stages: Vec::new(),
+        scratch: 0,
+    });
+    Runner::new(
+        channel,
+        empty,
+        Bases::absolute(),
+        DataType::U8,
+        RedOp::Sum,
+        nranks,
+        true,
+        None,
+    )
+    .with_check(Some(c))
 }
 
 /// Plan a group's tasks. `hoist`: device plans hand their independent local

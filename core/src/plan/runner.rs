@@ -186,11 +186,9 @@ impl Runner {
     /// The error to report for a failed transfer: the call mismatch behind it, if
     /// the previous rank's fingerprint already said so.
     fn cause(&self, e: Error) -> Error {
-        // A device runner's staged fingerprints may not be copied back yet.
         let pairs = || {
             self.pairs
                 .as_ref()
-                .filter(|_| self.dev.is_none())
                 .and_then(|p| p.verdict().err())
                 .filter(|e| matches!(e, Error::Mismatch { .. }))
         };
@@ -334,10 +332,6 @@ impl Runner {
                     let Some(st) = self.sched.stages.get(self.stage) else {
                         if self.check.is_some() {
                             return Ok(Step::Blocked);
-                        }
-                        // Staged fingerprints have been copied back (`pending` above).
-                        if let Some(Err(e)) = self.pairs.take().map(|p| p.verdict()) {
-                            return Ok(Step::Failed(e));
                         }
                         return Ok(Step::Done);
                     };

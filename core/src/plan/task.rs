@@ -104,6 +104,8 @@ pub(crate) fn label(tasks: &[Task]) -> Label {
 pub(crate) enum Label {
     /// A call's fingerprint, and how many more operations its group holds.
     Call(Fingerprint, usize),
+    /// A collective a plugin (named) runs.
+    Plugin(Fingerprint, Arc<str>),
     /// Anything else.
     Text(String),
 }
@@ -113,6 +115,7 @@ impl fmt::Display for Label {
         match self {
             Label::Call(fp, 0) => write!(f, "{fp}"),
             Label::Call(fp, more) => write!(f, "{fp} (and {more} more in its group)"),
+            Label::Plugin(fp, name) => write!(f, "{fp} on plugin '{name}'"),
             Label::Text(t) => f.write_str(t),
         }
     }
