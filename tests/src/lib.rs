@@ -3,6 +3,7 @@
 //! their outputs; locate (building if needed) plugin `.so` files.
 
 pub mod netns;
+pub mod soak;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -9,6 +9,7 @@
 
 use crate::accept::Acceptor;
 use crate::blob::{RecvInfo, SendInfo};
+use crate::linger::Idle;
 use crate::recv::Receiver;
 use crate::send::{Params, Rail, Sender, Who};
 use crate::{Health, NetSocket};
@@ -142,9 +143,12 @@ impl SocketConn {
             connected: false,
             broken: None,
         };
-        Ok(SocketConn {
-            core: Arc::new(Mutex::new(core)),
-        })
+        let core = Arc::new(Mutex::new(core));
+        if req.direction == Direction::Recv {
+            let end: Arc<dyn Idle> = core.clone();
+            ctx.linger().add(Arc::downgrade(&end));
+        }
+        Ok(SocketConn { core })
     }
 
     /// Finish the connection with the peer's blob.
@@ -198,6 +202,10 @@ impl SocketConn {
 impl Drop for SocketConn {
     fn drop(&mut self) {
         let mut core = self.core.lock().unwrap_or_else(PoisonError::into_inner);
+        let core = &mut *core;
+        if let (Side::Recv(r), None) = (&mut core.side, &core.broken) {
+            r.say_goodbye();
+        }
         core.fail(PluginError::invalid(
             "net-socket connection freed with the request outstanding",
         ));
@@ -237,6 +245,24 @@ impl Drop for SocketRequest {
             core.fail(PluginError::invalid(
                 "a net-socket request was dropped before it completed; the connection is unusable",
             ));
+        }
+    }
+}
+
+impl Idle for Mutex<ConnCore> {
+    fn idle_turn(&self, now: Instant) {
+        let Ok(mut core) = self.try_lock() else {
+            return;
+        };
+        if core.broken.is_some() || core.who.host.aborted() {
+            return;
+        }
+        let r = match &mut core.side {
+            Side::Recv(r) if r.lingering() => r.progress(now),
+            _ => return,
+        };
+        if let Err(e) = r {
+            core.fail(e);
         }
     }
 }
@@ -318,7 +344,6 @@ impl ConnCore {
                     .map(|i| Rail {
                         local: Some(locals[i]),
                         remote: remotes[i],
-                        up: true,
                     })
                     .collect();
                 let s = Sender::dial(

@@ -32,10 +32,18 @@
 //!   completed, so nothing is lost or duplicated. After `FERROCX_SOCKET_RECOVERY` of
 //!   quiet the sender reconnects the rail's sockets (the receiver keeps listening and
 //!   a reconnected socket replaces its predecessor); when every socket of the rail is
-//!   back it carries chunks again. A failed probe doubles the wait (up to 8×).
-//!   Failover is logged at warn, recovery at info, both with the rail's addresses
-//!   and the peer's rank; when no rail is left the connection fails with an error
-//!   naming the peer.
+//!   back it carries chunks again. A failed probe doubles the wait (up to 8×,
+//!   jittered by a quarter). A rail down at connect leaves the connection on the
+//!   others. When the last rail fails, every rail is probed at once, and the
+//!   connection fails — naming the peer — only when none came back within twice
+//!   the rail timeout. Failover is logged at warn, recovery at info, both with the
+//!   rail's addresses and the peer's rank. The decisions (rail states, resend
+//!   queue, window) are `ferrocx_sdk::failover::RailSet`, a sans-IO state machine.
+//! * **Acknowledgements that die with a rail.** A receive completes only once its
+//!   acknowledgements are written; receivers with nothing posted are still given a
+//!   turn by every `test` of the context (`linger`), to acknowledge resent chunks;
+//!   and a receiver that frees its end sends a goodbye frame naming the messages it
+//!   has in full, which the sender completes.
 //! * Sockets are non-blocking with `TCP_NODELAY`; progress happens in `test` (and
 //!   when a send is posted); sends use `MSG_NOSIGNAL`.
 //!
@@ -59,6 +67,7 @@ pub mod config;
 mod conn;
 mod dial;
 pub mod iface;
+mod linger;
 mod recv;
 mod send;
 mod sock;
@@ -70,6 +79,7 @@ pub use conn::{SocketConn, SocketRequest};
 use ferrocx_sdk::abi::{FxPeerInfo, FX_CAP_CROSS_HOST, FX_CAP_HOST_MEM};
 use ferrocx_sdk::failover::PathHealth;
 use ferrocx_sdk::{Blob, ConnReq, ConnectState, Host, PluginResult, Transport};
+use linger::Linger;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::sync::Arc;
 
@@ -90,6 +100,7 @@ pub struct NetSocket {
     /// interface qualifies.
     rails: Vec<SocketAddr>,
     health: Arc<Health>,
+    linger: Arc<Linger>,
 }
 
 impl NetSocket {
@@ -132,6 +143,7 @@ impl NetSocket {
             cfg,
             rails,
             health,
+            linger: Arc::default(),
         })
     }
 
@@ -148,6 +160,7 @@ impl NetSocket {
             cfg,
             rails,
             health,
+            linger: Arc::default(),
         }
     }
 
@@ -167,6 +180,10 @@ impl NetSocket {
 
     pub(crate) fn health(&self) -> Arc<Health> {
         self.health.clone()
+    }
+
+    pub(crate) fn linger(&self) -> &Linger {
+        &self.linger
     }
 }
 
@@ -226,7 +243,9 @@ impl Transport for NetSocket {
     }
 
     fn test(&self, req: &mut SocketRequest) -> PluginResult<Option<usize>> {
-        req.test()
+        let r = req.test();
+        self.linger.turn(std::time::Instant::now());
+        r
     }
 
     fn free(&self, conn: SocketConn) -> PluginResult<()> {

@@ -12,9 +12,10 @@
 //! carries the resent chunk another message waits for.
 
 use crate::accept::Acceptor;
-use crate::send::{chunk_len, live, nchunks, Params, Who};
+use crate::send::{live, Params, Who};
 use crate::sock::{self, Io};
 use crate::wire::{Frame, Kind, FRAME_BYTES};
+use ferrocx_sdk::failover::{chunk_len, nchunks};
 use ferrocx_sdk::{PluginError, PluginResult};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::TcpStream;
@@ -126,10 +127,16 @@ impl Receiver {
         }
     }
 
-    /// Accept sockets: `Ok(true)` once every socket of the sender is connected.
+    /// Accept sockets: `Ok(true)` once every socket of the sender is connected or,
+    /// with several rails, once one is (the sender may have found a rail down; its
+    /// other sockets are accepted whenever they come).
     pub fn connect_step(&mut self) -> PluginResult<bool> {
         self.accept()?;
-        Ok(self.streams.iter().all(|s| s.sock.is_some()))
+        Ok(if self.p.reliable {
+            self.streams.iter().any(|s| s.sock.is_some())
+        } else {
+            self.streams.iter().all(|s| s.sock.is_some())
+        })
     }
 
     fn accept(&mut self) -> PluginResult<()> {
@@ -193,19 +200,57 @@ impl Receiver {
         Some(seq)
     }
 
-    /// Whether receive `seq` is still in progress.
+    /// Whether receive `seq` is still in progress: not complete, or complete with
+    /// acknowledgements not yet handed to the kernel (nothing else would send them:
+    /// the core stops testing a connection with nothing posted).
     pub fn pending(&self, seq: u64) -> bool {
         self.op(seq).is_some_and(|o| !o.done)
+            || (self.acks_queued() && self.done.contains_key(&seq))
     }
 
-    /// The result of receive `seq`, once.
+    /// The result of receive `seq`, once (once its acknowledgements are out).
     pub fn take(&mut self, seq: u64) -> Option<PluginResult<usize>> {
+        if self.acks_queued() && self.done.get(&seq).is_some_and(Result::is_ok) {
+            return None;
+        }
         self.done.remove(&seq)
+    }
+
+    fn acks_queued(&self) -> bool {
+        self.streams.iter().any(|st| !st.acks.is_empty())
+    }
+
+    /// An acknowledged receiver with no receive in progress: it still reads and
+    /// acknowledges what arrives (resent chunks), see `linger`.
+    pub fn lingering(&self) -> bool {
+        self.p.reliable && self.recvs.iter().all(|o| o.done)
     }
 
     /// Forget a result nobody will collect.
     pub fn forget(&mut self, seq: u64) -> bool {
         self.done.remove(&seq).is_some()
+    }
+
+    /// This end is being freed: tell the sender, on every socket (best effort, never
+    /// blocking), that every message below the first incomplete one is in place.
+    pub fn say_goodbye(&mut self) {
+        if !self.p.reliable {
+            return;
+        }
+        let bye = Frame {
+            kind: Kind::Bye,
+            seq: self.done_below,
+            total: 0,
+            offset: 0,
+        }
+        .encode();
+        for st in &mut self.streams {
+            // An acknowledgement half written would garble the goodbye: skip that socket.
+            if let (Some(t), 0) = (&st.sock, st.ack_sent) {
+                // SAFETY: `bye` is our own frame.
+                let _ = unsafe { sock::send2(t, (bye.as_ptr(), bye.len()), (std::ptr::null(), 0)) };
+            }
+        }
     }
 
     /// Fail every outstanding receive with `e` and close the sockets.
@@ -403,9 +448,16 @@ impl Receiver {
             }
         }
         if self.p.reliable {
-            for s in 0..self.streams.len() {
-                if let Err(why) = self.flush_acks(s) {
-                    self.stream_lost(s, why)?;
+            // A lost socket hands its queued acknowledgements to a surviving one,
+            // possibly one flushed already: go round until nothing moves.
+            let mut lost = true;
+            while lost {
+                lost = false;
+                for s in 0..self.streams.len() {
+                    if let Err(why) = self.flush_acks(s) {
+                        self.stream_lost(s, why)?;
+                        lost = true;
+                    }
                 }
             }
         }
@@ -437,7 +489,9 @@ impl Receiver {
                         st.hdr_got = 0;
                         continue;
                     }
-                    Kind::Ack => return Err(format!("protocol error: {f:?} on a data socket")),
+                    Kind::Ack | Kind::Bye => {
+                        return Err(format!("protocol error: {f:?} on a data socket"))
+                    }
                     Kind::Data => {}
                 }
                 // Without acknowledgements nothing is ever resent, so a socket may wait

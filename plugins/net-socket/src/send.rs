@@ -11,9 +11,9 @@ use crate::dial::Dial;
 use crate::sock::{self, Io};
 use crate::wire::{Frame, Kind, FRAME_BYTES};
 use crate::Health;
-use ferrocx_sdk::failover::{ChunkId, InFlight};
+use ferrocx_sdk::failover::{ChunkId, RailSet, RailState};
 use ferrocx_sdk::{Host, PluginError, PluginResult};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,17 +33,6 @@ pub(crate) struct Params {
     pub rail_timeout: Duration,
 }
 
-/// Chunks of a message of `len` bytes (an empty message is one empty chunk).
-pub(crate) fn nchunks(len: u64, chunk: usize) -> u32 {
-    (len.div_ceil(chunk as u64)).max(1) as u32
-}
-
-/// Bytes of chunk `index` of a message of `len` bytes.
-pub(crate) fn chunk_len(len: u64, chunk: usize, index: u32) -> usize {
-    let start = u64::from(index) * chunk as u64;
-    len.saturating_sub(start).min(chunk as u64) as usize
-}
-
 /// Who this end is, for messages.
 #[derive(Clone)]
 pub(crate) struct Who {
@@ -56,7 +45,6 @@ pub(crate) struct Who {
 pub(crate) struct Rail {
     pub local: Option<SocketAddr>,
     pub remote: SocketAddr,
-    pub up: bool,
 }
 
 impl Rail {
@@ -99,36 +87,27 @@ struct TxStream {
     last_write: Instant,
 }
 
-/// A posted send. The buffer address is kept as an integer so the state is `Send`;
-/// the poster guarantees validity until completion.
-struct SendMsg {
-    seq: u64,
-    addr: usize,
-    len: u64,
-    nchunks: u32,
-    written: u32,
-    done: bool,
-}
-
-/// The sending end's data path.
+/// The sending end's data path: the sockets, and the [`RailSet`] that decides what
+/// goes where (message tags are buffer addresses, kept as integers so the state is
+/// `Send`; the poster guarantees validity until completion).
 pub(crate) struct Sender {
     who: Who,
     p: Params,
     token: u64,
     rails: Vec<Rail>,
+    /// When each rail's last probe started (stranded connections probe at once, but
+    /// not more often than [`STRANDED_PROBE_EVERY`]).
+    last_probe: Vec<Option<Instant>>,
     streams: Vec<TxStream>,
-    msgs: VecDeque<SendMsg>,
-    /// Next chunk never sent: (message sequence number, chunk index).
-    next_new: (u64, u32),
-    next_seq: u64,
-    resend: VecDeque<ChunkId>,
-    inflight: InFlight,
-    unacked: usize,
+    set: RailSet,
     rr: usize,
     health: Arc<Health>,
     health_gen: u64,
     done: HashMap<u64, PluginResult<usize>>,
 }
+
+/// Shortest interval between probes of one rail while no rail is up.
+const STRANDED_PROBE_EVERY: Duration = Duration::from_millis(100);
 
 impl Sender {
     /// Start connecting every socket of every rail.
@@ -139,71 +118,135 @@ impl Sender {
         rails: Vec<Rail>,
         health: Arc<Health>,
     ) -> PluginResult<Self> {
-        let mut streams = Vec::new();
-        for (r, rail) in rails.iter().enumerate() {
-            for j in 0..p.nsocks {
-                let index = (r * p.nsocks + j) as u32;
-                let d = Dial::start(rail.remote, rail.local, token, index).map_err(|e| {
-                    PluginError::remote(format!(
-                        "{}: cannot connect {} to rank {}: {e}",
-                        who.what,
-                        rail.describe(r),
-                        who.peer
-                    ))
-                })?;
-                streams.push(TxStream {
-                    rail: r,
-                    sock: Sock::Dialing(d),
-                    cur: None,
-                    ack: [0; FRAME_BYTES],
-                    ack_got: 0,
-                    last_write: Instant::now(),
-                });
-            }
-        }
-        let health_gen = health.generation();
-        Ok(Sender {
+        let now = Instant::now();
+        let nrails = rails.len();
+        let mut s = Sender {
             who,
             p,
             token,
+            last_probe: vec![None; nrails],
+            streams: Vec::new(),
+            // A stranded connection gets one full round of probes before it gives up.
+            set: RailSet::new(nrails, p.chunk, p.window, p.reliable, p.rail_timeout * 2),
             rails,
-            streams,
-            msgs: VecDeque::new(),
-            next_new: (0, 0),
-            next_seq: 0,
-            resend: VecDeque::new(),
-            inflight: InFlight::new(),
-            unacked: 0,
             rr: 0,
+            health_gen: health.generation(),
             health,
-            health_gen,
             done: HashMap::new(),
-        })
+        };
+        for r in 0..nrails {
+            // With several rails, a path already known to be down (or one that cannot
+            // even start connecting) is left to the probes: the connection comes up
+            // on the others.
+            let mut failure = (p.reliable && !s.health.is_up(&s.rails[r].key()))
+                .then(|| "path marked down by another connection".to_string());
+            for j in 0..p.nsocks {
+                let index = (r * p.nsocks + j) as u32;
+                let sock = match &failure {
+                    Some(_) => Sock::Dead,
+                    None => match Dial::start(s.rails[r].remote, s.rails[r].local, token, index) {
+                        Ok(d) => Sock::Dialing(d),
+                        Err(e) if p.reliable => {
+                            failure = Some(e.to_string());
+                            Sock::Dead
+                        }
+                        Err(e) => {
+                            return Err(PluginError::remote(format!(
+                                "{}: cannot connect {} to rank {}: {e}",
+                                s.who.what,
+                                s.rails[r].describe(r),
+                                s.who.peer
+                            )))
+                        }
+                    },
+                };
+                s.streams.push(TxStream {
+                    rail: r,
+                    sock,
+                    cur: None,
+                    ack: [0; FRAME_BYTES],
+                    ack_got: 0,
+                    last_write: now,
+                });
+            }
+            if let Some(why) = failure {
+                s.down_at_connect(r, &why, now);
+            }
+        }
+        if s.set.up_rails().is_empty() {
+            return Err(s.no_rail_at_connect());
+        }
+        Ok(s)
     }
 
-    /// Drive the initial connects: `Ok(true)` once every socket is connected.
+    /// Rail `r` cannot be connected now: it starts down, and is probed like a rail
+    /// that failed.
+    fn down_at_connect(&mut self, r: usize, why: &str, now: Instant) {
+        self.close_rail(r);
+        self.set.rail_failed(r, now);
+        self.health.fail(&self.rails[r].key(), now);
+        self.who.host.warn(format!(
+            "net-socket: {} to rank {} is down at connect ({why}); {} uses the other rail(s)",
+            self.rails[r].describe(r),
+            self.who.peer,
+            self.who.what
+        ));
+    }
+
+    fn no_rail_at_connect(&self) -> PluginError {
+        PluginError::remote(format!(
+            "{}: cannot connect to rank {}: every rail is down",
+            self.who.what, self.who.peer
+        ))
+    }
+
+    /// Drive the initial connects: `Ok(true)` once every socket of every usable rail
+    /// is connected. With several rails, a rail whose sockets fail or do not connect
+    /// within the rail timeout starts down (probed later), as long as one remains.
     pub fn connect_step(&mut self) -> PluginResult<bool> {
+        let now = Instant::now();
         let mut all = true;
+        let mut failed = Vec::new();
         for s in &mut self.streams {
-            if let Sock::Dialing(d) = &mut s.sock {
-                match d.poll() {
-                    Ok(true) => {
-                        let Sock::Dialing(d) = std::mem::replace(&mut s.sock, Sock::Dead) else {
-                            unreachable!("matched above")
-                        };
-                        s.sock = Sock::Live(live(d.into_stream(), &self.p)?);
-                    }
-                    Ok(false) => all = false,
-                    Err(e) => {
-                        return Err(PluginError::remote(format!(
-                            "{}: cannot connect {} to rank {}: {e}",
-                            self.who.what,
-                            self.rails[s.rail].describe(s.rail),
-                            self.who.peer
-                        )))
-                    }
+            let Sock::Dialing(d) = &mut s.sock else {
+                continue;
+            };
+            let err = match d.poll() {
+                Ok(true) => {
+                    let Sock::Dialing(d) = std::mem::replace(&mut s.sock, Sock::Dead) else {
+                        unreachable!("matched above")
+                    };
+                    s.sock = Sock::Live(live(d.into_stream(), &self.p)?);
+                    continue;
                 }
+                Ok(false)
+                    if self.p.reliable && now.duration_since(d.started) > self.p.rail_timeout =>
+                {
+                    "no answer within FERROCX_SOCKET_RAIL_TIMEOUT".to_string()
+                }
+                Ok(false) => {
+                    all = false;
+                    continue;
+                }
+                Err(e) => e.to_string(),
+            };
+            if !self.p.reliable {
+                return Err(PluginError::remote(format!(
+                    "{}: cannot connect {} to rank {}: {err}",
+                    self.who.what,
+                    self.rails[s.rail].describe(s.rail),
+                    self.who.peer
+                )));
             }
+            failed.push((s.rail, err));
+        }
+        for (r, why) in failed {
+            if self.set.state(r) == RailState::Up {
+                self.down_at_connect(r, &why, now);
+            }
+        }
+        if self.set.up_rails().is_empty() {
+            return Err(self.no_rail_at_connect());
         }
         Ok(all)
     }
@@ -221,30 +264,15 @@ impl Sender {
 
     /// Post a send; `None` when too many are outstanding.
     pub fn post(&mut self, addr: usize, len: usize, max: usize) -> Option<u64> {
-        if self.msgs.len() >= max {
+        if self.set.messages() >= max {
             return None;
         }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let len = len as u64;
-        let n = nchunks(len, self.p.chunk);
-        if self.p.reliable {
-            self.inflight.add_message(seq, n);
-        }
-        self.msgs.push_back(SendMsg {
-            seq,
-            addr,
-            len,
-            nchunks: n,
-            written: 0,
-            done: false,
-        });
-        Some(seq)
+        Some(self.set.post(addr, len as u64))
     }
 
     /// Whether send `seq` is still in progress.
     pub fn pending(&self, seq: u64) -> bool {
-        self.msg(seq).is_some_and(|m| !m.done)
+        self.set.pending(seq)
     }
 
     /// The result of send `seq`, once.
@@ -259,41 +287,23 @@ impl Sender {
 
     /// Fail every outstanding send with `e` and close the sockets.
     pub fn fail_all(&mut self, e: &PluginError) {
-        for m in self.msgs.drain(..) {
-            if !m.done {
-                self.done.insert(m.seq, Err(e.clone()));
-            }
+        for seq in self.set.clear() {
+            self.done.insert(seq, Err(e.clone()));
         }
-        for s in &mut self.streams {
-            if let Sock::Live(t) = std::mem::replace(&mut s.sock, Sock::Dead) {
+        for r in 0..self.rails.len() {
+            self.close_rail(r);
+        }
+    }
+
+    /// Close rail `r`'s sockets (with a reset) and drop what they were writing.
+    fn close_rail(&mut self, r: usize) {
+        for st in self.streams.iter_mut().filter(|s| s.rail == r) {
+            // Sockets still connecting are dropped too: a probe dials them all again.
+            if let Sock::Live(t) = std::mem::replace(&mut st.sock, Sock::Dead) {
                 sock::abort(t);
             }
-            s.cur = None;
-        }
-        self.inflight.clear();
-        self.resend.clear();
-    }
-
-    fn msg(&self, seq: u64) -> Option<&SendMsg> {
-        let front = self.msgs.front()?.seq;
-        self.msgs.get(seq.checked_sub(front)? as usize)
-    }
-
-    fn msg_mut(&mut self, seq: u64) -> Option<&mut SendMsg> {
-        let front = self.msgs.front()?.seq;
-        self.msgs.get_mut(seq.checked_sub(front)? as usize)
-    }
-
-    fn complete(&mut self, seq: u64) {
-        if let Some(m) = self.msg_mut(seq) {
-            if !m.done {
-                m.done = true;
-                let len = m.len as usize;
-                self.done.insert(seq, Ok(len));
-            }
-        }
-        while self.msgs.front().is_some_and(|m| m.done) {
-            self.msgs.pop_front();
+            st.cur = None;
+            st.ack_got = 0;
         }
     }
 
@@ -310,46 +320,21 @@ impl Sender {
         Ok(())
     }
 
-    /// Next chunk for a socket of `rail`: resends first, then new chunks within the window.
-    fn next_chunk(&mut self, rail: usize) -> Option<TxChunk> {
-        let id = if let Some(id) = self.resend.pop_front() {
-            id
-        } else {
-            let (seq, index) = self.next_new;
-            let m = self.msg(seq)?;
-            let clen = chunk_len(m.len, self.p.chunk, index);
-            if self.p.reliable && self.unacked > 0 && self.unacked + clen > self.p.window {
-                return None;
-            }
-            let last = index + 1 == m.nchunks;
-            self.next_new = if last { (seq + 1, 0) } else { (seq, index + 1) };
-            if self.p.reliable {
-                self.unacked += clen;
-            }
-            ChunkId { msg: seq, index }
-        };
-        let m = self.msg(id.msg)?;
-        let offset = u64::from(id.index) * self.p.chunk as u64;
-        let (addr, len, total) = (
-            m.addr + offset as usize,
-            chunk_len(m.len, self.p.chunk, id.index),
-            m.len,
-        );
-        if self.p.reliable {
-            self.inflight.sent(id, rail);
-        }
+    /// The next chunk for a socket of rail `r`, as a frame to write.
+    fn next_chunk(&mut self, r: usize) -> Option<TxChunk> {
+        let c = self.set.next_chunk(r)?;
         let header = Frame {
             kind: Kind::Data,
-            seq: id.msg,
-            total,
-            offset,
+            seq: c.id.msg,
+            total: c.total,
+            offset: c.offset,
         }
         .encode();
         Some(TxChunk {
-            id: Some(id),
+            id: Some(c.id),
             header,
-            addr,
-            len,
+            addr: c.tag + c.offset as usize,
+            len: c.len,
             done: 0,
         })
     }
@@ -363,7 +348,7 @@ impl Sender {
                 let s = (self.rr + k) % n;
                 // A probing rail's sockets carry nothing until the whole rail is back.
                 if !matches!(self.streams[s].sock, Sock::Live(_))
-                    || !self.rails[self.streams[s].rail].up
+                    || self.set.state(self.streams[s].rail) != RailState::Up
                 {
                     continue;
                 }
@@ -415,7 +400,10 @@ impl Sender {
                 if c.done == total {
                     let id = st.cur.take().and_then(|c| c.id);
                     if let (Some(id), false) = (id, self.p.reliable) {
-                        self.chunk_written(id);
+                        // Unacknowledged mode: a send is done once its chunks are written.
+                        if let Some(d) = self.set.written(id) {
+                            self.done.insert(d.seq, Ok(d.len as usize));
+                        }
                     }
                 }
             }
@@ -430,20 +418,10 @@ impl Sender {
         Ok(())
     }
 
-    /// Unacknowledged mode: a send is done once all its chunks are written.
-    fn chunk_written(&mut self, id: ChunkId) {
-        let Some(m) = self.msg_mut(id.msg) else {
-            return;
-        };
-        m.written += 1;
-        if m.written == m.nchunks {
-            self.complete(id.msg);
-        }
-    }
-
     fn read_acks(&mut self, now: Instant) -> PluginResult<()> {
-        let mut acks = Vec::new();
+        let mut frames = Vec::new();
         let mut failed = Vec::new();
+        let mut ended = Vec::new();
         for st in &mut self.streams {
             let Sock::Live(t) = &st.sock else {
                 continue;
@@ -452,22 +430,15 @@ impl Sender {
                 let want = FRAME_BYTES - st.ack_got;
                 // SAFETY: writable bytes of our own acknowledgement buffer.
                 match unsafe { sock::recv(t, st.ack[st.ack_got..].as_mut_ptr(), want) } {
-                    Ok(Io::Moved(0)) if self.msgs.is_empty() => {
-                        // Nothing outstanding: the receiver closed its end (freed).
-                        return Err(PluginError::remote(format!(
-                            "peer rank {} closed {}",
-                            self.who.peer, self.who.what
-                        )));
-                    }
                     Ok(Io::Moved(0)) => {
-                        failed.push((st.rail, "the peer closed the socket".to_string()));
+                        ended.push(st.rail);
                         break;
                     }
                     Ok(Io::Moved(k)) => {
                         st.ack_got += k;
                         if st.ack_got == FRAME_BYTES {
                             st.ack_got = 0;
-                            acks.push(Frame::decode(&st.ack)?);
+                            frames.push(Frame::decode(&st.ack)?);
                         }
                     }
                     Ok(Io::Again) => break,
@@ -478,7 +449,13 @@ impl Sender {
                 }
             }
         }
-        for f in acks {
+        for f in frames {
+            if f.kind == Kind::Bye {
+                for d in self.set.peer_done_below(f.seq) {
+                    self.done.insert(d.seq, Ok(d.len as usize));
+                }
+                continue;
+            }
             if f.kind != Kind::Ack || !f.offset.is_multiple_of(self.p.chunk as u64) {
                 return Err(PluginError::internal(format!(
                     "net-socket protocol error on {}: {f:?} where an acknowledgement was expected",
@@ -489,16 +466,22 @@ impl Sender {
                 msg: f.seq,
                 index: (f.offset / self.p.chunk as u64) as u32,
             };
-            if self.inflight.is_acked(id) {
-                continue; // a duplicate (the chunk went out twice)
-            }
-            if let Some(m) = self.msg(id.msg) {
-                self.unacked -= chunk_len(m.len, self.p.chunk, id.index);
-            }
-            if let Some(seq) = self.inflight.acked(id) {
-                self.complete(seq);
+            if let Some(d) = self.set.acked(id) {
+                self.done.insert(d.seq, Ok(d.len as usize));
             }
         }
+        if !ended.is_empty() && self.set.messages() == 0 {
+            // Nothing outstanding: the receiver closed its end (freed).
+            return Err(PluginError::remote(format!(
+                "peer rank {} closed {}",
+                self.who.peer, self.who.what
+            )));
+        }
+        failed.extend(
+            ended
+                .into_iter()
+                .map(|r| (r, "the peer closed the socket".to_string())),
+        );
         for (rail, why) in failed {
             self.rail_failed(rail, &why, now)?;
         }
@@ -513,7 +496,7 @@ impl Sender {
             if st.cur.is_some()
                 || !matches!(st.sock, Sock::Live(_))
                 || now.duration_since(st.last_write) < quiet
-                || self.inflight.on_rail(st.rail) == 0
+                || self.set.unacked_on(st.rail) == 0
             {
                 continue;
             }
@@ -535,19 +518,13 @@ impl Sender {
     }
 
     /// Rail `r` failed: close its sockets, put its unacknowledged chunks up for
-    /// resending, mark the path down. An error when no rail is left.
+    /// resending, mark the path down. With one rail the connection fails; with none
+    /// up, every down rail is probed at once ([`tend_rails`](Self::tend_rails)).
     fn rail_failed(&mut self, r: usize, why: &str, now: Instant) -> PluginResult<()> {
-        if !self.rails[r].up {
+        if self.set.state(r) != RailState::Up {
             return Ok(());
         }
-        self.rails[r].up = false;
-        for st in self.streams.iter_mut().filter(|s| s.rail == r) {
-            if let Sock::Live(t) = std::mem::replace(&mut st.sock, Sock::Dead) {
-                sock::abort(t);
-            }
-            st.cur = None;
-            st.ack_got = 0;
-        }
+        self.close_rail(r);
         let desc = self.rails[r].describe(r);
         if !self.p.reliable {
             return Err(PluginError::remote(format!(
@@ -555,26 +532,21 @@ impl Sender {
                 self.who.peer, self.who.what
             )));
         }
-        let lost = self.inflight.fail_rail(r);
-        for &id in lost.iter().rev() {
-            self.resend.push_front(id);
-        }
+        let lost = self.set.rail_failed(r, now).unwrap_or(0);
         let newly = self.health.fail(&self.rails[r].key(), now);
-        let survivors: Vec<usize> = (0..self.rails.len())
-            .filter(|&i| self.rails[i].up)
-            .collect();
-        if survivors.is_empty() {
-            return Err(PluginError::remote(format!(
-                "peer rank {} is unreachable: every rail of {} failed (last: {desc}: {why})",
-                self.who.peer, self.who.what
-            )));
-        }
-        let msg = format!(
-            "net-socket: {desc} to rank {} failed ({why}); {} chunk(s) resent on rail(s) {survivors:?}",
-            self.who.peer,
-            lost.len()
-        );
-        if newly {
+        let survivors = self.set.up_rails();
+        let msg = if survivors.is_empty() {
+            format!(
+                "net-socket: {desc} to rank {} failed ({why}); no rail is up: {lost} chunk(s) wait while every rail is probed",
+                self.who.peer
+            )
+        } else {
+            format!(
+                "net-socket: {desc} to rank {} failed ({why}); {lost} chunk(s) resent on rail(s) {survivors:?}",
+                self.who.peer
+            )
+        };
+        if newly || survivors.is_empty() {
             self.who.host.warn(msg);
         } else {
             self.who.host.debug(msg);
@@ -582,113 +554,140 @@ impl Sender {
         Ok(())
     }
 
-    /// Acknowledged mode: follow failures other connections saw, and probe failed rails
-    /// once their quiet window has passed.
+    /// Acknowledged mode: follow failures other connections saw, probe failed rails
+    /// once their quiet window has passed (at once when no rail is up), and give up
+    /// when no rail came back within the strand limit.
     fn tend_rails(&mut self, now: Instant) -> PluginResult<()> {
+        if self.set.dead(now) {
+            return Err(PluginError::remote(format!(
+                "peer rank {} is unreachable: every rail of {} failed, and none came back within {:?} of probing",
+                self.who.peer,
+                self.who.what,
+                self.p.rail_timeout * 2
+            )));
+        }
         let g = self.health.generation();
         let seen_change = g != self.health_gen;
         self.health_gen = g;
         for r in 0..self.rails.len() {
             let key = self.rails[r].key();
-            if self.rails[r].up {
-                let others = (0..self.rails.len()).any(|i| i != r && self.rails[i].up);
-                if seen_change && others && !self.health.is_up(&key) {
-                    self.rail_failed(r, "path marked down by another connection", now)?;
-                }
-                continue;
-            }
-            let socks: Vec<usize> = (0..self.streams.len())
-                .filter(|&s| self.streams[s].rail == r)
-                .collect();
-            let all_dead = socks
-                .iter()
-                .all(|&s| matches!(self.streams[s].sock, Sock::Dead));
-            if all_dead {
-                if !(self.health.is_up(&key) || self.health.probe_due(&key, now)) {
-                    continue;
-                }
-                for &s in &socks {
-                    let rail = &self.rails[r];
-                    match Dial::start(rail.remote, rail.local, self.token, s as u32) {
-                        Ok(d) => self.streams[s].sock = Sock::Dialing(d),
-                        Err(e) => {
-                            self.probe_failed(r, &e.to_string(), now);
-                            break;
-                        }
+            match self.set.state(r) {
+                RailState::Up => {
+                    let others = self.set.up_rails().len() > 1;
+                    if seen_change && others && !self.health.is_up(&key) {
+                        self.rail_failed(r, "path marked down by another connection", now)?;
                     }
                 }
-                continue;
-            }
-            // Probing: all sockets must connect within the rail timeout.
-            let mut ready = true;
-            let mut failure = None;
-            for &s in &socks {
-                let st = &mut self.streams[s];
-                let Sock::Dialing(d) = &mut st.sock else {
-                    continue;
-                };
-                match d.poll() {
-                    Ok(true) => {
-                        let Sock::Dialing(d) = std::mem::replace(&mut st.sock, Sock::Dead) else {
-                            unreachable!("matched above")
-                        };
-                        st.sock = Sock::Live(live(d.into_stream(), &self.p)?);
-                        st.last_write = now;
-                    }
-                    Ok(false) if now.duration_since(d.started) > self.p.rail_timeout => {
-                        failure = Some("no answer within FERROCX_SOCKET_RAIL_TIMEOUT".to_string());
-                        break;
-                    }
-                    Ok(false) => ready = false,
-                    Err(e) => {
-                        failure = Some(e.to_string());
-                        break;
+                RailState::Down => {
+                    let due = if self.set.stranded() {
+                        self.last_probe[r]
+                            .is_none_or(|t| now.duration_since(t) >= STRANDED_PROBE_EVERY)
+                    } else {
+                        self.health.is_up(&key) || self.health.probe_due(&key, now)
+                    };
+                    if due {
+                        self.start_probe(r, now);
                     }
                 }
-            }
-            if let Some(why) = failure {
-                self.probe_failed(r, &why, now);
-                continue;
-            }
-            if ready
-                && socks
-                    .iter()
-                    .all(|&s| matches!(self.streams[s].sock, Sock::Live(_)))
-            {
-                self.rails[r].up = true;
-                let desc = self.rails[r].describe(r);
-                match self.health.recovered(&key, now) {
-                    Some(down) => self.who.host.info(format!(
-                        "net-socket: {desc} to rank {} recovered after {down:.1?}; back in use",
-                        self.who.peer
-                    )),
-                    None => self.who.host.debug(format!(
-                        "net-socket: {desc} to rank {} reconnected",
-                        self.who.peer
-                    )),
-                }
+                RailState::Probing => self.poll_probe(r, now),
             }
         }
         Ok(())
     }
 
-    fn probe_failed(&mut self, r: usize, why: &str, now: Instant) {
-        for st in self.streams.iter_mut().filter(|s| s.rail == r) {
-            if let Sock::Live(t) = std::mem::replace(&mut st.sock, Sock::Dead) {
-                sock::abort(t);
+    /// Dial every socket of down rail `r` again.
+    fn start_probe(&mut self, r: usize, now: Instant) {
+        self.set.probe_started(r);
+        self.last_probe[r] = Some(now);
+        for s in 0..self.streams.len() {
+            if self.streams[s].rail != r {
+                continue;
             }
-            st.cur = None;
+            let rail = &self.rails[r];
+            match Dial::start(rail.remote, rail.local, self.token, s as u32) {
+                Ok(d) => self.streams[s].sock = Sock::Dialing(d),
+                Err(e) => {
+                    self.probe_failed(r, &e.to_string(), now);
+                    return;
+                }
+            }
         }
-        // Nothing is sent on a probing rail, but stay safe: whatever it holds goes again.
-        for id in self.inflight.fail_rail(r).into_iter().rev() {
-            self.resend.push_front(id);
+    }
+
+    /// Probing rail `r`: every socket must connect within the rail timeout.
+    fn poll_probe(&mut self, r: usize, now: Instant) {
+        let mut failure = None;
+        for st in self.streams.iter_mut().filter(|s| s.rail == r) {
+            let Sock::Dialing(d) = &mut st.sock else {
+                continue;
+            };
+            match d.poll() {
+                Ok(true) => {
+                    let Sock::Dialing(d) = std::mem::replace(&mut st.sock, Sock::Dead) else {
+                        unreachable!("matched above")
+                    };
+                    match live(d.into_stream(), &self.p) {
+                        Ok(t) => st.sock = Sock::Live(t),
+                        Err(e) => failure = Some(e.message().to_string()),
+                    }
+                    st.last_write = now;
+                }
+                Ok(false) if now.duration_since(d.started) > self.p.rail_timeout => {
+                    failure = Some("no answer within FERROCX_SOCKET_RAIL_TIMEOUT".to_string());
+                }
+                Ok(false) => {}
+                Err(e) => failure = Some(e.to_string()),
+            }
+            if failure.is_some() {
+                break;
+            }
         }
+        if let Some(why) = failure {
+            self.probe_failed(r, &why, now);
+            return;
+        }
+        if self
+            .streams
+            .iter()
+            .filter(|s| s.rail == r)
+            .all(|s| matches!(s.sock, Sock::Live(_)))
+        {
+            self.set.probe_succeeded(r);
+            let desc = self.rails[r].describe(r);
+            match self.health.recovered(&self.rails[r].key(), now) {
+                Some(down) => self.who.host.info(format!(
+                    "net-socket: {desc} to rank {} recovered after {down:.1?}; back in use",
+                    self.who.peer
+                )),
+                None => self.who.host.debug(format!(
+                    "net-socket: {desc} to rank {} reconnected",
+                    self.who.peer
+                )),
+            }
+        }
+    }
+
+    fn probe_failed(&mut self, r: usize, why: &str, now: Instant) {
+        self.close_rail(r);
+        self.set.rail_failed(r, now);
         self.health.probe_failed(&self.rails[r].key(), now);
         self.who.host.debug(format!(
             "net-socket: probe of {} to rank {} failed ({why}); next try after the recovery window",
             self.rails[r].describe(r),
             self.who.peer
         ));
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        let st = self.set.stats();
+        if st.failovers > 0 || st.probes_failed > 0 {
+            self.who.host.info(format!(
+                "net-socket: {} closed after {} failover(s), {} recovery(ies), {} failed probe(s); {} chunk(s) ({} bytes) resent",
+                self.who.what, st.failovers, st.recoveries, st.probes_failed, st.resent_chunks, st.resent_bytes
+            ));
+        }
     }
 }
 

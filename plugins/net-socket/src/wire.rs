@@ -7,8 +7,9 @@ use ferrocx_sdk::{PluginError, PluginResult};
 pub const HELLO_MAGIC: u32 = 0x4658_5348;
 /// Frame magic ("FXSM").
 pub const FRAME_MAGIC: u32 = 0x4658_534d;
-/// Wire version (2: rails, chunked frames, acknowledgements), also in the blobs.
-pub const VERSION: u32 = 2;
+/// Wire version (2: rails, chunked frames, acknowledgements; 3: goodbyes), also in
+/// the blobs.
+pub const VERSION: u32 = 3;
 /// Bytes of the hello.
 pub const HELLO_BYTES: usize = 24;
 /// Bytes of a frame header (data, acknowledgement or ping).
@@ -43,6 +44,10 @@ pub enum Kind {
     /// Sender → receiver, no payload: keeps unacknowledged TCP data on an idle
     /// socket so a dead path is noticed (`TCP_USER_TIMEOUT`).
     Ping,
+    /// Receiver → sender, when it frees its end: every message below `seq` is in
+    /// place. The sender completes them even if some acknowledgements were lost with
+    /// a failed rail (nobody is left to acknowledge their resent chunks).
+    Bye,
 }
 
 /// A decoded frame header.
@@ -65,6 +70,7 @@ impl Frame {
             Kind::Data => 1,
             Kind::Ack => 2,
             Kind::Ping => 3,
+            Kind::Bye => 4,
         };
         let mut b = [0u8; FRAME_BYTES];
         b[..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
@@ -86,9 +92,10 @@ impl Frame {
             1 => Kind::Data,
             2 => Kind::Ack,
             3 => Kind::Ping,
+            4 => Kind::Bye,
             _ => Kind::Ping, // rejected below together with a bad magic
         };
-        if word(0..4) != u64::from(FRAME_MAGIC) || !(1..=3).contains(&word(4..8)) {
+        if word(0..4) != u64::from(FRAME_MAGIC) || !(1..=4).contains(&word(4..8)) {
             return Err(PluginError::internal(format!(
                 "net-socket protocol error: bad frame header {b:02x?}"
             )));
@@ -108,7 +115,7 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        for kind in [Kind::Data, Kind::Ack, Kind::Ping] {
+        for kind in [Kind::Data, Kind::Ack, Kind::Ping, Kind::Bye] {
             let f = Frame {
                 kind,
                 seq: u64::from(u32::MAX) + 5,

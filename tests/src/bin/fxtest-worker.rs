@@ -96,6 +96,12 @@ fn main() -> ExitCode {
             opt("--replays").map_or(1000, |v| v.parse().expect("replays")),
             opt("--expect"),
         ),
+        Some("mixed-soak") => coll::soak::mixed(
+            args[1].parse().expect("max bytes"),
+            args[2].parse().expect("seconds"),
+            args.get(3)
+                .map_or(1, |m| m.parse().expect("minimum iterations")),
+        ),
         Some("a2a-soak") => coll::soak::all_to_all(
             args[1].parse().expect("bytes"),
             args[2].parse().expect("seconds"),

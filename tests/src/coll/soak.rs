@@ -2,8 +2,8 @@
 //! generated from (iteration, source, destination, index) and checked in full, so a
 //! chunk lost, duplicated or misplaced during a failover shows up as a named mismatch.
 
-use super::{e2s, hash, mix64};
-use ferrocx::Communicator;
+use super::{e2s, hash, mix64, Case, Prepared};
+use ferrocx::{CollKind, Communicator, DataType};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -66,5 +66,99 @@ pub fn all_to_all(bytes: usize, secs: f64, min_iters: u64) -> Result<String, Str
     Ok(format!(
         "rank {me}: {iter} all-to-alls of {bytes} bytes verified in {:.1}s",
         start.elapsed().as_secs_f64()
+    ))
+}
+
+/// The collectives of [`mixed`], and the point-to-point exchange (`None`).
+const MIXED: [Option<CollKind>; 9] = [
+    Some(CollKind::AllReduce),
+    Some(CollKind::AllGather),
+    Some(CollKind::Broadcast),
+    Some(CollKind::AllToAll),
+    Some(CollKind::ReduceScatter),
+    Some(CollKind::Reduce),
+    Some(CollKind::Gather),
+    Some(CollKind::Scatter),
+    None,
+];
+const MIXED_TYPES: [DataType; 4] = [DataType::F32, DataType::I32, DataType::U8, DataType::F64];
+
+/// Random collectives and point-to-point exchanges of up to `max_bytes` per rank
+/// (log-uniform sizes), every element checked, for `secs` seconds (at least
+/// `min_iters` iterations). Progress files and the stop file as in [`all_to_all`];
+/// the summary counts the payload bytes moved.
+pub fn mixed(max_bytes: usize, secs: f64, min_iters: u64) -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    let start = Instant::now();
+    let dir = std::env::var_os("FXTEST_SOAK_DIR").map(std::path::PathBuf::from);
+    let stopped = || dir.as_ref().is_some_and(|d| d.join("stop").exists());
+    let (mut iter, mut moved) = (0u64, 0u64);
+    let mut longest = Duration::ZERO;
+    let bits = usize::BITS - max_bytes.max(1).leading_zeros();
+    while iter < min_iters || (start.elapsed() < Duration::from_secs_f64(secs) && !stopped()) {
+        let h = hash(&[0xF1A9, iter]);
+        let bytes = ((1usize << (h % u64::from(bits))) + (h >> 8) as usize % 4096).min(max_bytes);
+        let fail = |e: ferrocx::Error, what: &str| {
+            format!(
+                "iteration {iter} after {:.2}s: {what}: {}",
+                start.elapsed().as_secs_f64(),
+                e2s(e)
+            )
+        };
+        let op_start = Instant::now();
+        match MIXED[(h >> 32) as usize % MIXED.len()] {
+            Some(kind) => {
+                let dtype = MIXED_TYPES[(h >> 40) as usize % MIXED_TYPES.len()];
+                let mut c = Case::new(kind, dtype, bytes / dtype.size(), hash(&[h, 1]));
+                c.root = (h >> 48) as usize % n;
+                let mut p = Prepared::new(&c, me, n);
+                p.run(&comm).map_err(|e| fail(e, &c.describe(n)))?;
+                p.verify().map_err(|m| format!("iteration {iter}: {m}"))?;
+                moved += (c.count * dtype.size()) as u64;
+            }
+            None => {
+                let msg = |src: usize, dst: usize| -> Vec<u8> {
+                    let k = hash(&[h, src as u64, dst as u64]);
+                    (0..bytes)
+                        .map(|i| (mix64(k ^ (i / 8) as u64) >> (i % 8 * 8)) as u8)
+                        .collect()
+                };
+                let sends: Vec<Vec<u8>> = (0..n).map(|d| msg(me, d)).collect();
+                let mut recvs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; bytes]).collect();
+                let mut g = comm.group_start();
+                for (p, (s, r)) in sends.iter().zip(recvs.iter_mut()).enumerate() {
+                    if p != me {
+                        g.send(s, p).map_err(|e| fail(e, "send"))?;
+                        g.recv(r, p).map_err(|e| fail(e, "recv"))?;
+                    }
+                }
+                g.group_end().map_err(|e| fail(e, "send/recv group"))?;
+                for (src, r) in recvs.iter().enumerate().filter(|&(s, _)| s != me) {
+                    let want = msg(src, me);
+                    if let Some(i) = (0..bytes).find(|&i| r[i] != want[i]) {
+                        return Err(format!(
+                            "iteration {iter}: byte {i} of {bytes} from rank {src} is wrong"
+                        ));
+                    }
+                }
+                moved += (bytes * (n - 1)) as u64;
+            }
+        }
+        longest = longest.max(op_start.elapsed());
+        iter += 1;
+        if let Some(d) = &dir {
+            let tmp = d.join(format!("iter.{me}.tmp"));
+            std::fs::write(&tmp, iter.to_string())
+                .and_then(|_| std::fs::rename(&tmp, d.join(format!("iter.{me}"))))
+                .map_err(|e| format!("FXTEST_SOAK_DIR: {e}"))?;
+        }
+    }
+    comm.destroy().map_err(e2s)?;
+    let secs = start.elapsed().as_secs_f64();
+    Ok(format!(
+        "rank {me}: {iter} mixed operations verified in {secs:.1}s, {moved} bytes ({:.1} MB/s), longest {:.3}s",
+        moved as f64 / secs / 1e6,
+        longest.as_secs_f64()
     ))
 }
