@@ -321,3 +321,32 @@ pub fn unhex(s: &str) -> Blob {
     b.set_bytes(&bytes).expect("blob");
     b
 }
+
+/// A small deterministic generator (xorshift64*) for random schedules in tests and
+/// simulations: the same seed replays the same schedule.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from any seed (0 included).
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A value in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// True with probability `percent` / 100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}

@@ -443,6 +443,9 @@ impl<K: std::hash::Hash + Eq + Clone> RailSet<K> {
 
 /// Send-queue slots kept free for control work (markers, reads, probes, re-arms).
 pub const RESERVED_SLOTS: usize = 4;
+/// Of those, slots markers and record reads leave free for probes and re-arms (one
+/// poll may post both on one rail), which are posted without asking for credit.
+const RAIL_ACTION_SLOTS: usize = 2;
 
 /// Sending-end work for `conn.rs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -652,7 +655,7 @@ impl<K: std::hash::Hash + Eq + Clone> SendEngine<K> {
                 read_posted: false, ..
             } => {
                 if let Some(r) = active {
-                    if self.take_credit(r, 0) {
+                    if self.take_credit(r, RAIL_ACTION_SLOTS) {
                         let m = self.msgs.get_mut(&seq).expect("present");
                         if let MsgState::Resolving { read_posted, .. } = &mut m.state {
                             *read_posted = true;
@@ -705,7 +708,7 @@ impl<K: std::hash::Hash + Eq + Clone> SendEngine<K> {
         }
         let m = self.msgs.get(&seq).expect("present");
         let others_clear = (0..RAILS).all(|r| r == rail || m.outstanding[r] == 0);
-        if !m.marker_posted && others_clear && self.take_credit(rail, 0) {
+        if !m.marker_posted && others_clear && self.take_credit(rail, RAIL_ACTION_SLOTS) {
             let m = self.msgs.get_mut(&seq).expect("present");
             m.marker_posted = true;
             let index = m.nchunks;

@@ -399,6 +399,7 @@ impl RailSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::Rng;
 
     const CHUNK: usize = 4;
 
@@ -526,24 +527,6 @@ mod tests {
         assert!(!s.stranded() && !s.dead(t + Duration::from_secs(9)));
     }
 
-    /// A small deterministic generator (xorshift64*), so failures replay by seed.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn chance(&mut self, percent: u64) -> bool {
-            self.below(100) < percent
-        }
-    }
-
     /// One rail of the simulated network: a connection (socket, QP) at a time, each
     /// an ordered pipe both ways; a new connection replaces the old one at the
     /// receiver, whose unread data is then lost.
@@ -589,7 +572,7 @@ mod tests {
     /// completes, exactly once (liveness while one link works); no chunk is ever
     /// taken for a rail that is not up; the window's books balance at the end.
     fn schedule(seed: u64) {
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut rng = Rng::new(seed);
         let nrails = 2 + rng.below(2) as usize;
         let window = CHUNK * (1 + rng.below(6) as usize);
         let nmsgs = 1 + rng.below(12) as usize;

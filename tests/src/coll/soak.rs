@@ -7,6 +7,18 @@ use ferrocx::{CollKind, Communicator, DataType};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+/// Write `iters` to `DIR/iter.RANK` (whole, then renamed, so a reader never sees a
+/// partial number).
+fn record(dir: Option<&std::path::Path>, me: usize, iters: u64) -> Result<(), String> {
+    let Some(d) = dir else {
+        return Ok(());
+    };
+    let tmp = d.join(format!("iter.{me}.tmp"));
+    std::fs::write(&tmp, iters.to_string())
+        .and_then(|_| std::fs::rename(&tmp, d.join(format!("iter.{me}"))))
+        .map_err(|e| format!("FXTEST_SOAK_DIR: {e}"))
+}
+
 fn word(iter: u64, src: usize, dst: usize, i: usize) -> u64 {
     mix64(hash(&[iter, src as u64, dst as u64]) ^ i as u64)
 }
@@ -54,13 +66,7 @@ pub fn all_to_all(bytes: usize, secs: f64, min_iters: u64) -> Result<String, Str
         }
         let _ = writeln!(out, "iter {iter} ok {:.2}", start.elapsed().as_secs_f64());
         iter += 1;
-        if let Some(d) = &dir {
-            // Written whole then renamed, so a reader never sees a partial number.
-            let tmp = d.join(format!("iter.{me}.tmp"));
-            std::fs::write(&tmp, iter.to_string())
-                .and_then(|_| std::fs::rename(&tmp, d.join(format!("iter.{me}"))))
-                .map_err(|e| format!("FXTEST_SOAK_DIR: {e}"))?;
-        }
+        record(dir.as_deref(), me, iter)?;
     }
     comm.destroy().map_err(e2s)?;
     Ok(format!(
@@ -147,12 +153,7 @@ pub fn mixed(max_bytes: usize, secs: f64, min_iters: u64) -> Result<String, Stri
         }
         longest = longest.max(op_start.elapsed());
         iter += 1;
-        if let Some(d) = &dir {
-            let tmp = d.join(format!("iter.{me}.tmp"));
-            std::fs::write(&tmp, iter.to_string())
-                .and_then(|_| std::fs::rename(&tmp, d.join(format!("iter.{me}"))))
-                .map_err(|e| format!("FXTEST_SOAK_DIR: {e}"))?;
-        }
+        record(dir.as_deref(), me, iter)?;
     }
     comm.destroy().map_err(e2s)?;
     let secs = start.elapsed().as_secs_f64();
