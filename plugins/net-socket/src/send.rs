@@ -173,7 +173,7 @@ impl Sender {
                 s.down_at_connect(r, &why, now);
             }
         }
-        if s.set.up_rails().is_empty() {
+        if s.set.up_count() == 0 {
             return Err(s.no_rail_at_connect());
         }
         Ok(s)
@@ -245,7 +245,7 @@ impl Sender {
                 self.down_at_connect(r, &why, now);
             }
         }
-        if self.set.up_rails().is_empty() {
+        if self.set.up_count() == 0 {
             return Err(self.no_rail_at_connect());
         }
         Ok(all)
@@ -573,7 +573,7 @@ impl Sender {
             let key = self.rails[r].key();
             match self.set.state(r) {
                 RailState::Up => {
-                    let others = self.set.up_rails().len() > 1;
+                    let others = self.set.up_count() > 1;
                     if seen_change && others && !self.health.is_up(&key) {
                         self.rail_failed(r, "path marked down by another connection", now)?;
                     }

@@ -85,6 +85,8 @@ pub struct RailSet {
     strand_limit: Duration,
     rails: Vec<RailState>,
     msgs: VecDeque<Msg>,
+    /// Messages of `msgs` not done (done ones stay until those before them are).
+    undone: usize,
     next_seq: u64,
     /// Next chunk never sent: (message, chunk index).
     next_new: (u64, u32),
@@ -125,6 +127,7 @@ impl RailSet {
             strand_limit,
             rails: vec![RailState::Up; nrails],
             msgs: VecDeque::new(),
+            undone: 0,
             next_seq: 0,
             next_new: (0, 0),
             resend: VecDeque::new(),
@@ -152,6 +155,11 @@ impl RailSet {
             .collect()
     }
 
+    /// How many rails carry chunks (no allocation: the transport asks on every turn).
+    pub fn up_count(&self) -> usize {
+        self.rails.iter().filter(|&&r| r == RailState::Up).count()
+    }
+
     /// Whether no rail is up (the transport then probes every down rail at once).
     pub fn stranded(&self) -> bool {
         self.stranded_since.is_some()
@@ -176,6 +184,7 @@ impl RailSet {
         if self.acknowledged {
             self.inflight.add_message(seq, n);
         }
+        self.undone += 1;
         self.msgs.push_back(Msg {
             seq,
             tag,
@@ -189,7 +198,7 @@ impl RailSet {
 
     /// Messages posted and not done.
     pub fn messages(&self) -> usize {
-        self.msgs.iter().filter(|m| !m.done).count()
+        self.undone
     }
 
     /// Whether message `seq` is posted and not done.
@@ -216,6 +225,7 @@ impl RailSet {
         }
         m.done = true;
         let done = Done { seq, len: m.len };
+        self.undone -= 1;
         while self.msgs.front().is_some_and(|m| m.done) {
             self.msgs.pop_front();
         }
@@ -388,6 +398,7 @@ impl RailSet {
             .map(|m| m.seq)
             .collect();
         self.msgs.clear();
+        self.undone = 0;
         self.resend.clear();
         self.inflight.clear();
         self.unacked = 0;
