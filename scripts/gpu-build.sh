@@ -25,6 +25,8 @@ testbin gpu-kernels -p ferrocx --test gpu_kernels
 testbin device-tests -p ferrocx-tests --test device
 testbin p2p-tests -p ferrocx-p2p --test transport || echo "p2p tests did not build"
 strip --strip-all "$OUT"/*
+# The NCCL drop-in (gpu-check.sh's dropin-* steps): gpu-run/nccl/{lib,include}.
+scripts/install-nccl.sh gpu-run/nccl
 if [ -n "${NCCL_TESTS_SRC:-}" ]; then
   rm -rf gpu-run/nccl-tests && cp -r "$NCCL_TESTS_SRC" gpu-run/nccl-tests
 fi

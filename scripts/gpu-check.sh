@@ -20,7 +20,10 @@
 # `ce` runs the ce collective plugin's device tests (matrix at 2 and 4 ranks, CUDA graph
 # replays, window cycles, a killed rank); `perf-ce` times alltoall, all_gather, gather,
 # scatter and broadcast on symmetric windows (-R 2) through ce and through the core
-# (FERROCX_COLLECTIVES=^ce) in one run. With one GPU shared by the ranks, run `mps`
+# (FERROCX_COLLECTIVES=^ce) in one run. `dropin-torch` runs nccl/tests/torch_dropin.py
+# under torchrun with ferrocx's libnccl.so.2 preloaded (DROPIN, default gpu-run/nccl, from
+# scripts/install-nccl.sh); `dropin-tests` builds nccl-tests against it and runs each
+# benchmark with one rank. With one GPU shared by the ranks, run `mps`
 # first and `mps-stop` last (nvidia-cuda-mps-control).
 # Never enables NVLink multicast (NCCL_NVLS_ENABLE=0; ferrocx never calls cuMulticastCreate).
 set -uo pipefail
@@ -112,6 +115,19 @@ for s in $STEPS; do
     torch)  # NCCL with one process per GPU (torch.distributed), for want of MPI for nccl-tests
       # shellcheck disable=SC2086
       run_step torch python3 "$(dirname "$0")/nccl-torch-bench.py" "$OUT" $SIZES $ITERS ;;
+    dropin-torch)  # torch.distributed's nccl backend on ferrocx's libnccl.so.2 (DROPIN: its install prefix)
+      D="$(cd "${DROPIN:-gpu-run/nccl}" && pwd)"
+      FERROCX_NCCL_EXPECT="$D/lib/libnccl.so.2" LD_PRELOAD="$D/lib/libnccl.so.2" \
+        run_step dropin-torch python3 -m torch.distributed.run --nproc-per-node "${DROPIN_RANKS:-3}" \
+        "$(dirname "$0")/../nccl/tests/torch_dropin.py" ;;
+    dropin-tests)  # nccl-tests built against the drop-in, run with one rank (-g 1: more need MPI or GPUs)
+      SRC="$(cd "${NCCL_TESTS_SRC:-gpu-run/nccl-tests}" && pwd)"; D="$(cd "${DROPIN:-gpu-run/nccl}" && pwd)"
+      run_step dropin-build make -C "$SRC" -j 16 MPI=0 BUILDDIR="$SRC/build-ferrocx" NCCL_HOME="$D" \
+        CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}"
+      for b in all_reduce all_gather broadcast reduce_scatter reduce alltoall sendrecv; do
+        LD_LIBRARY_PATH="$D/lib" run_step "dropin-$b" "$SRC/build-ferrocx/${b}_perf" \
+          ${DROPIN_SIZES:--b 8 -e 64M -f 8} -n 20 -w 5 -c 1 -g 1
+      done ;;
     *) echo "unknown step $s" | tee -a "$SUMMARY" ;;
   esac
 done

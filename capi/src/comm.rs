@@ -38,6 +38,21 @@ pub(crate) fn rank_of(p: *mut FerrocxComm) -> Option<usize> {
     unsafe { comm_ref(p) }.ok().map(|c| c.comm.rank())
 }
 
+/// The communicator behind a handle (for layers over this API).
+///
+/// # Safety
+/// `p` null or a handle this library returned (a freed one is detected as a best
+/// effort, reading memory the allocator may have reused).
+pub unsafe fn communicator<'a>(p: *mut FerrocxComm) -> Result<&'a Communicator> {
+    // SAFETY: the caller's contract.
+    unsafe { comm_ref(p) }.map(|c| &c.comm)
+}
+
+/// A handle for `comm`, to be freed by `ferrocx_comm_destroy` or `ferrocx_comm_abort`.
+pub fn into_handle(comm: Communicator) -> *mut FerrocxComm {
+    boxed(comm)
+}
+
 fn boxed(comm: Communicator) -> *mut FerrocxComm {
     Box::into_raw(Box::new(FerrocxComm { magic: MAGIC, comm }))
 }
@@ -48,7 +63,7 @@ fn out<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
 }
 
 /// A free TCP port on the interface this host routes by (no packet is sent).
-fn free_address() -> Result<String> {
+pub fn free_address() -> Result<String> {
     let ip = std::net::UdpSocket::bind("0.0.0.0:0")
         .and_then(|s| s.connect("192.0.2.1:9").map(|_| s))
         .and_then(|s| s.local_addr())

@@ -2,12 +2,17 @@
 //! communicator handles, fixed-width codes, host or device buffers told apart
 //! by the pointer, a thread's last error message. Nothing panics across the
 //! boundary: every entry point runs inside `status::guard`.
+//!
+//! The NCCL drop-in (`nccl/`) is a layer over this one: it calls these entry
+//! points as Rust functions and maps codes, so the two APIs cannot drift
+//! apart (`into_handle`, `communicator`, `guard` and `group_depth` are for it).
 
 mod comm;
 mod ops;
 mod status;
 
-pub use comm::FerrocxComm;
+pub use comm::*;
+pub use ops::*;
 pub use status::*;
 
 /// `FERROCX_VERSION_CODE` of this library (major·10000 + minor·100 + patch).

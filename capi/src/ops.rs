@@ -76,7 +76,12 @@ thread_local! {
 }
 
 fn in_group() -> bool {
-    GROUP.with(|g| g.borrow().0 > 0)
+    group_depth() > 0
+}
+
+/// How many `ferrocx_group_start` calls on this thread have no `ferrocx_group_end` yet.
+pub fn group_depth() -> usize {
+    GROUP.with(|g| g.borrow().0)
 }
 
 /// The buffer of `len` bytes at `p` as a slice (empty for null or 0).
@@ -126,8 +131,13 @@ fn in_place(c: &Communicator, spec: &CollSpec, send: usize, recv: usize) -> bool
             && recv == send + block)
 }
 
-/// Run (or queue) a collective.
-fn coll(
+/// Run (or queue) a collective; errors are reported as `name`'s (the layers
+/// over this one pass their own call's name).
+///
+/// # Safety
+/// `comm` null or a handle of this library; buffers (and stream) as the C API's
+/// collectives require.
+pub unsafe fn collective(
     comm: *mut FerrocxComm,
     name: &str,
     spec: ferrocx::Result<CollSpec>,
@@ -250,21 +260,27 @@ fn add_p2p<'a>(g: &mut ferrocx::Group<'a>, p: Pending) -> Result<()> {
     }
 }
 
-fn p2p(
+/// Run (or queue) a send (`send`) or a receive of `count` elements; errors are
+/// reported as `name`'s.
+///
+/// # Safety
+/// As [`collective`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn point_to_point(
     comm: *mut FerrocxComm,
+    name: &str,
     send: bool,
     buf: *const c_void,
     count: usize,
-    dtype: i32,
+    dtype: Result<DataType>,
     peer: i32,
     stream: *mut c_void,
 ) -> i32 {
-    let name = if send { "ferrocx_send" } else { "ferrocx_recv" };
     guard(name, rank_of(comm), || {
         // SAFETY: the C caller's contract on `comm`.
         let c = &unsafe { comm_ref(comm) }?.comm;
         let len = count
-            .checked_mul(dtype_of(dtype)?.size())
+            .checked_mul(dtype?.size())
             .ok_or_else(|| Error::InvalidArgument(format!("count {count} overflows")))?;
         let peer = usize::try_from(peer)
             .map_err(|_| Error::InvalidArgument(format!("peer rank {peer} is negative")))?;
@@ -314,63 +330,82 @@ pub extern "C" fn ferrocx_group_end() -> i32 {
                 Vec::new()
             })
         })?;
-        let mut comms: Vec<usize> = Vec::new();
-        for (c, _) in &queued {
-            if !comms.contains(c) {
-                comms.push(*c);
+        let mut comms: Vec<(usize, Vec<Pending>)> = Vec::new();
+        for (c, p) in queued {
+            match comms.iter_mut().find(|(x, _)| *x == c) {
+                Some((_, ps)) => ps.push(p),
+                None => comms.push((c, vec![p])),
             }
         }
-        let mut queued: Vec<Option<(usize, Pending)>> = queued.into_iter().map(Some).collect();
-        for cp in comms {
-            // SAFETY: checked when the call was queued; the caller keeps it alive.
-            let c = &unsafe { comm_ref(cp as *mut FerrocxComm) }?.comm;
-            let mut g = c.group_start();
-            for slot in queued
-                .iter_mut()
-                .filter(|q| q.as_ref().is_some_and(|(x, _)| *x == cp))
-            {
-                let (_, p) = slot.take().expect("filtered");
-                match p {
-                    p @ Pending::P2p { .. } => add_p2p(&mut g, p)?,
-                    Pending::Coll {
-                        spec,
-                        send,
-                        recv,
-                        in_place,
-                        device,
-                        stream,
-                    } => {
-                        let (s, r) = extents(c, &spec)?;
-                        // SAFETY: the C caller's contract on the buffers and stream.
-                        unsafe {
-                            match (device, in_place) {
-                                (false, false) => {
-                                    g.collective(&spec, slice(send, s), slice_mut(recv, r))?
-                                }
-                                (false, true) => {
-                                    let (base, len) = in_place_span(send, recv, (s, r));
-                                    g.collective_in_place(&spec, slice_mut(base, len))?
-                                }
-                                (true, false) => g.collective_on(
-                                    &spec,
-                                    send as u64,
-                                    recv as u64,
-                                    stream as RawStream,
-                                )?,
-                                (true, true) => g.collective_in_place_on(
-                                    &spec,
-                                    in_place_span(send, recv, (0, 0)).0 as u64,
-                                    stream as RawStream,
-                                )?,
-                            }
+        // One communicator runs here; several (one process driving several ranks, as
+        // ncclCommInitAll programs do) run at once, one thread each: run one by one, a
+        // host call of the first would wait for ranks whose calls are not issued yet.
+        match comms.len() {
+            0 => Ok(()),
+            1 => {
+                let (c, ps) = comms.pop().expect("one");
+                run_group(c, ps)
+            }
+            _ => std::thread::scope(|s| {
+                let handles: Vec<_> = comms
+                    .into_iter()
+                    .map(|(c, ps)| s.spawn(move || run_group(c, ps)))
+                    .collect();
+                let mut first = Ok(());
+                for h in handles {
+                    // A panic goes on to the guard (INTERNAL_ERROR).
+                    let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                    if first.is_ok() {
+                        first = r;
+                    }
+                }
+                first
+            }),
+        }
+    })
+}
+
+/// Run one communicator's queued calls as one group.
+fn run_group(cp: usize, calls: Vec<Pending>) -> Result<()> {
+    // SAFETY: checked when the call was queued; the caller keeps it alive.
+    let c = &unsafe { comm_ref(cp as *mut FerrocxComm) }?.comm;
+    let mut g = c.group_start();
+    for p in calls {
+        match p {
+            p @ Pending::P2p { .. } => add_p2p(&mut g, p)?,
+            Pending::Coll {
+                spec,
+                send,
+                recv,
+                in_place,
+                device,
+                stream,
+            } => {
+                let (s, r) = extents(c, &spec)?;
+                // SAFETY: the C caller's contract on the buffers and stream.
+                unsafe {
+                    match (device, in_place) {
+                        (false, false) => {
+                            g.collective(&spec, slice(send, s), slice_mut(recv, r))?
                         }
+                        (false, true) => {
+                            let (base, len) = in_place_span(send, recv, (s, r));
+                            g.collective_in_place(&spec, slice_mut(base, len))?
+                        }
+                        (true, false) => {
+                            g.collective_on(&spec, send as u64, recv as u64, stream as RawStream)?
+                        }
+                        (true, true) => g.collective_in_place_on(
+                            &spec,
+                            in_place_span(send, recv, (0, 0)).0 as u64,
+                            stream as RawStream,
+                        )?,
                     }
                 }
             }
-            g.group_end()?;
         }
-        Ok(())
-    })
+    }
+    g.group_end()
 }
 
 macro_rules! spec {
@@ -380,8 +415,11 @@ macro_rules! spec {
 }
 
 /// `ferrocx_all_reduce`.
+///
+/// # Safety
+/// Buffers and stream as `ferrocx.h` says; `comm` null or a handle of this library.
 #[no_mangle]
-pub extern "C" fn ferrocx_all_reduce(
+pub unsafe extern "C" fn ferrocx_all_reduce(
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -391,12 +429,16 @@ pub extern "C" fn ferrocx_all_reduce(
     stream: *mut c_void,
 ) -> i32 {
     let s = spec!(CollKind::AllReduce, count, dtype).and_then(|s| Ok(s.op(op_of(op)?)));
-    coll(comm, "ferrocx_all_reduce", s, send, recv, stream)
+    // SAFETY: the C caller's contract, passed on.
+    unsafe { collective(comm, "ferrocx_all_reduce", s, send, recv, stream) }
 }
 
 /// `ferrocx_broadcast`.
+///
+/// # Safety
+/// Buffers and stream as `ferrocx.h` says; `comm` null or a handle of this library.
 #[no_mangle]
-pub extern "C" fn ferrocx_broadcast(
+pub unsafe extern "C" fn ferrocx_broadcast(
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -406,13 +448,17 @@ pub extern "C" fn ferrocx_broadcast(
     stream: *mut c_void,
 ) -> i32 {
     let s = spec!(CollKind::Broadcast, count, dtype).and_then(|s| Ok(s.root(root_of(root)?)));
-    coll(comm, "ferrocx_broadcast", s, send, recv, stream)
+    // SAFETY: the C caller's contract, passed on.
+    unsafe { collective(comm, "ferrocx_broadcast", s, send, recv, stream) }
 }
 
 /// `ferrocx_reduce`.
+///
+/// # Safety
+/// Buffers and stream as `ferrocx.h` says; `comm` null or a handle of this library.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
-pub extern "C" fn ferrocx_reduce(
+pub unsafe extern "C" fn ferrocx_reduce(
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -424,12 +470,16 @@ pub extern "C" fn ferrocx_reduce(
 ) -> i32 {
     let s = spec!(CollKind::Reduce, count, dtype)
         .and_then(|s| Ok(s.op(op_of(op)?).root(root_of(root)?)));
-    coll(comm, "ferrocx_reduce", s, send, recv, stream)
+    // SAFETY: the C caller's contract, passed on.
+    unsafe { collective(comm, "ferrocx_reduce", s, send, recv, stream) }
 }
 
 /// `ferrocx_all_gather`.
+///
+/// # Safety
+/// Buffers and stream as `ferrocx.h` says; `comm` null or a handle of this library.
 #[no_mangle]
-pub extern "C" fn ferrocx_all_gather(
+pub unsafe extern "C" fn ferrocx_all_gather(
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -437,19 +487,25 @@ pub extern "C" fn ferrocx_all_gather(
     comm: *mut FerrocxComm,
     stream: *mut c_void,
 ) -> i32 {
-    coll(
-        comm,
-        "ferrocx_all_gather",
-        spec!(CollKind::AllGather, count, dtype),
-        send,
-        recv,
-        stream,
-    )
+    // SAFETY: the C caller's contract, passed on.
+    unsafe {
+        collective(
+            comm,
+            "ferrocx_all_gather",
+            spec!(CollKind::AllGather, count, dtype),
+            send,
+            recv,
+            stream,
+        )
+    }
 }
 
 /// `ferrocx_reduce_scatter`.
+///
+/// # Safety
+/// Buffers and stream as `ferrocx.h` says; `comm` null or a handle of this library.
 #[no_mangle]
-pub extern "C" fn ferrocx_reduce_scatter(
+pub unsafe extern "C" fn ferrocx_reduce_scatter(
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -459,12 +515,16 @@ pub extern "C" fn ferrocx_reduce_scatter(
     stream: *mut c_void,
 ) -> i32 {
     let s = spec!(CollKind::ReduceScatter, count, dtype).and_then(|s| Ok(s.op(op_of(op)?)));
-    coll(comm, "ferrocx_reduce_scatter", s, send, recv, stream)
+    // SAFETY: the C caller's contract, passed on.
+    unsafe { collective(comm, "ferrocx_reduce_scatter", s, send, recv, stream) }
 }
 
 /// `ferrocx_all_to_all`.
+///
+/// # Safety
+/// Buffers and stream as `ferrocx.h` says; `comm` null or a handle of this library.
 #[no_mangle]
-pub extern "C" fn ferrocx_all_to_all(
+pub unsafe extern "C" fn ferrocx_all_to_all(
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -472,19 +532,25 @@ pub extern "C" fn ferrocx_all_to_all(
     comm: *mut FerrocxComm,
     stream: *mut c_void,
 ) -> i32 {
-    coll(
-        comm,
-        "ferrocx_all_to_all",
-        spec!(CollKind::AllToAll, count, dtype),
-        send,
-        recv,
-        stream,
-    )
+    // SAFETY: the C caller's contract, passed on.
+    unsafe {
+        collective(
+            comm,
+            "ferrocx_all_to_all",
+            spec!(CollKind::AllToAll, count, dtype),
+            send,
+            recv,
+            stream,
+        )
+    }
 }
 
 /// `ferrocx_gather`.
+///
+/// # Safety
+/// Buffers and stream as `ferrocx.h` says; `comm` null or a handle of this library.
 #[no_mangle]
-pub extern "C" fn ferrocx_gather(
+pub unsafe extern "C" fn ferrocx_gather(
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -494,12 +560,16 @@ pub extern "C" fn ferrocx_gather(
     stream: *mut c_void,
 ) -> i32 {
     let s = spec!(CollKind::Gather, count, dtype).and_then(|s| Ok(s.root(root_of(root)?)));
-    coll(comm, "ferrocx_gather", s, send, recv, stream)
+    // SAFETY: the C caller's contract, passed on.
+    unsafe { collective(comm, "ferrocx_gather", s, send, recv, stream) }
 }
 
 /// `ferrocx_scatter`.
+///
+/// # Safety
+/// Buffers and stream as `ferrocx.h` says; `comm` null or a handle of this library.
 #[no_mangle]
-pub extern "C" fn ferrocx_scatter(
+pub unsafe extern "C" fn ferrocx_scatter(
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -509,12 +579,16 @@ pub extern "C" fn ferrocx_scatter(
     stream: *mut c_void,
 ) -> i32 {
     let s = spec!(CollKind::Scatter, count, dtype).and_then(|s| Ok(s.root(root_of(root)?)));
-    coll(comm, "ferrocx_scatter", s, send, recv, stream)
+    // SAFETY: the C caller's contract, passed on.
+    unsafe { collective(comm, "ferrocx_scatter", s, send, recv, stream) }
 }
 
 /// `ferrocx_send`.
+///
+/// # Safety
+/// Buffers and stream as `ferrocx.h` says; `comm` null or a handle of this library.
 #[no_mangle]
-pub extern "C" fn ferrocx_send(
+pub unsafe extern "C" fn ferrocx_send(
     buf: *const c_void,
     count: usize,
     dtype: i32,
@@ -522,12 +596,27 @@ pub extern "C" fn ferrocx_send(
     comm: *mut FerrocxComm,
     stream: *mut c_void,
 ) -> i32 {
-    p2p(comm, true, buf, count, dtype, peer, stream)
+    // SAFETY: the C caller's contract, passed on.
+    unsafe {
+        point_to_point(
+            comm,
+            "ferrocx_send",
+            true,
+            buf,
+            count,
+            dtype_of(dtype),
+            peer,
+            stream,
+        )
+    }
 }
 
 /// `ferrocx_recv`.
+///
+/// # Safety
+/// Buffers and stream as `ferrocx.h` says; `comm` null or a handle of this library.
 #[no_mangle]
-pub extern "C" fn ferrocx_recv(
+pub unsafe extern "C" fn ferrocx_recv(
     buf: *mut c_void,
     count: usize,
     dtype: i32,
@@ -535,7 +624,19 @@ pub extern "C" fn ferrocx_recv(
     comm: *mut FerrocxComm,
     stream: *mut c_void,
 ) -> i32 {
-    p2p(comm, false, buf, count, dtype, peer, stream)
+    // SAFETY: the C caller's contract, passed on.
+    unsafe {
+        point_to_point(
+            comm,
+            "ferrocx_recv",
+            false,
+            buf as *const c_void,
+            count,
+            dtype_of(dtype),
+            peer,
+            stream,
+        )
+    }
 }
 
 /// `ferrocx_register`.

@@ -31,13 +31,13 @@ thread_local! {
 }
 
 /// Record `msg` as the calling thread's last error.
-pub(crate) fn set_last(msg: &str) {
+pub fn set_last(msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
     LAST.with(|l| *l.borrow_mut() = c);
 }
 
 /// The code for a ferrocx error.
-pub(crate) fn code_of(e: &Error) -> i32 {
+pub fn code_of(e: &Error) -> i32 {
     match e {
         Error::InvalidArgument(_) | Error::Config { .. } | Error::Mismatch { .. } => {
             FERROCX_INVALID_ARGUMENT
@@ -54,16 +54,13 @@ pub(crate) fn code_of(e: &Error) -> i32 {
 /// Run an entry point: `Ok` → SUCCESS; an error → its code, the message
 /// "rank R: call: error" kept for `ferrocx_get_last_error`; a panic →
 /// INTERNAL_ERROR, never unwinding into C.
-pub(crate) fn guard(
-    call: &str,
-    rank: Option<usize>,
-    f: impl FnOnce() -> ferrocx::Result<()>,
-) -> i32 {
-    let who = rank.map_or(String::new(), |r| format!("rank {r}: "));
+pub fn guard(call: &str, rank: Option<usize>, f: impl FnOnce() -> ferrocx::Result<()>) -> i32 {
+    // Formatted only on failure: the success path allocates nothing.
+    let who = || rank.map_or(String::new(), |r| format!("rank {r}: "));
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => FERROCX_SUCCESS,
         Ok(Err(e)) => {
-            set_last(&format!("{who}{call}: {e}"));
+            set_last(&format!("{}{call}: {e}", who()));
             code_of(&e)
         }
         Err(p) => {
@@ -72,7 +69,7 @@ pub(crate) fn guard(
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            set_last(&format!("{who}{call}: internal error (panic: {what})"));
+            set_last(&format!("{}{call}: internal error (panic: {what})", who()));
             FERROCX_INTERNAL_ERROR
         }
     }

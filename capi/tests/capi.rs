@@ -5,32 +5,17 @@
 //! with the library's.
 
 use ferrocx_c::*;
-use ferrocx_tests::{assert_all_ok, repo_root, run_ranks};
+use ferrocx_tests::{assert_all_ok, cprog, repo_root, run_ranks};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// Install once per test binary (release build in target/fx-plugins, shared
-/// with the plugin .so builds of the other tests); `None` without a C compiler.
+/// Install once per test binary; `None` without a C compiler.
 fn prefix() -> Option<&'static PathBuf> {
     static P: OnceLock<Option<PathBuf>> = OnceLock::new();
-    P.get_or_init(|| {
-        if Command::new("cc").arg("--version").output().is_err() {
-            eprintln!("skipped: no C compiler (cc)");
-            return None;
-        }
-        let root = repo_root();
-        let prefix = std::env::temp_dir().join(format!("fx-capi-{}", std::process::id()));
-        let st = Command::new(root.join("scripts/install-capi.sh"))
-            .arg(&prefix)
-            .env("CARGO_TARGET_DIR", root.join("target/fx-plugins"))
-            .status()
-            .expect("run scripts/install-capi.sh");
-        assert!(st.success(), "install-capi.sh failed");
-        Some(prefix)
-    })
-    .as_ref()
+    P.get_or_init(|| cprog::install("install-capi.sh", "capi"))
+        .as_ref()
 }
 
 /// `pkg-config --cflags --libs ferrocx` for the prefix (the .pc file read
@@ -54,22 +39,7 @@ fn flags(prefix: &Path) -> Vec<String> {
 
 fn compile(compiler: &str, std: &str, src: &str, out: &Path, prefix: &Path) -> bool {
     let src = repo_root().join("capi/tests/c").join(src);
-    let st = Command::new(compiler)
-        .args([std, "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(out)
-        .arg(&src)
-        .args(flags(prefix))
-        .status();
-    match st {
-        Ok(s) => {
-            assert!(s.success(), "{compiler} {} failed", src.display());
-            true
-        }
-        Err(e) => {
-            eprintln!("skipped: no {compiler}: {e}");
-            false
-        }
-    }
+    cprog::compile(compiler, std, &src, out, &flags(prefix))
 }
 
 #[test]

@@ -137,3 +137,30 @@ fn device_api_refuses_what_it_cannot_do() {
     }
     c.destroy().unwrap();
 }
+
+#[test]
+fn sends_to_itself_in_a_group_are_local_copies() {
+    let c = comm();
+    let a: Vec<u8> = (0..=255).collect();
+    let z: Vec<u8> = (0..64).map(|i| 255 - i).collect();
+    let (mut b, mut y) = (vec![0u8; 256], vec![0u8; 64]);
+    let mut g = c.group_start();
+    g.recv(&mut b, 0).unwrap();
+    g.send(&a, 0).unwrap();
+    g.send(&z, 0).unwrap();
+    g.recv(&mut y, 0).unwrap();
+    g.group_end().unwrap();
+    assert_eq!((a, z), (b, y), "paired in posting order");
+    // Alone, or with a receive of another size: an error, nothing copied.
+    invalid(c.send(&[1, 2, 3], 0), "needs its receive in the same group");
+    let mut small = [9u8; 2];
+    let mut g = c.group_start();
+    g.send(&[1, 2, 3], 0).unwrap();
+    g.recv(&mut small, 0).unwrap();
+    invalid(
+        g.group_end(),
+        "has 3 bytes but its receive #0 from itself has 2",
+    );
+    assert_eq!(small, [9, 9]);
+    invalid(c.transport_to(0).map(|_| ()), "local copies");
+}

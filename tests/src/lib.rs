@@ -2,6 +2,7 @@
 //! processes of the `fxtest-worker` binary, bounded in time, and collect
 //! their outputs; locate (building if needed) plugin `.so` files.
 
+pub mod cprog;
 pub mod netns;
 pub mod soak;
 

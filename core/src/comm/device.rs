@@ -264,6 +264,11 @@ impl Communicator {
     /// (or the asynchronous error of a collective plugin, such as ce's watchdog
     /// releasing a stream a dead peer left waiting).
     pub fn device_error(&self) -> Result<()> {
+        // Finalized cleanly: destroy waited for every operation and returned its
+        // errors; what the collective plugins say of their released comms is no error.
+        if self.state.load(std::sync::atomic::Ordering::Acquire) == super::DESTROYED {
+            return Ok(());
+        }
         // A collective plugin's watchdog may have broken its comm (a peer never arrived).
         self.colls.status()?;
         let mut ops = self.device_ops.lock();

@@ -29,6 +29,8 @@ impl Communicator {
             timeout: Some(self.timeout()),
             // This one's, not re-read: the environment or the file may have changed.
             secret: self.secret.clone(),
+            // The parent's GPU (or none): a process keeps its device across splits.
+            device: Some(self.device().unwrap_or(-1)),
         };
         if new_rank == 0 {
             // Listen on a free port of the interface the peers reach us at, and

@@ -93,14 +93,63 @@ impl<'a> Group<'a> {
     /// Connect what is needed, run every operation, wait for all of them. A group of
     /// device operations (`*_on`) is queued instead: it starts once every stream it
     /// names has reached this point, and every one of those streams waits for all of it.
-    pub fn group_end(self) -> Result<()> {
+    pub fn group_end(mut self) -> Result<()> {
+        if !self.streams.is_empty() {
+            self.check_one_kind()?;
+        }
+        self.copy_to_self()?;
+        if self.tasks.is_empty() {
+            return Ok(());
+        }
         if self.streams.is_empty() {
             return self.comm.run_tasks(self.tasks);
         }
-        self.check_one_kind()?;
         // SAFETY: every stream and device buffer was given by `*_on` calls whose
         // contracts cover this launch.
         unsafe { self.comm.launch_device(self.tasks, &self.streams) }
+    }
+
+    /// Do this rank's sends to itself now, as copies into their receives, and take
+    /// them out of the group (no transport connects a rank to itself).
+    fn copy_to_self(&mut self) -> Result<()> {
+        let pairs = crate::plan::self_pairs(&self.tasks, self.comm.rank())?;
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let span = |t: &Task| match t {
+            Task::P2p(p) => (p.ptr, p.len),
+            Task::Coll(_) => (0, 0),
+        };
+        let device = !self.streams.is_empty();
+        for &(s, r) in &pairs {
+            let ((src, len), (dst, _)) = (span(&self.tasks[s]), span(&self.tasks[r]));
+            if device {
+                let stream = self.streams[r];
+                if self.streams[s] != stream {
+                    return Err(crate::Error::invalid(
+                        "a send to the rank itself and its receive must be on one stream",
+                    ));
+                }
+                let gpu = self.comm.gpu()?;
+                gpu.bind()?;
+                // SAFETY: device buffers of `*_on` calls, whose contracts cover
+                // work queued on their stream.
+                unsafe { gpu.copy_local(dst, src, len, stream as _) }?;
+            } else {
+                // SAFETY: host buffers this group borrows (or raw ones under
+                // send_raw/recv_raw's contract), validated when added.
+                unsafe { crate::plan::copy_host(dst, src, len) };
+            }
+        }
+        let mut drop: Vec<usize> = pairs.iter().flat_map(|&(s, r)| [s, r]).collect();
+        drop.sort_unstable();
+        for &i in drop.iter().rev() {
+            self.tasks.remove(i);
+            if device {
+                self.streams.remove(i);
+            }
+        }
+        Ok(())
     }
 
     fn check_one_kind(&self) -> Result<()> {
@@ -121,12 +170,13 @@ impl<'a> Group<'a> {
     /// written) until the [`Request`] reports completion. Dropping the request
     /// waits, but leaking it (`mem::forget`) ends the borrows early: that is
     /// why this is `unsafe`.
-    pub unsafe fn launch(self) -> Result<Request> {
+    pub unsafe fn launch(mut self) -> Result<Request> {
         if !self.streams.is_empty() {
             return Err(crate::Error::invalid(
                 "a group of device operations is stream-ordered: end it with group_end()",
             ));
         }
+        self.copy_to_self()?;
         self.comm.start_tasks(self.tasks)
     }
 }

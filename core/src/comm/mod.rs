@@ -46,6 +46,10 @@ pub struct CommConfig {
     /// rank); default `FERROCX_SECRET` or `FERROCX_SECRET_FILE`, else none (allowed, with
     /// a warning: anyone who can reach `root` can join).
     pub secret: Option<JobSecret>,
+    /// The CUDA device this rank uses: `None` picks as `FERROCX_DEVICE` says (else
+    /// the local rank modulo the device count), `Some(-1)` none, `Some(d)` device `d`
+    /// (a split keeps its parent's; NCCL's API passes the caller's current device).
+    pub device: Option<i32>,
 }
 
 /// A communicator: ranks `0..nranks` exchanging host buffers over plugins.
@@ -90,8 +94,13 @@ pub struct Communicator {
 /// This rank's GPU: `FERROCX_DEVICE`, else the local rank modulo the device count;
 /// none without a CUDA driver or with `FERROCX_DEVICE=-1`. A device that exists but
 /// cannot be opened is an error.
-fn open_gpu(local_rank: usize) -> Result<Option<Arc<crate::device::Gpu>>> {
-    let Some(dev) = crate::device::choose_device(local_rank)? else {
+fn open_gpu(local_rank: usize, chosen: Option<i32>) -> Result<Option<Arc<crate::device::Gpu>>> {
+    let dev = match chosen {
+        None => crate::device::choose_device(local_rank)?,
+        Some(d) if d < 0 => None,
+        Some(d) => Some(crate::device::check_device(d)?),
+    };
+    let Some(dev) = dev else {
         return Ok(None);
     };
     let gpu = crate::device::Gpu::open(dev)?;
@@ -124,6 +133,7 @@ impl Communicator {
             nranks: l.nranks,
             timeout: None,
             secret: None,
+            device: None,
         })
     }
 
@@ -135,6 +145,7 @@ impl Communicator {
             nranks,
             timeout: None,
             secret: None,
+            device: None,
         })
     }
 
@@ -235,7 +246,7 @@ impl Communicator {
             on_bound,
         )?;
         let comm_hash = bootstrap.comm_hash();
-        let gpu = open_gpu(bootstrap.peers()[cfg.rank].local_rank)?;
+        let gpu = open_gpu(bootstrap.peers()[cfg.rank].local_rank, cfg.device)?;
         // Every rank's device and its PCI location (the same GPU has the same PCI id
         // in every process), for transports that pair GPUs (p2p).
         let mine = match &gpu {
@@ -388,11 +399,6 @@ impl Communicator {
                 self.nranks()
             )));
         }
-        if peer == self.rank() {
-            return Err(Error::invalid(format!(
-                "{verb}: rank {peer} cannot {verb} to/from itself; copy locally instead"
-            )));
-        }
         Ok(())
     }
 
@@ -435,6 +441,11 @@ impl Communicator {
     pub fn transport_to(&self, peer: usize) -> Result<String> {
         self.check_live()?;
         self.check_peer(peer, "send")?;
+        if peer == self.rank() {
+            return Err(Error::invalid(format!(
+                "rank {peer} is this rank: its sends to itself are local copies, over no transport"
+            )));
+        }
         if let Some(t) = self.engine.transport_of(peer, Dir::Send) {
             return Ok(t);
         }
@@ -741,9 +752,13 @@ impl Communicator {
             return;
         }
         self.shared.abort.store(1, Ordering::Release);
-        self.shared
-            .bootstrap
-            .broadcast_abort(&format!("rank {} called abort", self.rank()));
+        // After a failure, the peers learn its cause with the abort: a peer whose own
+        // notice of it comes later (another reader thread) still reports what happened.
+        let reason = match self.engine.broken() {
+            Some(e) => format!("rank {} called abort after: {e}", self.rank()),
+            None => format!("rank {} called abort", self.rank()),
+        };
+        self.shared.bootstrap.broadcast_abort(&reason);
         self.teardown("communicator aborted");
         self.shared.bootstrap.close();
     }

@@ -33,3 +33,16 @@ pub fn choose_device(local_rank: usize) -> Result<Option<i32>> {
         _ => Ok(Some((local_rank % count) as i32)),
     }
 }
+
+/// `device`, chosen by the caller (a split's parent, NCCL's current device): an
+/// error when CUDA is not usable here or the device does not exist.
+pub fn check_device(device: i32) -> Result<i32> {
+    let count = ferrocx_sdk::cuda::available()
+        .map_err(|why| Error::Unsupported(format!("CUDA device {device} asked for: {why}")))?;
+    if device as usize >= count {
+        return Err(Error::invalid(format!(
+            "CUDA device {device} does not exist ({count} visible)"
+        )));
+    }
+    Ok(device)
+}

@@ -16,7 +16,7 @@ pub(crate) mod order;
 #[doc(hidden)]
 pub mod testdata;
 
-pub use assign::choose_device;
+pub use assign::{check_device, choose_device};
 pub(crate) use gpu::Gpu;
 
 /// A raw CUDA stream handle (`CUstream`), as FFI users pass it.

@@ -163,3 +163,15 @@ pub(crate) fn copy_in(buf: &mut [u64], at: usize, src: usize, bytes: usize) {
         };
     }
 }
+
+/// Copy `bytes` from host address `src` to `dst` (a send to this rank itself
+/// into its receive; the two may overlap or be the same buffer).
+///
+/// # Safety
+/// `src..src+bytes` readable and `dst..dst+bytes` writable (validated task buffers).
+pub(crate) unsafe fn copy_host(dst: usize, src: usize, bytes: usize) {
+    if bytes > 0 && dst != src {
+        // SAFETY: the caller's contract; `copy` allows overlap.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
+    }
+}

@@ -16,10 +16,13 @@ mod post;
 mod runner;
 mod spec;
 mod task;
+mod to_self;
 
 pub(crate) use cache::ScheduleCache;
 pub(crate) use done::StageDone;
+pub(crate) use local::copy_host;
 pub(crate) use planner::{plan, Plan, PlanConfig, PlanDevice};
 pub(crate) use runner::{Post, Poster, ScratchBuf, Step};
 pub use spec::CollSpec;
 pub(crate) use task::{label, CollTask, Label, P2pTask, Task};
+pub(crate) use to_self::self_pairs;

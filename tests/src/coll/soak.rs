@@ -23,6 +23,16 @@ fn word(iter: u64, src: usize, dst: usize, i: usize) -> u64 {
     mix64(hash(&[iter, src as u64, dst as u64]) ^ i as u64)
 }
 
+/// Whether every rank runs another iteration: each decides on its own clock and
+/// sees the stop file at its own moment, so they agree first (one wanting to stop
+/// stops all; otherwise one rank could start an operation its peers never join).
+fn go_on(comm: &Communicator, mine: bool) -> Result<bool, String> {
+    let mut stop = [u8::from(!mine)];
+    comm.all_reduce_in_place(&mut stop, ferrocx::RedOp::Max)
+        .map_err(e2s)?;
+    Ok(stop[0] == 0)
+}
+
 /// All-to-all of `bytes` per rank (an equal block per peer), repeated for `secs`
 /// seconds (at least `min_iters` times). Prints one line per iteration,
 /// `iter K ok T` with T the seconds since the start, then a summary.
@@ -41,7 +51,12 @@ pub fn all_to_all(bytes: usize, secs: f64, min_iters: u64) -> Result<String, Str
     let mut out = std::io::stdout();
     let dir = std::env::var_os("FXTEST_SOAK_DIR").map(std::path::PathBuf::from);
     let stopped = || dir.as_ref().is_some_and(|d| d.join("stop").exists());
-    while iter < min_iters || (start.elapsed() < Duration::from_secs_f64(secs) && !stopped()) {
+    while go_on(
+        &comm,
+        iter < min_iters || (start.elapsed() < Duration::from_secs_f64(secs) && !stopped()),
+    )
+    .map_err(|e| format!("iteration {iter}: agreeing to go on: {e}"))?
+    {
         for (dst, block) in send.chunks_mut(words).enumerate() {
             for (i, w) in block.iter_mut().enumerate() {
                 *w = word(iter, me, dst, i);
@@ -102,7 +117,12 @@ pub fn mixed(max_bytes: usize, secs: f64, min_iters: u64) -> Result<String, Stri
     let (mut iter, mut moved) = (0u64, 0u64);
     let mut longest = Duration::ZERO;
     let bits = usize::BITS - max_bytes.max(1).leading_zeros();
-    while iter < min_iters || (start.elapsed() < Duration::from_secs_f64(secs) && !stopped()) {
+    while go_on(
+        &comm,
+        iter < min_iters || (start.elapsed() < Duration::from_secs_f64(secs) && !stopped()),
+    )
+    .map_err(|e| format!("iteration {iter}: agreeing to go on: {e}"))?
+    {
         let h = hash(&[0xF1A9, iter]);
         let bytes = ((1usize << (h % u64::from(bits))) + (h >> 8) as usize % 4096).min(max_bytes);
         let fail = |e: ferrocx::Error, what: &str| {
