@@ -15,6 +15,7 @@
 mod barrier;
 pub mod error;
 pub mod fingerprint;
+pub mod fp8;
 pub mod half;
 mod pairwise;
 mod rd;
@@ -34,7 +35,7 @@ pub use error::{Invalid, Result};
 pub use fingerprint::{CallKind, Fingerprint, Pairing};
 pub use pairwise::quadratic_deltas;
 pub use schedule::{Buf, Local, Region, Schedule, Stage, Xfer};
-pub use types::{Bf16, DataType, Element, RedOp, F16};
+pub use types::{Bf16, DataType, Element, RedOp, F16, F8E4M3, F8E5M2};
 
 /// Which collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -121,6 +121,46 @@ impl<const BF: bool> El for Half<BF> {
     }
 }
 
+/// An fp8 value (e5m2 when `E5`), kept as the f32 it widens to. The simulator
+/// moves fp8 data (reductions on it are checked in `reduce/tests.rs`).
+#[derive(Clone, Copy, Debug)]
+struct Quarter<const E5: bool>(f32);
+
+impl<const E5: bool> El for Quarter<E5> {
+    const DT: DataType = if E5 {
+        DataType::F8E5M2
+    } else {
+        DataType::F8E4M3
+    };
+    const RANGE: i64 = if E5 { 8 } else { 16 };
+    fn from_i64(v: i64) -> Self {
+        Quarter(v as f32)
+    }
+    fn combine(self, o: Self, op: RedOp) -> Self {
+        Quarter(self.0.combine(o.0, op))
+    }
+    fn finish(self, op: RedOp, nranks: usize) -> Self {
+        Quarter(self.0.finish(op, nranks))
+    }
+    fn close(got: Self, want: Self) -> bool {
+        got.0.to_bits() == want.0.to_bits()
+    }
+    fn put(self, out: &mut Vec<u8>) {
+        out.push(if E5 {
+            crate::fp8::f32_to_f8e5m2(self.0)
+        } else {
+            crate::fp8::f32_to_f8e4m3(self.0)
+        });
+    }
+    fn get(b: &[u8]) -> Self {
+        Quarter(if E5 {
+            crate::fp8::f8e5m2_to_f32(b[0])
+        } else {
+            crate::fp8::f8e4m3_to_f32(b[0])
+        })
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Cases.
 
@@ -306,6 +346,8 @@ fn check_dt(case: &SimCase, fails: &mut Vec<String>) {
         DataType::Bf16 => check::<Half<true>>(case, fails),
         DataType::F32 => check::<f32>(case, fails),
         DataType::F64 => check::<f64>(case, fails),
+        DataType::F8E4M3 => check::<Quarter<false>>(case, fails),
+        DataType::F8E5M2 => check::<Quarter<true>>(case, fails),
     }
 }
 
@@ -371,7 +413,7 @@ fn flavors(kind: CollKind, n: usize, salt: usize) -> Vec<(DataType, RedOp)> {
         if large(n) {
             return vec![(I32, Sum)];
         }
-        let extra = [I8, F64, Bf16, I64, U8, F16, U32];
+        let extra = [I8, F64, Bf16, I64, U8, F16, U32, F8E4M3, F8E5M2];
         return vec![(I32, Sum), (extra[salt % extra.len()], Sum)];
     }
     if large(n) {

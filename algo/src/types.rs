@@ -27,11 +27,15 @@ pub enum DataType {
     F32 = 8,
     /// `f64`
     F64 = 9,
+    /// OCP FP8 e4m3 ([`F8E4M3`]; NCCL's `ncclFloat8e4m3`).
+    F8E4M3 = 10,
+    /// OCP FP8 e5m2 ([`F8E5M2`]; NCCL's `ncclFloat8e5m2`).
+    F8E5M2 = 11,
 }
 
 impl DataType {
     /// Every type, in code order.
-    pub const ALL: [DataType; 10] = [
+    pub const ALL: [DataType; 12] = [
         DataType::I8,
         DataType::U8,
         DataType::I32,
@@ -42,12 +46,14 @@ impl DataType {
         DataType::Bf16,
         DataType::F32,
         DataType::F64,
+        DataType::F8E4M3,
+        DataType::F8E5M2,
     ];
 
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
         match self {
-            DataType::I8 | DataType::U8 => 1,
+            DataType::I8 | DataType::U8 | DataType::F8E4M3 | DataType::F8E5M2 => 1,
             DataType::F16 | DataType::Bf16 => 2,
             DataType::I32 | DataType::U32 | DataType::F32 => 4,
             DataType::I64 | DataType::U64 | DataType::F64 => 8,
@@ -58,7 +64,12 @@ impl DataType {
     pub const fn is_float(self) -> bool {
         matches!(
             self,
-            DataType::F16 | DataType::Bf16 | DataType::F32 | DataType::F64
+            DataType::F16
+                | DataType::Bf16
+                | DataType::F32
+                | DataType::F64
+                | DataType::F8E4M3
+                | DataType::F8E5M2
         )
     }
 
@@ -75,6 +86,8 @@ impl DataType {
             DataType::Bf16 => "bfloat16",
             DataType::F32 => "float",
             DataType::F64 => "double",
+            DataType::F8E4M3 => "f8e4m3",
+            DataType::F8E5M2 => "f8e5m2",
         }
     }
 
@@ -92,6 +105,8 @@ impl DataType {
             "bfloat16" | "bf16" => DataType::Bf16,
             "float" | "f32" | "float32" => DataType::F32,
             "double" | "f64" | "float64" => DataType::F64,
+            "f8e4m3" | "float8e4m3" | "fp8e4m3" | "e4m3" => DataType::F8E4M3,
+            "f8e5m2" | "float8e5m2" | "fp8e5m2" | "e5m2" => DataType::F8E5M2,
             _ => {
                 return Err(Invalid(format!(
                     "unknown data type '{s}' (known: {})",
@@ -107,7 +122,7 @@ impl DataType {
         Self::ALL
             .get(code as usize)
             .copied()
-            .ok_or_else(|| Invalid(format!("unknown data type code {code} (0..=9)")))
+            .ok_or_else(|| Invalid(format!("unknown data type code {code} (0..=11)")))
     }
 }
 
@@ -209,6 +224,38 @@ impl F16 {
     }
 }
 
+/// OCP FP8 e4m3 (largest 448, no infinities), stored as its bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[repr(transparent)]
+pub struct F8E4M3(pub u8);
+
+/// OCP FP8 e5m2 (largest 57344), stored as its bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[repr(transparent)]
+pub struct F8E5M2(pub u8);
+
+impl F8E4M3 {
+    /// Round to nearest even from `f32`, saturating to ±448 (NaN stays NaN).
+    pub fn from_f32(x: f32) -> Self {
+        F8E4M3(crate::fp8::f32_to_f8e4m3(x))
+    }
+    /// Exact widening to `f32`.
+    pub fn to_f32(self) -> f32 {
+        crate::fp8::f8e4m3_to_f32(self.0)
+    }
+}
+
+impl F8E5M2 {
+    /// Round to nearest even from `f32`, saturating to ±57344 (NaN stays NaN).
+    pub fn from_f32(x: f32) -> Self {
+        F8E5M2(crate::fp8::f32_to_f8e5m2(x))
+    }
+    /// Exact widening to `f32`.
+    pub fn to_f32(self) -> f32 {
+        crate::fp8::f8e5m2_to_f32(self.0)
+    }
+}
+
 /// A Rust type usable as a collective element.
 ///
 /// # Safety
@@ -225,7 +272,8 @@ macro_rules! element {
     )*};
 }
 element!(i8 => I8, u8 => U8, i32 => I32, u32 => U32, i64 => I64, u64 => U64,
-         F16 => F16, Bf16 => Bf16, f32 => F32, f64 => F64);
+         F16 => F16, Bf16 => Bf16, f32 => F32, f64 => F64,
+         F8E4M3 => F8E4M3, F8E5M2 => F8E5M2);
 
 #[cfg(test)]
 mod tests {
@@ -240,7 +288,7 @@ mod tests {
             assert_eq!(DataType::from_code(i as u32).unwrap(), *t);
             assert_eq!(DataType::parse(t.name()).unwrap(), *t);
         }
-        assert!(DataType::from_code(10).is_err());
+        assert!(DataType::from_code(12).is_err());
         assert!(RedOp::parse("xor").unwrap_err().to_string().contains("xor"));
     }
 }

@@ -62,6 +62,8 @@ typedef int32_t ferrocx_result_t;
 #define FERROCX_BFLOAT16 7
 #define FERROCX_FLOAT32 8
 #define FERROCX_FLOAT64 9
+#define FERROCX_FLOAT8E4M3 10 /* OCP FP8 e4m3: reductions round to nearest even and saturate to ±448 */
+#define FERROCX_FLOAT8E5M2 11 /* OCP FP8 e5m2: saturate to ±57344 */
 
 /* Reduction operators. */
 #define FERROCX_SUM 0

@@ -15,7 +15,7 @@ fn dtype_of(raw: i32) -> Result<DataType> {
         .find(|d| *d as i32 == raw)
         .ok_or_else(|| {
             Error::InvalidArgument(format!(
-                "unknown data type {raw} (FERROCX_INT8..FERROCX_FLOAT64)"
+                "unknown data type {raw} (FERROCX_INT8..FERROCX_FLOAT8E5M2)"
             ))
         })
 }

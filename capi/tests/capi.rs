@@ -106,8 +106,18 @@ fn header_constants_match_the_library() {
     // Types and operators are the core's numbering (= the plugin ABI's).
     let mut all = checks;
     let types = [
-        "INT8", "UINT8", "INT32", "UINT32", "INT64", "UINT64", "FLOAT16", "BFLOAT16", "FLOAT32",
+        "INT8",
+        "UINT8",
+        "INT32",
+        "UINT32",
+        "INT64",
+        "UINT64",
+        "FLOAT16",
+        "BFLOAT16",
+        "FLOAT32",
         "FLOAT64",
+        "FLOAT8E4M3",
+        "FLOAT8E5M2",
     ];
     for (name, d) in types.iter().zip(ferrocx::DataType::ALL) {
         all.push((

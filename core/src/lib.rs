@@ -46,7 +46,7 @@ pub use error::{Error, Result};
 pub use plan::CollSpec;
 pub use plugin::Dir;
 pub use registration::RegHandle;
-pub use types::{Bf16, DataType, Element, RedOp, F16};
+pub use types::{Bf16, DataType, Element, RedOp, F16, F8E4M3, F8E5M2};
 
 #[cfg(feature = "builtin-ce")]
 use ferrocx_ce as _;

@@ -61,18 +61,11 @@ pub struct Type {
     pub fx: DataType,
     /// Bytes per element.
     pub size: usize,
-    /// Whether ferrocx can reduce it (fp8 moves as bytes, and is not reduced).
-    pub reducible: bool,
 }
 
 /// The NCCL type `raw` (`ncclInt8` 0 … `ncclFloat8e5m2` 11).
 pub fn dtype(raw: i32) -> Result<Type, String> {
-    let t = |name, fx, size| Type {
-        name,
-        fx,
-        size,
-        reducible: true,
-    };
+    let t = |name, fx, size| Type { name, fx, size };
     Ok(match raw {
         0 => t("ncclInt8", DataType::I8, 1),
         1 => t("ncclUint8", DataType::U8, 1),
@@ -84,16 +77,8 @@ pub fn dtype(raw: i32) -> Result<Type, String> {
         7 => t("ncclFloat32", DataType::F32, 4),
         8 => t("ncclFloat64", DataType::F64, 8),
         9 => t("ncclBfloat16", DataType::Bf16, 2),
-        10 | 11 => Type {
-            name: if raw == 10 {
-                "ncclFloat8e4m3"
-            } else {
-                "ncclFloat8e5m2"
-            },
-            fx: DataType::U8,
-            size: 1,
-            reducible: false,
-        },
+        10 => t("ncclFloat8e4m3", DataType::F8E4M3, 1),
+        11 => t("ncclFloat8e5m2", DataType::F8E5M2, 1),
         _ => {
             return Err(format!(
                 "unknown data type {raw} (ncclInt8 0 .. ncclFloat8e5m2 11)"
@@ -137,8 +122,8 @@ mod tests {
         assert_eq!(dtype(8).unwrap().fx, DataType::F64);
         assert_eq!(dtype(9).unwrap().fx, DataType::Bf16);
         assert_eq!(dtype(6).unwrap().fx, DataType::F16);
-        let f8 = dtype(10).unwrap();
-        assert_eq!((f8.size, f8.reducible), (1, false));
+        assert_eq!(dtype(10).unwrap().fx, DataType::F8E4M3);
+        assert_eq!(dtype(11).unwrap().fx, DataType::F8E5M2);
         assert!(dtype(12).unwrap_err().contains("unknown data type 12"));
         assert!(dtype(-1).is_err());
         assert_eq!(op(2), Ok(Op::Builtin(RedOp::Max)));

@@ -74,12 +74,6 @@ fn collective(
         let mut send = send;
         let mut scaled = None;
         if let Some(op) = op {
-            if !t.reducible {
-                return Err(Error::Unsupported(format!(
-                    "ferrocx does not reduce {} (it moves it: broadcast, all_gather, all_to_all, send/recv)",
-                    t.name
-                )));
-            }
             match codes::op(op).map_err(Error::InvalidArgument)? {
                 Op::Builtin(o) => spec = spec.op(o),
                 Op::Custom(i) => {

@@ -4,7 +4,7 @@
 //! calls return ncclInvalidUsage (docs/NCCL.md).
 
 use crate::codes::{self, Type};
-use ferrocx::{Bf16, DataType, Error, Result, F16};
+use ferrocx::{Bf16, DataType, Error, Result, F16, F8E4M3, F8E5M2};
 use std::ffi::c_void;
 use std::sync::Mutex;
 
@@ -34,7 +34,8 @@ fn mul<const N: usize>(src: &[u8], s: [u8; N], f: impl Fn([u8; N], [u8; N]) -> [
 }
 
 /// `src` (elements of `t`) times the scalar `s` (bytes of one element), as
-/// NCCL's pre-multiplication: integers wrap, halves compute in f32.
+/// NCCL's pre-multiplication: integers wrap, 16- and 8-bit floats compute in f32
+/// (fp8 saturating).
 pub fn scale(t: DataType, src: &[u8], s: [u8; 8]) -> Vec<u8> {
     macro_rules! int {
         ($ty:ty, $n:literal) => {
@@ -65,6 +66,12 @@ pub fn scale(t: DataType, src: &[u8], s: [u8; 8]) -> Vec<u8> {
         DataType::Bf16 => mul::<2>(src, s[..2].try_into().expect("2"), |a, b| {
             let x = Bf16(u16::from_le_bytes(a)).to_f32() * Bf16(u16::from_le_bytes(b)).to_f32();
             Bf16::from_f32(x).0.to_le_bytes()
+        }),
+        DataType::F8E4M3 => mul::<1>(src, [s[0]], |a, b| {
+            [F8E4M3::from_f32(F8E4M3(a[0]).to_f32() * F8E4M3(b[0]).to_f32()).0]
+        }),
+        DataType::F8E5M2 => mul::<1>(src, [s[0]], |a, b| {
+            [F8E5M2::from_f32(F8E5M2(a[0]).to_f32() * F8E5M2(b[0]).to_f32()).0]
         }),
     }
 }
@@ -105,12 +112,6 @@ impl PreMul {
     /// as `residence` says (`ncclScalarDevice` 0, `ncclScalarHostImmediate` 1).
     pub fn new(scalar: *mut c_void, datatype: i32, residence: i32) -> Result<PreMul> {
         let t = codes::dtype(datatype).map_err(Error::InvalidArgument)?;
-        if !t.reducible {
-            return Err(Error::Unsupported(format!(
-                "ferrocx does not reduce {} (it moves it)",
-                t.name
-            )));
-        }
         if scalar.is_null() {
             return Err(Error::InvalidArgument("scalar is NULL".into()));
         }

@@ -72,6 +72,9 @@ fn dtype_of(t: &DlDataType) -> PyResult<DataType> {
         (4, 16) => DataType::Bf16,
         (2, 32) => DataType::F32,
         (2, 64) => DataType::F64,
+        // DLPack 1.0's kDLFloat8_e4m3fn and kDLFloat8_e5m2 (torch.float8_e4m3fn, float8_e5m2).
+        (10, 8) => DataType::F8E4M3,
+        (12, 8) => DataType::F8E5M2,
         (c, b) => {
             return Err(InvalidArgument::new_err(format!(
                 "element type (DLPack code {c}, {b} bits) is not supported"

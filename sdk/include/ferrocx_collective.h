@@ -146,6 +146,10 @@ extern "C" {
 #define FX_TYPE_BF16 7
 #define FX_TYPE_F32 8
 #define FX_TYPE_F64 9
+/* OCP FP8 (NCCL's ncclFloat8e4m3 / ncclFloat8e5m2), added within v1: a plugin
+ * built before them sees types it does not know and must decline (can_run 0). */
+#define FX_TYPE_F8E4M3 10
+#define FX_TYPE_F8E5M2 11
 
 /* Reduction operators (ignored by collectives that do not reduce). */
 #define FX_OP_SUM 0

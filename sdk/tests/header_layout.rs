@@ -237,6 +237,8 @@ fn expected() -> Expected {
         ("FX_TYPE_BF16", FX_TYPE_BF16),
         ("FX_TYPE_F32", FX_TYPE_F32),
         ("FX_TYPE_F64", FX_TYPE_F64),
+        ("FX_TYPE_F8E4M3", FX_TYPE_F8E4M3),
+        ("FX_TYPE_F8E5M2", FX_TYPE_F8E5M2),
         ("FX_OP_SUM", FX_OP_SUM),
         ("FX_OP_PROD", FX_OP_PROD),
         ("FX_OP_MIN", FX_OP_MIN),

@@ -147,13 +147,14 @@ fn every_benchmark_on_2_and_3_ranks() {
         check_run(np, "sendrecv", &[], SIZES);
     }
     // Every type and operator, every root.
-    let rows = check_run(2, "all_reduce", &["-d", "all", "-o", "all"], 10 * 5 * SIZES);
+    let rows = check_run(2, "all_reduce", &["-d", "all", "-o", "all"], 12 * 5 * SIZES);
     assert!(rows.iter().any(|r| r[2] == "bfloat16" && r[3] == "avg"));
+    assert!(rows.iter().any(|r| r[2] == "f8e4m3" && r[3] == "prod"));
     let rows = check_run(
         3,
         "reduce",
         &["-d", "all", "-o", "all", "-r", "all"],
-        10 * 5 * 3 * SIZES,
+        12 * 5 * 3 * SIZES,
     );
     assert!(rows
         .iter()
@@ -162,9 +163,9 @@ fn every_benchmark_on_2_and_3_ranks() {
         3,
         "reduce_scatter",
         &["-d", "all", "-o", "all"],
-        10 * 5 * SIZES,
+        12 * 5 * SIZES,
     );
-    check_run(3, "alltoallv", &["-d", "all"], 10 * SIZES);
+    check_run(3, "alltoallv", &["-d", "all"], 12 * SIZES);
     check_run(3, "scatter", &["-r", "all", "-d", "int8"], 3 * SIZES);
     check_run(3, "gather", &["-r", "2", "-d", "double"], SIZES);
     eprintln!("all fxperf runs: {:.1} s", start.elapsed().as_secs_f64());

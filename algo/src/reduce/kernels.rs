@@ -91,6 +91,48 @@ impl Half for Bf16Fmt {
     }
 }
 
+/// An 8-bit float format stored as `u8` bits, computed on as `f32`.
+pub(super) trait Quarter {
+    fn widen(q: u8) -> f32;
+    fn narrow(x: f32) -> u8;
+}
+
+pub(super) struct E4M3Fmt;
+pub(super) struct E5M2Fmt;
+
+impl Quarter for E4M3Fmt {
+    #[inline(always)]
+    fn widen(q: u8) -> f32 {
+        crate::fp8::f8e4m3_to_f32(q)
+    }
+    #[inline(always)]
+    fn narrow(x: f32) -> u8 {
+        crate::fp8::f32_to_f8e4m3(x)
+    }
+}
+
+impl Quarter for E5M2Fmt {
+    #[inline(always)]
+    fn widen(q: u8) -> f32 {
+        crate::fp8::f8e5m2_to_f32(q)
+    }
+    #[inline(always)]
+    fn narrow(x: f32) -> u8 {
+        crate::fp8::f32_to_f8e5m2(x)
+    }
+}
+
+/// Operator `O` on an 8-bit float format `F`: widen, combine in f32, round once
+/// (saturating, as NCCL's fp8 reductions).
+pub(super) struct Q<F, O>(PhantomData<(F, O)>);
+
+impl<F: Quarter, O: BinOp<f32>> BinOp<u8> for Q<F, O> {
+    #[inline(always)]
+    fn op(a: u8, b: u8) -> u8 {
+        F::narrow(O::op(F::widen(a), F::widen(b)))
+    }
+}
+
 /// Operator `O` on a 16-bit float format `F`: widen, combine in f32, round once.
 pub(super) struct H<F, O>(PhantomData<(F, O)>);
 
@@ -222,4 +264,6 @@ instances! {
     bfloat16: u16 => H<Bf16Fmt, Sum>, H<Bf16Fmt, Prod>, H<Bf16Fmt, Min>, H<Bf16Fmt, Max>;
     float: f32 => Sum, Prod, Min, Max;
     double: f64 => Sum, Prod, Min, Max;
+    f8e4m3: u8 => Q<E4M3Fmt, Sum>, Q<E4M3Fmt, Prod>, Q<E4M3Fmt, Min>, Q<E4M3Fmt, Max>;
+    f8e5m2: u8 => Q<E5M2Fmt, Sum>, Q<E5M2Fmt, Prod>, Q<E5M2Fmt, Min>, Q<E5M2Fmt, Max>;
 }

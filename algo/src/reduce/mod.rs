@@ -73,7 +73,7 @@ mod tests;
 pub use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
 use crate::types::{DataType, RedOp};
-use kernels::{Bf16Fmt, F16Fmt, Half, Kernel};
+use kernels::{Bf16Fmt, E4M3Fmt, E5M2Fmt, F16Fmt, Half, Kernel, Quarter};
 
 /// The kernel for `(dtype, op)` (`Avg` reduces like `Sum`).
 fn kernel(dtype: DataType, op: RedOp) -> Kernel {
@@ -98,6 +98,8 @@ fn kernel(dtype: DataType, op: RedOp) -> Kernel {
         DataType::Bf16 => by_op!(bfloat16),
         DataType::F32 => by_op!(float),
         DataType::F64 => by_op!(double),
+        DataType::F8E4M3 => by_op!(f8e4m3),
+        DataType::F8E5M2 => by_op!(f8e5m2),
     }
 }
 
@@ -162,6 +164,8 @@ pub unsafe fn finish(dtype: DataType, op: RedOp, dst: *mut u8, n: usize, nranks:
             }),
             DataType::F32 => kernels::unary(p.cast::<f32>(), n, |x| x / f),
             DataType::F64 => kernels::unary(p.cast::<f64>(), n, |x| x / d),
+            DataType::F8E4M3 => kernels::unary(p, n, |x| E4M3Fmt::narrow(E4M3Fmt::widen(x) / f)),
+            DataType::F8E5M2 => kernels::unary(p, n, |x| E5M2Fmt::narrow(E5M2Fmt::widen(x) / f)),
         }
     }
 }

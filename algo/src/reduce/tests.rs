@@ -57,7 +57,22 @@ fn is_nan(dt: DataType, bits: u64) -> bool {
         DataType::Bf16 => bits as u16 & 0x7fff > 0x7f80,
         DataType::F32 => f32::from_bits(bits as u32).is_nan(),
         DataType::F64 => f64::from_bits(bits).is_nan(),
+        DataType::F8E4M3 => bits as u8 & 0x7f == 0x7f,
+        DataType::F8E5M2 => bits as u8 & 0x7f > 0x7c,
         _ => false,
+    }
+}
+
+/// Widening and narrowing of an 8-bit float format.
+type Fp8Conversions = (fn(u8) -> f32, fn(f32) -> u8);
+
+/// The conversions of an fp8 type.
+fn fp8(dt: DataType) -> Option<Fp8Conversions> {
+    use crate::fp8::*;
+    match dt {
+        DataType::F8E4M3 => Some((f8e4m3_to_f32, f32_to_f8e4m3)),
+        DataType::F8E5M2 => Some((f8e5m2_to_f32, f32_to_f8e5m2)),
+        _ => None,
     }
 }
 
@@ -70,6 +85,7 @@ fn random_elem(dt: DataType, rng: &mut Rng) -> u64 {
             DataType::F16 => f32_to_f16(x as f32) as u64,
             DataType::Bf16 => f32_to_bf16(x as f32) as u64,
             DataType::F32 => (x as f32).to_bits() as u64,
+            DataType::F8E4M3 | DataType::F8E5M2 => fp8(dt).expect("fp8").1(x as f32) as u64,
             _ => x.to_bits(),
         }
     };
@@ -82,6 +98,7 @@ fn random_elem(dt: DataType, rng: &mut Rng) -> u64 {
         rng.next()
     };
     let mask = match dt.size() {
+        1 => 0xff,
         2 => 0xffff,
         4 => 0xffff_ffff,
         _ => u64::MAX,
@@ -137,6 +154,11 @@ fn reference(dt: DataType, op: RedOp, x: u64, y: u64) -> u64 {
             (f64_op(op, a, b) as f32).to_bits() as u64
         }
         DataType::F64 => f64_op(op, f64::from_bits(x), f64::from_bits(y)).to_bits(),
+        DataType::F8E4M3 | DataType::F8E5M2 => {
+            // Exact in f64 (and in f32), rounded once, saturating.
+            let (w, n) = fp8(dt).expect("fp8");
+            n(f64_op(op, w(x as u8) as f64, w(y as u8) as f64) as f32) as u64
+        }
         DataType::F16 | DataType::Bf16 => {
             let (w, n): Conversions = if dt == DataType::F16 {
                 (f16_to_f32, f32_to_f16)
@@ -160,6 +182,9 @@ fn reference(dt: DataType, op: RedOp, x: u64, y: u64) -> u64 {
 }
 
 fn as_f64(dt: DataType, v: u64) -> f64 {
+    if let Some((w, _)) = fp8(dt) {
+        return w(v as u8) as f64;
+    }
     match dt {
         DataType::F16 => f16_to_f32(v as u16) as f64,
         DataType::Bf16 => bf16_to_f32(v as u16) as f64,
@@ -351,6 +376,10 @@ fn finish_avg_every_dtype() {
                             }
                             DataType::Bf16 => {
                                 f32_to_bf16(bf16_to_f32(x as u16) / nranks as f32) as u64
+                            }
+                            DataType::F8E4M3 | DataType::F8E5M2 => {
+                                let (w, n) = fp8(dt).expect("fp8");
+                                n(w(x as u8) / nranks as f32) as u64
                             }
                             _ => trunc(dt, sext(dt, x) / nranks as i128),
                         };

@@ -170,6 +170,7 @@ const PRELUDE: &str = r#"
 FX_FN float fx_u2f(unsigned int u) { return __uint_as_float(u); }
 FX_FN unsigned int fx_f2u(float f) { return __float_as_uint(f); }
 #else
+#include <math.h>
 #include <string.h>
 #define FX_FN static inline
 FX_FN float fx_u2f(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
@@ -214,6 +215,44 @@ FX_FN unsigned short fx_f32_to_f16(float x) {
     const unsigned int r = a > 0x7f800000u ? 0x7e00u : nonsign;
     return (unsigned short)(r | ((w >> 16) & 0x8000u));
 }
+
+/* The two fp8 formats (algo/src/fp8.rs, statement for statement): mantissa
+   bits, bias, largest finite value and its code; e5m2 has infinities. */
+FX_FN float fx_pow2(int k) { return fx_u2f((unsigned int)(k + 127) << 23); }
+
+FX_FN float fx_fp8_decode(unsigned char b, int mbits, int bias, int infinities) {
+    const int ebits = 7 - mbits;
+    const int e = (b >> mbits) & ((1 << ebits) - 1);
+    const unsigned int m = b & ((1u << mbits) - 1u);
+    const int top = (1 << ebits) - 1;
+    float mag;
+    if (e == top && infinities) mag = m == 0u ? fx_u2f(0x7f800000u) : fx_u2f(0x7fc00000u);
+    else if (e == top && m == (1u << mbits) - 1u) mag = fx_u2f(0x7fc00000u);
+    else if (e == 0) mag = (float)m * fx_pow2(1 - bias - mbits);
+    else mag = (float)((1u << mbits) | m) * fx_pow2(e - bias - mbits);
+    return (b & 0x80u) ? -mag : mag;
+}
+
+FX_FN unsigned char fx_fp8_encode(float x, int mbits, int bias, float max, unsigned int max_code) {
+    const unsigned int w = fx_f2u(x);
+    const unsigned int sign = (w >> 24) & 0x80u;
+    const float a = fx_u2f(w & 0x7fffffffu);
+    if (a != a) return 0x7f;
+    if (a >= max) return (unsigned char)(sign | max_code);
+    const int emin = 1 - bias;
+    int e = (int)((w >> 23) & 0xffu) - 127;
+    if (e < emin) e = emin;
+    unsigned int n = (unsigned int)rintf(a / fx_pow2(e - mbits));
+    const unsigned int one = 1u << mbits;
+    if (n < one) return (unsigned char)(sign | n);
+    if (n == 2u * one) { e += 1; n = one; }
+    return (unsigned char)(sign | (((unsigned int)(e + bias) << mbits) | (n - one)));
+}
+
+FX_FN float fx_e4m3_to_f32(unsigned char b) { return fx_fp8_decode(b, 3, 7, 0); }
+FX_FN unsigned char fx_f32_to_e4m3(float x) { return fx_fp8_encode(x, 3, 7, 448.0f, 0x7eu); }
+FX_FN float fx_e5m2_to_f32(unsigned char b) { return fx_fp8_decode(b, 2, 15, 1); }
+FX_FN unsigned char fx_f32_to_e5m2(float x) { return fx_fp8_encode(x, 2, 15, 57344.0f, 0x7bu); }
 "#;
 
 /// How a type is declared and computed on in CUDA C.
@@ -224,8 +263,9 @@ enum CType {
         unsigned: &'static str,
         signed: bool,
     },
-    /// A 16-bit float on `unsigned short` bits: widen and narrow functions.
+    /// A 16- or 8-bit float on its bits (`storage`): widen and narrow functions.
     Half {
+        storage: &'static str,
         widen: &'static str,
         narrow: &'static str,
     },
@@ -250,10 +290,12 @@ fn ctype(dtype: DataType) -> CType {
         DataType::I64 => int("long long", "unsigned long long", true),
         DataType::U64 => int("unsigned long long", "unsigned long long", false),
         DataType::F16 => CType::Half {
+            storage: "unsigned short",
             widen: "fx_f16_to_f32",
             narrow: "fx_f32_to_f16",
         },
         DataType::Bf16 => CType::Half {
+            storage: "unsigned short",
             widen: "fx_bf16_to_f32",
             narrow: "fx_f32_to_bf16",
         },
@@ -264,6 +306,16 @@ fn ctype(dtype: DataType) -> CType {
         DataType::F64 => CType::Float {
             c: "double",
             divisor: "d",
+        },
+        DataType::F8E4M3 => CType::Half {
+            storage: "unsigned char",
+            widen: "fx_e4m3_to_f32",
+            narrow: "fx_f32_to_e4m3",
+        },
+        DataType::F8E5M2 => CType::Half {
+            storage: "unsigned char",
+            widen: "fx_e5m2_to_f32",
+            narrow: "fx_f32_to_e5m2",
         },
     }
 }
@@ -297,8 +349,12 @@ fn element_source(dtype: DataType, kind: Kind) -> String {
             let head = if kind == Kind::Finish { FIN } else { OP };
             let _ = writeln!(s, "{head} {{ return {body}; }}");
         }
-        CType::Half { widen, narrow } => {
-            let _ = writeln!(s, "typedef unsigned short elem_t;");
+        CType::Half {
+            storage,
+            widen,
+            narrow,
+        } => {
+            let _ = writeln!(s, "typedef {storage} elem_t;");
             let body = match kind {
                 Kind::Sum => format!("return {narrow}({widen}(a) + {widen}(b));"),
                 Kind::Prod => format!("return {narrow}({widen}(a) * {widen}(b));"),

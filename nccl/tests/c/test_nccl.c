@@ -212,15 +212,29 @@ static void rooted_and_gathering(ncclComm_t comm) {
   free(recv);
 }
 
-static void fp8_moves_but_does_not_reduce(ncclComm_t comm) {
+/* fp8 codes: e4m3 1, 2, 3, 6, 8 = 0x38, 0x40, 0x44, 0x4c, 0x50, largest 448 = 0x7e;
+ * e5m2 1, 2, 3 = 0x3c, 0x40, 0x42. */
+static void fp8_moves_and_reduces(ncclComm_t comm) {
   uint8_t mine[8], all[8 * 3];
   for (int i = 0; i < 8; i++) mine[i] = (uint8_t)(0x38 + rank * 8 + i); /* arbitrary e4m3 bit patterns */
   OK(ncclAllGather(mine, all, 8, ncclFloat8e4m3, comm, NULL));
   for (int r = 0; r < nranks; r++)
     for (int i = 0; i < 8; i++)
       if (all[r * 8 + i] != (uint8_t)(0x38 + r * 8 + i)) FAIL("fp8 all_gather byte %d of rank %d", i, r);
-  EXPECT(ncclInvalidUsage, "does not reduce ncclFloat8e5m2",
-         ncclAllReduce(mine, all, 8, ncclFloat8e5m2, ncclSum, comm, NULL));
+  const uint8_t e4m3[3] = {0x38, 0x40, 0x44}, e5m2[3] = {0x3c, 0x40, 0x42};
+  uint8_t x[64], y[64];
+  memset(x, e4m3[rank], sizeof x);
+  OK(ncclAllReduce(x, y, 64, ncclFloat8e4m3, ncclSum, comm, NULL));
+  for (int i = 0; i < 64; i++) if (y[i] != 0x4c) FAIL("e4m3 1+2+3: %#x", y[i]);
+  memset(x, 0x40, sizeof x);
+  OK(ncclAllReduce(x, y, 64, ncclFloat8e4m3, ncclProd, comm, NULL));
+  for (int i = 0; i < 64; i++) if (y[i] != 0x50) FAIL("e4m3 2*2*2: %#x", y[i]);
+  memset(x, 0x7e, sizeof x); /* 448 + 448 + 448 saturates to 448, never NaN */
+  OK(ncclAllReduce(x, y, 64, ncclFloat8e4m3, ncclSum, comm, NULL));
+  for (int i = 0; i < 64; i++) if (y[i] != 0x7e) FAIL("e4m3 saturation: %#x", y[i]);
+  memset(x, e5m2[rank], sizeof x);
+  OK(ncclAllReduce(x, y, 64, ncclFloat8e5m2, ncclMax, comm, NULL));
+  for (int i = 0; i < 64; i++) if (y[i] != 0x42) FAIL("e5m2 max: %#x", y[i]);
 }
 
 static void groups_and_point_to_point(ncclComm_t comm) {
@@ -400,7 +414,7 @@ int main(void) {
 
   all_reduce_every_type_and_op(comm);
   rooted_and_gathering(comm);
-  fp8_moves_but_does_not_reduce(comm);
+  fp8_moves_and_reduces(comm);
   groups_and_point_to_point(comm);
   premulsum(comm);
   split(comm);

@@ -162,7 +162,7 @@ static int32_t cma_window_deregister(void *comm, void *win) {
 
 static uint64_t type_bytes(int32_t t) {
   switch (t) {
-  case FX_TYPE_I8: case FX_TYPE_U8: return 1;
+  case FX_TYPE_I8: case FX_TYPE_U8: case FX_TYPE_F8E4M3: case FX_TYPE_F8E5M2: return 1;
   case FX_TYPE_F16: case FX_TYPE_BF16: return 2;
   case FX_TYPE_I32: case FX_TYPE_U32: case FX_TYPE_F32: return 4;
   case FX_TYPE_I64: case FX_TYPE_U64: case FX_TYPE_F64: return 8;

@@ -51,6 +51,10 @@ pub const FX_TYPE_BF16: i32 = 7;
 pub const FX_TYPE_F32: i32 = 8;
 /// `double`.
 pub const FX_TYPE_F64: i32 = 9;
+/// OCP FP8 e4m3 (added within v1: older plugins decline it as unknown).
+pub const FX_TYPE_F8E4M3: i32 = 10;
+/// OCP FP8 e5m2.
+pub const FX_TYPE_F8E5M2: i32 = 11;
 
 /// Sum.
 pub const FX_OP_SUM: i32 = 0;

@@ -92,7 +92,7 @@ impl Coll {
 /// Bytes of one element of `FX_TYPE_*` `dtype`, or `None` for an unknown type.
 pub fn elem_bytes(dtype: i32) -> Option<usize> {
     Some(match dtype {
-        FX_TYPE_I8 | FX_TYPE_U8 => 1,
+        FX_TYPE_I8 | FX_TYPE_U8 | FX_TYPE_F8E4M3 | FX_TYPE_F8E5M2 => 1,
         FX_TYPE_F16 | FX_TYPE_BF16 => 2,
         FX_TYPE_I32 | FX_TYPE_U32 | FX_TYPE_F32 => 4,
         FX_TYPE_I64 | FX_TYPE_U64 | FX_TYPE_F64 => 8,

@@ -17,7 +17,9 @@ pub mod shrink;
 pub mod soak;
 
 use ferrocx::{Algo, Request};
-use ferrocx::{Bf16, CollKind, CollSpec, Communicator, DataType, Group, RedOp, VCounts, F16};
+use ferrocx::{
+    Bf16, CollKind, CollSpec, Communicator, DataType, Group, RedOp, VCounts, F16, F8E4M3, F8E5M2,
+};
 
 /// Bytes of canary kept after every buffer's visible length.
 pub const TAIL: usize = 16;
@@ -349,18 +351,29 @@ impl El for f64 {
     }
 }
 
-macro_rules! half_el {
-    ($t:ident, $to:ident, $from:ident) => {
+/// fp8 inputs: integers of magnitude ≤ `span` (products: ±1, 2, ½), so that every
+/// partial sum stays exact up to 8 ranks (e4m3 holds the integers to 16, e5m2 to 8).
+fn fp8_input(h: u64, op: RedOp, span: u64) -> f32 {
+    if op == RedOp::Prod {
+        return float_input(h, op);
+    }
+    (h % (2 * span + 1)) as f32 - span as f32
+}
+
+/// 16- and 8-bit floats on their bits (`$bits`), computed on as f32 (`$to`, `$from`);
+/// inputs from `$gen(h, op)`.
+macro_rules! narrow_el {
+    ($t:ident: $bits:ty, $to:path, $from:path, $gen:expr) => {
         impl El for $t {
-            const SIZE: usize = 2;
+            const SIZE: usize = std::mem::size_of::<$bits>();
             fn load(b: &[u8]) -> Self {
-                $t(u16::from_ne_bytes(b.try_into().expect("element size")))
+                $t(<$bits>::from_ne_bytes(b.try_into().expect("element size")))
             }
             fn store(self, b: &mut [u8]) {
                 b.copy_from_slice(&self.0.to_ne_bytes())
             }
             fn gen(h: u64, op: RedOp) -> Self {
-                $t($from(float_input(h, op)))
+                $t($from($gen(h, op)))
             }
             fn red(op: RedOp, a: Self, b: Self) -> Self {
                 $t($from(fred(op, $to(a.0), $to(b.0))))
@@ -369,17 +382,30 @@ macro_rules! half_el {
                 $t($from($to(sum.0) / n as f32))
             }
             fn close(got: Self, exp: Self, op: RedOp) -> bool {
+                let bits = 8 * std::mem::size_of::<$bits>() as u32;
                 $to(got.0) == $to(exp.0)
-                    || (op == RedOp::Avg && ulps(got.0 as u64, exp.0 as u64, 16) <= 1)
+                    || (op == RedOp::Avg && ulps(got.0 as u64, exp.0 as u64, bits) <= 1)
             }
             fn show(self) -> String {
-                format!("{:?} ({:#06x})", $to(self.0), self.0)
+                format!("{:?} ({:#x})", $to(self.0), self.0)
             }
         }
     };
 }
-half_el!(F16, f16_to_f32, f32_to_f16);
-half_el!(Bf16, bf16_to_f32, f32_to_bf16);
+narrow_el!(F16: u16, f16_to_f32, f32_to_f16, float_input);
+narrow_el!(Bf16: u16, bf16_to_f32, f32_to_bf16, float_input);
+narrow_el!(
+    F8E4M3: u8,
+    ferrocx::algo::fp8::f8e4m3_to_f32,
+    ferrocx::algo::fp8::f32_to_f8e4m3,
+    |h, op| fp8_input(h, op, 2)
+);
+narrow_el!(
+    F8E5M2: u8,
+    ferrocx::algo::fp8::f8e5m2_to_f32,
+    ferrocx::algo::fp8::f32_to_f8e5m2,
+    |h, op| fp8_input(h, op, 1)
+);
 
 /// Call `f::<T>(args)` with `T` the Rust type of a [`DataType`].
 macro_rules! dispatch {
@@ -395,6 +421,8 @@ macro_rules! dispatch {
             DataType::Bf16 => $f::<Bf16>($($a),*),
             DataType::F32 => $f::<f32>($($a),*),
             DataType::F64 => $f::<f64>($($a),*),
+            DataType::F8E4M3 => $f::<F8E4M3>($($a),*),
+            DataType::F8E5M2 => $f::<F8E5M2>($($a),*),
         }
     };
 }

@@ -117,7 +117,8 @@ Benchmarks (nccl-tests' names; `all_reduce_perf` etc. are accepted too):
   -f          size multiplier between rows, default 2 (the last row is always -e)
   -n, -w      timed / warm-up iterations per row and placement, default 20 / 5
   -c          check every element of the result on every rank (the #wrong columns), default 1
-  -d          element type: int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double,
+  -d          element type: int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double
+              f8e4m3 f8e5m2,
               or all (every type in turn); default float. sendrecv always moves bytes (uint8)
   -o          reduction: sum prod min max avg, or all; default sum (all_reduce, reduce_scatter, reduce)
   -r          root of broadcast, reduce, gather, scatter: a rank, or all (-1) for every rank in turn; default 0
@@ -354,7 +355,10 @@ mod tests {
     fn collective_flags() {
         let a = p(&["-d", "all", "-o", "all", "-r", "all", "all_reduce_perf"]).unwrap();
         assert_eq!(a.bench, Bench::Coll(CollKind::AllReduce));
-        assert_eq!((a.dtypes.len(), a.redops.len(), a.root), (10, 5, None));
+        assert_eq!(
+            (a.dtypes.len(), a.redops.len(), a.root),
+            (DataType::ALL.len(), 5, None)
+        );
         let a = p(&["-d", "bf16", "-o", "max", "-r", "3", "broadcast"]).unwrap();
         assert_eq!(
             (a.dtypes, a.redops, a.root),

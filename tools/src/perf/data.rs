@@ -15,7 +15,7 @@
 //! byte against a pattern that depends on the source rank and the byte's
 //! position in the source buffer.
 
-use ferrocx::{Bf16, CollKind, DataType, RedOp, VCounts, F16};
+use ferrocx::{Bf16, CollKind, DataType, RedOp, VCounts, F16, F8E4M3, F8E5M2};
 
 /// An element type as the checks see it.
 pub trait Elem: Copy {
@@ -106,10 +106,13 @@ macro_rules! float_elem {
 float_elem!(f32, 1 << 24, 23);
 float_elem!(f64, 1 << 53, 52);
 
-macro_rules! half_elem {
-    ($t:ident, $exact:expr, $mant:expr) => {
+// 16- and 8-bit floats on their bits (`$bits`), computed on as f32. fp8 saturates:
+// a product past the largest finite value is that value in every order (factors
+// of magnitude ≥ 1 only grow it), so products stay checkable.
+macro_rules! narrow_elem {
+    ($t:ident: $bits:ty, $exact:expr, $mant:expr) => {
         impl Elem for $t {
-            const SIZE: usize = 2;
+            const SIZE: usize = std::mem::size_of::<$bits>();
             const FLOAT: bool = true;
             const SIGNED: bool = true;
             const EXACT: i64 = $exact;
@@ -127,10 +130,12 @@ macro_rules! half_elem {
                 self.to_f32() as f64
             }
             fn put(self, b: &mut [u8]) {
-                b[..2].copy_from_slice(&self.0.to_ne_bytes())
+                b[..Self::SIZE].copy_from_slice(&self.0.to_ne_bytes())
             }
             fn get(b: &[u8]) -> Self {
-                $t(u16::from_ne_bytes([b[0], b[1]]))
+                $t(<$bits>::from_ne_bytes(
+                    b[..Self::SIZE].try_into().expect("element size"),
+                ))
             }
             fn same(self, o: Self) -> bool {
                 self.to_f32() == o.to_f32()
@@ -138,11 +143,11 @@ macro_rules! half_elem {
         }
     };
 }
-// half: 11 significant bits; bfloat16: 8.
-half_elem!(F16, 2048, 10);
-half_elem!(Bf16, 256, 7);
+narrow_elem!(F16: u16, 2048, 10);
+narrow_elem!(Bf16: u16, 256, 7);
+narrow_elem!(F8E4M3: u8, 16, 3);
+narrow_elem!(F8E5M2: u8, 8, 2);
 
-/// Run `$f::<T>(args)` with `T` the Rust type of a [`DataType`].
 macro_rules! by_type {
     ($dt:expr, $f:ident ( $($arg:expr),* )) => {
         match $dt {
@@ -156,6 +161,8 @@ macro_rules! by_type {
             DataType::Bf16 => $f::<Bf16>($($arg),*),
             DataType::F32 => $f::<f32>($($arg),*),
             DataType::F64 => $f::<f64>($($arg),*),
+            DataType::F8E4M3 => $f::<F8E4M3>($($arg),*),
+            DataType::F8E5M2 => $f::<F8E5M2>($($arg),*),
         }
     };
 }
