@@ -204,7 +204,7 @@ impl Error {
     }
 
     /// The [`Error::Mismatch`] whose message is `s`.
-    fn parse_mismatch(s: &str) -> Option<Self> {
+    pub(crate) fn parse_mismatch(s: &str) -> Option<Self> {
         let s = s.strip_prefix(MISMATCH)?.strip_prefix("rank ")?;
         let (rank, s) = s.split_once(" called ")?;
         let (call, s) = s.split_once(", rank ")?;

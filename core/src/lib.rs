@@ -56,3 +56,5 @@ use ferrocx_net_socket as _;
 use ferrocx_p2p as _;
 #[cfg(feature = "builtin-shm")]
 use ferrocx_shm as _;
+#[cfg(feature = "builtin-shm-coll")]
+use ferrocx_shm_coll as _;

@@ -21,8 +21,12 @@ pub(crate) struct CommShared {
     pub skipped: String,
     pub bootstrap: Bootstrap,
     pub timeout: Duration,
-    /// Shared with every plugin's host table.
+    /// Shared with every transport plugin's host table: set by `abort`.
     pub abort: Arc<AtomicU32>,
+    /// The collective plugins' abort flag: set by `abort`, when the communicator
+    /// breaks, and when a peer dies or aborts — a plugin waiting inside `launch`
+    /// for a peer (host memory) stops at once instead of at its timeout.
+    pub stop: Arc<AtomicU32>,
     /// This rank's last operation, answered to peers' status queries.
     pub status: Arc<crate::status::Tracker>,
 }
@@ -37,6 +41,11 @@ impl CommShared {
             filter: &self.filter,
             skipped: &self.skipped,
         }
+    }
+
+    /// Tell the collective plugins to stop waiting.
+    pub fn stop_waits(&self) {
+        self.stop.store(1, Ordering::Release);
     }
 
     /// Fail if a peer died, a peer aborted, or we were aborted.

@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::plan::{Label, StageDone};
 use ferrocx_algo::status::{report, Phase, RankStatus};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,10 +31,36 @@ struct Last {
     failed: bool,
 }
 
+/// States of a [`PluginCall`].
+const RUNNING: u32 = 0;
+const DONE: u32 = 1;
+const FAILED: u32 = 2;
+
+/// The last host-memory call a collective plugin ran, recorded without a lock or
+/// a locked instruction: on the small-message path a call costs a few hundred
+/// nanoseconds, and each atomic read-modify-write tens. A seqlock: the calling
+/// thread (holding the communicator's collective lock) is the only writer; a
+/// status query retries while a write is under way.
+#[derive(Default)]
+struct PluginCall {
+    /// Odd while the record is being written.
+    version: AtomicU64,
+    /// The call's encoded fingerprint.
+    fp: [AtomicU64; 4],
+    /// Index into `Tracker::plugin_names`.
+    plugin: AtomicU32,
+    /// `RUNNING`, `DONE` or `FAILED`.
+    state: AtomicU32,
+}
+
 /// This rank's last operation and its waiting threads.
 #[derive(Default)]
 pub(crate) struct Tracker {
     last: Mutex<Option<Last>>,
+    /// The last operation is `plugin_call` (else `last`).
+    plugin_last: AtomicBool,
+    plugin_call: PluginCall,
+    plugin_names: Mutex<Vec<Arc<str>>>,
     waiting: AtomicU32,
     /// One report at a time: concurrent ones would take each other's answers.
     asking: Mutex<()>,
@@ -50,8 +76,67 @@ impl Drop for Waiting<'_> {
 }
 
 impl Tracker {
+    /// The collective plugins' names, by index (once, at creation).
+    pub fn name_plugins(&self, names: Vec<Arc<str>>) {
+        *self.plugin_names.lock() = names;
+    }
+
+    /// Collective plugin `plugin` starts running `fp` on host memory, this thread
+    /// waiting in it until [`plugin_end`](Self::plugin_end).
+    pub fn plugin_begin(&self, fp: &ferrocx_algo::Fingerprint, plugin: usize) {
+        let c = &self.plugin_call;
+        let v = c.version.load(Ordering::Relaxed);
+        c.version.store(v.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (word, bytes) in c.fp.iter().zip(fp.encode().chunks_exact(8)) {
+            word.store(
+                u64::from_le_bytes(bytes.try_into().expect("8 bytes")),
+                Ordering::Relaxed,
+            );
+        }
+        c.plugin.store(plugin as u32, Ordering::Relaxed);
+        c.state.store(RUNNING, Ordering::Relaxed);
+        c.version.store(v.wrapping_add(2), Ordering::Release);
+        self.plugin_last.store(true, Ordering::Release);
+    }
+
+    /// The plugin's call returned.
+    pub fn plugin_end(&self, ok: bool) {
+        let state = if ok { DONE } else { FAILED };
+        self.plugin_call.state.store(state, Ordering::Release);
+    }
+
+    /// The plugin call recorded last: its label and state.
+    fn plugin_status(&self) -> (String, u32) {
+        let c = &self.plugin_call;
+        loop {
+            let v = c.version.load(Ordering::Acquire);
+            if v % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut fp = [0u8; 32];
+            for (bytes, word) in fp.chunks_exact_mut(8).zip(&c.fp) {
+                bytes.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+            }
+            let plugin = c.plugin.load(Ordering::Relaxed) as usize;
+            let state = c.state.load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            if c.version.load(Ordering::Relaxed) != v {
+                continue;
+            }
+            let name = self.plugin_names.lock().get(plugin).cloned();
+            let label = match (ferrocx_algo::Fingerprint::decode(&fp), name) {
+                (Ok(fp), Some(name)) => Label::Plugin(fp, name).to_string(),
+                _ => "a collective on a plugin".to_string(),
+            };
+            return (label, state);
+        }
+    }
+
     /// An operation starts (`label`: e.g. the call's fingerprint).
     pub fn begin(&self, label: Label) {
+        self.plugin_last.store(false, Ordering::Release);
         *self.last.lock() = Some(Last {
             label,
             done: None,
@@ -71,6 +156,7 @@ impl Tracker {
     /// An operation was queued at once (its connections existed): [`begin`](Self::begin)
     /// and [`queued`](Self::queued) in one update.
     pub fn queued_as(&self, label: Label, done: &Arc<StageDone>) {
+        self.plugin_last.store(false, Ordering::Release);
         *self.last.lock() = Some(Last {
             label,
             done: Some(done.clone()),
@@ -90,6 +176,16 @@ impl Tracker {
     /// The operation begun last failed, or the communicator broke while it was in
     /// flight.
     pub fn failed(&self) {
+        if self.plugin_last.load(Ordering::Acquire) {
+            // Only a call still running failed (a finished one stays finished).
+            let _ = self.plugin_call.state.compare_exchange(
+                RUNNING,
+                FAILED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            return;
+        }
         if let Some(l) = self.last.lock().as_mut() {
             if l.running || l.done.as_ref().is_some_and(|d| !d.is_done()) {
                 l.failed = true;
@@ -105,6 +201,20 @@ impl Tracker {
     }
 
     pub fn status(&self) -> RankStatus {
+        if self.plugin_last.load(Ordering::Acquire) {
+            let (label, state) = self.plugin_status();
+            let running = state == RUNNING;
+            let phase = match state {
+                RUNNING => Phase::InFlight(label),
+                FAILED => Phase::Failed(label),
+                _ => Phase::Past(label),
+            };
+            return RankStatus {
+                phase,
+                // A host call blocks its thread until the plugin returns.
+                waiting: running || self.waiting.load(Ordering::Acquire) > 0,
+            };
+        }
         let phase = match self.last.lock().as_ref() {
             None => Phase::NoCall,
             Some(l) if l.failed => Phase::Failed(l.label.to_string()),

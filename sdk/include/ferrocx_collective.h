@@ -173,6 +173,13 @@ extern "C" {
 #define FX_COLL_CAP_CUDA_MEM (1ull << 1)
 #define FX_COLL_CAP_WINDOWS (1ull << 2)  /* uses window_register */
 #define FX_COLL_CAP_GRAPHS (1ull << 3)   /* launch may be captured into a CUDA graph */
+/* launch on host memory checks the call itself: it compares the call's fingerprint
+ * (seq, coll, dtype, op, count, root) with every rank it exchanges data with before
+ * using their data, and fails a difference with a message that starts
+ * "mismatched calls: " (e.g. "mismatched calls: rank 0 called all_reduce(float, sum, 8)
+ * as op #3, rank 1 called broadcast(float, 8, root 0) as op #3"); the core then skips
+ * its own check before the call (FERROCX_CHECK_CALLS). */
+#define FX_COLL_CAP_CHECKS_CALLS (1ull << 4)
 
 /* What comm_init learns about the communicator. */
 typedef struct fx_comm_info {

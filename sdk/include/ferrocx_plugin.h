@@ -201,7 +201,9 @@ typedef struct fx_host_v1 {
   /* Returns the value's length (may exceed out_len: truncated), or -1 when unset. */
   int64_t (*getenv)(void *host_ctx, const char *name, char *out, size_t out_len);
   uint64_t timeout_ms; /* bound for every wait inside the plugin */
-  const volatile uint32_t *abort_flag; /* non-zero once the communicator aborts */
+  /* non-zero once waits should stop: the communicator aborts (a collective plugin's
+   * table: also once it broke, or a peer failed or aborted) */
+  const volatile uint32_t *abort_flag;
 } fx_host_v1_t;
 
 typedef struct fx_transport_v1 {

@@ -262,6 +262,7 @@ fn expected() -> Expected {
         ("FX_COLL_CAP_CUDA_MEM", FX_COLL_CAP_CUDA_MEM),
         ("FX_COLL_CAP_WINDOWS", FX_COLL_CAP_WINDOWS),
         ("FX_COLL_CAP_GRAPHS", FX_COLL_CAP_GRAPHS),
+        ("FX_COLL_CAP_CHECKS_CALLS", FX_COLL_CAP_CHECKS_CALLS),
     ] {
         names.push(name);
         out.push(Check::num(name.into(), name.into(), v));

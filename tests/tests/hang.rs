@@ -7,18 +7,23 @@ use ferrocx_tests::run_passing;
 use std::time::Duration;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_fxtest-worker");
-const BEHIND: &str =
-    "rank 2 is past all_reduce(float, sum, 1000) as op #4 and made no further call";
+/// Rank 2's call; the report adds "on plugin 'shm-coll'" where that plugin ran it.
+const BEHIND: &str = "rank 2 is past all_reduce(float, sum, 1000) as op #4";
+const NO_FURTHER: &str = "and made no further call";
+/// The small all-reduces run on shm-coll by default; the core runs them without it.
+const PATHS: [&[(&str, &str)]; 2] = [&[], &[("FERROCX_COLLECTIVES", "^shm-coll")]];
 
 #[test]
 fn a_rank_that_stops_calling_is_named_on_every_rank() {
-    let outs = run_passing(
-        WORKER,
-        3,
-        &["hang", "stop"],
-        &[("FERROCX_TIMEOUT", "3")],
-        Duration::from_secs(60),
-    );
+    for path in PATHS {
+        stops_calling(path);
+    }
+}
+
+fn stops_calling(path: &[(&str, &str)]) {
+    let mut env = vec![("FERROCX_TIMEOUT", "3")];
+    env.extend_from_slice(path);
+    let outs = run_passing(WORKER, 3, &["hang", "stop"], &env, Duration::from_secs(60));
     for o in outs {
         let line = o
             .stdout
@@ -28,6 +33,7 @@ fn a_rank_that_stops_calling_is_named_on_every_rank() {
         for needle in [
             "hang: ",
             BEHIND,
+            NO_FURTHER,
             // The others wait in op #5 (or, when both time out at once, one of
             // them may already have failed in it).
             "in all_reduce(float, sum, 1000) as op #5",
@@ -44,11 +50,19 @@ fn a_rank_that_stops_calling_is_named_on_every_rank() {
 
 #[test]
 fn a_live_job_reports_where_every_rank_is_and_goes_on() {
+    for path in PATHS {
+        live_report(path);
+    }
+}
+
+fn live_report(path: &[(&str, &str)]) {
+    let mut env = vec![("FERROCX_TIMEOUT", "30"), ("FERROCX_STATUS_SIGNAL", "1")];
+    env.extend_from_slice(path);
     let outs = run_passing(
         WORKER,
         3,
         &["hang", "report"],
-        &[("FERROCX_TIMEOUT", "30"), ("FERROCX_STATUS_SIGNAL", "1")],
+        &env,
         Duration::from_secs(60),
     );
     let report = outs[2]
@@ -56,7 +70,10 @@ fn a_live_job_reports_where_every_rank_is_and_goes_on() {
         .lines()
         .find(|l| l.contains("REPORT"))
         .unwrap_or_else(|| panic!("rank 2: {}", outs[2].stdout));
-    assert!(report.contains(BEHIND), "{report}");
+    assert!(
+        report.contains(BEHIND) && report.contains(NO_FURTHER),
+        "{report}"
+    );
     assert!(
         report.contains("ranks 0,1 wait in all_reduce(float, sum, 1000) as op #5"),
         "{report}"
@@ -66,7 +83,10 @@ fn a_live_job_reports_where_every_rank_is_and_goes_on() {
         .lines()
         .find(|l| l.contains("ferrocx status (rank 0 of 3"))
         .unwrap_or_else(|| panic!("rank 0 printed no status on SIGUSR1:\n{}", outs[0].stderr));
-    assert!(printed.contains(BEHIND), "{printed}");
+    assert!(
+        printed.contains(BEHIND) && printed.contains(NO_FURTHER),
+        "{printed}"
+    );
     assert!(
         printed.contains("wait in all_reduce(float, sum, 1000) as op #5"),
         "{printed}"

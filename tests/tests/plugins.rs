@@ -299,7 +299,12 @@ fn c_collective_plugin_runs_the_copy_collectives_on_windows() {
                 "--cycles",
                 "200",
             ],
-            &[("FERROCX_PLUGINS", &so), ("FERROCX_TIMEOUT", "60")],
+            // cma alone: shm-coll would take the small host calls.
+            &[
+                ("FERROCX_PLUGINS", &so),
+                ("FERROCX_TIMEOUT", "60"),
+                ("FERROCX_COLLECTIVES", "cma"),
+            ],
             LIMIT,
         );
         assert_all_ok(&outs);
@@ -326,7 +331,10 @@ fn collectives_filter_excludes_and_names_unknown_plugins() {
         WORKER,
         2,
         &["coll-plugin", "--expect", "core", "--counts", "1,1000"],
-        &[("FERROCX_PLUGINS", &so), ("FERROCX_COLLECTIVES", "^cma")],
+        &[
+            ("FERROCX_PLUGINS", &so),
+            ("FERROCX_COLLECTIVES", "^cma,shm-coll"),
+        ],
         LIMIT,
     );
     assert_all_ok(&outs);

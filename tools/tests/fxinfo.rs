@@ -149,20 +149,35 @@ fn fxinfo_under_fxrun_says_who_runs_each_collective_and_why() {
     ) else {
         return;
     };
-    let out = Command::new(env!("CARGO_BIN_EXE_fxrun"))
-        .args(["-n", "2", "--", FXINFO])
-        .env("FERROCX_PLUGINS", &so)
-        .env_remove("FERROCX_COLLECTIVES")
-        .output()
-        .expect("run fxrun fxinfo");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let fxinfo = |shm_coll: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_fxrun"))
+            .args(["-n", "2", "--", FXINFO])
+            .env("FERROCX_PLUGINS", &so)
+            .env("FERROCX_SHM_COLL_PRIORITY", shm_coll)
+            .env_remove("FERROCX_COLLECTIVES")
+            .output()
+            .expect("run fxrun fxinfo");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    // cma against the core alone (shm-coll sits out at priority 0).
+    let text = fxinfo("0");
     for needle in [
         "cma          collective",
         "collective plugins taking part: cma",
         "all_gather      host windows  cma (cma 150 ≥ core 100)",
         "all_gather      host buffers  core (core 100 ≥ cma 0)",
         "all_reduce      host windows  core (core 100 ≥ cma 0)",
+    ] {
+        assert!(text.contains(needle), "missing '{needle}':\n{text}");
+    }
+    // By default shm-coll takes the small host calls (8 B and 4 KiB buckets) and
+    // leaves the larger ones to the core.
+    let text = fxinfo("150");
+    for needle in [
+        "collective plugins taking part: shm-coll, cma",
+        "all_reduce      host buffers  shm-coll (shm-coll 150 ≥ core 100, cma 0) | shm-coll (shm-coll 150 ≥ core 100, cma 0) | core (core 100 ≥ shm-coll 0, cma 0)",
     ] {
         assert!(text.contains(needle), "missing '{needle}':\n{text}");
     }

@@ -42,7 +42,7 @@ pub enum Started {
 impl CollectivePlugin {
     /// `init` then `comm_init`. Collective: every rank, in the same order.
     pub(crate) fn start(lib: Arc<CollectiveLib>, shared: &Arc<CommShared>) -> Result<Started> {
-        let host = HostTable::new(&lib.name, shared.timeout, shared.abort.clone());
+        let host = HostTable::new(&lib.name, shared.timeout, shared.stop.clone());
         let t = lib.table();
         let mut ctx = std::ptr::null_mut();
         // SAFETY: validated table; the host table outlives the context (owned by self).
@@ -144,6 +144,11 @@ impl CollectivePlugin {
         // SAFETY: the caller's contract; live comm.
         let code = unsafe { (self.t().launch.expect("validated"))(self.comm, desc, stream) };
         self.check("launch", code)
+    }
+
+    /// Whether `launch` checks host-memory calls itself (`FX_COLL_CAP_CHECKS_CALLS`).
+    pub fn checks_calls(&self) -> bool {
+        self.t().caps & FX_COLL_CAP_CHECKS_CALLS != 0
     }
 
     /// Whether the plugin uses windows.

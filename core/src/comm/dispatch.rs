@@ -166,6 +166,15 @@ impl Communicator {
             return Ok(false);
         }
         self.colls.status().map_err(|e| self.engine.break_with(e))?;
+        // A peer died or aborted, or this communicator broke: a plugin that finds
+        // its peers' messages already there would otherwise still complete.
+        if self.shared.stop.load(std::sync::atomic::Ordering::Acquire) != 0 {
+            self.shared
+                .check_peers()
+                .map_err(|e| self.engine.break_with(e))?;
+            self.check_live()?;
+            self.engine.usable()?;
+        }
         let Some(d) = self.describe(call, seq) else {
             return Ok(false);
         };
@@ -209,26 +218,64 @@ impl Communicator {
             s.root,
             s.v.is_some(),
         );
-        if call.mem == FX_MEM_HOST {
+        let host = call.mem == FX_MEM_HOST;
+        if host && p.checks_calls() {
+            // The plugin checks the call in its own messages; it runs outside the
+            // engine, so earlier asynchronous operations must be done first.
+            self.engine.drain()?;
+        } else if host {
             self.check_alone(fp)?;
         }
-        self.shared.status.begin(Label::Plugin(fp, p.shared_name()));
-        let r = {
-            let _waiting = (call.mem == FX_MEM_HOST).then(|| self.shared.status.waiting());
-            // SAFETY: the buffers were validated by the caller (host slices, or device
-            // buffers the caller keeps alive until the stream passes the call).
-            unsafe { p.launch(&d.for_plugin(i), stream) }
-        };
-        match &r {
-            Ok(()) => self.shared.status.finished(),
-            Err(_) => self.shared.status.failed(),
+        let status = &self.shared.status;
+        // Host calls block this thread: recorded lock-free, as waiting (status.rs).
+        if host {
+            status.plugin_begin(&fp, i);
+        } else {
+            status.begin(Label::Plugin(fp, p.shared_name()));
         }
+        // SAFETY: the buffers were validated by the caller (host slices, or device
+        // buffers the caller keeps alive until the stream passes the call).
+        let r = unsafe { p.launch(&d.for_plugin(i), stream) };
+        match (&r, host) {
+            (_, true) => status.plugin_end(r.is_ok()),
+            (Ok(()), false) => status.finished(),
+            (Err(_), false) => status.failed(),
+        }
+        let Err(e) = r else {
+            return Ok(true);
+        };
         // A plugin that failed because another rank gave up reports its own symptom
-        // (a barrier that broke); the other rank's reason is the cause to report.
-        r.map_err(|e| match self.shared.check_peers() {
-            Err(cause @ (Error::Mismatch { .. } | Error::Hang { .. })) => cause,
-            _ => e,
-        })?;
-        Ok(true)
+        // (a wait that stopped); the other rank's reason is the cause to report.
+        let e = match self.shared.check_peers() {
+            Err(
+                cause @ (Error::Mismatch { .. } | Error::Hang { .. } | Error::PeerFailed { .. }),
+            ) => cause,
+            _ => plugin_error(e, self.shared.timeout),
+        };
+        // A host collective that failed on one rank leaves the ranks out of step:
+        // the communicator breaks, and the peers learn why.
+        Err(if host { self.engine.break_with(e) } else { e })
     }
+}
+
+/// A plugin's failure as the core reports it: a call check's mismatch is
+/// [`Error::Mismatch`], a wait that timed out [`Error::Timeout`] (which breaking
+/// the communicator turns into a hang report).
+fn plugin_error(e: Error, timeout: std::time::Duration) -> Error {
+    let Error::Plugin { code, message, .. } = &e else {
+        return e;
+    };
+    // The SDK's export layer prefixes the hook's name.
+    let text = message.strip_prefix("launch: ").unwrap_or(message);
+    if let Some(m) = Error::parse_mismatch(text) {
+        return m;
+    }
+    if *code == FX_TIMEOUT {
+        return Error::Timeout {
+            what: format!("{e}"),
+            peer: None,
+            after: timeout,
+        };
+    }
+    e
 }

@@ -287,6 +287,7 @@ impl Communicator {
             bootstrap,
             timeout,
             abort,
+            stop: Default::default(),
             status: Default::default(),
         });
         let status = shared.status.clone();
@@ -295,6 +296,9 @@ impl Communicator {
             .set_status_source(Box::new(move || status.status().encode()));
         crate::signal::watch(&shared)?;
         let (colls, left_out) = Collectives::start(&registry.collectives, &coll_filter, &shared)?;
+        shared
+            .status
+            .name_plugins(colls.plugins().iter().map(|p| p.shared_name()).collect());
         for (name, why) in left_out {
             if let Some(r) = report
                 .iter_mut()
@@ -752,6 +756,7 @@ impl Communicator {
             return;
         }
         self.shared.abort.store(1, Ordering::Release);
+        self.shared.stop_waits();
         // After a failure, the peers learn its cause with the abort: a peer whose own
         // notice of it comes later (another reader thread) still reports what happened.
         let reason = match self.engine.broken() {

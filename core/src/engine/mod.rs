@@ -225,6 +225,30 @@ impl Engine {
         }
     }
 
+    /// Fail as a call would once the communicator broke or was destroyed.
+    pub fn usable(&self) -> Result<()> {
+        self.check_usable(&self.state.lock())
+    }
+
+    /// Wait until everything submitted before has completed (a call that runs
+    /// outside the engine keeps the order of earlier asynchronous operations).
+    /// Costs one atomic load when nothing is in flight.
+    pub fn drain(&self) -> Result<()> {
+        // Finished plans count until reclaimed: nothing counted, nothing to do.
+        if self.live_plans.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        self.reclaim();
+        if self.live_plans.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        // An empty plan completes once every plan ahead of it has.
+        match self.submit(vec![Plan::new()], true)? {
+            Submitted::Queued(done) => self.wait(&done, true),
+            Submitted::Missing(..) => unreachable!("an empty plan needs no connection"),
+        }
+    }
+
     /// One sweep if nobody else holds the engine (for `Request::test`).
     pub fn poke(&self) {
         if let Some(mut st) = self.state.try_lock() {
@@ -247,6 +271,7 @@ impl Engine {
     /// Called from the bootstrap's reader threads.
     pub fn notify_peer_event(&self) {
         self.peer_event.store(true, Ordering::Release);
+        self.shared.stop_waits();
         let _g = self.state.lock();
         self.wake.notify_all();
     }
@@ -411,6 +436,7 @@ impl Engine {
         let err = self.shared.status.attribute(&self.shared.bootstrap, err);
         tracing::error!(target: "ferrocx::comm", "rank {}: {err}", self.shared.rank);
         self.shared.status.failed();
+        self.shared.stop_waits();
         if st.broken.is_none() {
             st.broken = Some(err.clone());
         }

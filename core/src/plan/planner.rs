@@ -165,7 +165,8 @@ impl Drop for PlanDevice {
 }
 
 impl Plan {
-    fn new() -> Self {
+    /// A plan with no runners: it completes once every plan ahead of it has.
+    pub(crate) fn new() -> Self {
         Plan {
             runners: Vec::new(),
             left: 0,

@@ -84,6 +84,14 @@ pub const FX_COLL_CAP_CUDA_MEM: u64 = 1 << 1;
 pub const FX_COLL_CAP_WINDOWS: u64 = 1 << 2;
 /// `launch` may be captured into a CUDA graph.
 pub const FX_COLL_CAP_GRAPHS: u64 = 1 << 3;
+/// `launch` on host memory checks the call itself: it compares the call's
+/// fingerprint (`seq`, collective, type, operator, count, root) with every rank
+/// it exchanges data with before using their data, and fails a difference with
+/// a message that starts `mismatched calls: ` (the core's wording, e.g.
+/// `mismatched calls: rank 0 called all_reduce(float, sum, 8) as op #3, rank 1
+/// called broadcast(float, 8, root 0) as op #3`). The core then skips its own
+/// check before the call (`FERROCX_CHECK_CALLS`).
+pub const FX_COLL_CAP_CHECKS_CALLS: u64 = 1 << 4;
 
 /// What `comm_init` learns about the communicator.
 #[repr(C)]

@@ -156,7 +156,8 @@ pub struct FxHostV1 {
     >,
     /// `FERROCX_TIMEOUT` in milliseconds: the bound for any wait inside the plugin.
     pub timeout_ms: u64,
-    /// Becomes non-zero when the communicator is aborted: internal waits must stop.
+    /// Becomes non-zero when waits must stop: the communicator is aborted (for a
+    /// collective plugin also once it broke, or a peer failed or aborted).
     pub abort_flag: *const AtomicU32,
 }
 

@@ -1,0 +1,196 @@
+//! The mailbox regions, mapped (the plugin's only memory-mapping module):
+//! this rank's own, which peers write into, and every peer's, which it
+//! writes into. Offsets come from [`Layout`]; who writes what when is
+//! `comm`'s protocol.
+
+use crate::layout::{self, Layout, HEAD};
+use ferrocx_algo::fingerprint::FINGERPRINT_BYTES;
+use ferrocx_sdk::region::Region;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Every rank's region, mapped here.
+pub struct Arena {
+    me: usize,
+    layout: Layout,
+    /// Base of rank r's region in this process.
+    bases: Vec<*mut u8>,
+    /// Keeps the mappings (this rank's first).
+    _regions: Vec<Region>,
+}
+
+// SAFETY: the mappings are process-wide; every access goes through atomics or
+// copies whose ownership the protocol decides (one writer per slot and call).
+unsafe impl Send for Arena {}
+
+impl Arena {
+    /// Create this rank's region (zero-filled) and stamp it.
+    pub fn create(name: &str, layout: &Layout) -> std::io::Result<Region> {
+        let r = Region::create(name, layout.len(), 0)?;
+        // SAFETY: a fresh mapping of layout.len() ≥ 8 bytes, 64-aligned (page).
+        unsafe { r.base().cast::<u64>().write(layout::MAGIC) };
+        Ok(r)
+    }
+
+    /// Map peer regions: `open(r)` maps rank r's (never called for `me`).
+    /// `mine` was made by [`create`](Self::create) for a layout at least as large.
+    pub fn new(
+        me: usize,
+        layout: Layout,
+        mine: Region,
+        mut open: impl FnMut(usize) -> std::io::Result<Region>,
+    ) -> std::io::Result<Self> {
+        let mut regions = Vec::with_capacity(layout.nranks);
+        let mut bases = vec![std::ptr::null_mut(); layout.nranks];
+        bases[me] = mine.base();
+        regions.push(mine);
+        for (r, base) in bases.iter_mut().enumerate() {
+            if r == me {
+                continue;
+            }
+            let reg = open(r)?;
+            if reg.len() < layout.len() {
+                return Err(std::io::Error::other(format!(
+                    "rank {r}'s region holds {} bytes, {} needed",
+                    reg.len(),
+                    layout.len()
+                )));
+            }
+            // SAFETY: the region is mapped for at least 8 bytes.
+            if unsafe { reg.base().cast::<u64>().read() } != layout::MAGIC {
+                return Err(std::io::Error::other(format!(
+                    "rank {r}'s region {} is not a shm-coll region",
+                    reg.name()
+                )));
+            }
+            *base = reg.base();
+            regions.push(reg);
+        }
+        Ok(Arena {
+            me,
+            layout,
+            bases,
+            _regions: regions,
+        })
+    }
+
+    /// The slot `from` writes into `owner`'s region.
+    fn slot(&self, owner: usize, from: usize, parity: usize) -> *mut u8 {
+        // SAFETY: the offset lies inside every region (layout.len() checked at mapping).
+        unsafe { self.bases[owner].add(self.layout.slot(from, parity)) }
+    }
+
+    fn flag(&self, slot: *mut u8) -> &AtomicU64 {
+        // SAFETY: slots are 64-byte aligned and mapped while the arena lives; the
+        // flag is only ever accessed atomically.
+        unsafe { &*slot.cast::<AtomicU64>() }
+    }
+
+    /// Write a message into `to`'s slot `parity` for this rank: the payload,
+    /// the fingerprint and the length, then `flag` (release: a reader that sees
+    /// the flag sees the rest).
+    ///
+    /// # Safety
+    /// `data` readable for `len` ≤ the layout's bytes; the protocol guarantees
+    /// `to` has finished with the slot's previous message.
+    pub unsafe fn post(
+        &self,
+        to: usize,
+        parity: usize,
+        flag: u64,
+        fingerprint: &[u8; FINGERPRINT_BYTES],
+        data: *const u8,
+        len: usize,
+    ) {
+        debug_assert!(len <= self.layout.bytes);
+        let s = self.slot(to, self.me, parity);
+        // SAFETY: the slot is ours to write (caller's contract) and holds the head
+        // and `layout.bytes` of payload.
+        unsafe {
+            if len > 0 {
+                std::ptr::copy_nonoverlapping(data, s.add(HEAD), len);
+            }
+            std::ptr::copy_nonoverlapping(
+                fingerprint.as_ptr(),
+                s.add(layout::FINGERPRINT),
+                FINGERPRINT_BYTES,
+            );
+            s.add(layout::LEN).cast::<u32>().write(len as u32);
+        }
+        self.flag(s).store(flag, Ordering::Release);
+    }
+
+    /// The flag of `from`'s slot `parity` here (acquire).
+    pub fn arrived(&self, from: usize, parity: usize) -> u64 {
+        self.flag(self.slot(self.me, from, parity))
+            .load(Ordering::Acquire)
+    }
+
+    /// The message in `from`'s slot `parity` here: fingerprint, length, payload.
+    /// Valid once [`arrived`](Self::arrived) showed its flag.
+    pub fn message(
+        &self,
+        from: usize,
+        parity: usize,
+    ) -> ([u8; FINGERPRINT_BYTES], usize, *const u8) {
+        let s = self.slot(self.me, from, parity);
+        let mut fp = [0u8; FINGERPRINT_BYTES];
+        // SAFETY: the writer finished before its release store of the flag,
+        // which the caller observed with acquire.
+        let len = unsafe {
+            std::ptr::copy_nonoverlapping(
+                s.add(layout::FINGERPRINT),
+                fp.as_mut_ptr(),
+                FINGERPRINT_BYTES,
+            );
+            s.add(layout::LEN).cast::<u32>().read() as usize
+        };
+        // SAFETY: inside the slot.
+        (fp, len, unsafe { s.add(HEAD) }.cast_const())
+    }
+
+    /// A block of memory no peer writes: this rank's slot in its own region.
+    pub fn scratch(&self) -> *mut u8 {
+        // SAFETY: inside the slot.
+        unsafe { self.slot(self.me, self.me, 0).add(HEAD) }
+    }
+
+    fn broken_word(&self, rank: usize) -> &AtomicU32 {
+        // SAFETY: the header is mapped and the word aligned; accessed atomically only.
+        unsafe { &*self.bases[rank].add(layout::BROKEN).cast::<AtomicU32>() }
+    }
+
+    /// Tell the peers this rank gave up, and why (they report the same).
+    pub fn mark_broken(&self, reason: &str) {
+        let b = self.broken_word(self.me);
+        if b.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        let bytes = reason.as_bytes();
+        let n = bytes.len().min(layout::REASON_BYTES - 1);
+        // SAFETY: the reason field is this rank's to write, before the release below.
+        unsafe {
+            let at = self.bases[self.me].add(layout::REASON);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), at, n);
+            at.add(n).write(0);
+        }
+        b.store(1, Ordering::Release);
+    }
+
+    /// Why `rank` gave up, if it did.
+    pub fn broken(&self, rank: usize) -> Option<String> {
+        if self.broken_word(rank).load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut buf = vec![0u8; layout::REASON_BYTES];
+        // SAFETY: written before the release store we observed.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.bases[rank].add(layout::REASON),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        let end = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
+        Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+    }
+}

@@ -1,0 +1,331 @@
+//! One communicator: setup (`comm_init`), the bid, and a call — the mailbox
+//! protocol of [`layout`](crate::layout) run by [`crate::exchange`]
+//! over this rank's [`Arena`].
+//!
+//! Rank `r`'s `m`-th exchange with peer `p` (counted per pair, from 0) goes
+//! into slot `m mod 2` of `p`'s region with the flag `m + 1`; `p` waits for
+//! that flag in its own region, compares the fingerprint with its own call's
+//! and uses the payload. A failure (a mismatch, a timeout, a dead peer, an
+//! abort) breaks this comm for good: its reason goes into the region's header,
+//! where peers still waiting read it and report the same cause.
+
+use crate::arena::Arena;
+use crate::config::Config;
+use crate::exchange::{self, Call, Wire};
+use crate::layout::Layout;
+use crate::setup::{self, Hello};
+use crate::wait::{Backoff, Pause, PEER_CHECK};
+use ferrocx_algo::fingerprint::FINGERPRINT_BYTES;
+use ferrocx_algo::{CollKind, DataType, Fingerprint, RedOp};
+use ferrocx_sdk::collective::{Coll, CollDesc, CommInfo, Oob};
+use ferrocx_sdk::region::Region;
+use ferrocx_sdk::MemKind;
+use ferrocx_sdk::{Host, PluginError, PluginResult};
+use std::time::{Duration, Instant};
+
+/// Region names start with this (after the `/`); the creator's pid follows.
+pub const PREFIX: &str = "ferrocx-shmcoll-";
+
+/// One communicator's state.
+pub struct ShmComm {
+    host: Host,
+    check: bool,
+    rank: usize,
+    nranks: usize,
+    priority: i32,
+    bytes: usize,
+    arena: Arena,
+    /// Exchanges so far with each peer.
+    exchanges: Vec<u64>,
+    pids: Vec<i32>,
+    oversubscribed: bool,
+    broken: Option<PluginError>,
+}
+
+/// The collective as the fingerprint names it.
+fn kind(c: Coll) -> CollKind {
+    match c {
+        Coll::Broadcast => CollKind::Broadcast,
+        Coll::Reduce => CollKind::Reduce,
+        Coll::AllGather => CollKind::AllGather,
+        Coll::ReduceScatter => CollKind::ReduceScatter,
+        Coll::AllReduce => CollKind::AllReduce,
+        Coll::AllToAll => CollKind::AllToAll,
+        Coll::Gather => CollKind::Gather,
+        Coll::Scatter => CollKind::Scatter,
+    }
+}
+
+/// The setup of this rank: its region, or why it cannot take part.
+fn local_setup(info: &CommInfo, cfg: &Config, name: &str) -> Result<Region, String> {
+    if !cfg.enabled() {
+        return Err("disabled (FERROCX_SHM_COLL_PRIORITY, _BYTES or _MAX_RANKS is 0)".into());
+    }
+    if !info.single_host() {
+        return Err("the ranks are on more than one host".into());
+    }
+    if info.nranks > cfg.max_ranks {
+        return Err(format!(
+            "{} ranks exceed FERROCX_SHM_COLL_MAX_RANKS={}",
+            info.nranks, cfg.max_ranks
+        ));
+    }
+    Arena::create(name, &Layout::new(info.nranks, cfg.bytes))
+        .map_err(|e| format!("cannot create {name}: {e}"))
+}
+
+/// Online CPUs of the host (not this process's affinity: bound ranks each see one).
+fn host_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+impl ShmComm {
+    /// Set up: two out-of-band rounds, every rank deciding alike.
+    pub fn init(host: Host, cfg: Config, info: &CommInfo, oob: Oob) -> PluginResult<Self> {
+        let name = format!(
+            "/{PREFIX}{}-{:x}-{}",
+            std::process::id(),
+            info.comm_hash,
+            info.rank
+        );
+        let mine = local_setup(info, &cfg, &name);
+        let hello = Hello {
+            failed: mine.as_ref().err().cloned(),
+            priority: cfg.priority,
+            bytes: cfg.bytes as u64,
+            max_ranks: cfg.max_ranks as u64,
+            name: name.clone(),
+        };
+        let all = oob.all_gather(&hello.encode())?;
+        let hellos: Vec<_> = all.iter().map(|b| Hello::decode(b)).collect();
+        let agreed = setup::agree(&hellos).map_err(PluginError::unsupported)?;
+        let mine = mine.map_err(PluginError::internal)?;
+        let layout = Layout::new(info.nranks, agreed.bytes);
+        let arena = Arena::new(info.rank, layout, mine, |r| {
+            let name = &hellos[r].as_ref().expect("agreed").name;
+            Region::open(name, Some(layout.len()))
+                .map_err(|e| std::io::Error::other(format!("cannot map rank {r}'s {name}: {e}")))
+        });
+        let status = setup::opened(arena.as_ref().err().map(|e| e.to_string()).as_deref());
+        let statuses = oob.all_gather(&status)?;
+        setup::all_opened(&statuses).map_err(PluginError::unsupported)?;
+        let arena = arena.map_err(|e| PluginError::system(e.to_string()))?;
+        // Every rank mapped every region: the names can go (the mappings stay).
+        let _ = ferrocx_sdk::region::unlink_name(&name);
+        Ok(ShmComm {
+            host,
+            check: cfg.check,
+            rank: info.rank,
+            nranks: info.nranks,
+            priority: agreed.priority,
+            bytes: agreed.bytes,
+            arena,
+            exchanges: vec![0; info.nranks],
+            pids: info.peers.iter().map(|p| p.pid).collect(),
+            oversubscribed: info.nranks > host_cpus(),
+            broken: None,
+        })
+    }
+
+    /// The bid: the same on every rank for the same call.
+    pub fn can_run<W>(&self, d: &CollDesc<'_, W>) -> i32 {
+        let ok = d.mem == MemKind::Host
+            && d.block_bytes() <= self.bytes
+            && DataType::from_code(d.dtype as u32).is_ok()
+            && RedOp::from_code(d.op as u32).is_ok();
+        if ok {
+            self.priority
+        } else {
+            0
+        }
+    }
+
+    /// Why this comm broke, if it did.
+    pub fn status(&self) -> PluginResult<()> {
+        match &self.broken {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Run a host-memory call to completion.
+    ///
+    /// # Safety
+    /// The descriptor's buffers are valid as the collective ABI says.
+    pub unsafe fn launch<W>(&mut self, d: &CollDesc<'_, W>) -> PluginResult<()> {
+        self.status()?;
+        if self.can_run(d) == 0 {
+            return Err(PluginError::invalid(format!(
+                "shm-coll cannot run {} of {} bytes per block on {:?} memory",
+                d.coll.name(),
+                d.block_bytes(),
+                d.mem
+            )));
+        }
+        let dtype = DataType::from_code(d.dtype as u32).expect("checked by can_run");
+        let op = RedOp::from_code(d.op as u32).expect("checked by can_run");
+        let call = Call {
+            coll: d.coll,
+            dtype,
+            op,
+            rank: self.rank,
+            nranks: self.nranks,
+            root: d.root,
+            block: d.block_bytes(),
+        };
+        let fp = Fingerprint::of(d.seq, kind(d.coll), dtype, op, d.count, d.root, false);
+        let mut wire = CallWire {
+            comm: self,
+            fp,
+            encoded: fp.encode(),
+            began: None,
+        };
+        let (send, recv) = if d.in_place {
+            call.in_place(d.recv)
+        } else {
+            (d.send, d.recv)
+        };
+        // SAFETY: the caller's contract, forwarded.
+        let r = unsafe { exchange::run(&call, send, recv, &mut wire) };
+        match r {
+            Ok(()) => {
+                for p in (0..self.nranks).filter(|&p| call.talks_to(p)) {
+                    self.exchanges[p] += 1;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.arena.mark_broken(e.message());
+                self.broken = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+}
+
+/// One call's view of the comm, as `exchange` moves messages.
+struct CallWire<'a> {
+    comm: &'a ShmComm,
+    fp: Fingerprint,
+    encoded: [u8; FINGERPRINT_BYTES],
+    /// When the first wait of this call began polling past its spin phase.
+    began: Option<Instant>,
+}
+
+impl CallWire<'_> {
+    /// The error for a message whose fingerprint differs from this call's.
+    fn mismatch(&self, peer: usize, theirs: &[u8; FINGERPRINT_BYTES]) -> PluginError {
+        let me = self.comm.rank;
+        let theirs = match Fingerprint::decode(theirs) {
+            Ok(f) => f.to_string(),
+            Err(g) => format!("something unreadable ({})", g.0),
+        };
+        let (mine, a, b) = (self.fp.to_string(), me.min(peer), me.max(peer));
+        let (ca, cb) = if me < peer {
+            (mine, theirs)
+        } else {
+            (theirs, mine)
+        };
+        PluginError::invalid(format!(
+            "mismatched calls: rank {a} called {ca}, rank {b} called {cb}"
+        ))
+    }
+
+    /// Between polls: stop for an abort, a peer that gave up or died, or the timeout.
+    fn check(
+        &mut self,
+        peer: usize,
+        last_pid_check: &mut Option<Instant>,
+    ) -> PluginResult<Duration> {
+        let c = self.comm;
+        if c.host.aborted() {
+            return Err(PluginError::remote(format!(
+                "stopped waiting for rank {peer} in {}: the communicator broke or was aborted",
+                self.fp
+            )));
+        }
+        if let Some(why) = c.arena.broken(peer) {
+            // The peer's own words: a mismatch it saw is reported as such.
+            return Err(if why.starts_with("mismatched calls: ") {
+                PluginError::invalid(why)
+            } else {
+                PluginError::remote(format!("rank {peer} gave up: {why}"))
+            });
+        }
+        let now = Instant::now();
+        let began = *self.began.get_or_insert(now);
+        let waited = now - began;
+        let last = *last_pid_check.get_or_insert(now);
+        if now.duration_since(last) >= PEER_CHECK {
+            *last_pid_check = Some(now);
+            if !ferrocx_sdk::proc::pid_alive(c.pids[peer]) {
+                return Err(PluginError::remote(format!(
+                    "rank {peer} (pid {}) died during {}",
+                    c.pids[peer], self.fp
+                )));
+            }
+        }
+        let limit = c.host.timeout();
+        if waited >= limit {
+            return Err(PluginError::timeout(format!(
+                "rank {peer} never sent its part of {} (waited {:.1}s)",
+                self.fp,
+                waited.as_secs_f64()
+            )));
+        }
+        Ok(waited)
+    }
+}
+
+impl Wire for CallWire<'_> {
+    unsafe fn post(&mut self, peer: usize, data: *const u8, len: usize) -> PluginResult<()> {
+        let m = self.comm.exchanges[peer];
+        // SAFETY: `data` readable for `len` ≤ the slot (can_run bounds the block);
+        // two slots per pair make `peer` done with the one overwritten (layout).
+        unsafe {
+            self.comm
+                .arena
+                .post(peer, (m % 2) as usize, m + 1, &self.encoded, data, len)
+        };
+        Ok(())
+    }
+
+    fn take(&mut self, peer: usize, len: usize) -> PluginResult<*const u8> {
+        let c = self.comm;
+        let m = c.exchanges[peer];
+        let parity = (m % 2) as usize;
+        if c.arena.arrived(peer, parity) != m + 1 {
+            let mut backoff = Backoff::new(c.oversubscribed);
+            let mut waited = Duration::ZERO;
+            // No clock read unless the wait lasts (checks come every few polls).
+            let mut last_pid_check = None;
+            while c.arena.arrived(peer, parity) != m + 1 {
+                if backoff.polled() {
+                    waited = self.check(peer, &mut last_pid_check)?;
+                }
+                match backoff.pause(waited) {
+                    Pause::Spin => std::hint::spin_loop(),
+                    Pause::Yield => std::thread::yield_now(),
+                    Pause::Sleep(d) => std::thread::sleep(d),
+                }
+            }
+        }
+        let (fp, got, data) = c.arena.message(peer, parity);
+        if c.check && fp != self.encoded {
+            return Err(self.mismatch(peer, &fp));
+        }
+        if got != len {
+            return Err(PluginError::invalid(format!(
+                "mismatched sizes: rank {peer} sent {got} bytes for {} but rank {} expected {len}",
+                self.fp, c.rank
+            )));
+        }
+        Ok(data)
+    }
+
+    fn scratch(&mut self) -> *mut u8 {
+        self.comm.arena.scratch()
+    }
+}

@@ -1,0 +1,130 @@
+//! Tunables of the shm-coll plugin, read once at `init` through `Host::env`.
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `FERROCX_SHM_COLL_PRIORITY` | `150` | what `can_run` answers for a call shm-coll can run (0 = never; the core bids 100, ce 200) |
+//! | `FERROCX_SHM_COLL_BYTES` | `16K` | the largest message between two ranks it takes: a call runs on shm-coll when each rank's block (`count` × element size) is at most this; also the size of each mailbox slot (0 = never) |
+//! | `FERROCX_SHM_COLL_MAX_RANKS` | `16` | the most ranks a communicator may have for shm-coll to take part (every rank writes to every peer; memory grows as ranks² × slot) |
+//! | `FERROCX_CHECK_CALLS` | `1` | the core's call check: `0` skips comparing call fingerprints |
+//!
+//! Every rank must decide alike, so `comm_init` takes the smallest
+//! `FERROCX_SHM_COLL_BYTES` and priority of all ranks (`setup`).
+
+use ferrocx_sdk::abi::FX_COLL_CORE_PRIORITY;
+use ferrocx_sdk::{env, Host, PluginError, PluginResult};
+
+/// Default bid: above the core's, below ce's.
+pub const DEFAULT_PRIORITY: i32 = FX_COLL_CORE_PRIORITY * 3 / 2;
+/// Default largest block, measured on the dev VM: the core's single-copy path
+/// wins above it (docs/BENCH.md, issue 18).
+pub const DEFAULT_BYTES: usize = 16 << 10;
+/// Default rank limit.
+pub const DEFAULT_MAX_RANKS: usize = 16;
+/// Largest accepted `FERROCX_SHM_COLL_BYTES`: slots are mapped by every rank.
+pub const MAX_BYTES: usize = 1 << 20;
+
+/// Effective configuration of one plugin context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// `FERROCX_SHM_COLL_PRIORITY` (0 = never).
+    pub priority: i32,
+    /// `FERROCX_SHM_COLL_BYTES`: the largest block, and the slot size.
+    pub bytes: usize,
+    /// `FERROCX_SHM_COLL_MAX_RANKS`.
+    pub max_ranks: usize,
+    /// `FERROCX_CHECK_CALLS`: compare call fingerprints.
+    pub check: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            priority: DEFAULT_PRIORITY,
+            bytes: DEFAULT_BYTES,
+            max_ranks: DEFAULT_MAX_RANKS,
+            check: true,
+        }
+    }
+}
+
+impl Config {
+    /// Read the variables through the core's environment view.
+    pub fn from_host(host: &Host) -> PluginResult<Self> {
+        Self::from_lookup(|name| host.env(name))
+    }
+
+    /// Read the variables through `lookup` (unset or blank → default) and check them.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> PluginResult<Self> {
+        let d = Config::default();
+        let priority = env::unsigned(&lookup, "FERROCX_SHM_COLL_PRIORITY", d.priority as usize)?;
+        let priority = i32::try_from(priority).map_err(|_| {
+            PluginError::invalid(format!(
+                "FERROCX_SHM_COLL_PRIORITY={priority} is too large (at most {})",
+                i32::MAX
+            ))
+        })?;
+        let bytes = env::unsigned(&lookup, "FERROCX_SHM_COLL_BYTES", d.bytes)?;
+        if bytes > MAX_BYTES {
+            return Err(PluginError::invalid(format!(
+                "FERROCX_SHM_COLL_BYTES={bytes} is too large (at most {MAX_BYTES}: larger calls are the core's)"
+            )));
+        }
+        Ok(Config {
+            priority,
+            bytes,
+            max_ranks: env::unsigned(&lookup, "FERROCX_SHM_COLL_MAX_RANKS", d.max_ranks)?,
+            check: env::boolean(&lookup, "FERROCX_CHECK_CALLS", d.check)?,
+        })
+    }
+
+    /// Whether this configuration takes part at all.
+    pub fn enabled(&self) -> bool {
+        self.priority > 0 && self.bytes > 0 && self.max_ranks > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(v: &[(&str, &str)]) -> PluginResult<Config> {
+        Config::from_lookup(ferrocx_sdk::testing::vars(v))
+    }
+
+    #[test]
+    fn defaults_names_and_limits() {
+        let d = with(&[]).unwrap();
+        assert_eq!(d, Config::default());
+        assert!(d.enabled());
+        assert!(d.priority > FX_COLL_CORE_PRIORITY);
+        let c = with(&[
+            ("FERROCX_SHM_COLL_PRIORITY", "0"),
+            ("FERROCX_SHM_COLL_BYTES", "4K"),
+            ("FERROCX_SHM_COLL_MAX_RANKS", "8"),
+            ("FERROCX_CHECK_CALLS", "0"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c,
+            Config {
+                priority: 0,
+                bytes: 4096,
+                max_ranks: 8,
+                check: false
+            }
+        );
+        assert!(!c.enabled());
+        assert!(!with(&[("FERROCX_SHM_COLL_BYTES", "0")]).unwrap().enabled());
+        ferrocx_sdk::testing::assert_rejected(
+            |env| Config::from_lookup(env),
+            &[
+                ("FERROCX_SHM_COLL_PRIORITY", "-1"),
+                ("FERROCX_SHM_COLL_PRIORITY", "4294967296"),
+                ("FERROCX_SHM_COLL_BYTES", "2M"),
+                ("FERROCX_SHM_COLL_BYTES", "lots"),
+                ("FERROCX_SHM_COLL_MAX_RANKS", "x"),
+                ("FERROCX_CHECK_CALLS", "maybe"),
+            ],
+        );
+    }
+}

@@ -1,0 +1,243 @@
+//! What one rank does in one call, over a [`Wire`] (sans-IO: the mailbox
+//! region, the waits and the checks live behind the trait; `tests` run every
+//! collective on threads with channels).
+//!
+//! A call is one round: every rank first posts its message to every rank it
+//! exchanges with, then takes theirs. Exchanges are symmetric — if `r` writes
+//! to `p`, `p` writes to `r` — so every rank sees the fingerprint of everyone
+//! it shares data with, and a rank that only sends (a broadcast's root) still
+//! learns that its peers made the same call. Where no data flows back the
+//! message is the fingerprint alone.
+//!
+//! Reductions are one-shot: each rank reduces every rank's input itself, in
+//! rank order (`((in₀ ∘ in₁) ∘ in₂) …`), so every rank computes the same bits.
+
+use ferrocx_algo::{reduce, DataType, RedOp};
+use ferrocx_sdk::collective::Coll;
+use ferrocx_sdk::PluginResult;
+
+/// The messages of one call, as the plugin moves them.
+pub trait Wire {
+    /// Post this call's message to `peer`: `len` bytes at `data` (0: the
+    /// fingerprint alone; `data` may then be null).
+    ///
+    /// # Safety
+    /// `data` must be readable for `len` bytes.
+    unsafe fn post(&mut self, peer: usize, data: *const u8, len: usize) -> PluginResult<()>;
+    /// Wait for `peer`'s message of this call, check it against this call, and
+    /// return its payload of `len` bytes, valid until the call returns.
+    fn take(&mut self, peer: usize, len: usize) -> PluginResult<*const u8>;
+    /// At least a block of scratch memory no peer writes, aligned to 16 bytes.
+    fn scratch(&mut self) -> *mut u8;
+}
+
+/// One rank's view of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call {
+    /// Which collective.
+    pub coll: Coll,
+    /// Element type.
+    pub dtype: DataType,
+    /// Operator (reductions).
+    pub op: RedOp,
+    /// This rank.
+    pub rank: usize,
+    /// Ranks.
+    pub nranks: usize,
+    /// Root (rooted collectives).
+    pub root: usize,
+    /// Bytes of one block (`count` elements).
+    pub block: usize,
+}
+
+impl Call {
+    fn rooted(&self) -> bool {
+        matches!(
+            self.coll,
+            Coll::Broadcast | Coll::Reduce | Coll::Gather | Coll::Scatter
+        )
+    }
+
+    /// Whether this rank and `peer` exchange messages in this call (symmetric).
+    pub fn talks_to(&self, peer: usize) -> bool {
+        peer != self.rank
+            && peer < self.nranks
+            && (!self.rooted() || self.rank == self.root || peer == self.root)
+    }
+
+    /// Offset in this rank's send buffer of its block for `peer`, or `None`
+    /// when it sends `peer` no data.
+    pub fn outgoing(&self, peer: usize) -> Option<usize> {
+        let (r, b) = (self.rank, self.block);
+        match self.coll {
+            Coll::AllReduce | Coll::AllGather => Some(0),
+            Coll::ReduceScatter | Coll::AllToAll => Some(peer * b),
+            Coll::Broadcast => (r == self.root).then_some(0),
+            Coll::Scatter => (r == self.root).then_some(peer * b),
+            Coll::Reduce | Coll::Gather => (r != self.root).then_some(0),
+        }
+    }
+
+    /// Bytes `peer` sends this rank.
+    pub fn incoming(&self, peer: usize) -> usize {
+        let theirs = Call {
+            rank: peer,
+            ..*self
+        };
+        theirs.outgoing(self.rank).map_or(0, |_| self.block)
+    }
+
+    /// Whether this rank reduces what it receives (else it places it).
+    pub fn reduces(&self) -> bool {
+        match self.coll {
+            Coll::AllReduce | Coll::ReduceScatter => true,
+            Coll::Reduce => self.rank == self.root,
+            _ => false,
+        }
+    }
+
+    /// Offset in the send buffer of this rank's own input to a reduction.
+    fn own_input(&self) -> usize {
+        match self.coll {
+            Coll::ReduceScatter => self.rank * self.block,
+            _ => 0,
+        }
+    }
+
+    /// Where `peer`'s block goes in the receive buffer (copies), if anywhere.
+    pub fn placed(&self, peer: usize) -> Option<usize> {
+        let (r, b) = (self.rank, self.block);
+        match self.coll {
+            Coll::AllGather | Coll::AllToAll => Some(peer * b),
+            Coll::Gather => (r == self.root).then_some(peer * b),
+            Coll::Broadcast | Coll::Scatter => (r != self.root && peer == self.root).then_some(0),
+            _ => None,
+        }
+    }
+
+    /// The send and receive buffers of an in-place call on `buf` (NCCL's
+    /// layouts: all_gather's input and reduce_scatter's output are this rank's
+    /// block of it, and so at the root of gather and scatter).
+    pub fn in_place(&self, buf: *mut u8) -> (*const u8, *mut u8) {
+        let at = self.rank * self.block;
+        let at_root = self.rank == self.root;
+        // `wrapping_add`: only addresses are computed here.
+        match self.coll {
+            Coll::AllGather => (buf.wrapping_add(at).cast_const(), buf),
+            Coll::Gather if at_root => (buf.wrapping_add(at).cast_const(), buf),
+            Coll::ReduceScatter => (buf.cast_const(), buf.wrapping_add(at)),
+            Coll::Scatter if at_root => (buf.cast_const(), buf.wrapping_add(at)),
+            _ => (buf.cast_const(), buf),
+        }
+    }
+
+    /// This rank's own block: (send offset, receive offset), for the copies.
+    pub fn own_block(&self) -> Option<(usize, usize)> {
+        let (r, b) = (self.rank, self.block);
+        match self.coll {
+            Coll::AllGather => Some((0, r * b)),
+            Coll::AllToAll => Some((r * b, r * b)),
+            Coll::Gather => (r == self.root).then_some((0, r * b)),
+            Coll::Scatter => (r == self.root).then_some((r * b, 0)),
+            Coll::Broadcast => (r == self.root).then_some((0, 0)),
+            _ => None,
+        }
+    }
+}
+
+/// Run `call` over `wire`.
+///
+/// # Safety
+/// `send` and `recv` must be valid for the collective's buffer sizes at this
+/// rank (NCCL's layouts; in place where they overlap as NCCL's in-place layout
+/// says), aligned to the element size; a buffer the rank does not use may be null.
+pub unsafe fn run(
+    call: &Call,
+    send: *const u8,
+    recv: *mut u8,
+    wire: &mut impl Wire,
+) -> PluginResult<()> {
+    let (n, b) = (call.nranks, call.block);
+    for p in (0..n).filter(|&p| call.talks_to(p)) {
+        match call.outgoing(p) {
+            // SAFETY: the block lies in the send buffer (caller's contract).
+            Some(off) => unsafe { wire.post(p, send.add(off), b)? },
+            // SAFETY: nothing is read.
+            None => unsafe { wire.post(p, std::ptr::null(), 0)? },
+        }
+    }
+    if call.reduces() {
+        // SAFETY: forwarded; the blocks are the call's.
+        return unsafe { reduce_all(call, send.add(call.own_input()), recv, wire) };
+    }
+    if let Some((from, to)) = call.own_block() {
+        // SAFETY: both blocks lie in the caller's buffers; in place they coincide.
+        unsafe {
+            let (src, dst) = (send.add(from), recv.add(to));
+            if src != dst.cast_const() {
+                std::ptr::copy(src, dst, b);
+            }
+        }
+    }
+    for p in (0..n).filter(|&p| call.talks_to(p)) {
+        let data = wire.take(p, call.incoming(p))?;
+        if let Some(to) = call.placed(p) {
+            // SAFETY: the payload holds `b` bytes (checked by take) and the block
+            // lies in the receive buffer.
+            unsafe { std::ptr::copy_nonoverlapping(data, recv.add(to), b) };
+        }
+    }
+    Ok(())
+}
+
+/// `out = in₀ ∘ in₁ ∘ … ∘ in₍ₙ₋₁₎` in rank order, this rank's input being `own`.
+///
+/// # Safety
+/// As [`run`]; `own` and `out` hold a block each (they may be the same block).
+unsafe fn reduce_all(
+    call: &Call,
+    own: *const u8,
+    out: *mut u8,
+    wire: &mut impl Wire,
+) -> PluginResult<()> {
+    let (n, r, b) = (call.nranks, call.rank, call.block);
+    let count = b / call.dtype.size();
+    let mut own = own;
+    // In place, `out` is overwritten from the first step on; a rank past 1
+    // still needs its own input afterwards (ranks 0 and 1 read it in the step
+    // that writes it, which the kernels allow).
+    if r >= 2 && overlaps(own, out, b) {
+        let s = wire.scratch();
+        // SAFETY: the scratch holds a block; `own` is readable.
+        unsafe { std::ptr::copy_nonoverlapping(own, s, b) };
+        own = s;
+    }
+    if n == 1 {
+        if own != out.cast_const() {
+            // SAFETY: both hold a block.
+            unsafe { std::ptr::copy(own, out, b) };
+        }
+    } else {
+        let mut acc: *const u8 = if r == 0 { own } else { wire.take(0, b)? };
+        for p in 1..n {
+            let next = if p == r { own } else { wire.take(p, b)? };
+            // SAFETY: every input holds `count` aligned elements; `out` may equal
+            // `acc` (after the first step) or `own` exactly, never partially.
+            unsafe { reduce::reduce(call.dtype, call.op, out, acc, next, count) };
+            acc = out;
+        }
+    }
+    // SAFETY: `out` holds the reduced block.
+    unsafe { reduce::finish(call.dtype, call.op, out, count, n) };
+    // The root of a reduce also hears from every rank (their data above); the
+    // others took nothing yet: they are not reducers, so `run` handles them.
+    Ok(())
+}
+
+fn overlaps(a: *const u8, b: *mut u8, len: usize) -> bool {
+    let (a, b) = (a as usize, b as usize);
+    len > 0 && a < b + len && b < a + len
+}
+
+#[cfg(test)]
+mod tests;

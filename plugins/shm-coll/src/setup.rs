@@ -1,0 +1,222 @@
+//! What ranks tell each other in `comm_init` and how they decide alike
+//! (sans-IO: encoding and the decision).
+//!
+//! 1. **Hello**: whether this rank could set up (one host, its region
+//!    created), its tunables and its region's name. Every rank takes part even
+//!    when its own setup failed, so nobody waits for a rank that returned
+//!    early; all see the same list and decide the same ([`agree`]): the
+//!    smallest priority and slot size, or sit the communicator out naming the
+//!    rank and why.
+//! 2. **Opened**: whether this rank mapped every peer's region. If one did
+//!    not, every rank sits out.
+
+/// Bytes of a region name carried.
+pub const NAME_BYTES: usize = 96;
+/// Bytes of a reason carried.
+pub const REASON_BYTES: usize = 160;
+/// Bytes of an encoded [`Hello`].
+pub const HELLO_BYTES: usize = 4 + 4 + 8 + 8 + NAME_BYTES + REASON_BYTES;
+/// Bytes of an encoded [`opened`] status.
+pub const OPENED_BYTES: usize = 4 + REASON_BYTES;
+
+/// One rank's hello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// `None` when ready; why not otherwise.
+    pub failed: Option<String>,
+    /// `FERROCX_SHM_COLL_PRIORITY`.
+    pub priority: i32,
+    /// `FERROCX_SHM_COLL_BYTES` (the size its region was made for).
+    pub bytes: u64,
+    /// `FERROCX_SHM_COLL_MAX_RANKS`.
+    pub max_ranks: u64,
+    /// Its region's name.
+    pub name: String,
+}
+
+/// What every rank decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Agreed {
+    /// The bid.
+    pub priority: i32,
+    /// The largest block, and the slot size every rank lays out.
+    pub bytes: usize,
+}
+
+fn put_text(b: &mut Vec<u8>, text: &str, len: usize) {
+    let mut field = vec![0u8; len];
+    // Cut at a character boundary, leaving room for the NUL.
+    let mut end = text.len().min(len - 1);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    field[..end].copy_from_slice(&text.as_bytes()[..end]);
+    b.extend_from_slice(&field);
+}
+
+fn text(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+fn word<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    b[at..at + N].try_into().expect("length checked")
+}
+
+impl Hello {
+    /// Plain bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(HELLO_BYTES);
+        b.extend_from_slice(&(self.failed.is_none() as u32).to_le_bytes());
+        b.extend_from_slice(&self.priority.to_le_bytes());
+        b.extend_from_slice(&self.bytes.to_le_bytes());
+        b.extend_from_slice(&self.max_ranks.to_le_bytes());
+        put_text(&mut b, &self.name, NAME_BYTES);
+        put_text(&mut b, self.failed.as_deref().unwrap_or(""), REASON_BYTES);
+        b
+    }
+
+    /// From [`encode`](Self::encode)'s bytes.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() != HELLO_BYTES {
+            return None;
+        }
+        let ok = u32::from_le_bytes(word(b, 0)) == 1;
+        let reason = text(&b[24 + NAME_BYTES..]);
+        Some(Hello {
+            failed: (!ok).then_some(reason),
+            priority: i32::from_le_bytes(word(b, 4)),
+            bytes: u64::from_le_bytes(word(b, 8)),
+            max_ranks: u64::from_le_bytes(word(b, 16)),
+            name: text(&b[24..24 + NAME_BYTES]),
+        })
+    }
+}
+
+/// Every rank's hellos (in rank order) → what all ranks use, or why all sit out.
+pub fn agree(hellos: &[Option<Hello>]) -> Result<Agreed, String> {
+    let n = hellos.len();
+    let mut priority = i32::MAX;
+    let mut bytes = u64::MAX;
+    for (r, h) in hellos.iter().enumerate() {
+        let Some(h) = h else {
+            return Err(format!("rank {r} sent a garbled hello"));
+        };
+        if let Some(why) = &h.failed {
+            return Err(format!("rank {r}: {why}"));
+        }
+        if h.priority == 0 {
+            return Err(format!("FERROCX_SHM_COLL_PRIORITY=0 on rank {r}"));
+        }
+        if h.bytes == 0 {
+            return Err(format!("FERROCX_SHM_COLL_BYTES=0 on rank {r}"));
+        }
+        if (n as u64) > h.max_ranks {
+            return Err(format!(
+                "{n} ranks exceed FERROCX_SHM_COLL_MAX_RANKS={} on rank {r}",
+                h.max_ranks
+            ));
+        }
+        priority = priority.min(h.priority);
+        bytes = bytes.min(h.bytes);
+    }
+    Ok(Agreed {
+        priority,
+        bytes: bytes as usize,
+    })
+}
+
+/// The second round's message: `None` = mapped every peer.
+pub fn opened(failed: Option<&str>) -> Vec<u8> {
+    let mut b = Vec::with_capacity(OPENED_BYTES);
+    b.extend_from_slice(&(failed.is_none() as u32).to_le_bytes());
+    put_text(&mut b, failed.unwrap_or(""), REASON_BYTES);
+    b
+}
+
+/// Every rank's [`opened`] message → why all sit out, if one failed.
+pub fn all_opened(msgs: &[Vec<u8>]) -> Result<(), String> {
+    for (r, m) in msgs.iter().enumerate() {
+        if m.len() != OPENED_BYTES {
+            return Err(format!("rank {r} sent a garbled status"));
+        }
+        if u32::from_le_bytes(word(m, 0)) != 1 {
+            return Err(format!("rank {r}: {}", text(&m[4..])));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(priority: i32, bytes: u64) -> Hello {
+        Hello {
+            failed: None,
+            priority,
+            bytes,
+            max_ranks: 16,
+            name: "/ferrocx-shmcoll-12-ab-0".into(),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_garbage() {
+        let h = ready(150, 16384);
+        assert_eq!(Hello::decode(&h.encode()), Some(h));
+        let f = Hello {
+            failed: Some("é".repeat(200)),
+            ..ready(1, 2)
+        };
+        let back = Hello::decode(&f.encode()).unwrap();
+        assert!(back.failed.unwrap().len() < REASON_BYTES);
+        assert_eq!(Hello::decode(&[0; 3]), None);
+    }
+
+    #[test]
+    fn everyone_takes_the_smallest_or_sits_out_naming_the_rank() {
+        let all = [
+            Some(ready(150, 16384)),
+            Some(ready(120, 4096)),
+            Some(ready(300, 8192)),
+        ];
+        assert_eq!(
+            agree(&all),
+            Ok(Agreed {
+                priority: 120,
+                bytes: 4096
+            })
+        );
+        let mut bad = all.clone();
+        bad[2] = Some(Hello {
+            failed: Some("ranks on more than one host".into()),
+            ..ready(150, 16384)
+        });
+        assert_eq!(
+            agree(&bad),
+            Err("rank 2: ranks on more than one host".into())
+        );
+        bad[2] = Some(ready(0, 16384));
+        assert!(agree(&bad).unwrap_err().contains("PRIORITY=0 on rank 2"));
+        bad[2] = Some(Hello {
+            max_ranks: 2,
+            ..ready(150, 16384)
+        });
+        assert!(agree(&bad).unwrap_err().contains("3 ranks exceed"));
+        bad[1] = None;
+        assert_eq!(agree(&bad), Err("rank 1 sent a garbled hello".into()));
+    }
+
+    #[test]
+    fn one_rank_that_could_not_map_stops_all() {
+        let ok = opened(None);
+        assert_eq!(all_opened(&[ok.clone(), ok.clone()]), Ok(()));
+        let bad = opened(Some("cannot map /x: ENOENT"));
+        assert_eq!(
+            all_opened(&[ok, bad]),
+            Err("rank 1: cannot map /x: ENOENT".into())
+        );
+        assert!(all_opened(&[vec![1]]).is_err());
+    }
+}
