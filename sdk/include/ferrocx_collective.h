@@ -168,7 +168,10 @@ extern "C" {
 #define FX_COLL_RECV_WINDOW (1u << 2) /* recv lies in recv_win at recv_offset */
 #define FX_COLL_CAPTURING (1u << 3)  /* the stream is being captured into a CUDA graph */
 
-/* Capability bits of a collective table (header field caps). */
+/* Capability bits of a collective table (header field caps). The core asks
+ * can_run only about calls on a memory kind the table declares, and status only
+ * of a table that declares FX_COLL_CAP_CUDA_MEM (host work cannot fail after
+ * launch returned). */
 #define FX_COLL_CAP_HOST_MEM (1ull << 0)
 #define FX_COLL_CAP_CUDA_MEM (1ull << 1)
 #define FX_COLL_CAP_WINDOWS (1ull << 2)  /* uses window_register */

@@ -125,9 +125,20 @@ impl CollectivePlugin {
         }
     }
 
-    /// Priority for running `desc` (0 = cannot).
+    /// Whether the plugin declares the memory kind (`FX_COLL_CAP_HOST_MEM`,
+    /// `FX_COLL_CAP_CUDA_MEM`): it is not asked about calls on the other kind.
+    fn serves(&self, mem_kind: i32) -> bool {
+        let cap = if mem_kind == FX_MEM_CUDA {
+            FX_COLL_CAP_CUDA_MEM
+        } else {
+            FX_COLL_CAP_HOST_MEM
+        };
+        self.t().caps & cap != 0
+    }
+
+    /// Priority for running `desc` (0 = cannot, also without the memory kind's cap).
     pub fn can_run(&self, desc: &FxCollDesc) -> i32 {
-        if self.open("can_run").is_err() {
+        if !self.serves(desc.mem_kind) || self.open("can_run").is_err() {
             return 0;
         }
         // SAFETY: live comm; the descriptor lives across the call.
@@ -181,8 +192,13 @@ impl CollectivePlugin {
         self.check("window_deregister", code)
     }
 
-    /// The asynchronous error that broke the plugin's comm, if any.
+    /// The asynchronous error that broke the plugin's comm, if any. Only device
+    /// work fails after `launch` returned: a host-only plugin is not asked (its
+    /// failures break the communicator in the call).
     pub fn status(&self) -> Result<()> {
+        if !self.serves(FX_MEM_CUDA) {
+            return Ok(());
+        }
         self.open("status")?;
         match self.t().status {
             // SAFETY: live comm.

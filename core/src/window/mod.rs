@@ -22,7 +22,7 @@ use ferrocx_sdk::device::open::Mapping;
 use ferrocx_sdk::device::{Device, Driver};
 use parking_lot::RwLock;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use wire::Record;
 
@@ -64,6 +64,8 @@ pub(crate) struct Entry {
 #[derive(Default)]
 pub(crate) struct WindowTable {
     list: RwLock<Vec<Arc<Entry>>>,
+    /// `list.len()`, read on every call without taking the lock.
+    count: AtomicUsize,
     next: AtomicU64,
 }
 
@@ -252,7 +254,11 @@ impl WindowTable {
             _mappings: mappings,
         });
         tracing::debug!(target: "ferrocx::window", "window #{id}: {} B of {} memory at {:#x}", e.bytes, kind_name(e.mem), e.base);
-        self.list.write().push(e);
+        {
+            let mut list = self.list.write();
+            list.push(e);
+            self.count.store(list.len(), Ordering::Release);
+        }
         Ok(Window {
             id,
             base: local.base,
@@ -277,7 +283,9 @@ impl WindowTable {
                     w.base, w.bytes
                 ))
             })?;
-            list.remove(i)
+            let e = list.remove(i);
+            self.count.store(list.len(), Ordering::Release);
+            e
         };
         let first = Self::release(&e, colls);
         drop(e); // closes the mappings (the last Arc: lookups hold theirs only during a call)
@@ -302,7 +310,9 @@ impl WindowTable {
 
     /// Release every window (at destroy: no barrier, peers are going too).
     pub(crate) fn clear(&self, colls: &Collectives) {
-        for e in std::mem::take(&mut *self.list.write()) {
+        let all = std::mem::take(&mut *self.list.write());
+        self.count.store(0, Ordering::Release);
+        for e in all {
             let _ = Self::release(&e, colls);
         }
     }
@@ -326,6 +336,6 @@ impl WindowTable {
 
     /// Whether any window is registered (the per-call fast path).
     pub(crate) fn is_empty(&self) -> bool {
-        self.list.read().is_empty()
+        self.count.load(Ordering::Acquire) == 0
     }
 }

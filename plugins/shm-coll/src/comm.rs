@@ -56,8 +56,8 @@ fn kind(c: Coll) -> CollKind {
     }
 }
 
-/// The setup of this rank: its region, or why it cannot take part.
-fn local_setup(info: &CommInfo, cfg: &Config, name: &str) -> Result<Region, String> {
+/// The setup of this rank: its region and slot size, or why it cannot take part.
+fn local_setup(info: &CommInfo, cfg: &Config, name: &str) -> Result<(Region, usize), String> {
     if !cfg.enabled() {
         return Err("disabled (FERROCX_SHM_COLL_PRIORITY, _BYTES or _MAX_RANKS is 0)".into());
     }
@@ -70,8 +70,15 @@ fn local_setup(info: &CommInfo, cfg: &Config, name: &str) -> Result<Region, Stri
             info.nranks, cfg.max_ranks
         ));
     }
-    Arena::create(name, &Layout::new(info.nranks, cfg.bytes))
-        .map_err(|e| format!("cannot create {name}: {e}"))
+    let bytes = cfg.slot_bytes(info.nranks).ok_or_else(|| {
+        format!(
+            "{} ranks leave no room in FERROCX_SHM_COLL_MEMORY={}",
+            info.nranks, cfg.memory
+        )
+    })?;
+    let region = Arena::create(name, &Layout::new(info.nranks, bytes))
+        .map_err(|e| format!("cannot create {name}: {e}"))?;
+    Ok((region, bytes))
 }
 
 /// Online CPUs of the host (not this process's affinity: bound ranks each see one).
@@ -94,14 +101,14 @@ impl ShmComm {
         let hello = Hello {
             failed: mine.as_ref().err().cloned(),
             priority: cfg.priority,
-            bytes: cfg.bytes as u64,
+            bytes: mine.as_ref().map_or(0, |m| m.1) as u64,
             max_ranks: cfg.max_ranks as u64,
             name: name.clone(),
         };
         let all = oob.all_gather(&hello.encode())?;
         let hellos: Vec<_> = all.iter().map(|b| Hello::decode(b)).collect();
         let agreed = setup::agree(&hellos).map_err(PluginError::unsupported)?;
-        let mine = mine.map_err(PluginError::internal)?;
+        let (mine, _) = mine.map_err(PluginError::internal)?;
         let layout = Layout::new(info.nranks, agreed.bytes);
         let arena = Arena::new(info.rank, layout, mine, |r| {
             let name = &hellos[r].as_ref().expect("agreed").name;

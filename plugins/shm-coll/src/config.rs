@@ -3,8 +3,9 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `FERROCX_SHM_COLL_PRIORITY` | `150` | what `can_run` answers for a call shm-coll can run (0 = never; the core bids 100, ce 200) |
-//! | `FERROCX_SHM_COLL_BYTES` | `16K` | the largest message between two ranks it takes: a call runs on shm-coll when each rank's block (`count` × element size) is at most this; also the size of each mailbox slot (0 = never) |
-//! | `FERROCX_SHM_COLL_MAX_RANKS` | `16` | the most ranks a communicator may have for shm-coll to take part (every rank writes to every peer; memory grows as ranks² × slot) |
+//! | `FERROCX_SHM_COLL_BYTES` | `64K` | the largest message between two ranks it takes: a call runs on shm-coll when each rank's block (`count` × element size) is at most this; also the size of each mailbox slot (0 = never) |
+//! | `FERROCX_SHM_COLL_MEMORY` | `16M` | shared memory a communicator's mailboxes may take in all (2 × ranks² slots): with many ranks the slot, and so the largest block, shrinks to fit |
+//! | `FERROCX_SHM_COLL_MAX_RANKS` | `16` | the most ranks a communicator may have for shm-coll to take part (every rank writes to every peer in a call) |
 //! | `FERROCX_CHECK_CALLS` | `1` | the core's call check: `0` skips comparing call fingerprints |
 //!
 //! Every rank must decide alike, so `comm_init` takes the smallest
@@ -15,9 +16,14 @@ use ferrocx_sdk::{env, Host, PluginError, PluginResult};
 
 /// Default bid: above the core's, below ce's.
 pub const DEFAULT_PRIORITY: i32 = FX_COLL_CORE_PRIORITY * 3 / 2;
-/// Default largest block, measured on the dev VM: the core's single-copy path
-/// wins above it (docs/BENCH.md, issue 18).
-pub const DEFAULT_BYTES: usize = 16 << 10;
+/// Default largest block. On the dev VM the mailboxes beat the core's path up
+/// to 1 MiB at 2 and 4 ranks (docs/BENCH.md, issue 18); the cap keeps the shared
+/// memory small (`DEFAULT_MEMORY`).
+pub const DEFAULT_BYTES: usize = 64 << 10;
+/// Default shared memory of a communicator's mailboxes, in all.
+pub const DEFAULT_MEMORY: usize = 16 << 20;
+/// The smallest slot worth having.
+pub const MIN_SLOT: usize = 64;
 /// Default rank limit.
 pub const DEFAULT_MAX_RANKS: usize = 16;
 /// Largest accepted `FERROCX_SHM_COLL_BYTES`: slots are mapped by every rank.
@@ -30,6 +36,8 @@ pub struct Config {
     pub priority: i32,
     /// `FERROCX_SHM_COLL_BYTES`: the largest block, and the slot size.
     pub bytes: usize,
+    /// `FERROCX_SHM_COLL_MEMORY`.
+    pub memory: usize,
     /// `FERROCX_SHM_COLL_MAX_RANKS`.
     pub max_ranks: usize,
     /// `FERROCX_CHECK_CALLS`: compare call fingerprints.
@@ -41,6 +49,7 @@ impl Default for Config {
         Config {
             priority: DEFAULT_PRIORITY,
             bytes: DEFAULT_BYTES,
+            memory: DEFAULT_MEMORY,
             max_ranks: DEFAULT_MAX_RANKS,
             check: true,
         }
@@ -72,6 +81,7 @@ impl Config {
         Ok(Config {
             priority,
             bytes,
+            memory: env::unsigned(&lookup, "FERROCX_SHM_COLL_MEMORY", d.memory)?,
             max_ranks: env::unsigned(&lookup, "FERROCX_SHM_COLL_MAX_RANKS", d.max_ranks)?,
             check: env::boolean(&lookup, "FERROCX_CHECK_CALLS", d.check)?,
         })
@@ -80,6 +90,14 @@ impl Config {
     /// Whether this configuration takes part at all.
     pub fn enabled(&self) -> bool {
         self.priority > 0 && self.bytes > 0 && self.max_ranks > 0
+    }
+
+    /// The slot for `nranks` ranks: `bytes`, shrunk so that the 2 × nranks²
+    /// slots fit `memory` (whole cache lines); `None` below [`MIN_SLOT`].
+    pub fn slot_bytes(&self, nranks: usize) -> Option<usize> {
+        let pairs = 2 * nranks.max(1) * nranks.max(1);
+        let fit = (self.memory / pairs) / 64 * 64;
+        Some(self.bytes.min(fit)).filter(|&b| b >= MIN_SLOT.min(self.bytes) && b > 0)
     }
 }
 
@@ -100,6 +118,7 @@ mod tests {
         let c = with(&[
             ("FERROCX_SHM_COLL_PRIORITY", "0"),
             ("FERROCX_SHM_COLL_BYTES", "4K"),
+            ("FERROCX_SHM_COLL_MEMORY", "1M"),
             ("FERROCX_SHM_COLL_MAX_RANKS", "8"),
             ("FERROCX_CHECK_CALLS", "0"),
         ])
@@ -109,12 +128,19 @@ mod tests {
             Config {
                 priority: 0,
                 bytes: 4096,
+                memory: 1 << 20,
                 max_ranks: 8,
                 check: false
             }
         );
         assert!(!c.enabled());
         assert!(!with(&[("FERROCX_SHM_COLL_BYTES", "0")]).unwrap().enabled());
+        // The slot shrinks with the ranks to fit the memory.
+        assert_eq!(d.slot_bytes(2), Some(64 << 10));
+        assert_eq!(d.slot_bytes(16), Some(32 << 10));
+        assert_eq!(d.slot_bytes(1000), None);
+        assert_eq!(c.slot_bytes(8), Some(4096));
+        assert_eq!(c.slot_bytes(16), Some(2048));
         ferrocx_sdk::testing::assert_rejected(
             |env| Config::from_lookup(env),
             &[
@@ -123,6 +149,7 @@ mod tests {
                 ("FERROCX_SHM_COLL_BYTES", "2M"),
                 ("FERROCX_SHM_COLL_BYTES", "lots"),
                 ("FERROCX_SHM_COLL_MAX_RANKS", "x"),
+                ("FERROCX_SHM_COLL_MEMORY", "lots"),
                 ("FERROCX_CHECK_CALLS", "maybe"),
             ],
         );

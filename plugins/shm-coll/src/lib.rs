@@ -3,7 +3,7 @@
 //! A collective plugin (`ferrocx_collective_v1`, `sdk/include/ferrocx_collective.h`)
 //! for the calls where a collective's cost is its fixed overhead: host
 //! memory, every rank on one host, blocks of at most `FERROCX_SHM_COLL_BYTES`
-//! (16 KiB by default). The core's path for such a call — a plan, the
+//! (64 KiB by default, less with many ranks: `FERROCX_SHM_COLL_MEMORY`). The core's path for such a call — a plan, the
 //! engine, a transport's request per message — costs microseconds; here a
 //! call is a few cache-line transfers (the approach of Open MPI's vader
 //! "fast boxes" and of its shared-memory collectives).
@@ -32,7 +32,8 @@
 //! ## Environment
 //!
 //! See [`config`]: `FERROCX_SHM_COLL_PRIORITY` (150; 0 disables),
-//! `FERROCX_SHM_COLL_BYTES` (16K), `FERROCX_SHM_COLL_MAX_RANKS` (16); and
+//! `FERROCX_SHM_COLL_BYTES` (64K), `FERROCX_SHM_COLL_MEMORY` (16M),
+//! `FERROCX_SHM_COLL_MAX_RANKS` (16); and
 //! `FERROCX_COLLECTIVES=^shm-coll` leaves it out like any plugin.
 //!
 //! ## Tests
