@@ -6,7 +6,14 @@
 //! times out, the core asks every rank for its [`RankStatus`] over the bootstrap and
 //! puts [`report`] in the error; the same report is available on demand for a live job.
 //!
-//! Wire format: state u8 · waiting u8 · label length u16 · label bytes (UTF-8).
+//! Before the timeout, [`crossed`] finds the one disagreement a call check cannot see
+//! when the two calls travel on different paths (a send on the core's connections, a
+//! small collective in a plugin's mailboxes): a rank blocked in a send or receive with
+//! a peer that is itself blocked in a collective.
+//!
+//! Wire format: state u8 · waiting u8 · label length u16 · label bytes (UTF-8) ·
+//! optionally the call: kind u8 (1 collective, 2 send, 3 receive) · u64 (sequence
+//! number, or the peer).
 
 use std::fmt::Write;
 
@@ -27,6 +34,37 @@ pub enum Phase {
     Failed(String),
 }
 
+/// The single call a rank's last operation is, where it is one (not a group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallRef {
+    /// A collective, with its sequence number on the communicator.
+    Coll(u64),
+    /// A send to this rank.
+    Send(u32),
+    /// A receive from this rank.
+    Recv(u32),
+}
+
+impl CallRef {
+    /// The call a fingerprint describes.
+    pub fn of(fp: &crate::Fingerprint) -> Self {
+        let peer = fp.root.unwrap_or(u32::MAX);
+        match fp.kind {
+            crate::CallKind::Coll(_) => CallRef::Coll(fp.seq),
+            crate::CallKind::Send => CallRef::Send(peer),
+            crate::CallKind::Recv => CallRef::Recv(peer),
+        }
+    }
+
+    /// The peer of a send or receive.
+    fn peer(self) -> Option<usize> {
+        match self {
+            CallRef::Send(p) | CallRef::Recv(p) => Some(p as usize),
+            CallRef::Coll(_) => None,
+        }
+    }
+}
+
 /// One rank's answer to a status query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RankStatus {
@@ -34,6 +72,8 @@ pub struct RankStatus {
     pub phase: Phase,
     /// Whether a thread of the rank is blocked in a call of this communicator.
     pub waiting: bool,
+    /// That operation as one call, when it is one.
+    pub call: Option<CallRef>,
 }
 
 impl RankStatus {
@@ -55,6 +95,15 @@ impl RankStatus {
         b.push(u8::from(self.waiting));
         b.extend_from_slice(&(label.len() as u16).to_le_bytes());
         b.extend_from_slice(label);
+        if let Some(c) = self.call {
+            let (kind, value) = match c {
+                CallRef::Coll(seq) => (1u8, seq),
+                CallRef::Send(p) => (2, u64::from(p)),
+                CallRef::Recv(p) => (3, u64::from(p)),
+            };
+            b.push(kind);
+            b.extend_from_slice(&value.to_le_bytes());
+        }
         b
     }
 
@@ -64,6 +113,19 @@ impl RankStatus {
         let (&waiting, rest) = rest.split_first()?;
         let len = u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as usize;
         let label = String::from_utf8(rest.get(2..2 + len)?.to_vec()).ok()?;
+        let call = match rest.get(2 + len..) {
+            Some([kind, v @ ..]) if v.len() == 8 => {
+                let v = u64::from_le_bytes(v.try_into().ok()?);
+                match kind {
+                    1 => Some(CallRef::Coll(v)),
+                    2 => Some(CallRef::Send(u32::try_from(v).ok()?)),
+                    3 => Some(CallRef::Recv(u32::try_from(v).ok()?)),
+                    _ => return None,
+                }
+            }
+            Some([]) => None,
+            _ => return None,
+        };
         let phase = match state {
             0 => Phase::NoCall,
             1 => Phase::InFlight(label),
@@ -74,7 +136,16 @@ impl RankStatus {
         Some(RankStatus {
             phase,
             waiting: waiting != 0,
+            call,
         })
+    }
+
+    /// The call it waits in, if it is blocked in a single call.
+    fn blocked_in(&self) -> Option<(CallRef, &str)> {
+        match (&self.phase, self.waiting, self.call) {
+            (Phase::InFlight(label), true, Some(c)) => Some((c, label)),
+            _ => None,
+        }
     }
 
     /// What the rank does, for one rank (`false`) or several (`true`).
@@ -146,12 +217,90 @@ pub fn report(statuses: &[Option<RankStatus>]) -> String {
     parts.join("; ")
 }
 
+/// Two ranks blocked on each other in different calls: rank `a` in a send or
+/// receive with `b`, `b` in a collective (which needs `a`, who cannot join it before
+/// its send or receive completes, which needs `b`). Returns `(a, a's call, b, b's
+/// call)` for the first such pair. The caller asks only after a wait has lasted,
+/// and acts only when two answers some time apart agree: a pair seen once may be
+/// a moment's coincidence.
+pub fn crossed(statuses: &[Option<RankStatus>]) -> Option<(usize, String, usize, String)> {
+    statuses.iter().enumerate().find_map(|(a, s)| {
+        let (call, label) = s.as_ref()?.blocked_in()?;
+        let b = call.peer()?;
+        let (theirs, their_label) = statuses.get(b)?.as_ref()?.blocked_in()?;
+        matches!(theirs, CallRef::Coll(_))
+            .then(|| (a, label.to_string(), b, their_label.to_string()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn st(phase: Phase, waiting: bool) -> Option<RankStatus> {
-        Some(RankStatus { phase, waiting })
+        Some(RankStatus {
+            phase,
+            waiting,
+            call: None,
+        })
+    }
+
+    fn blocked(label: &str, call: CallRef) -> Option<RankStatus> {
+        Some(RankStatus {
+            phase: Phase::InFlight(label.into()),
+            waiting: true,
+            call: Some(call),
+        })
+    }
+
+    #[test]
+    fn a_send_blocked_on_a_rank_blocked_in_a_collective_is_crossed() {
+        let send = "send of 4000 bytes to rank 1 (its send #0 to that rank)";
+        let ar = "all_reduce(float, sum, 1000) as op #1 on plugin 'shm-coll'";
+        let all = [
+            blocked(send, CallRef::Send(1)),
+            blocked(ar, CallRef::Coll(1)),
+            blocked(ar, CallRef::Coll(1)),
+        ];
+        assert_eq!(crossed(&all), Some((0, send.into(), 1, ar.into())));
+        // The same from the receiving side.
+        let recv = "receive of 4000 bytes from rank 0 (its receive #0 from that rank)";
+        let all = [
+            blocked(ar, CallRef::Coll(1)),
+            blocked(recv, CallRef::Recv(0)),
+            blocked(ar, CallRef::Coll(1)),
+        ];
+        assert_eq!(crossed(&all), Some((1, recv.into(), 0, ar.into())));
+    }
+
+    #[test]
+    fn waits_that_can_still_end_are_not_crossed() {
+        let ar = "all_reduce(float, sum, 1000) as op #1";
+        // Both in the collective; a send whose peer is not blocked, or is in a send
+        // or receive itself; a peer that did not answer; a send not waited on.
+        assert_eq!(
+            crossed(&[blocked(ar, CallRef::Coll(1)), blocked(ar, CallRef::Coll(1))]),
+            None
+        );
+        assert_eq!(
+            crossed(&[
+                blocked("send", CallRef::Send(1)),
+                st(Phase::Past(ar.into()), false)
+            ]),
+            None
+        );
+        assert_eq!(
+            crossed(&[
+                blocked("send", CallRef::Send(1)),
+                blocked("recv", CallRef::Recv(0))
+            ]),
+            None
+        );
+        assert_eq!(crossed(&[blocked("send", CallRef::Send(1)), None]), None);
+        assert_eq!(crossed(&[blocked("send", CallRef::Send(7))]), None);
+        let mut idle = blocked("send", CallRef::Send(1)).unwrap();
+        idle.waiting = false;
+        assert_eq!(crossed(&[Some(idle), blocked(ar, CallRef::Coll(1))]), None);
     }
 
     #[test]
@@ -160,18 +309,22 @@ mod tests {
             RankStatus {
                 phase: Phase::NoCall,
                 waiting: false,
+                call: None,
             },
             RankStatus {
                 phase: Phase::InFlight("broadcast(float, 4, root 0) as op #5".into()),
                 waiting: true,
+                call: Some(CallRef::Coll(5)),
             },
             RankStatus {
                 phase: Phase::Past("send of 8 bytes to rank 1".into()),
                 waiting: false,
+                call: Some(CallRef::Send(1)),
             },
             RankStatus {
                 phase: Phase::Failed("barrier() as op #2".into()),
                 waiting: true,
+                call: Some(CallRef::Recv(3)),
             },
         ] {
             assert_eq!(RankStatus::decode(&s.encode()), Some(s));
@@ -179,6 +332,7 @@ mod tests {
         assert_eq!(RankStatus::decode(&[]), None);
         assert_eq!(RankStatus::decode(&[9, 0, 0, 0]), None);
         assert_eq!(RankStatus::decode(&[1, 0, 5, 0, b'a']), None, "short label");
+        assert_eq!(RankStatus::decode(&[1, 0, 0, 0, 9, 0]), None, "short call");
     }
 
     #[test]
@@ -186,6 +340,7 @@ mod tests {
         let s = RankStatus {
             phase: Phase::InFlight("é".repeat(MAX_LABEL)),
             waiting: false,
+            call: None,
         };
         let Some(RankStatus {
             phase: Phase::InFlight(l),

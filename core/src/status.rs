@@ -9,7 +9,7 @@
 use crate::bootstrap::Bootstrap;
 use crate::error::Error;
 use crate::plan::{Label, StageDone};
-use ferrocx_algo::status::{report, Phase, RankStatus};
+use ferrocx_algo::status::{crossed, report, CallRef, Phase, RankStatus};
 use parking_lot::Mutex;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,6 +18,44 @@ use std::time::{Duration, Instant};
 /// The longest a report waits for the ranks' answers (each answers from a reader thread
 /// at once; silent ranks are named as such).
 const ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a [`Tracker::crossed`] query waits for the ranks' answers.
+const CROSSED_WAIT: Duration = Duration::from_millis(500);
+/// A wait this long asks whether it is crossed with a peer's ([`Tracker::crossed`]),
+/// then after twice as long each time, up to [`CROSSED_MAX`].
+const CROSSED_FIRST: Duration = Duration::from_millis(250);
+const CROSSED_MAX: Duration = Duration::from_secs(8);
+
+/// When a waiting thread runs [`Tracker::crossed`]: after [`CROSSED_FIRST`], then
+/// backing off (a long wait for a slow rank costs a handful of queries).
+pub(crate) struct CrossedCheck {
+    next: Instant,
+    every: Duration,
+}
+
+impl CrossedCheck {
+    /// A wait starts now.
+    pub fn new() -> Self {
+        CrossedCheck {
+            next: Instant::now() + CROSSED_FIRST,
+            every: CROSSED_FIRST,
+        }
+    }
+
+    /// How often to call [`poll`](Self::poll) at most usefully.
+    pub const TICK: Duration = Duration::from_millis(100);
+
+    /// The mismatch, when it is time to check and the check finds one.
+    pub fn poll(&mut self, tracker: &Tracker, boot: &Bootstrap) -> Option<Error> {
+        if Instant::now() < self.next {
+            return None;
+        }
+        let found = tracker.crossed(boot);
+        self.every = (self.every * 2).min(CROSSED_MAX);
+        self.next = Instant::now() + self.every;
+        found
+    }
+}
 
 /// Query ids, so a late answer to an earlier query is not taken for a new one.
 static NEXT_QUERY: AtomicU64 = AtomicU64::new(1);
@@ -61,6 +99,8 @@ pub(crate) struct Tracker {
     plugin_last: AtomicBool,
     plugin_call: PluginCall,
     plugin_names: Mutex<Vec<Arc<str>>>,
+    /// The crossed pair the last [`crossed`](Self::crossed) check saw.
+    crossed_seen: Mutex<Option<(usize, String, usize, String)>>,
     waiting: AtomicU32,
     /// One report at a time: concurrent ones would take each other's answers.
     asking: Mutex<()>,
@@ -106,8 +146,8 @@ impl Tracker {
         self.plugin_call.state.store(state, Ordering::Release);
     }
 
-    /// The plugin call recorded last: its label and state.
-    fn plugin_status(&self) -> (String, u32) {
+    /// The plugin call recorded last: its label, call and state.
+    fn plugin_status(&self) -> (String, Option<CallRef>, u32) {
         let c = &self.plugin_call;
         loop {
             let v = c.version.load(Ordering::Acquire);
@@ -126,11 +166,14 @@ impl Tracker {
                 continue;
             }
             let name = self.plugin_names.lock().get(plugin).cloned();
-            let label = match (ferrocx_algo::Fingerprint::decode(&fp), name) {
-                (Ok(fp), Some(name)) => Label::Plugin(fp, name).to_string(),
-                _ => "a collective on a plugin".to_string(),
+            return match (ferrocx_algo::Fingerprint::decode(&fp), name) {
+                (Ok(fp), Some(name)) => (
+                    Label::Plugin(fp, name).to_string(),
+                    Some(CallRef::of(&fp)),
+                    state,
+                ),
+                _ => ("a collective on a plugin".to_string(), None, state),
             };
-            return (label, state);
         }
     }
 
@@ -202,7 +245,7 @@ impl Tracker {
 
     pub fn status(&self) -> RankStatus {
         if self.plugin_last.load(Ordering::Acquire) {
-            let (label, state) = self.plugin_status();
+            let (label, call, state) = self.plugin_status();
             let running = state == RUNNING;
             let phase = match state {
                 RUNNING => Phase::InFlight(label),
@@ -213,9 +256,11 @@ impl Tracker {
                 phase,
                 // A host call blocks its thread until the plugin returns.
                 waiting: running || self.waiting.load(Ordering::Acquire) > 0,
+                call,
             };
         }
-        let phase = match self.last.lock().as_ref() {
+        let last = self.last.lock();
+        let phase = match last.as_ref() {
             None => Phase::NoCall,
             Some(l) if l.failed => Phase::Failed(l.label.to_string()),
             Some(l) if l.running || l.done.as_ref().is_some_and(|d| !d.is_done()) => {
@@ -223,9 +268,14 @@ impl Tracker {
             }
             Some(l) => Phase::Past(l.label.to_string()),
         };
+        let call = match last.as_ref().map(|l| &l.label) {
+            Some(Label::Call(fp, 0) | Label::Plugin(fp, _)) => Some(CallRef::of(fp)),
+            _ => None,
+        };
         RankStatus {
             phase,
             waiting: self.waiting.load(Ordering::Acquire) > 0,
+            call,
         }
     }
 
@@ -242,6 +292,34 @@ impl Tracker {
             .collect();
         all[boot.rank()] = Some(self.status());
         all
+    }
+
+    /// For a wait that has lasted ([`CrossedCheck`]):
+    /// ask every rank where it is, and when two ranks are blocked on each other in
+    /// different calls — one in a send or receive with the other, the other in a
+    /// collective (`ferrocx_algo::status::crossed`) — and the previous check saw the
+    /// same, that is the mismatch to fail with. The call checks cannot see it when
+    /// the two calls travel different paths (a send on the core's connections, a
+    /// small collective on shm-coll's mailboxes); without this the ranks would wait
+    /// for `FERROCX_TIMEOUT`.
+    pub fn crossed(&self, boot: &Bootstrap) -> Option<Error> {
+        // Only a rank waiting in a send or receive can be the first of such a pair.
+        let mine = self.status();
+        if boot.nranks() < 2 || !matches!(mine.call, Some(CallRef::Send(_) | CallRef::Recv(_))) {
+            return None;
+        }
+        let found = crossed(&self.gather(boot, CROSSED_WAIT));
+        let mut seen = self.crossed_seen.lock();
+        match found {
+            Some(f) if seen.as_ref() == Some(&f) => {
+                let (a, call_a, b, call_b) = f;
+                Some(Error::mismatch(a, call_a, b, call_b))
+            }
+            other => {
+                *seen = other;
+                None
+            }
+        }
     }
 
     /// The report for the whole communicator, e.g. `rank 2 is past … ; ranks 0,1 wait in …`.

@@ -108,6 +108,19 @@ pub fn unsigned(
     })
 }
 
+/// A plugin's bid (`can_run`'s answer, a transport's score): a non-negative
+/// integer that fits an `i32`.
+pub fn priority(
+    lookup: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    default: i32,
+) -> PluginResult<i32> {
+    let v = unsigned(lookup, name, default.max(0) as usize)?;
+    i32::try_from(v).map_err(|_| {
+        PluginError::invalid(format!("{name}={v} is too large (at most {})", i32::MAX))
+    })
+}
+
 /// A positive duration: plain seconds (`30`, `0.5`) or with a unit (`500ms`, `30s`, `2m`).
 pub fn duration(
     lookup: &impl Fn(&str) -> Option<String>,

@@ -598,7 +598,18 @@ impl Communicator {
             let svc = svc
                 .as_ref()
                 .ok_or_else(|| Error::Destroyed("communicator was destroyed".into()))?;
-            svc.call(move || connect::establish(&shared, &missing))
+            // Peers that never answer may be blocked in another call waiting for
+            // this rank: the crossed check names both calls long before the timeout.
+            let mut crossed = crate::status::CrossedCheck::new();
+            svc.call_watching(
+                move || connect::establish(&shared, &missing),
+                crate::status::CrossedCheck::TICK,
+                || {
+                    if let Some(e) = crossed.poll(&self.shared.status, &self.shared.bootstrap) {
+                        self.engine.break_with(e);
+                    }
+                },
+            )
         };
         match conns {
             Ok(c) => {

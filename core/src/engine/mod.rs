@@ -413,7 +413,12 @@ impl Engine {
             }
             // Counted for status reports only here: a wait worth reporting parks.
             let _waiting = self.shared.status.waiting();
-            done.park();
+            let mut crossed = crate::status::CrossedCheck::new();
+            done.park_checking(|| {
+                if let Some(e) = crossed.poll(&self.shared.status, &self.shared.bootstrap) {
+                    self.break_with(e);
+                }
+            });
         }
         // Finished plans are dropped by the next submit (or `stats`), not here.
         match done.take_error() {

@@ -50,11 +50,15 @@ impl StageDone {
     }
 
     /// Park until done, in bounded slices (someone else drives progress and
-    /// enforces the timeout).
-    pub fn park(&self) {
+    /// enforces the timeout), calling `check` every 100 ms or so while not done
+    /// (without the lock).
+    pub fn park_checking(&self, mut check: impl FnMut()) {
         let mut g = self.lock.lock();
         while !self.is_done() {
             self.cv.wait_for(&mut g, Duration::from_millis(100));
+            if !self.is_done() {
+                parking_lot::MutexGuard::unlocked(&mut g, &mut check);
+            }
         }
     }
 }

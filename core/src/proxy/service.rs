@@ -38,6 +38,17 @@ impl ServiceThread {
         &self,
         f: impl FnOnce() -> Result<R> + Send + 'static,
     ) -> Result<R> {
+        self.call_watching(f, std::time::Duration::MAX, || {})
+    }
+
+    /// [`call`](Self::call), running `watch` in the calling thread whenever it
+    /// has waited `every` more (the job may wait on peers for long).
+    pub fn call_watching<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<R> + Send + 'static,
+        every: std::time::Duration,
+        mut watch: impl FnMut(),
+    ) -> Result<R> {
         let (rtx, rrx) = mpsc::sync_channel(1);
         let job: Job = Box::new(move || {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
@@ -50,8 +61,15 @@ impl ServiceThread {
             .ok_or_else(|| Error::Destroyed("proxy service thread stopped".into()))?;
         tx.send(job)
             .map_err(|_| Error::Destroyed("proxy service thread stopped".into()))?;
-        rrx.recv()
-            .map_err(|_| Error::Destroyed("proxy service thread stopped".into()))?
+        loop {
+            match rrx.recv_timeout(every) {
+                Ok(r) => return r,
+                Err(mpsc::RecvTimeoutError::Timeout) => watch(),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::Destroyed("proxy service thread stopped".into()))
+                }
+            }
+        }
     }
 
     /// Stop and join.

@@ -55,13 +55,7 @@ impl Config {
     /// Read the variables through `lookup` (unset or blank → default) and check them.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> PluginResult<Self> {
         let d = Config::default();
-        let priority = env::unsigned(&lookup, "FERROCX_CE_PRIORITY", d.priority as usize)?;
-        let priority = i32::try_from(priority).map_err(|_| {
-            PluginError::invalid(format!(
-                "FERROCX_CE_PRIORITY={priority} is too large (at most {})",
-                i32::MAX
-            ))
-        })?;
+        let priority = env::priority(&lookup, "FERROCX_CE_PRIORITY", d.priority)?;
         let batch = env::unsigned(&lookup, "FERROCX_CE_BATCH", d.batch)?;
         if batch == 0 {
             return Err(PluginError::invalid(

@@ -65,13 +65,7 @@ impl Config {
     /// Read the variables through `lookup` (unset or blank → default) and check them.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> PluginResult<Self> {
         let d = Config::default();
-        let priority = env::unsigned(&lookup, "FERROCX_SHM_COLL_PRIORITY", d.priority as usize)?;
-        let priority = i32::try_from(priority).map_err(|_| {
-            PluginError::invalid(format!(
-                "FERROCX_SHM_COLL_PRIORITY={priority} is too large (at most {})",
-                i32::MAX
-            ))
-        })?;
+        let priority = env::priority(&lookup, "FERROCX_SHM_COLL_PRIORITY", d.priority)?;
         let bytes = env::unsigned(&lookup, "FERROCX_SHM_COLL_BYTES", d.bytes)?;
         if bytes > MAX_BYTES {
             return Err(PluginError::invalid(format!(

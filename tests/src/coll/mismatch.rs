@@ -2,7 +2,6 @@
 //! new user made them) must each get `Error::Mismatch` naming both calls, never
 //! `Ok`. `mismatch off-CASE`: the same with `FERROCX_CHECK_CALLS=0` set by the
 //! test: no mismatch error (proves the switch, nothing about the data).
-//! `mismatch hang-CASE`: `Error::Hang` expected instead.
 
 use ferrocx::{CollKind, CollSpec, Communicator, DataType, Error, RedOp};
 
@@ -110,20 +109,7 @@ pub fn run(case: &str) -> Result<String, String> {
         Some(c) => (true, c),
         None => (false, case),
     };
-    // `hang-CASE`: the disagreement is between calls on different paths (a send on
-    // the core's, a small collective on shm-coll's): nothing meets it, and the
-    // timeout's report must name every rank's call.
-    let (hang, case) = match case.strip_prefix("hang-") {
-        Some(c) => (true, c),
-        None => (false, case),
-    };
     let r = call(&comm, case)?;
-    if hang {
-        return match r {
-            Err(e @ Error::Hang { .. }) => Ok(format!("HANG {e}")),
-            r => Err(format!("{case}: expected Error::Hang, got {r:?}")),
-        };
-    }
     if off {
         return match r {
             Err(e @ Error::Mismatch { .. }) => Err(format!("checks are off, yet: {e}")),
