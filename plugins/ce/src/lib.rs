@@ -57,8 +57,11 @@
 //! and every later `launch`, return the error), but the flag release cannot
 //! move a stream stuck on such a write, so a thread in `cuStreamSynchronize`
 //! on it does not return. Measured on one H100: 5 of 11 killed-peer runs
-//! under MPS, 0 of 2 without MPS (`bench/results/2026-11-25-h100-ce/kill/`);
-//! ranks on separate GPUs are still to be measured.
+//! under MPS, 0 of 2 without MPS (`bench/results/2026-11-25-h100-ce/kill/`).
+//! Since the core raises the abort flag as soon as a peer dies (not at the
+//! timeout), the watchdog releases before that happens: 9 of 9 killed-peer runs
+//! under MPS pass (`bench/results/2026-11-26-h100-stop-flag/`); ranks on
+//! separate GPUs are still to be measured.
 //!
 //! `comm_init` decides alike on every rank: two out-of-band exchanges
 //! ([`setup`]) so that a rank whose setup failed makes every rank sit the
