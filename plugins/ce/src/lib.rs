@@ -45,8 +45,9 @@
 //! CUDA's `GEQ` compares cyclically, `(int32_t)(*addr - value) >= 0`, so that
 //! value satisfies every pending wait — `0xFFFF_FFFF` would satisfy none
 //! below 2³¹) and breaks the communicator: `status` and every later `launch`
-//! return that error. It also releases at once when the communicator is
-//! aborted. **Graph-captured launches are not tracked**: a replayed graph's
+//! return that error. It also releases at once when the host's abort flag
+//! rises: the core raises it when the communicator is aborted or breaks and
+//! when a peer dies or aborts. **Graph-captured launches are not tracked**: a replayed graph's
 //! waits cannot be released by the host (nor told apart from a slow replay),
 //! so a replay whose peer never arrives waits forever.
 //!
