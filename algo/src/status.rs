@@ -219,17 +219,28 @@ pub fn report(statuses: &[Option<RankStatus>]) -> String {
 
 /// Two ranks blocked on each other in different calls: rank `a` in a send or
 /// receive with `b`, `b` in a collective (which needs `a`, who cannot join it before
-/// its send or receive completes, which needs `b`). Returns `(a, a's call, b, b's
-/// call)` for the first such pair. The caller asks only after a wait has lasted,
-/// and acts only when two answers some time apart agree: a pair seen once may be
-/// a moment's coincidence.
+/// its send or receive completes, which needs `b`); or both in the same collective
+/// (one sequence number) that they describe differently — the same call on two
+/// paths (one rank's run by the core, the other's by a plugin), which never meet.
+/// Returns `(a, a's call, b, b's call)` for the first such pair. The caller asks only
+/// after a wait has lasted, and acts only when two answers some time apart agree: a
+/// pair seen once may be a moment's coincidence.
 pub fn crossed(statuses: &[Option<RankStatus>]) -> Option<(usize, String, usize, String)> {
-    statuses.iter().enumerate().find_map(|(a, s)| {
-        let (call, label) = s.as_ref()?.blocked_in()?;
-        let b = call.peer()?;
-        let (theirs, their_label) = statuses.get(b)?.as_ref()?.blocked_in()?;
-        matches!(theirs, CallRef::Coll(_))
-            .then(|| (a, label.to_string(), b, their_label.to_string()))
+    let blocked = |r: usize| statuses.get(r)?.as_ref()?.blocked_in();
+    (0..statuses.len()).find_map(|a| {
+        let (call, label) = blocked(a)?;
+        let pair = |b: usize, their_label: &str| (a, label.to_string(), b, their_label.to_string());
+        match call {
+            CallRef::Send(_) | CallRef::Recv(_) => {
+                let b = call.peer()?;
+                let (theirs, their_label) = blocked(b)?;
+                matches!(theirs, CallRef::Coll(_)).then(|| pair(b, their_label))
+            }
+            CallRef::Coll(seq) => (a + 1..statuses.len()).find_map(|b| {
+                let (theirs, their_label) = blocked(b)?;
+                (theirs == CallRef::Coll(seq) && their_label != label).then(|| pair(b, their_label))
+            }),
+        }
     })
 }
 
@@ -271,6 +282,33 @@ mod tests {
             blocked(ar, CallRef::Coll(1)),
         ];
         assert_eq!(crossed(&all), Some((1, recv.into(), 0, ar.into())));
+    }
+
+    #[test]
+    fn one_collective_on_two_paths_is_crossed() {
+        let core = "all_reduce(float, sum, 2) as op #3";
+        let plugin = "all_reduce(float, sum, 2) as op #3 on plugin 'shm-coll'";
+        let all = [
+            blocked(plugin, CallRef::Coll(3)),
+            blocked(core, CallRef::Coll(3)),
+            blocked(plugin, CallRef::Coll(3)),
+        ];
+        assert_eq!(crossed(&all), Some((0, plugin.into(), 1, core.into())));
+        // One path, or a rank still in an earlier collective: nothing crossed.
+        assert_eq!(
+            crossed(&[
+                blocked(plugin, CallRef::Coll(3)),
+                blocked(plugin, CallRef::Coll(3))
+            ]),
+            None
+        );
+        assert_eq!(
+            crossed(&[
+                blocked(plugin, CallRef::Coll(3)),
+                blocked("all_reduce(float, sum, 2) as op #2", CallRef::Coll(2))
+            ]),
+            None
+        );
     }
 
     #[test]

@@ -297,15 +297,16 @@ impl Tracker {
     /// For a wait that has lasted ([`CrossedCheck`]):
     /// ask every rank where it is, and when two ranks are blocked on each other in
     /// different calls — one in a send or receive with the other, the other in a
-    /// collective (`ferrocx_algo::status::crossed`) — and the previous check saw the
-    /// same, that is the mismatch to fail with. The call checks cannot see it when
-    /// the two calls travel different paths (a send on the core's connections, a
-    /// small collective on shm-coll's mailboxes); without this the ranks would wait
-    /// for `FERROCX_TIMEOUT`.
+    /// collective; or both in one collective on two paths
+    /// (`ferrocx_algo::status::crossed`) — and the previous check saw the same, that
+    /// is the mismatch to fail with. The call checks cannot see it when the two calls
+    /// travel different paths (a send on the core's connections, a small collective
+    /// on shm-coll's mailboxes; a collective grouped on one rank, which the core
+    /// runs, and not on another, where shm-coll does); without this the ranks would
+    /// wait for `FERROCX_TIMEOUT`.
     pub fn crossed(&self, boot: &Bootstrap) -> Option<Error> {
-        // Only a rank waiting in a send or receive can be the first of such a pair.
-        let mine = self.status();
-        if boot.nranks() < 2 || !matches!(mine.call, Some(CallRef::Send(_) | CallRef::Recv(_))) {
+        // Only a rank waiting in a single call can be in such a pair.
+        if boot.nranks() < 2 || self.status().call.is_none() {
             return None;
         }
         let found = crossed(&self.gather(boot, CROSSED_WAIT));

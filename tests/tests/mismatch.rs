@@ -109,6 +109,19 @@ fn a_receive_that_meets_a_collective_fails_on_every_rank() {
     }
 }
 
+/// A collective grouped on one rank runs on the core there and on shm-coll on the
+/// others: the crossed check names the two paths of the one call.
+#[test]
+fn one_call_on_two_paths_fails_on_every_rank() {
+    expect(
+        "group",
+        &[
+            "mismatched calls: rank 0 called all_reduce(int32, sum, 8) as op #0",
+            "all_reduce(int32, sum, 8) as op #0 on plugin 'shm-coll'",
+        ],
+    );
+}
+
 #[test]
 fn a_collective_a_plugin_runs_is_checked_too() {
     let Some(so) = compile_c_plugin(

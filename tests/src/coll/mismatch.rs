@@ -99,6 +99,21 @@ fn call(comm: &Communicator, case: &str) -> Result<ferrocx::Result<()>, String> 
             let _ = comm.window_deregister(wr);
             r
         }
+        // Rank 0 puts its small all-reduce in a group (groups run on the core), the
+        // others do not (shm-coll runs theirs): one call on two paths.
+        "group" => {
+            let send = vec![me as i32; 8];
+            let mut recv = vec![0i32; 8];
+            if me == 0 {
+                let mut g = comm.group_start();
+                if let Err(e) = g.all_reduce(&send, &mut recv, RedOp::Sum) {
+                    return Ok(Err(e));
+                }
+                g.group_end()
+            } else {
+                comm.all_reduce(&send, &mut recv, RedOp::Sum)
+            }
+        }
         other => return Err(format!("unknown mismatch case {other}")),
     })
 }
