@@ -4,9 +4,11 @@
 //! blobs as text for tests that run the peer in another process. Every wait
 //! gives up (panics) after [`DEADLINE`].
 
-use crate::abi::{FxConnReq, FxHostV1, FxPeerInfo, FX_DIR_RECV, FX_DIR_SEND};
+use crate::abi::{FxCommOob, FxConnReq, FxHostV1, FxPeerInfo, FX_DIR_RECV, FX_DIR_SEND, FX_OK};
 use crate::{Blob, ConnReq, ConnectState, DetachedHost, Host, PluginResult, Transport};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 /// Same host hash for every test rank.
@@ -349,4 +351,82 @@ impl Rng {
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
+}
+
+/// In-memory out-of-band collectives (`fx_comm_oob_t`) for `n` ranks that are
+/// threads of this process: a collective plugin's `comm_init` in tests.
+pub struct ThreadOob {
+    n: usize,
+    slots: Mutex<Vec<Vec<u8>>>,
+    barrier: Barrier,
+}
+
+/// One rank's view of a [`ThreadOob`]; keep it alive while its table is in use.
+pub struct OobMember {
+    rank: usize,
+    group: Arc<ThreadOob>,
+}
+
+impl ThreadOob {
+    /// For `n` ranks.
+    pub fn new(n: usize) -> Arc<Self> {
+        Arc::new(ThreadOob {
+            n,
+            slots: Mutex::new(vec![Vec::new(); n]),
+            barrier: Barrier::new(n),
+        })
+    }
+
+    /// Rank `rank`'s member.
+    pub fn member(self: &Arc<Self>, rank: usize) -> Box<OobMember> {
+        assert!(rank < self.n);
+        Box::new(OobMember {
+            rank,
+            group: self.clone(),
+        })
+    }
+}
+
+impl OobMember {
+    /// The C table, valid while `self` lives.
+    pub fn table(&self) -> FxCommOob {
+        FxCommOob {
+            oob_ctx: self as *const OobMember as *mut c_void,
+            all_gather: Some(oob_all_gather),
+            barrier: Some(oob_barrier),
+        }
+    }
+}
+
+unsafe extern "C" fn oob_all_gather(
+    ctx: *mut c_void,
+    mine: *const c_void,
+    len: usize,
+    all: *mut c_void,
+) -> i32 {
+    // SAFETY: `ctx` is a live OobMember (`OobMember::table`'s contract).
+    let m = unsafe { &*(ctx as *const OobMember) };
+    // SAFETY: the plugin passes `len` readable bytes.
+    let mine = unsafe { std::slice::from_raw_parts(mine as *const u8, len) }.to_vec();
+    m.group.slots.lock().unwrap()[m.rank] = mine;
+    m.group.barrier.wait();
+    {
+        let slots = m.group.slots.lock().unwrap();
+        for (r, s) in slots.iter().enumerate() {
+            assert_eq!(s.len(), len, "every rank gathers the same length");
+            // SAFETY: `all` holds n × len writable bytes (the ABI's contract).
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.as_ptr(), (all as *mut u8).add(r * len), len)
+            };
+        }
+    }
+    m.group.barrier.wait();
+    FX_OK
+}
+
+unsafe extern "C" fn oob_barrier(ctx: *mut c_void) -> i32 {
+    // SAFETY: as above.
+    let m = unsafe { &*(ctx as *const OobMember) };
+    m.group.barrier.wait();
+    FX_OK
 }

@@ -74,14 +74,16 @@ impl Communicator {
     /// H100), the check worked, but with a rank killed mid-loop the survivors' `ce`
     /// stream waits were then left blocked in 2 of 3 runs (0 of 3 without it), an
     /// interplay with issue 14's killed-peer hang not understood yet.
-    fn check_alone(&self, fp: ferrocx_algo::Fingerprint) -> Result<()> {
+    /// `label` is the plugin call's: a status query sees the check as part of it
+    /// (a rank still in the check and a peer already in the plugin are in one call).
+    fn check_alone(&self, fp: ferrocx_algo::Fingerprint, label: Label) -> Result<()> {
         if !self.plan_cfg.check_calls {
             return Ok(());
         }
         let Some(plan) = crate::plan::Plan::check_alone(fp, self.rank(), self.nranks()) else {
             return Ok(());
         };
-        let done = self.submit_plans(vec![plan], true, Label::Call(fp, 0))?;
+        let done = self.submit_plans(vec![plan], true, label)?;
         crate::engine::Request::new(self.engine.clone(), done, true).wait()
     }
 
@@ -224,7 +226,7 @@ impl Communicator {
             // engine, so earlier asynchronous operations must be done first.
             self.engine.drain()?;
         } else if host {
-            self.check_alone(fp)?;
+            self.check_alone(fp, Label::Plugin(fp, p.shared_name()))?;
         }
         let status = &self.shared.status;
         // Host calls block this thread: recorded lock-free, as waiting (status.rs).

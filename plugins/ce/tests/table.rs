@@ -12,8 +12,8 @@
 use ferrocx_ce::Ce;
 use ferrocx_sdk::abi::*;
 use ferrocx_sdk::collective::collective_table;
-use std::ffi::c_void;
-use std::sync::{Arc, Barrier, Mutex};
+use ferrocx_sdk::testing::ThreadOob;
+use std::sync::Arc;
 
 fn last_error(t: &FxCollectiveV1) -> String {
     let mut buf = vec![0u8; 4096];
@@ -23,51 +23,6 @@ fn last_error(t: &FxCollectiveV1) -> String {
     String::from_utf8_lossy(&buf)
         .trim_end_matches('\0')
         .to_string()
-}
-
-/// In-memory out-of-band collectives for `n` threads.
-struct Group {
-    n: usize,
-    slots: Mutex<Vec<Vec<u8>>>,
-    barrier: Barrier,
-}
-
-struct Member {
-    rank: usize,
-    group: Arc<Group>,
-}
-
-unsafe extern "C" fn all_gather(
-    ctx: *mut c_void,
-    mine: *const c_void,
-    len: usize,
-    all: *mut c_void,
-) -> i32 {
-    // SAFETY: `ctx` is a live Member (the test keeps it across comm_init).
-    let m = unsafe { &*(ctx as *const Member) };
-    // SAFETY: the plugin passes `len` readable bytes.
-    let mine = unsafe { std::slice::from_raw_parts(mine as *const u8, len) }.to_vec();
-    m.group.slots.lock().unwrap()[m.rank] = mine;
-    m.group.barrier.wait();
-    {
-        let slots = m.group.slots.lock().unwrap();
-        for (r, s) in slots.iter().enumerate() {
-            assert_eq!(s.len(), len, "every rank gathers the same length");
-            // SAFETY: `all` holds n × len writable bytes (the ABI's contract).
-            unsafe {
-                std::ptr::copy_nonoverlapping(s.as_ptr(), (all as *mut u8).add(r * len), len)
-            };
-        }
-    }
-    m.group.barrier.wait();
-    FX_OK
-}
-
-unsafe extern "C" fn barrier(ctx: *mut c_void) -> i32 {
-    // SAFETY: as above.
-    let m = unsafe { &*(ctx as *const Member) };
-    m.group.barrier.wait();
-    FX_OK
 }
 
 fn peers(n: usize, hosts: &[u64], gpu: bool) -> Vec<FxPeerInfo> {
@@ -91,11 +46,7 @@ fn peers(n: usize, hosts: &[u64], gpu: bool) -> Vec<FxPeerInfo> {
 /// comm_init on `n` threads; every rank's (code, message).
 fn comm_init_all(peers: Vec<FxPeerInfo>) -> Vec<(i32, String)> {
     let n = peers.len();
-    let group = Arc::new(Group {
-        n,
-        slots: Mutex::new(vec![Vec::new(); n]),
-        barrier: Barrier::new(n),
-    });
+    let group = ThreadOob::new(n);
     let peers = Arc::new(peers);
     let threads: Vec<_> = (0..n)
         .map(|rank| {
@@ -107,13 +58,8 @@ fn comm_init_all(peers: Vec<FxPeerInfo>) -> Vec<(i32, String)> {
                 let mut ctx = std::ptr::null_mut();
                 // SAFETY: a valid host table that outlives the context.
                 assert_eq!(unsafe { (t.init.unwrap())(table, &mut ctx) }, FX_OK);
-                let member = Box::new(Member { rank, group });
-                assert_eq!(member.group.n, peers.len());
-                let oob = FxCommOob {
-                    oob_ctx: &*member as *const Member as *mut c_void,
-                    all_gather: Some(all_gather),
-                    barrier: Some(barrier),
-                };
+                let member = group.member(rank);
+                let oob = member.table();
                 let info = FxCommInfo {
                     rank: rank as i32,
                     nranks: peers.len() as i32,

@@ -14,8 +14,8 @@ pub struct Arena {
     layout: Layout,
     /// Base of rank r's region in this process.
     bases: Vec<*mut u8>,
-    /// Keeps the mappings (this rank's first).
-    _regions: Vec<Region>,
+    /// Rank r's region (keeps the mapping; its creator holds the lock on byte 0).
+    regions: Vec<Region>,
 }
 
 // SAFETY: the mappings are process-wide; every access goes through atomics or
@@ -41,10 +41,12 @@ impl Arena {
     ) -> std::io::Result<Self> {
         let mut regions = Vec::with_capacity(layout.nranks);
         let mut bases = vec![std::ptr::null_mut(); layout.nranks];
-        bases[me] = mine.base();
-        regions.push(mine);
+        let mut mine = Some(mine);
         for (r, base) in bases.iter_mut().enumerate() {
             if r == me {
+                let m = mine.take().expect("one own region");
+                *base = m.base();
+                regions.push(m);
                 continue;
             }
             let reg = open(r)?;
@@ -69,8 +71,20 @@ impl Arena {
             me,
             layout,
             bases,
-            _regions: regions,
+            regions,
         })
+    }
+
+    /// Remove this rank's region name (every peer mapped it); the mapping stays.
+    pub fn unlink_own(&mut self) -> std::io::Result<()> {
+        self.regions[self.me].unlink()
+    }
+
+    /// Whether `rank`'s process still holds its region: `Some(false)` once it
+    /// exited (its liveness lock is free; unlike a pid, this holds across pid
+    /// namespaces), `None` when the system cannot tell.
+    pub fn holder_alive(&self, rank: usize) -> Option<bool> {
+        self.regions[rank].lock_held(0)
     }
 
     /// The slot `from` writes into `owner`'s region.

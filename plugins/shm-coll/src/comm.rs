@@ -118,9 +118,9 @@ impl ShmComm {
         let status = setup::opened(arena.as_ref().err().map(|e| e.to_string()).as_deref());
         let statuses = oob.all_gather(&status)?;
         setup::all_opened(&statuses).map_err(PluginError::unsupported)?;
-        let arena = arena.map_err(|e| PluginError::system(e.to_string()))?;
+        let mut arena = arena.map_err(|e| PluginError::system(e.to_string()))?;
         // Every rank mapped every region: the names can go (the mappings stay).
-        let _ = ferrocx_sdk::region::unlink_name(&name);
+        let _ = arena.unlink_own();
         Ok(ShmComm {
             host,
             check: cfg.check,
@@ -267,7 +267,12 @@ impl CallWire<'_> {
         let last = *last_pid_check.get_or_insert(now);
         if now.duration_since(last) >= PEER_CHECK {
             *last_pid_check = Some(now);
-            if !ferrocx_sdk::proc::pid_alive(c.pids[peer]) {
+            // The region's liveness lock, else (no OFD locks) the pid.
+            let alive = c
+                .arena
+                .holder_alive(peer)
+                .unwrap_or_else(|| ferrocx_sdk::proc::pid_alive(c.pids[peer]));
+            if !alive {
                 return Err(PluginError::remote(format!(
                     "rank {peer} (pid {}) died during {}",
                     c.pids[peer], self.fp
@@ -336,3 +341,6 @@ impl Wire for CallWire<'_> {
         self.comm.arena.scratch()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,12 +2,13 @@
 //! region, the waits and the checks live behind the trait; `tests` run every
 //! collective on threads with channels).
 //!
-//! A call is one round: every rank first posts its message to every rank it
-//! exchanges with, then takes theirs. Exchanges are symmetric — if `r` writes
-//! to `p`, `p` writes to `r` — so every rank sees the fingerprint of everyone
-//! it shares data with, and a rank that only sends (a broadcast's root) still
-//! learns that its peers made the same call. Where no data flows back the
-//! message is the fingerprint alone.
+//! A call is one round: every rank first posts its message to every other
+//! rank, then takes theirs. Every pair exchanges in every call, so every rank
+//! sees every rank's fingerprint: a rank that only sends (a broadcast's root)
+//! still learns that its peers made the same call, and ranks that disagree
+//! about the root — which decides who sends data to whom — still meet and
+//! fail, instead of some returning while others wait. Where no data flows the
+//! message is the fingerprint alone (one cache line).
 //!
 //! Reductions are one-shot: each rank reduces every rank's input itself, in
 //! rank order (`((in₀ ∘ in₁) ∘ in₂) …`), so every rank computes the same bits.
@@ -51,18 +52,10 @@ pub struct Call {
 }
 
 impl Call {
-    fn rooted(&self) -> bool {
-        matches!(
-            self.coll,
-            Coll::Broadcast | Coll::Reduce | Coll::Gather | Coll::Scatter
-        )
-    }
-
-    /// Whether this rank and `peer` exchange messages in this call (symmetric).
+    /// Whether this rank and `peer` exchange messages in this call: every other
+    /// rank, whatever the collective and root (see the module's docs).
     pub fn talks_to(&self, peer: usize) -> bool {
-        peer != self.rank
-            && peer < self.nranks
-            && (!self.rooted() || self.rank == self.root || peer == self.root)
+        peer != self.rank && peer < self.nranks
     }
 
     /// Offset in this rank's send buffer of its block for `peer`, or `None`
@@ -229,8 +222,6 @@ unsafe fn reduce_all(
     }
     // SAFETY: `out` holds the reduced block.
     unsafe { reduce::finish(call.dtype, call.op, out, count, n) };
-    // The root of a reduce also hears from every rank (their data above); the
-    // others took nothing yet: they are not reducers, so `run` handles them.
     Ok(())
 }
 

@@ -8,10 +8,11 @@
 //! payload's length — then the payload, so a message of up to 16 bytes
 //! travels in the flag's cache line.
 //!
-//! Two slots per pair suffice because every exchange is symmetric: a rank
-//! writes its message number `m` to a peer only after reading the peer's
-//! message `m − 1`, which the peer wrote only after it had finished with
-//! message `m − 2` — the one in the slot being overwritten.
+//! Two slots per pair suffice because every pair exchanges in every call, both
+//! ways, posting before taking: a rank writes its message number `m` to a peer
+//! only after reading the peer's message `m − 1`, which the peer wrote only
+//! after it had finished with message `m − 2` — the one in the slot being
+//! overwritten.
 
 /// Bytes of the region's header.
 pub const HEADER: usize = 1024;

@@ -51,6 +51,8 @@ pub mod config;
 pub mod exchange;
 pub mod layout;
 pub mod setup;
+#[cfg(test)]
+mod testkit;
 pub mod wait;
 
 use ferrocx_sdk::abi::{FX_COLL_CAP_CHECKS_CALLS, FX_COLL_CAP_HOST_MEM};

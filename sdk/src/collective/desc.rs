@@ -179,9 +179,9 @@ impl<W> CollDesc<'_, W> {
         })
     }
 
-    /// Bytes of one rank's block (`count` elements).
+    /// Bytes of one rank's block (`count` elements; `usize::MAX` if that overflows).
     pub fn block_bytes(&self) -> usize {
-        self.count * self.elem
+        self.count.saturating_mul(self.elem)
     }
 }
 

@@ -2,6 +2,7 @@
 //! exchanging through channels, against results computed directly.
 
 use super::*;
+use crate::testkit::{expected, Bufs};
 use ferrocx_sdk::PluginError;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Duration;
@@ -74,61 +75,6 @@ fn wires(n: usize, block: usize) -> Vec<Chan> {
         .collect()
 }
 
-/// Rank r's element i of its send buffer.
-fn input(r: usize, i: usize) -> u32 {
-    (r * 1000 + i * 7 + 1) as u32
-}
-
-/// The expected receive buffer of rank r (None: it receives nothing).
-fn expected(coll: Coll, op: RedOp, c: usize, n: usize, r: usize, root: usize) -> Option<Vec<u32>> {
-    let red = |i: usize| {
-        let xs = (0..n).map(|q| input(q, i));
-        match op {
-            RedOp::Sum => xs.fold(0u32, u32::wrapping_add),
-            RedOp::Max => xs.max().unwrap(),
-            RedOp::Min => xs.min().unwrap(),
-            RedOp::Prod => xs.fold(1u32, u32::wrapping_mul),
-            RedOp::Avg => xs.fold(0u32, u32::wrapping_add) / n as u32,
-        }
-    };
-    Some(match coll {
-        Coll::AllReduce => (0..c).map(red).collect(),
-        Coll::Reduce if r == root => (0..c).map(red).collect(),
-        Coll::ReduceScatter => (0..c).map(|i| red(r * c + i)).collect(),
-        Coll::Broadcast => (0..c).map(|i| input(root, i)).collect(),
-        Coll::AllGather => (0..n * c).map(|i| input(i / c, i % c)).collect(),
-        Coll::Gather if r == root => (0..n * c).map(|i| input(i / c, i % c)).collect(),
-        Coll::AllToAll => (0..n * c).map(|i| input(i / c, r * c + i % c)).collect(),
-        Coll::Scatter => (0..c).map(|i| input(root, r * c + i)).collect(),
-        _ => return None,
-    })
-}
-
-/// NCCL's in-place layouts.
-#[derive(Clone, Copy)]
-enum Layout {
-    /// Separate buffers.
-    Apart,
-    /// One buffer for both.
-    Same,
-    /// The input is this rank's block of the output (all_gather, gather's root).
-    SendAtBlock,
-    /// The output is this rank's block of the input (reduce_scatter, scatter's root).
-    RecvAtBlock,
-}
-
-fn layout(coll: Coll, in_place: bool, r: usize, root: usize) -> Layout {
-    match coll {
-        _ if !in_place => Layout::Apart,
-        Coll::AllGather => Layout::SendAtBlock,
-        Coll::Gather if r == root => Layout::SendAtBlock,
-        Coll::ReduceScatter => Layout::RecvAtBlock,
-        Coll::Scatter if r == root => Layout::RecvAtBlock,
-        Coll::Gather | Coll::Scatter => Layout::Apart,
-        _ => Layout::Same,
-    }
-}
-
 /// Run one call on every rank; each rank's output afterwards.
 fn run_all(
     coll: Coll,
@@ -145,7 +91,6 @@ fn run_all(
         .enumerate()
         .map(|(r, mut w)| {
             std::thread::spawn(move || {
-                let (se, re) = coll.buffer_bytes(c, n, r, root);
                 let call = Call {
                     coll,
                     dtype: DataType::U32,
@@ -155,31 +100,12 @@ fn run_all(
                     root,
                     block,
                 };
-                let input_vals: Vec<u32> = (0..se).map(|i| input(r, i)).collect();
-                let poison = 0xdead_beefu32;
-                let mut send = input_vals.clone();
-                let mut buf = vec![poison; se.max(re)];
-                // In place: the input laid out in the one buffer as NCCL says, the
-                // pointers from `Call::in_place`, the output read where NCCL says.
-                let (sp, rp, out): (*const u8, *mut u8, std::ops::Range<usize>) =
-                    match layout(coll, in_place, r, root) {
-                        Layout::Apart => (send.as_ptr().cast(), buf.as_mut_ptr().cast(), 0..re),
-                        Layout::Same => {
-                            buf[..se].copy_from_slice(&input_vals);
-                            let (s, v) = call.in_place(buf.as_mut_ptr().cast());
-                            (s, v, 0..re)
-                        }
-                        Layout::SendAtBlock => {
-                            buf[r * c..r * c + se].copy_from_slice(&input_vals);
-                            let (s, v) = call.in_place(buf.as_mut_ptr().cast());
-                            (s, v, 0..re)
-                        }
-                        Layout::RecvAtBlock => {
-                            buf[..se].copy_from_slice(&input_vals);
-                            let (s, v) = call.in_place(buf.as_mut_ptr().cast());
-                            (s, v, r * c..r * c + re)
-                        }
-                    };
+                let mut b = Bufs::new(coll, c, n, r, root, in_place);
+                // In place: `Call::in_place` finds the buffers in NCCL's layout.
+                let (sp, rp) = match b.api() {
+                    (_, one) if b.in_place() => call.in_place(one),
+                    apart => apart,
+                };
                 // SAFETY: buffers sized for the collective as above.
                 unsafe { run(&call, sp, rp, &mut w) }.unwrap();
                 // Everyone this rank posted to is a rank it talks to, once each.
@@ -187,8 +113,7 @@ fn run_all(
                 posted.sort_unstable();
                 let talks: Vec<usize> = (0..n).filter(|&p| call.talks_to(p)).collect();
                 assert_eq!(posted, talks);
-                send.clear();
-                buf[out].to_vec()
+                b.output()
             })
         })
         .collect();

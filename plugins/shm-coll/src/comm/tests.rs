@@ -1,0 +1,211 @@
+//! Ranks as threads of this process over real mailbox regions in /dev/shm:
+//! `ShmComm::init` through an in-memory out-of-band exchange, then long runs of
+//! random calls (every collective, root, operator, size, in place or not) that
+//! reuse every slot many times, each result compared; and ranks that disagree.
+
+use super::*;
+use crate::testkit::{expected, Bufs};
+use ferrocx_sdk::abi::FX_TYPE_U32;
+use ferrocx_sdk::testing::{host_with_timeout, peer, Rng, ThreadOob};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A communicator id no other test of this process uses (region names carry it).
+fn comm_hash() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    (u64::from(std::process::id()) << 20) | NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// `f(rank, comm)` on `n` threads sharing one communicator of small slots, waits
+/// bounded by `timeout`.
+fn on_threads<R: Send + 'static>(
+    n: usize,
+    bytes: &str,
+    timeout: Duration,
+    f: impl Fn(usize, &mut ShmComm) -> R + Send + Sync + Copy + 'static,
+) -> Vec<R> {
+    let oob = ThreadOob::new(n);
+    let hash = comm_hash();
+    let bytes = bytes.to_string();
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            let (oob, bytes) = (oob.clone(), bytes.clone());
+            std::thread::spawn(move || {
+                let (host, _) = host_with_timeout(timeout);
+                let cfg = Config::from_lookup(ferrocx_sdk::testing::vars(&[(
+                    "FERROCX_SHM_COLL_BYTES",
+                    &bytes,
+                )]))
+                .unwrap();
+                let peers = (0..n)
+                    .map(|q| {
+                        let mut p = peer(q as i32, std::process::id() as i32);
+                        p.nranks = n as i32;
+                        p
+                    })
+                    .collect();
+                let info = CommInfo {
+                    rank: r,
+                    nranks: n,
+                    local_rank: r,
+                    cuda_device: None,
+                    comm_hash: hash,
+                    peers,
+                };
+                let member = oob.member(r);
+                let table = member.table();
+                // SAFETY: `member` outlives the comm (dropped after it below).
+                let oob = unsafe { Oob::from_raw(&table, n) };
+                let mut comm = ShmComm::init(host, cfg, &info, oob).unwrap();
+                let out = f(r, &mut comm);
+                drop(comm);
+                drop(member);
+                out
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+fn desc(
+    coll: Coll,
+    op: RedOp,
+    c: usize,
+    root: usize,
+    b: &mut Bufs,
+    seq: u64,
+) -> CollDesc<'static, ()> {
+    let (send, recv) = b.api();
+    CollDesc {
+        coll,
+        dtype: FX_TYPE_U32,
+        elem: 4,
+        op: op as i32,
+        root,
+        count: c,
+        mem: MemKind::Host,
+        in_place: b.in_place(),
+        capturing: false,
+        send,
+        recv,
+        send_win: None,
+        recv_win: None,
+        seq,
+    }
+}
+
+const OPS: [RedOp; 5] = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg];
+
+#[test]
+fn random_calls_reuse_every_slot_and_give_checked_results() {
+    for n in [2, 3, 4] {
+        let results = on_threads(n, "256", Duration::from_secs(10), move |r, comm| {
+            // The same sequence of calls on every rank.
+            let mut rng = Rng::new(42 + n as u64);
+            for seq in 0..400u64 {
+                let coll = Coll::ALL[rng.below(8) as usize];
+                let root = rng.below(n as u64) as usize;
+                let op = OPS[rng.below(5) as usize];
+                let c = rng.below(65) as usize; // ≤ 256 bytes a block
+                let in_place = rng.below(2) == 1;
+                let mut b = Bufs::new(coll, c, n, r, root, in_place);
+                let d = desc(coll, op, c, root, &mut b, seq);
+                assert!(comm.can_run(&d) > 0, "{} of {c}", coll.name());
+                // SAFETY: the buffers are sized for the call (Bufs).
+                unsafe { comm.launch(&d) }
+                    .unwrap_or_else(|e| panic!("call #{seq} {} on rank {r}: {e:?}", coll.name()));
+                if let Some(want) = expected(coll, op, c, n, r, root) {
+                    assert_eq!(
+                        b.output(),
+                        want,
+                        "call #{seq}: {} {op} count {c} root {root} in place {in_place}, rank {r} of {n}",
+                        coll.name()
+                    );
+                }
+            }
+            comm.exchanges.clone()
+        });
+        // 400 calls, every pair exchanging in each.
+        for ex in results {
+            assert_eq!(ex.iter().filter(|&&m| m == 400).count(), n - 1);
+        }
+    }
+}
+
+#[test]
+fn ranks_that_disagree_about_the_root_all_fail_naming_the_calls() {
+    // Ranks 0 and 1 broadcast from rank 0, rank 2 from rank 1: rank 1 gets all
+    // its data from rank 0, yet hears rank 2's differing call and fails too.
+    let outs = on_threads(3, "256", Duration::from_secs(10), |r, comm| {
+        let root = if r == 2 { 1 } else { 0 };
+        let mut b = Bufs::new(Coll::Broadcast, 4, 3, r, root, true);
+        let d = desc(Coll::Broadcast, RedOp::Sum, 4, root, &mut b, 0);
+        // SAFETY: as above.
+        let first = unsafe { comm.launch(&d) };
+        // SAFETY: as above.
+        let later = unsafe { comm.launch(&d) };
+        (first, later)
+    });
+    for (r, (first, later)) in outs.into_iter().enumerate() {
+        let e = first.expect_err("a mismatched call returned Ok");
+        assert!(
+            e.message().starts_with("mismatched calls: rank ")
+                && e.message().contains("broadcast(uint32, 4, root "),
+            "rank {r}: {e:?}"
+        );
+        assert!(later.is_err(), "rank {r}: the comm still works after {e:?}");
+    }
+}
+
+#[test]
+fn a_call_that_never_comes_times_out_naming_the_rank() {
+    // Rank 1 makes no call (but lives on: a rank whose region is gone is dead):
+    // rank 0 gives up at the timeout, naming rank 1 and the call.
+    let outs = on_threads(2, "256", Duration::from_secs(2), |r, comm| {
+        if r == 1 {
+            std::thread::sleep(Duration::from_secs(3));
+            return None;
+        }
+        let mut b = Bufs::new(Coll::AllReduce, 2, 2, r, 0, false);
+        let d = desc(Coll::AllReduce, RedOp::Sum, 2, 0, &mut b, 7);
+        let t = std::time::Instant::now();
+        // SAFETY: as above.
+        Some((unsafe { comm.launch(&d) }, t.elapsed()))
+    });
+    let (r, took) = outs[0].clone().expect("rank 0 called");
+    let e = r.expect_err("no peer, yet Ok");
+    assert_eq!(e.code(), ferrocx_sdk::abi::FX_TIMEOUT, "{e:?}");
+    assert!(
+        e.message()
+            .contains("rank 1 never sent its part of all_reduce(uint32, sum, 2) as op #7"),
+        "{e:?}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn a_rank_whose_region_is_gone_is_named_dead_at_once() {
+    // Rank 1 leaves without its call (its comm, and so its region's liveness lock,
+    // goes away): rank 0 names it dead within the peer check's period, long
+    // before the timeout. The same lock answers across pid namespaces.
+    let outs = on_threads(2, "256", Duration::from_secs(10), |r, comm| {
+        if r == 1 {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let mut b = Bufs::new(Coll::AllReduce, 2, 2, r, 0, false);
+        let d = desc(Coll::AllReduce, RedOp::Sum, 2, 0, &mut b, 3);
+        let t = std::time::Instant::now();
+        // SAFETY: as above.
+        Some((unsafe { comm.launch(&d) }, t.elapsed()))
+    });
+    let (r, took) = outs[0].clone().expect("rank 0 called");
+    let e = r.expect_err("a dead peer, yet Ok");
+    assert!(
+        e.message().contains("rank 1 (pid ") && e.message().contains("died during all_reduce"),
+        "{e:?}"
+    );
+    assert!(took < Duration::from_secs(1), "{took:?}");
+}
