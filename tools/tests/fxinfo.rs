@@ -172,12 +172,12 @@ fn fxinfo_under_fxrun_says_who_runs_each_collective_and_why() {
     ] {
         assert!(text.contains(needle), "missing '{needle}':\n{text}");
     }
-    // By default shm-coll takes the small host calls (8 B and 4 KiB buckets) and
-    // leaves the larger ones to the core.
+    // By default shm-coll takes the host calls up to 256 KiB blocks (the 8 B, 4 KiB
+    // and 256 KiB buckets) and leaves the larger ones to the core.
     let text = fxinfo("150");
     for needle in [
         "collective plugins taking part: shm-coll, cma",
-        "all_reduce      host buffers  shm-coll (shm-coll 150 ≥ core 100, cma 0) | shm-coll (shm-coll 150 ≥ core 100, cma 0) | core (core 100 ≥ shm-coll 0, cma 0)",
+        "all_reduce      host buffers  shm-coll (shm-coll 150 ≥ core 100, cma 0) | shm-coll (shm-coll 150 ≥ core 100, cma 0) | shm-coll (shm-coll 150 ≥ core 100, cma 0) | core (core 100 ≥ shm-coll 0, cma 0)",
     ] {
         assert!(text.contains(needle), "missing '{needle}':\n{text}");
     }

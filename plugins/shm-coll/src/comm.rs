@@ -33,7 +33,10 @@ pub struct ShmComm {
     rank: usize,
     nranks: usize,
     priority: i32,
+    /// The slot: the most a message carries.
     bytes: usize,
+    /// The largest block bid for (chunked through the slots).
+    max_block: usize,
     arena: Arena,
     /// Exchanges so far with each peer.
     exchanges: Vec<u64>,
@@ -72,8 +75,8 @@ fn local_setup(info: &CommInfo, cfg: &Config, name: &str) -> Result<(Region, usi
     }
     let bytes = cfg.slot_bytes(info.nranks).ok_or_else(|| {
         format!(
-            "{} ranks leave no room in FERROCX_SHM_COLL_MEMORY={}",
-            info.nranks, cfg.memory
+            "no slot of 64 bytes or more: FERROCX_SHM_COLL_BYTES={}, {} ranks in FERROCX_SHM_COLL_MEMORY={}",
+            cfg.bytes, info.nranks, cfg.memory
         )
     })?;
     let region = Arena::create(name, &Layout::new(info.nranks, bytes))
@@ -102,6 +105,7 @@ impl ShmComm {
             failed: mine.as_ref().err().cloned(),
             priority: cfg.priority,
             bytes: mine.as_ref().map_or(0, |m| m.1) as u64,
+            max_block: cfg.max_block(info.nranks) as u64,
             max_ranks: cfg.max_ranks as u64,
             name: name.clone(),
         };
@@ -128,6 +132,7 @@ impl ShmComm {
             nranks: info.nranks,
             priority: agreed.priority,
             bytes: agreed.bytes,
+            max_block: agreed.max_block,
             arena,
             exchanges: vec![0; info.nranks],
             pids: info.peers.iter().map(|p| p.pid).collect(),
@@ -139,7 +144,7 @@ impl ShmComm {
     /// The bid: the same on every rank for the same call.
     pub fn can_run<W>(&self, d: &CollDesc<'_, W>) -> i32 {
         let ok = d.mem == MemKind::Host
-            && d.block_bytes() <= self.bytes
+            && d.block_bytes() <= self.max_block
             && DataType::from_code(d.dtype as u32).is_ok()
             && RedOp::from_code(d.op as u32).is_ok();
         if ok {
@@ -173,42 +178,52 @@ impl ShmComm {
         }
         let dtype = DataType::from_code(d.dtype as u32).expect("checked by can_run");
         let op = RedOp::from_code(d.op as u32).expect("checked by can_run");
-        let call = Call {
+        let total = d.block_bytes();
+        let whole = Call {
             coll: d.coll,
             dtype,
             op,
             rank: self.rank,
             nranks: self.nranks,
             root: d.root,
-            block: d.block_bytes(),
+            block: total,
+            stride: total,
         };
         let fp = Fingerprint::of(d.seq, kind(d.coll), dtype, op, d.count, d.root, false);
-        let mut wire = CallWire {
-            comm: self,
-            fp,
-            encoded: fp.encode(),
-            began: None,
-        };
+        let encoded = fp.encode();
         let (send, recv) = if d.in_place {
-            call.in_place(d.recv)
+            whole.in_place(d.recv)
         } else {
             (d.send, d.recv)
         };
-        // SAFETY: the caller's contract, forwarded.
-        let r = unsafe { exchange::run(&call, send, recv, &mut wire) };
-        match r {
-            Ok(()) => {
-                for p in (0..self.nranks).filter(|&p| call.talks_to(p)) {
-                    self.exchanges[p] += 1;
-                }
-                Ok(())
-            }
-            Err(e) => {
+        // A block larger than a slot goes through in chunks, one exchange each
+        // (the slot is a multiple of 64 bytes: every chunk starts on an element).
+        for (at, len) in exchange::chunks(total, self.bytes) {
+            let call = Call {
+                block: len,
+                ..whole
+            };
+            let mut wire = CallWire {
+                comm: self,
+                fp,
+                encoded,
+                began: None,
+            };
+            // `wrapping_add`: a buffer the rank does not use may be null, and is
+            // never read or written.
+            let (s, r) = (send.wrapping_add(at), recv.wrapping_add(at));
+            // SAFETY: the caller's contract, forwarded: the chunk lies at the same
+            // offset in every block.
+            if let Err(e) = unsafe { exchange::run(&call, s, r, &mut wire) } {
                 self.arena.mark_broken(e.message());
                 self.broken = Some(e.clone());
-                Err(e)
+                return Err(e);
+            }
+            for p in (0..self.nranks).filter(|&p| call.talks_to(p)) {
+                self.exchanges[p] += 1;
             }
         }
+        Ok(())
     }
 }
 

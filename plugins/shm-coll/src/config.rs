@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `FERROCX_SHM_COLL_PRIORITY` | `150` | what `can_run` answers for a call shm-coll can run (0 = never; the core bids 100, ce 200) |
 //! | `FERROCX_SHM_COLL_BYTES` | `64K` | the largest message between two ranks it takes: a call runs on shm-coll when each rank's block (`count` × element size) is at most this; also the size of each mailbox slot (0 = never) |
+//! | `FERROCX_SHM_COLL_MAX_BYTES` | `256K` | the largest block it bids for, moved through the slots in chunks; above 4 ranks it shrinks as 4 / ranks (every rank reads and reduces every rank's block), never below a slot |
 //! | `FERROCX_SHM_COLL_MEMORY` | `16M` | shared memory a communicator's mailboxes may take in all (2 × ranks² slots): with many ranks the slot, and so the largest block, shrinks to fit |
 //! | `FERROCX_SHM_COLL_MAX_RANKS` | `16` | the most ranks a communicator may have for shm-coll to take part (every rank writes to every peer in a call) |
 //! | `FERROCX_CHECK_CALLS` | `1` | the core's call check: `0` skips comparing call fingerprints |
@@ -20,6 +21,10 @@ pub const DEFAULT_PRIORITY: i32 = FX_COLL_CORE_PRIORITY * 3 / 2;
 /// to 1 MiB at 2 and 4 ranks (docs/BENCH.md, issue 18); the cap keeps the shared
 /// memory small (`DEFAULT_MEMORY`).
 pub const DEFAULT_BYTES: usize = 64 << 10;
+/// Default largest block bid for, chunked through the slots: below every
+/// crossover with the core's path measured on the dev VM at 2 and 4 ranks
+/// (docs/BENCH.md, issue 18).
+pub const DEFAULT_MAX_BYTES: usize = 256 << 10;
 /// Default shared memory of a communicator's mailboxes, in all.
 pub const DEFAULT_MEMORY: usize = 16 << 20;
 /// The smallest slot worth having.
@@ -36,6 +41,8 @@ pub struct Config {
     pub priority: i32,
     /// `FERROCX_SHM_COLL_BYTES`: the largest block, and the slot size.
     pub bytes: usize,
+    /// `FERROCX_SHM_COLL_MAX_BYTES`.
+    pub max_bytes: usize,
     /// `FERROCX_SHM_COLL_MEMORY`.
     pub memory: usize,
     /// `FERROCX_SHM_COLL_MAX_RANKS`.
@@ -49,6 +56,7 @@ impl Default for Config {
         Config {
             priority: DEFAULT_PRIORITY,
             bytes: DEFAULT_BYTES,
+            max_bytes: DEFAULT_MAX_BYTES,
             memory: DEFAULT_MEMORY,
             max_ranks: DEFAULT_MAX_RANKS,
             check: true,
@@ -75,6 +83,7 @@ impl Config {
         Ok(Config {
             priority,
             bytes,
+            max_bytes: env::unsigned(&lookup, "FERROCX_SHM_COLL_MAX_BYTES", d.max_bytes)?,
             memory: env::unsigned(&lookup, "FERROCX_SHM_COLL_MEMORY", d.memory)?,
             max_ranks: env::unsigned(&lookup, "FERROCX_SHM_COLL_MAX_RANKS", d.max_ranks)?,
             check: env::boolean(&lookup, "FERROCX_CHECK_CALLS", d.check)?,
@@ -90,8 +99,14 @@ impl Config {
     /// slots fit `memory` (whole cache lines); `None` below [`MIN_SLOT`].
     pub fn slot_bytes(&self, nranks: usize) -> Option<usize> {
         let pairs = 2 * nranks.max(1) * nranks.max(1);
-        let fit = (self.memory / pairs) / 64 * 64;
-        Some(self.bytes.min(fit)).filter(|&b| b >= MIN_SLOT.min(self.bytes) && b > 0)
+        // Whole cache lines: chunks of a larger block then start on an element.
+        Some(self.bytes.min(self.memory / pairs) / 64 * 64).filter(|&b| b >= MIN_SLOT)
+    }
+
+    /// The largest block to bid for at `nranks` ranks: `max_bytes`, shrunk as
+    /// 4 / ranks above 4 ranks.
+    pub fn max_block(&self, nranks: usize) -> usize {
+        self.max_bytes * 4 / nranks.max(4)
     }
 }
 
@@ -112,6 +127,7 @@ mod tests {
         let c = with(&[
             ("FERROCX_SHM_COLL_PRIORITY", "0"),
             ("FERROCX_SHM_COLL_BYTES", "4K"),
+            ("FERROCX_SHM_COLL_MAX_BYTES", "8K"),
             ("FERROCX_SHM_COLL_MEMORY", "1M"),
             ("FERROCX_SHM_COLL_MAX_RANKS", "8"),
             ("FERROCX_CHECK_CALLS", "0"),
@@ -122,6 +138,7 @@ mod tests {
             Config {
                 priority: 0,
                 bytes: 4096,
+                max_bytes: 8192,
                 memory: 1 << 20,
                 max_ranks: 8,
                 check: false
@@ -135,6 +152,21 @@ mod tests {
         assert_eq!(d.slot_bytes(1000), None);
         assert_eq!(c.slot_bytes(8), Some(4096));
         assert_eq!(c.slot_bytes(16), Some(2048));
+        assert_eq!(d.max_block(2), 256 << 10);
+        assert_eq!(d.max_block(16), 64 << 10);
+        // Slots are whole cache lines, at least one.
+        assert_eq!(
+            with(&[("FERROCX_SHM_COLL_BYTES", "100")])
+                .unwrap()
+                .slot_bytes(2),
+            Some(64)
+        );
+        assert_eq!(
+            with(&[("FERROCX_SHM_COLL_BYTES", "63")])
+                .unwrap()
+                .slot_bytes(2),
+            None
+        );
         ferrocx_sdk::testing::assert_rejected(
             |env| Config::from_lookup(env),
             &[

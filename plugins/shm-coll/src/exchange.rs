@@ -47,8 +47,22 @@ pub struct Call {
     pub nranks: usize,
     /// Root (rooted collectives).
     pub root: usize,
-    /// Bytes of one block (`count` elements).
+    /// Bytes this call moves per message: the block, or one chunk of it.
     pub block: usize,
+    /// Bytes of a whole block (`count` elements): where block `p` starts in a
+    /// buffer of several (equal to `block` unless the call moves a chunk).
+    pub stride: usize,
+}
+
+/// The chunks of a block of `total` bytes through slots of `slot` bytes:
+/// (offset, length) — one, of length 0, for an empty block (its fingerprints
+/// still travel).
+pub fn chunks(total: usize, slot: usize) -> impl Iterator<Item = (usize, usize)> {
+    let n = total.div_ceil(slot.max(1)).max(1);
+    (0..n).map(move |i| {
+        let at = i * slot;
+        (at, slot.min(total - at.min(total)))
+    })
 }
 
 impl Call {
@@ -61,7 +75,7 @@ impl Call {
     /// Offset in this rank's send buffer of its block for `peer`, or `None`
     /// when it sends `peer` no data.
     pub fn outgoing(&self, peer: usize) -> Option<usize> {
-        let (r, b) = (self.rank, self.block);
+        let (r, b) = (self.rank, self.stride);
         match self.coll {
             Coll::AllReduce | Coll::AllGather => Some(0),
             Coll::ReduceScatter | Coll::AllToAll => Some(peer * b),
@@ -92,14 +106,14 @@ impl Call {
     /// Offset in the send buffer of this rank's own input to a reduction.
     fn own_input(&self) -> usize {
         match self.coll {
-            Coll::ReduceScatter => self.rank * self.block,
+            Coll::ReduceScatter => self.rank * self.stride,
             _ => 0,
         }
     }
 
     /// Where `peer`'s block goes in the receive buffer (copies), if anywhere.
     pub fn placed(&self, peer: usize) -> Option<usize> {
-        let (r, b) = (self.rank, self.block);
+        let (r, b) = (self.rank, self.stride);
         match self.coll {
             Coll::AllGather | Coll::AllToAll => Some(peer * b),
             Coll::Gather => (r == self.root).then_some(peer * b),
@@ -112,7 +126,7 @@ impl Call {
     /// layouts: all_gather's input and reduce_scatter's output are this rank's
     /// block of it, and so at the root of gather and scatter).
     pub fn in_place(&self, buf: *mut u8) -> (*const u8, *mut u8) {
-        let at = self.rank * self.block;
+        let at = self.rank * self.stride;
         let at_root = self.rank == self.root;
         // `wrapping_add`: only addresses are computed here.
         match self.coll {
@@ -126,7 +140,7 @@ impl Call {
 
     /// This rank's own block: (send offset, receive offset), for the copies.
     pub fn own_block(&self) -> Option<(usize, usize)> {
-        let (r, b) = (self.rank, self.block);
+        let (r, b) = (self.rank, self.stride);
         match self.coll {
             Coll::AllGather => Some((0, r * b)),
             Coll::AllToAll => Some((r * b, r * b)),

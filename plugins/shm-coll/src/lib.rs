@@ -2,8 +2,10 @@
 //!
 //! A collective plugin (`ferrocx_collective_v1`, `sdk/include/ferrocx_collective.h`)
 //! for the calls where a collective's cost is its fixed overhead: host
-//! memory, every rank on one host, blocks of at most `FERROCX_SHM_COLL_BYTES`
-//! (64 KiB by default, less with many ranks: `FERROCX_SHM_COLL_MEMORY`). The core's path for such a call — a plan, the
+//! memory, every rank on one host, blocks of at most `FERROCX_SHM_COLL_MAX_BYTES`
+//! (256 KiB by default, less above 4 ranks), moved through mailbox slots of
+//! `FERROCX_SHM_COLL_BYTES` (64 KiB, less with many ranks:
+//! `FERROCX_SHM_COLL_MEMORY`) in chunks where a block is larger. The core's path for such a call — a plan, the
 //! engine, a transport's request per message — costs microseconds; here a
 //! call is a few cache-line transfers (the approach of Open MPI's vader
 //! "fast boxes" and of its shared-memory collectives).
@@ -15,7 +17,9 @@
 //! writes its block — and the call's fingerprint — straight into the region of
 //! every rank it exchanges with, then polls its own region for theirs
 //! ([`wait`]), checks each fingerprint against its own call (a mismatch fails
-//! the call on every rank involved, naming both calls), and copies or reduces.
+//! the call on every rank, naming both calls), and copies or reduces. Every
+//! pair exchanges in every call; a block larger than a slot takes one
+//! exchange per chunk.
 //! Reductions are one-shot, in rank order, so every rank computes the same
 //! bits. No thread, lock, allocation or system call on the way; the core does
 //! not run its own call check for this plugin (`FX_COLL_CAP_CHECKS_CALLS`).
@@ -25,14 +29,16 @@
 //! Waits stop at `FERROCX_TIMEOUT` (the core turns it into a hang report),
 //! when the core's abort flag rises (the communicator broke or was aborted, a
 //! peer died or aborted: the core sets it for collective plugins), when a
-//! peer's process is gone, or when a peer wrote into its region's header that
+//! peer's process is gone (the liveness lock on its region is free: this holds
+//! across pid namespaces), or when a peer wrote into its region's header that
 //! it gave up — whose reason, a mismatch for instance, is reported as is. A
 //! failure breaks the plugin's comm; the core breaks the communicator.
 //!
 //! ## Environment
 //!
 //! See [`config`]: `FERROCX_SHM_COLL_PRIORITY` (150; 0 disables),
-//! `FERROCX_SHM_COLL_BYTES` (64K), `FERROCX_SHM_COLL_MEMORY` (16M),
+//! `FERROCX_SHM_COLL_MAX_BYTES` (256K), `FERROCX_SHM_COLL_BYTES` (64K),
+//! `FERROCX_SHM_COLL_MEMORY` (16M),
 //! `FERROCX_SHM_COLL_MAX_RANKS` (16); and
 //! `FERROCX_COLLECTIVES=^shm-coll` leaves it out like any plugin.
 //!

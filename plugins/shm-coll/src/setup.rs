@@ -15,7 +15,7 @@ pub const NAME_BYTES: usize = 96;
 /// Bytes of a reason carried.
 pub const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
-pub const HELLO_BYTES: usize = 4 + 4 + 8 + 8 + NAME_BYTES + REASON_BYTES;
+pub const HELLO_BYTES: usize = 4 + 4 + 8 + 8 + 8 + NAME_BYTES + REASON_BYTES;
 /// Bytes of an encoded [`opened`] status.
 pub const OPENED_BYTES: usize = 4 + REASON_BYTES;
 
@@ -28,6 +28,8 @@ pub struct Hello {
     pub priority: i32,
     /// `FERROCX_SHM_COLL_BYTES` (the size its region was made for).
     pub bytes: u64,
+    /// The largest block it bids for at this rank count (`FERROCX_SHM_COLL_MAX_BYTES`).
+    pub max_block: u64,
     /// `FERROCX_SHM_COLL_MAX_RANKS`.
     pub max_ranks: u64,
     /// Its region's name.
@@ -39,8 +41,10 @@ pub struct Hello {
 pub struct Agreed {
     /// The bid.
     pub priority: i32,
-    /// The largest block, and the slot size every rank lays out.
+    /// The slot size every rank lays out.
     pub bytes: usize,
+    /// The largest block bid for (at least a slot).
+    pub max_block: usize,
 }
 
 fn put_text(b: &mut Vec<u8>, text: &str, len: usize) {
@@ -70,6 +74,7 @@ impl Hello {
         b.extend_from_slice(&(self.failed.is_none() as u32).to_le_bytes());
         b.extend_from_slice(&self.priority.to_le_bytes());
         b.extend_from_slice(&self.bytes.to_le_bytes());
+        b.extend_from_slice(&self.max_block.to_le_bytes());
         b.extend_from_slice(&self.max_ranks.to_le_bytes());
         put_text(&mut b, &self.name, NAME_BYTES);
         put_text(&mut b, self.failed.as_deref().unwrap_or(""), REASON_BYTES);
@@ -82,13 +87,14 @@ impl Hello {
             return None;
         }
         let ok = u32::from_le_bytes(word(b, 0)) == 1;
-        let reason = text(&b[24 + NAME_BYTES..]);
+        let reason = text(&b[32 + NAME_BYTES..]);
         Some(Hello {
             failed: (!ok).then_some(reason),
             priority: i32::from_le_bytes(word(b, 4)),
             bytes: u64::from_le_bytes(word(b, 8)),
-            max_ranks: u64::from_le_bytes(word(b, 16)),
-            name: text(&b[24..24 + NAME_BYTES]),
+            max_block: u64::from_le_bytes(word(b, 16)),
+            max_ranks: u64::from_le_bytes(word(b, 24)),
+            name: text(&b[32..32 + NAME_BYTES]),
         })
     }
 }
@@ -98,6 +104,7 @@ pub fn agree(hellos: &[Option<Hello>]) -> Result<Agreed, String> {
     let n = hellos.len();
     let mut priority = i32::MAX;
     let mut bytes = u64::MAX;
+    let mut max_block = u64::MAX;
     for (r, h) in hellos.iter().enumerate() {
         let Some(h) = h else {
             return Err(format!("rank {r} sent a garbled hello"));
@@ -119,10 +126,12 @@ pub fn agree(hellos: &[Option<Hello>]) -> Result<Agreed, String> {
         }
         priority = priority.min(h.priority);
         bytes = bytes.min(h.bytes);
+        max_block = max_block.min(h.max_block);
     }
     Ok(Agreed {
         priority,
         bytes: bytes as usize,
+        max_block: max_block.max(bytes) as usize,
     })
 }
 
@@ -156,6 +165,7 @@ mod tests {
             failed: None,
             priority,
             bytes,
+            max_block: 4 * bytes,
             max_ranks: 16,
             name: "/ferrocx-shmcoll-12-ab-0".into(),
         }
@@ -185,7 +195,8 @@ mod tests {
             agree(&all),
             Ok(Agreed {
                 priority: 120,
-                bytes: 4096
+                bytes: 4096,
+                max_block: 16384
             })
         );
         let mut bad = all.clone();

@@ -99,6 +99,7 @@ fn run_all(
                     nranks: n,
                     root,
                     block,
+                    stride: block,
                 };
                 let mut b = Bufs::new(coll, c, n, r, root, in_place);
                 // In place: `Call::in_place` finds the buffers in NCCL's layout.
@@ -189,6 +190,7 @@ fn floats_reduce_to_the_same_bits_on_every_rank() {
                     nranks: n,
                     root: 0,
                     block: c * 4,
+                    stride: c * 4,
                 };
                 let send: Vec<f32> = (0..c)
                     .map(|i| 0.1f32 * (r as f32 + 1.0) + i as f32 * 1e-3)
@@ -226,6 +228,7 @@ fn exchanges_are_symmetric_and_sizes_match() {
                         nranks: n,
                         root,
                         block: 4,
+                        stride: 4,
                     };
                     for p in 0..n {
                         let them = Call { rank: p, ..me };
@@ -243,4 +246,15 @@ fn exchanges_are_symmetric_and_sizes_match() {
             }
         }
     }
+}
+
+#[test]
+fn chunks_cover_the_block_once() {
+    assert_eq!(chunks(0, 64).collect::<Vec<_>>(), vec![(0, 0)]);
+    assert_eq!(chunks(64, 64).collect::<Vec<_>>(), vec![(0, 64)]);
+    assert_eq!(chunks(65, 64).collect::<Vec<_>>(), vec![(0, 64), (64, 1)]);
+    assert_eq!(
+        chunks(200, 64).collect::<Vec<_>>(),
+        vec![(0, 64), (64, 64), (128, 64), (192, 8)]
+    );
 }
