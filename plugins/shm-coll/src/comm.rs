@@ -84,11 +84,28 @@ fn local_setup(info: &CommInfo, cfg: &Config, name: &str) -> Result<(Region, usi
     Ok((region, bytes))
 }
 
-/// Online CPUs of the host (not this process's affinity: bound ranks each see one).
+/// CPUs the ranks can share: the host's online CPUs (not this process's
+/// affinity: bound ranks each see one), capped by a cgroup v2 CPU quota (a
+/// container limited to 2 CPUs on a large host).
 fn host_cpus() -> usize {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).unwrap_or(1).max(1)
+    let online = usize::try_from(n).unwrap_or(1).max(1);
+    std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
+        .ok()
+        .and_then(|q| quota_cpus(&q))
+        .map_or(online, |q| online.min(q))
+}
+
+/// CPUs a cgroup v2 `cpu.max` line allows (`"200000 100000"`: 2), rounded up;
+/// `None` without a limit (`"max 100000"`) or for a line it cannot read.
+fn quota_cpus(line: &str) -> Option<usize> {
+    let mut it = line.split_whitespace();
+    let quota: u64 = it.next()?.parse().ok()?;
+    let period: u64 = it.next()?.parse().ok().filter(|&p| p > 0)?;
+    usize::try_from(quota.div_ceil(period))
+        .ok()
+        .map(|c| c.max(1))
 }
 
 impl ShmComm {
