@@ -72,8 +72,10 @@ impl Communicator {
     ///
     /// Stream-ordered calls are not checked: queued beside the call (tried on one
     /// H100), the check worked, but with a rank killed mid-loop the survivors' `ce`
-    /// stream waits were then left blocked in 2 of 3 runs (0 of 3 without it), an
-    /// interplay with issue 14's killed-peer hang not understood yet.
+    /// stream waits were then left blocked (5 of 6 runs, 0 of 9 without it;
+    /// `bench/results/2026-11-26-h100-stop-flag/`), an interplay with issue 14's
+    /// killed-peer hang not understood yet.
+    ///
     /// `label` is the plugin call's: a status query sees the check as part of it
     /// (a rank still in the check and a peer already in the plugin are in one call).
     fn check_alone(&self, fp: ferrocx_algo::Fingerprint, label: Label) -> Result<()> {
