@@ -294,31 +294,29 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Path of the shm transport as a loadable `.so`, built into a separate
-/// target directory (so this cannot contend with the running cargo's lock).
+/// Path of the shm transport as a loadable `.so` (see [`plugin_so`]).
 pub fn shm_plugin_so() -> PathBuf {
+    plugin_so("ferrocx-plugin-shm", "libferrocx_plugin_shm.so")
+}
+
+/// Path of a plugin's cdylib (`package`, giving `file`), built into a separate
+/// target directory (so this cannot contend with the running cargo's lock).
+pub fn plugin_so(package: &str, file: &str) -> PathBuf {
     let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     let dir = target_dir().join("fx-plugins");
-    let so = dir.join("release").join("libferrocx_plugin_shm.so");
+    let so = dir.join("release").join(file);
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .join("Cargo.toml");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let st = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "ferrocx-plugin-shm",
-            "--manifest-path",
-        ])
+        .args(["build", "--release", "-q", "-p", package, "--manifest-path"])
         .arg(&manifest)
         .arg("--target-dir")
         .arg(&dir)
         .status()
-        .expect("run cargo to build the shm plugin");
-    assert!(st.success(), "building libferrocx_plugin_shm.so failed");
+        .unwrap_or_else(|e| panic!("run cargo to build {package}: {e}"));
+    assert!(st.success(), "building {file} failed");
     assert!(so.exists(), "{} missing after build", so.display());
     so
 }

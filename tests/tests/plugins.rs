@@ -3,7 +3,8 @@
 
 use ferrocx::plugin::{PluginSource, Registry};
 use ferrocx_tests::{
-    assert_all_ok, compile_c_plugin, compile_c_plugin_with, repo_root, run_ranks, shm_plugin_so,
+    assert_all_ok, compile_c_plugin, compile_c_plugin_with, plugin_so, repo_root, run_ranks,
+    shm_plugin_so,
 };
 use std::time::Duration;
 
@@ -281,6 +282,43 @@ fn cma_plugin() -> Option<String> {
         "ferrocx_plugin_cma",
     )
     .map(|p| p.to_string_lossy().into_owned())
+}
+
+/// shm-coll as a `.so` with the built-ins off (the shm transport from its `.so`
+/// too): every case of the matrix runs on it and is checked.
+#[test]
+fn shm_coll_loaded_from_its_cdylib_runs_every_case() {
+    let shm = shm_plugin_so().to_string_lossy().into_owned();
+    let coll = plugin_so("ferrocx-plugin-shm-coll", "libferrocx_plugin_shm_coll.so")
+        .to_string_lossy()
+        .into_owned();
+    let plugins = format!("{shm}:{coll}");
+    let outs = run_ranks(
+        WORKER,
+        3,
+        &[
+            "coll-plugin",
+            "--expect",
+            "shm-coll",
+            "--counts",
+            "0,1,7,1000",
+        ],
+        &[
+            ("FERROCX_BUILTIN_PLUGINS", "0"),
+            ("FERROCX_PLUGINS", &plugins),
+            ("FERROCX_TIMEOUT", "60"),
+        ],
+        LIMIT,
+    );
+    assert_all_ok(&outs);
+    for o in &outs {
+        assert!(
+            o.stdout.contains("collective plugins: [\"shm-coll\"]")
+                && o.stdout.contains("{\"shm-coll\": 800}"),
+            "{}",
+            o.stdout
+        );
+    }
 }
 
 #[test]

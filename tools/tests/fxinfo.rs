@@ -1,6 +1,6 @@
 //! fxinfo: the plugin report, and the conformance kit against real `.so` files.
 
-use ferrocx_tests::{compile_c_plugin, compile_c_plugin_with, repo_root, shm_plugin_so};
+use ferrocx_tests::{compile_c_plugin, compile_c_plugin_with, plugin_so, repo_root, shm_plugin_so};
 use std::process::Command;
 
 const FXINFO: &str = env!("CARGO_BIN_EXE_fxinfo");
@@ -181,6 +181,23 @@ fn fxinfo_under_fxrun_says_who_runs_each_collective_and_why() {
     ] {
         assert!(text.contains(needle), "missing '{needle}':\n{text}");
     }
+}
+
+#[test]
+fn conformance_kit_passes_the_shm_coll_plugin() {
+    let so = plugin_so("ferrocx-plugin-shm-coll", "libferrocx_plugin_shm_coll.so");
+    let (code, out) = check(&so);
+    assert_eq!(code, Some(0), "{out}");
+    for needle in [
+        "PASS  load collective        collective 'shm-coll'",
+        "PASS  comm_init",
+        // Every collective, on host memory.
+        "ran and verified on host memory: [0, 1, 2, 3, 4, 5, 6, 7]",
+        "PASS  comm_destroy",
+    ] {
+        assert!(out.contains(needle), "missing '{needle}':\n{out}");
+    }
+    assert!(!out.contains("FAIL"), "{out}");
 }
 
 #[test]
