@@ -75,6 +75,21 @@ fn wires(n: usize, block: usize) -> Vec<Chan> {
         .collect()
 }
 
+/// `f(rank, wire)` on `n` threads joined by channels (blocks of `block` bytes);
+/// every rank's result.
+fn on_threads<T: Send + 'static>(
+    n: usize,
+    block: usize,
+    f: impl Fn(usize, &mut Chan) -> T + Send + Copy + 'static,
+) -> Vec<T> {
+    let handles: Vec<_> = wires(n, block)
+        .into_iter()
+        .enumerate()
+        .map(|(r, mut w)| std::thread::spawn(move || f(r, &mut w)))
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
 /// Run one call on every rank; each rank's output afterwards.
 fn run_all(
     coll: Coll,
@@ -85,40 +100,32 @@ fn run_all(
     in_place: bool,
 ) -> Vec<Vec<u32>> {
     let block = c * 4;
-    let ws = wires(n, block);
-    let handles: Vec<_> = ws
-        .into_iter()
-        .enumerate()
-        .map(|(r, mut w)| {
-            std::thread::spawn(move || {
-                let call = Call {
-                    coll,
-                    dtype: DataType::U32,
-                    op,
-                    rank: r,
-                    nranks: n,
-                    root,
-                    block,
-                    stride: block,
-                };
-                let mut b = Bufs::new(coll, c, n, r, root, in_place);
-                // In place: `Call::in_place` finds the buffers in NCCL's layout.
-                let (sp, rp) = match b.api() {
-                    (_, one) if b.in_place() => call.in_place(one),
-                    apart => apart,
-                };
-                // SAFETY: buffers sized for the collective as above.
-                unsafe { run(&call, sp, rp, &mut w) }.unwrap();
-                // Everyone this rank posted to is a rank it talks to, once each.
-                let mut posted = w.posted.clone();
-                posted.sort_unstable();
-                let talks: Vec<usize> = (0..n).filter(|&p| call.talks_to(p)).collect();
-                assert_eq!(posted, talks);
-                b.output()
-            })
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+    on_threads(n, block, move |r, w| {
+        let call = Call {
+            coll,
+            dtype: DataType::U32,
+            op,
+            rank: r,
+            nranks: n,
+            root,
+            block,
+            stride: block,
+        };
+        let mut b = Bufs::new(coll, c, n, r, root, in_place);
+        // In place: `Call::in_place` finds the buffers in NCCL's layout.
+        let (sp, rp) = match b.api() {
+            (_, one) if b.in_place() => call.in_place(one),
+            apart => apart,
+        };
+        // SAFETY: buffers sized for the collective as above.
+        unsafe { run(&call, sp, rp, w) }.unwrap();
+        // Everyone this rank posted to is a rank it talks to, once each.
+        let mut posted = w.posted.clone();
+        posted.sort_unstable();
+        let talks: Vec<usize> = (0..n).filter(|&p| call.talks_to(p)).collect();
+        assert_eq!(posted, talks);
+        b.output()
+    })
 }
 
 #[test]
@@ -176,41 +183,25 @@ fn floats_reduce_to_the_same_bits_on_every_rank() {
     // Rank order fixes the rounding: every rank's sum is bitwise equal.
     let n = 4;
     let c = 64;
-    let ws = wires(n, c * 4);
-    let handles: Vec<_> = ws
-        .into_iter()
-        .enumerate()
-        .map(|(r, mut w)| {
-            std::thread::spawn(move || {
-                let call = Call {
-                    coll: Coll::AllReduce,
-                    dtype: DataType::F32,
-                    op: RedOp::Sum,
-                    rank: r,
-                    nranks: n,
-                    root: 0,
-                    block: c * 4,
-                    stride: c * 4,
-                };
-                let send: Vec<f32> = (0..c)
-                    .map(|i| 0.1f32 * (r as f32 + 1.0) + i as f32 * 1e-3)
-                    .collect();
-                let mut recv = vec![0f32; c];
-                // SAFETY: both hold `c` floats.
-                unsafe {
-                    run(
-                        &call,
-                        send.as_ptr().cast(),
-                        recv.as_mut_ptr().cast(),
-                        &mut w,
-                    )
-                }
-                .unwrap();
-                recv.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    let all: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let all = on_threads(n, c * 4, move |r, w| {
+        let call = Call {
+            coll: Coll::AllReduce,
+            dtype: DataType::F32,
+            op: RedOp::Sum,
+            rank: r,
+            nranks: n,
+            root: 0,
+            block: c * 4,
+            stride: c * 4,
+        };
+        let send: Vec<f32> = (0..c)
+            .map(|i| 0.1f32 * (r as f32 + 1.0) + i as f32 * 1e-3)
+            .collect();
+        let mut recv = vec![0f32; c];
+        // SAFETY: both hold `c` floats.
+        unsafe { run(&call, send.as_ptr().cast(), recv.as_mut_ptr().cast(), w) }.unwrap();
+        recv.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    });
     assert!(all.windows(2).all(|w| w[0] == w[1]));
 }
 
