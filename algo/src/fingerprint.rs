@@ -25,6 +25,23 @@ use std::fmt;
 /// Bytes of an encoded fingerprint.
 pub const FINGERPRINT_BYTES: usize = 32;
 
+/// How the text of a mismatch starts: the core's `Error::Mismatch` and a
+/// collective plugin that checks calls itself (`FX_COLL_CAP_CHECKS_CALLS`) say
+/// it alike, so the core (and the peers, in an abort notice) recognise it.
+pub const MISMATCH: &str = "mismatched calls: ";
+
+/// The text of a mismatch between rank `a`'s call and rank `b`'s, the lower
+/// rank first: `mismatched calls: rank 0 called all_reduce(float, sum, 8) as op
+/// #3, rank 1 called broadcast(float, 8, root 0) as op #3`.
+pub fn mismatch_text(a: usize, call_a: &str, b: usize, call_b: &str) -> String {
+    let ((r, c), (p, pc)) = if a <= b {
+        ((a, call_a), (b, call_b))
+    } else {
+        ((b, call_b), (a, call_a))
+    };
+    format!("{MISMATCH}rank {r} called {c}, rank {p} called {pc}")
+}
+
 const MAGIC: [u8; 4] = *b"FXFP";
 const VERSION: u8 = 1;
 const NONE8: u8 = 0xff;

@@ -1,5 +1,6 @@
 //! `ferrocx::Error`: says what happened, to which peer, in which plugin hook.
 
+use ferrocx_algo::fingerprint::{mismatch_text, MISMATCH};
 use std::fmt;
 use std::time::Duration;
 
@@ -155,10 +156,7 @@ impl fmt::Display for Error {
                 call,
                 peer,
                 peer_call,
-            } => write!(
-                f,
-                "{MISMATCH}rank {rank} called {call}, rank {peer} called {peer_call}"
-            ),
+            } => f.write_str(&mismatch_text(*rank, call, *peer, peer_call)),
             Error::Hang {
                 rank,
                 waited,
@@ -170,9 +168,6 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// How a [`Error::Mismatch`] message starts (also how peers recognise it in an
-/// abort notice).
-const MISMATCH: &str = "mismatched calls: ";
 /// How a [`Error::Hang`] message starts, and what follows its report.
 const HANG: &str = "hang: ";
 const HANG_RANK: &str = ". Rank ";

@@ -17,6 +17,16 @@ fn check(path: &std::path::Path) -> (Option<i32>, String) {
     )
 }
 
+/// `fxinfo --check` on `so` passes, and its report holds every needle.
+fn passes_check(so: &std::path::Path, needles: &[&str]) {
+    let (code, out) = check(so);
+    assert_eq!(code, Some(0), "{out}");
+    for needle in needles {
+        assert!(out.contains(needle), "missing '{needle}':\n{out}");
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+}
+
 #[test]
 fn conformance_kit_passes_the_shm_plugin() {
     let (code, out) = check(&shm_plugin_so());
@@ -186,18 +196,16 @@ fn fxinfo_under_fxrun_says_who_runs_each_collective_and_why() {
 #[test]
 fn conformance_kit_passes_the_shm_coll_plugin() {
     let so = plugin_so("ferrocx-plugin-shm-coll", "libferrocx_plugin_shm_coll.so");
-    let (code, out) = check(&so);
-    assert_eq!(code, Some(0), "{out}");
-    for needle in [
-        "PASS  load collective        collective 'shm-coll'",
-        "PASS  comm_init",
-        // Every collective, on host memory.
-        "ran and verified on host memory: [0, 1, 2, 3, 4, 5, 6, 7]",
-        "PASS  comm_destroy",
-    ] {
-        assert!(out.contains(needle), "missing '{needle}':\n{out}");
-    }
-    assert!(!out.contains("FAIL"), "{out}");
+    passes_check(
+        &so,
+        &[
+            "PASS  load collective        collective 'shm-coll'",
+            "PASS  comm_init",
+            // Every collective, on host memory.
+            "ran and verified on host memory: [0, 1, 2, 3, 4, 5, 6, 7]",
+            "PASS  comm_destroy",
+        ],
+    );
 }
 
 #[test]
@@ -208,16 +216,14 @@ fn conformance_kit_recognises_and_passes_a_c_collective_plugin() {
     ) else {
         return;
     };
-    let (code, out) = check(&so);
-    assert_eq!(code, Some(0), "{out}");
-    for needle in [
-        "PASS  load collective        collective 'cma'",
-        "PASS  comm_init",
-        "ran and verified on host memory: [0, 2, 5, 6, 7]",
-        "PASS  launch(null comm)",
-        "PASS  comm_destroy",
-    ] {
-        assert!(out.contains(needle), "missing '{needle}':\n{out}");
-    }
-    assert!(!out.contains("FAIL"), "{out}");
+    passes_check(
+        &so,
+        &[
+            "PASS  load collective        collective 'cma'",
+            "PASS  comm_init",
+            "ran and verified on host memory: [0, 2, 5, 6, 7]",
+            "PASS  launch(null comm)",
+            "PASS  comm_destroy",
+        ],
+    );
 }

@@ -15,7 +15,7 @@ use crate::exchange::{self, Call, Wire};
 use crate::layout::Layout;
 use crate::setup::{self, Hello};
 use crate::wait::{Backoff, Pause, PEER_CHECK};
-use ferrocx_algo::fingerprint::FINGERPRINT_BYTES;
+use ferrocx_algo::fingerprint::{mismatch_text, FINGERPRINT_BYTES, MISMATCH};
 use ferrocx_algo::{CollKind, DataType, Fingerprint, RedOp};
 use ferrocx_sdk::collective::{Coll, CollDesc, CommInfo, Oob};
 use ferrocx_sdk::region::Region;
@@ -261,15 +261,7 @@ impl CallWire<'_> {
             Ok(f) => f.to_string(),
             Err(g) => format!("something unreadable ({})", g.0),
         };
-        let (mine, a, b) = (self.fp.to_string(), me.min(peer), me.max(peer));
-        let (ca, cb) = if me < peer {
-            (mine, theirs)
-        } else {
-            (theirs, mine)
-        };
-        PluginError::invalid(format!(
-            "mismatched calls: rank {a} called {ca}, rank {b} called {cb}"
-        ))
+        PluginError::invalid(mismatch_text(me, &self.fp.to_string(), peer, &theirs))
     }
 
     /// Between polls: stop for an abort, a peer that gave up or died, or the timeout.
@@ -287,7 +279,7 @@ impl CallWire<'_> {
         }
         if let Some(why) = c.arena.broken(peer) {
             // The peer's own words: a mismatch it saw is reported as such.
-            return Err(if why.starts_with("mismatched calls: ") {
+            return Err(if why.starts_with(MISMATCH) {
                 PluginError::invalid(why)
             } else {
                 PluginError::remote(format!("rank {peer} gave up: {why}"))
