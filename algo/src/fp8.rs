@@ -7,7 +7,7 @@
 //! NCCL reduces fp8 by widening to half, combining, and narrowing with
 //! saturation; widening is exact and one sum or product of two fp8 values
 //! rounds the same through half or f32, so ferrocx computes in f32.
-//! `core/src/device/kernels.rs` carries the same functions in CUDA C.
+//! `sdk/src/kernels/mod.rs` carries the same functions in CUDA C.
 
 /// An 8-bit format: mantissa bits, exponent bias, largest finite value and its code.
 struct Format {

@@ -19,9 +19,10 @@
 //! The GPU tests serialize themselves (one lock), so `--test-threads=1` only
 //! keeps the output in order.
 
+use ferrocx::device::kernels::Error;
 use ferrocx::device::kernels::{Image, Kernels, BLOCK};
 use ferrocx::device::testdata::{compare, gen, Rng};
-use ferrocx::{DataType, Error, RedOp};
+use ferrocx::{DataType, RedOp};
 use ferrocx_sdk::cuda::{self, sys, Context, Stream};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;

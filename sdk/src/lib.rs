@@ -36,6 +36,8 @@ mod error;
 mod export;
 pub mod failover;
 mod host;
+#[cfg(feature = "cuda")]
+pub mod kernels;
 pub mod proc;
 pub mod region;
 pub mod same_host;

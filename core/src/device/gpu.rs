@@ -78,7 +78,10 @@ impl Gpu {
     /// logged here and returned by the device reductions that need the kernel.
     fn preload(&self) {
         let t = std::time::Instant::now();
-        match self.kernels().and_then(Kernels::prepare_all) {
+        match self
+            .kernels()
+            .and_then(|k| k.prepare_all().map_err(Into::into))
+        {
             Ok(()) => tracing::debug!(target: "ferrocx::device",
                 "reduction kernels loaded in {:.0} ms", t.elapsed().as_secs_f64() * 1e3),
             Err(e) => tracing::info!(target: "ferrocx::device", "{e}"),

@@ -1,6 +1,6 @@
 //! GPU memory in the core: the device a rank uses (`Gpu`), stream ordering
-//! (`order`), device memory and pinned staging (`mem`), local copies (`copy`), and the reduction kernels
-//! compiled at run time with NVRTC ([`kernels`]). The CUDA driver
+//! (`order`), device memory and pinned staging (`mem`), local copies (`copy`); the reduction kernels compiled at
+//! run time with NVRTC ([`kernels`]) come from the SDK. The CUDA driver
 //! is reached only through `ferrocx_sdk::cuda`, which reports a missing driver as an
 //! error value instead of panicking: without a GPU everything host-side works and
 //! device calls return [`Error::Unsupported`](crate::Error::Unsupported).
@@ -8,15 +8,26 @@
 mod assign;
 pub(crate) mod copy;
 mod gpu;
-mod kcache;
-pub mod kernels;
+#[cfg(test)]
+mod kernel_tests;
 pub(crate) mod mem;
-pub mod nvrtc;
 pub(crate) mod order;
 #[doc(hidden)]
 pub mod testdata;
 
 pub use assign::{check_device, choose_device};
+/// The reduction kernels live in the SDK, shared with the device collective plugins.
+pub use ferrocx_sdk::kernels::{self, nvrtc};
+
+impl From<kernels::Error> for crate::Error {
+    fn from(e: kernels::Error) -> Self {
+        match e {
+            kernels::Error::Unsupported(m) => crate::Error::Unsupported(m),
+            kernels::Error::InvalidArgument(m) => crate::Error::InvalidArgument(m),
+            kernels::Error::Cuda(m) => crate::Error::Cuda(m),
+        }
+    }
+}
 pub(crate) use gpu::Gpu;
 
 /// A raw CUDA stream handle (`CUstream`), as FFI users pass it.

@@ -431,7 +431,7 @@ mod tests {
     fn get_and_compile() {
         let n = match Nvrtc::get() {
             Err(e) => {
-                ferrocx_sdk::cuda::skip_notice(&e.to_string());
+                crate::cuda::skip_notice(&e.to_string());
                 assert!(e.contains("libnvrtc.so"), "{e}");
                 return;
             }

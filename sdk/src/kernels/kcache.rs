@@ -1,6 +1,6 @@
 //! An on-disk cache of the images NVRTC builds, so that a process opening a GPU
 //! does not pay the compile again (every kernel is built and loaded when the
-//! device is opened: see [`super::kernels`]).
+//! device is opened: see [`super`]).
 //!
 //! An entry is keyed by everything that decides the image: the source, the
 //! options, the target, NVRTC's version and ferrocx's. Entries are written to a
