@@ -17,13 +17,17 @@
 # process: the host has no MPI). `torch` measures NCCL with one process per GPU through
 # torch.distributed (scripts/nccl-torch-bench.py, torch-<bench>.log).
 # scripts/bench-compare.py OUT prints ferrocx / NCCL side by side from the logs.
-# `ce` runs the ce collective plugin's device tests (matrix at 2 and 4 ranks, CUDA graph
-# replays, window cycles, a killed rank); `perf-ce` times alltoall, all_gather, gather,
-# scatter and broadcast on symmetric windows (-R 2) through ce and through the core
-# (FERROCX_COLLECTIVES=^ce) in one run. `dropin-torch` runs nccl/tests/torch_dropin.py
+# `ce` runs the ce collective plugin's device tests (matrix at 2 and 4 ranks, reductions,
+# CUDA graph replays, window cycles, a killed rank); `perf-ce` times alltoall, all_gather,
+# gather, scatter, broadcast, all_reduce and reduce_scatter (CE_COLLS) on symmetric
+# windows (-R 2) through ce and through the core (FERROCX_COLLECTIVES=^ce) in one run;
+# `perf-ce-shots` ce's all_reduce forced one-shot and forced two-shot. `dropin-torch` runs nccl/tests/torch_dropin.py
 # under torchrun with ferrocx's libnccl.so.2 preloaded (DROPIN, default gpu-run/nccl, from
 # scripts/install-nccl.sh); `dropin-tests` builds nccl-tests against it and runs each
-# benchmark with one rank. With one GPU shared by the ranks, run `mps`
+# benchmark with DROPIN_GPUS ranks in one process (default 1). `nccl-sym` runs nccl-tests
+# on symmetric windows (-R 2), `nccl-ce` NCCL's copy-engine collectives (-R 2 -x 2,
+# NCCL >= 2.28), `mpi` nccl-tests built with MPI against the drop-in, one process per GPU
+# (when the host has mpicc and mpirun). With one GPU shared by the ranks, run `mps`
 # first and `mps-stop` last (nvidia-cuda-mps-control).
 # Never enables NVLink multicast (NCCL_NVLS_ENABLE=0; ferrocx never calls cuMulticastCreate).
 set -uo pipefail
@@ -72,18 +76,24 @@ for s in $STEPS; do
     ce) FXTEST_WORKER="$BIN/fxtest-worker" FERROCX_REQUIRE_GPU=1 \
         run_step ce "$BIN/device-tests" ce_ --nocapture --test-threads 1 ;;
     perf-ce)
-      for b in alltoall all_gather gather scatter broadcast; do
+      for b in ${CE_COLLS:-alltoall all_gather gather scatter broadcast all_reduce reduce_scatter}; do
         for impl in ce core; do
           # shellcheck disable=SC2086
           FERROCX_COLLECTIVES="$([ "$impl" = core ] && echo '^ce')" run_step "fxperf-$b-$impl" \
             "$BIN/fxperf" --np 2 --mem cuda -R 2 $SIZES $ITERS -c 1 "$b"
         done
       done ;;
+    perf-ce-shots)  # ce's all_reduce forced one-shot (out of place) and two-shot: the crossover
+      for v in one:1G two:0; do
+        # shellcheck disable=SC2086
+        FERROCX_CE_ONESHOT_BYTES="${v#*:}" run_step "fxperf-all_reduce-ce-${v%%:*}" \
+          "$BIN/fxperf" --np 2 --mem cuda -R 2 $SIZES $ITERS -c 1 all_reduce
+      done ;;
     mix) run_step mix "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-mix 0 1000 --mem cuda ;;
     kill) [ -n "$(grep -l ring-loop-dev "$BIN/fxtest-worker" 2>/dev/null)" ] && \
         run_step kill "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" ring-loop-dev 8388608 --victim 1 --kill-after-ms 800 ;;
-    perf)
-      for b in sendrecv alltoall all_gather all_reduce reduce_scatter broadcast; do
+    perf)  # PERF_COLLS: which (default all six)
+      for b in ${PERF_COLLS:-sendrecv alltoall all_gather all_reduce reduce_scatter broadcast}; do
         # shellcheck disable=SC2086
         run_step "fxperf-$b" "$BIN/fxperf" --np 2 --mem cuda $SIZES $ITERS -c 1 "$b"
       done ;;
@@ -105,12 +115,44 @@ for s in $STEPS; do
       if [ -d "$SRC" ]; then
         run_step nccl-build make -C "$SRC" -j 16 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
           NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}" ${NCCL_HOME:+NCCL_HOME=$NCCL_HOME}
-        for b in sendrecv alltoall all_gather all_reduce reduce_scatter broadcast; do
+        for b in ${PERF_COLLS:-sendrecv alltoall all_gather all_reduce reduce_scatter broadcast}; do
           # shellcheck disable=SC2086
           run_step "nccl-$b" "$SRC/build/${b}_perf" $SIZES $ITERS -c 1 -g 2
         done
       else
         echo "   nccl: no nccl-tests source at $SRC" | tee -a "$SUMMARY"
+      fi ;;
+    nccl-sym)  # NCCL on symmetric windows (-R 2): its symmetric kernels, next to fxperf -R 2
+      SRC="${NCCL_TESTS_SRC:-gpu-run/nccl-tests}"
+      for b in ${PERF_COLLS:-sendrecv alltoall all_gather all_reduce reduce_scatter broadcast}; do
+        # shellcheck disable=SC2086
+        run_step "nccl-sym-$b" "$SRC/build/${b}_perf" $SIZES $ITERS -c 1 -g 2 -R 2
+      done ;;
+    nccl-ce)  # NCCL's copy-engine collectives: symmetric windows and the zero-CTA policy (NCCL >= 2.28)
+      SRC="${NCCL_TESTS_SRC:-gpu-run/nccl-tests}"
+      for b in alltoall all_gather gather scatter broadcast; do
+        # shellcheck disable=SC2086
+        run_step "nccl-ce-$b" "$SRC/build/${b}_perf" $SIZES $ITERS -c 1 -g 2 -R 2 -x 2
+      done ;;
+    mpi)  # nccl-tests with MPI (one process per GPU) against NCCL and the drop-in, when the host has MPI
+      SRC="$(cd "${NCCL_TESTS_SRC:-gpu-run/nccl-tests}" && pwd)"; D="$(cd "${DROPIN:-gpu-run/nccl}" && pwd)"
+      MPICC="$(command -v mpicc || true)"
+      { command -v mpirun; [ -n "$MPICC" ] && "$MPICC" -showme:incdirs; } > "$OUT/mpi-probe.log" 2>&1
+      if [ -n "$MPICC" ] && command -v mpirun > /dev/null; then
+        # nccl-tests takes MPI_HOME/include and MPI_HOME/lib: Debian's Open MPI keeps
+        # both under /usr/lib/<arch>/openmpi, which mpicc names.
+        INC="$("$MPICC" -showme:incdirs 2>/dev/null | awk '{print $1}')"
+        MH="$(dirname "${INC:-/usr/include/x}")"
+        run_step mpi-build make -C "$SRC" -j 16 MPI=1 MPI_HOME="$MH" BUILDDIR="$SRC/build-mpi-ferrocx" \
+          NCCL_HOME="$D" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" \
+          NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}"
+        for b in ${MPI_BENCHES:-all_reduce all_gather alltoall broadcast reduce_scatter sendrecv}; do
+          # shellcheck disable=SC2086
+          run_step "dropin-mpi-$b" mpirun --allow-run-as-root -np 2 -x LD_LIBRARY_PATH="$D/lib" \
+            -x FERROCX_TIMEOUT -x NCCL_NVLS_ENABLE "$SRC/build-mpi-ferrocx/${b}_perf" $SIZES $ITERS -c 1 -g 1
+        done
+      else
+        echo "   mpi: no mpicc/mpirun on this host" | tee -a "$SUMMARY"
       fi ;;
     torch)  # NCCL with one process per GPU (torch.distributed), for want of MPI for nccl-tests
       # shellcheck disable=SC2086
@@ -126,7 +168,7 @@ for s in $STEPS; do
         CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}"
       for b in all_reduce all_gather broadcast reduce_scatter reduce alltoall sendrecv; do
         LD_LIBRARY_PATH="$D/lib" run_step "dropin-$b" "$SRC/build-ferrocx/${b}_perf" \
-          ${DROPIN_SIZES:--b 8 -e 64M -f 8} -n 20 -w 5 -c 1 -g 1
+          ${DROPIN_SIZES:--b 8 -e 64M -f 8} -n 20 -w 5 -c 1 -g "${DROPIN_GPUS:-1}"
       done ;;
     *) echo "unknown step $s" | tee -a "$SUMMARY" ;;
   esac

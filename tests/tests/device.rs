@@ -70,6 +70,8 @@ fn run_ok_n(n: usize, args: &[&str], env: &[(&str, &str)], limit: Duration) {
 
 const P2P: (&str, &str) = ("FERROCX_TRANSPORTS", "p2p");
 const SHM: (&str, &str) = ("FERROCX_TRANSPORTS", "shm");
+/// The core's own device path (ce, which otherwise runs most of these calls, left out).
+const CORE: (&str, &str) = ("FERROCX_COLLECTIVES", "^ce");
 
 #[test]
 fn smoke_over_p2p_and_shm() {
@@ -87,7 +89,7 @@ fn matrix_over_p2p() {
     }
     run_ok(
         &["coll-matrix", "--mem", "cuda"],
-        &[P2P],
+        &[P2P, CORE],
         Duration::from_secs(600),
     );
 }
@@ -99,12 +101,13 @@ fn matrix_staged_over_shm() {
     }
     run_ok(
         &["coll-matrix", "--mem", "cuda", "--filter", "count=1000"],
-        &[SHM],
+        &[SHM, CORE],
         Duration::from_secs(600),
     );
 }
 
-/// The seed-000 mix, 1000 iterations, on device memory over p2p.
+/// The seed-000 mix, 1000 iterations, on device memory over p2p (collectives
+/// on ce where it bids, the rest and send/recv on the core, on one stream).
 #[test]
 fn mix_on_device() {
     if !gpus() {
@@ -174,16 +177,75 @@ fn ce_runs_the_copy_collectives_on_windows_2_and_4_ranks() {
     }
 }
 
+/// all_reduce and reduce_scatter through ce (reduction kernels reading the
+/// peers' windows or scratches, copy engines spreading the results): every
+/// type × operator × count × in and out of place, checked against the model,
+/// every call with data run by ce — on windows (one-shot, then two-shot with
+/// the one-shot limit at 0) and on plain buffers (staged).
+#[test]
+fn ce_runs_the_reductions_2_and_4_ranks() {
+    if !gpus() {
+        return;
+    }
+    for n in [2, 4] {
+        for (window, one_shot) in [(true, "32M"), (true, "0"), (false, "32M")] {
+            let mut args = vec!["coll-matrix", "--mem", "cuda", "--expect", "ce"];
+            args.extend(["--filter", "all_reduce |reduce_scatter "]);
+            if window {
+                args.push("--window");
+            }
+            run_ok_n(
+                n,
+                &args,
+                &[
+                    ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
+                    ("FERROCX_CE_ONESHOT_BYTES", one_shot),
+                ],
+                Duration::from_secs(600),
+            );
+        }
+    }
+}
+
+/// The copy collectives on plain device buffers (no windows): ce stages each
+/// rank's input through its mapped scratch and every rank pulls what it needs;
+/// every case checked, every call with data run by ce.
+#[test]
+fn ce_runs_the_copy_collectives_staged_2_and_4_ranks() {
+    if !gpus() {
+        return;
+    }
+    for n in [2, 4] {
+        run_ok_n(
+            n,
+            &[
+                "coll-matrix",
+                "--mem",
+                "cuda",
+                "--expect",
+                "ce",
+                "--filter",
+                "all_gather |alltoall |broadcast |gather |scatter ",
+            ],
+            &[("CUDA_DEVICE_MAX_CONNECTIONS", "16")],
+            Duration::from_secs(600),
+        );
+    }
+}
+
 #[test]
 fn ce_in_a_cuda_graph_replayed_1000_times() {
     if !gpus() {
         return;
     }
-    run_ok(
-        &["coll-graph", "--replays", "1000", "--expect", "ce"],
-        &[],
-        Duration::from_secs(600),
-    );
+    // The captured all_reduces run one-shot, then (threshold 0) two-shot.
+    for one_shot in ["32M", "0"] {
+        run_ok(
+            &["coll-graph", "--replays", "1000", "--expect", "ce"],
+            &[("FERROCX_CE_ONESHOT_BYTES", one_shot)],
+            Duration::from_secs(600),
+        );
+    }
 }
 
 #[test]
@@ -211,37 +273,43 @@ fn ce_names_a_rank_killed_mid_collective() {
     if !gpus() {
         return;
     }
-    let t = Instant::now();
-    let outs = run_n(
-        3,
-        &[
-            "coll-plugin-loop",
-            "8388608",
-            "--victim",
-            "1",
-            "--kill-after-ms",
-            "1500",
-        ],
-        &[("FERROCX_TIMEOUT", "10")],
-        Duration::from_secs(120),
-    );
-    assert_eq!(
-        outs[1].code, None,
-        "the victim should have died by SIGKILL: {:?}",
-        outs[1]
-    );
-    for o in outs.iter().filter(|o| o.rank != 1) {
+    // all_gather (copies), then all_reduce of 8 MiB (a reduction kernel reading
+    // the peers' windows) killed mid-flight.
+    for coll in ["all_gather", "all_reduce"] {
+        let t = Instant::now();
+        let outs = run_n(
+            3,
+            &[
+                "coll-plugin-loop",
+                "8388608",
+                "--victim",
+                "1",
+                "--kill-after-ms",
+                "1500",
+                "--coll",
+                coll,
+            ],
+            &[("FERROCX_TIMEOUT", "10")],
+            Duration::from_secs(120),
+        );
+        assert_eq!(
+            outs[1].code, None,
+            "{coll}: the victim should have died by SIGKILL: {:?}",
+            outs[1]
+        );
+        for o in outs.iter().filter(|o| o.rank != 1) {
+            assert!(
+                o.ok() && o.stdout.contains("runs on ce"),
+                "{coll}: rank {}: {}\n{}",
+                o.rank,
+                o.stdout,
+                o.stderr
+            );
+        }
         assert!(
-            o.ok() && o.stdout.contains("runs on ce"),
-            "rank {}: {}\n{}",
-            o.rank,
-            o.stdout,
-            o.stderr
+            t.elapsed() < Duration::from_secs(40),
+            "{coll}: took {:?}",
+            t.elapsed()
         );
     }
-    assert!(
-        t.elapsed() < Duration::from_secs(40),
-        "took {:?}",
-        t.elapsed()
-    );
 }

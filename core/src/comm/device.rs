@@ -269,8 +269,13 @@ impl Communicator {
         if self.state.load(std::sync::atomic::Ordering::Acquire) == super::DESTROYED {
             return Ok(());
         }
-        // A collective plugin's watchdog may have broken its comm (a peer never arrived).
-        self.colls.status()?;
+        // A collective plugin's watchdog may have broken its comm (a peer never
+        // arrived). When it let go because a peer died or aborted (the core raised
+        // its stop flag), that peer is the error to report, not the release.
+        if let Err(e) = self.colls.status() {
+            self.shared.check_peers()?;
+            return Err(e);
+        }
         let mut ops = self.device_ops.lock();
         let mut first = None;
         ops.retain(|d| {

@@ -4,8 +4,8 @@ use crate::config::Config;
 use crate::driver::{self, Api};
 use crate::flags::Flags;
 use crate::issue::{self, Xfer};
-use crate::plan::{self, Batching, Shape};
-use crate::select::{self, Window};
+use crate::plan::{self, Batching, Buf, Shape};
+use crate::select::{self, Reductions, Window};
 use crate::setup::{self, Hello};
 use crate::sync::{FlagLayout, Mode, Sequencer, Step};
 use crate::watch::Expect;
@@ -14,6 +14,7 @@ use ferrocx_sdk::collective::{Coll, CollDesc, CommInfo, Oob, WindowDesc};
 use ferrocx_sdk::cuda::{self, sys, Stream};
 use ferrocx_sdk::device::cuda::CudaDriver;
 use ferrocx_sdk::device::{Device, Driver, Reach};
+use ferrocx_sdk::kernels::Kernels;
 use ferrocx_sdk::{Host, PluginError, PluginResult};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -30,6 +31,10 @@ pub struct CeComm {
     // Dropped in this order: the watchdog (its events), the flags, the device.
     watchdog: Watchdog,
     flags: Option<Flags>,
+    /// The reduction kernels, when every rank has them and FERROCX_CE_REDUCE agrees.
+    kernels: Option<Kernels>,
+    /// What the ranks agreed on for reductions.
+    red: Reductions,
     dev: Arc<dyn Device>,
 }
 
@@ -41,7 +46,7 @@ struct Local {
     dev: Arc<dyn Device>,
 }
 
-fn local_setup(info: &CommInfo, layout: FlagLayout) -> PluginResult<Local> {
+fn local_setup(info: &CommInfo, layout: FlagLayout, scratch: usize) -> PluginResult<Local> {
     cuda::available().map_err(PluginError::unsupported)?;
     let api = Api::load()?;
     let ordinal = info
@@ -63,13 +68,77 @@ fn local_setup(info: &CommInfo, layout: FlagLayout) -> PluginResult<Local> {
         }
     }
     let stream = Stream::new()?;
-    let flags = Flags::alloc(&dev, layout, info.rank, &stream)?;
+    let flags = Flags::alloc(&dev, layout, info.rank, &stream, scratch)?;
     Ok(Local {
         api,
         stream,
         flags,
         dev,
     })
+}
+
+/// Round 3 of `comm_init`: the reduction kernels (compiled and loaded now, so
+/// no module loads while collectives are in flight), whether every rank has
+/// them with the same `FERROCX_CE_ONESHOT_BYTES`, and the scratch every rank
+/// has (the smallest). Every rank takes part; reductions run only where all
+/// agree; staging uses the agreed scratch either way.
+fn reduce_setup(
+    host: &Host,
+    cfg: &Config,
+    info: &CommInfo,
+    oob: &Oob,
+    scratch: usize,
+) -> PluginResult<(Option<Kernels>, Reductions)> {
+    let kernels = if cfg.reduce {
+        let ordinal = info.cuda_device.unwrap_or(-1);
+        let built = cuda::Context::primary(ordinal)
+            .map_err(|e| e.to_string())
+            .and_then(|ctx| Kernels::new(&ctx).map_err(|e| e.to_string()))
+            .and_then(|k| k.prepare_all().map(|_| k).map_err(|e| e.to_string()));
+        match built {
+            Ok(k) => Some(k),
+            Err(why) => {
+                host.info(format!(
+                    "ce on rank {}: no reduction kernels ({why}); all_reduce and reduce_scatter stay with the core",
+                    info.rank
+                ));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut mine = vec![kernels.is_some() as u8];
+    mine.extend_from_slice(&(cfg.one_shot_bytes as u64).to_le_bytes());
+    mine.extend_from_slice(&(scratch as u64).to_le_bytes());
+    let all = oob.all_gather(&mine)?;
+    if all.iter().any(|m| m.len() != mine.len()) {
+        return Err(PluginError::internal(
+            "ce: a rank sent a malformed setup message",
+        ));
+    }
+    let scratch = all
+        .iter()
+        .map(|m| u64::from_le_bytes(m[9..17].try_into().expect("8 bytes")) as usize)
+        .min()
+        .unwrap_or(0);
+    let same_one_shot = match all.iter().enumerate().find(|(_, m)| m[1..9] != mine[1..9]) {
+        Some((r, _)) => {
+            host.warn(format!(
+                "FERROCX_CE_ONESHOT_BYTES differs between ranks (rank {} has {}, rank {r} another): ce leaves all_reduce and reduce_scatter to the core",
+                info.rank, cfg.one_shot_bytes
+            ));
+            false
+        }
+        None => true,
+    };
+    let on = same_one_shot && all.iter().all(|m| m[0] == 1);
+    let red = Reductions {
+        on,
+        scratch,
+        one_shot_bytes: cfg.one_shot_bytes,
+    };
+    Ok((kernels.filter(|_| on), red))
 }
 
 fn rooted(c: Coll) -> bool {
@@ -91,7 +160,7 @@ impl CeComm {
             return Err(PluginError::unsupported(format!("rank {r} has no GPU")));
         }
         let layout = FlagLayout { nranks };
-        let local = local_setup(info, layout);
+        let local = local_setup(info, layout, cfg.scratch_bytes);
         let hello = match &local {
             Ok(l) => Hello::ready(&cfg, l.flags.handle()),
             Err(e) => Hello::failed(&cfg, e.message()),
@@ -127,18 +196,23 @@ impl CeComm {
                 })
             });
         match (started, agreed) {
-            (Ok(watchdog), Ok(())) => Ok(CeComm {
-                host,
-                cfg,
-                rank,
-                nranks,
-                oob,
-                api,
-                seq: Sequencer::new(rank, nranks),
-                watchdog,
-                flags: Some(flags),
-                dev,
-            }),
+            (Ok(watchdog), Ok(())) => {
+                let (kernels, red) = reduce_setup(&host, &cfg, info, &oob, flags.scratch_bytes())?;
+                Ok(CeComm {
+                    host,
+                    cfg,
+                    rank,
+                    nranks,
+                    oob,
+                    api,
+                    seq: Sequencer::new(rank, nranks),
+                    watchdog,
+                    flags: Some(flags),
+                    kernels,
+                    red,
+                    dev,
+                })
+            }
             (started, agreed) => {
                 let _bound = dev.bind();
                 drop(started);
@@ -186,7 +260,7 @@ impl CeComm {
 
     /// `can_run`.
     pub fn can_run(&self, d: &CollDesc<'_, Window>) -> i32 {
-        select::bid(self.cfg.priority, self.nranks, d).unwrap_or(0)
+        select::bid(self.cfg.priority, self.nranks, &self.red, d).unwrap_or(0)
     }
 
     /// `status`.
@@ -208,15 +282,13 @@ impl CeComm {
         if self.host.aborted() {
             return Err(PluginError::remote("the communicator was aborted"));
         }
-        select::bid(self.cfg.priority, self.nranks, d).map_err(|why| {
-            PluginError::invalid(format!("ce cannot run this {}: {why}", d.coll.name()))
-        })?;
+        let invalid =
+            |why| PluginError::invalid(format!("ce cannot run this {}: {why}", d.coll.name()));
+        select::bid(self.cfg.priority, self.nranks, &self.red, d).map_err(invalid)?;
+        let route = select::route(self.nranks, &self.red, d).map_err(invalid)?;
         if d.count == 0 {
             return Ok(());
         }
-        let (Some(sw), Some(rw)) = (&d.send_win, &d.recv_win) else {
-            return Err(PluginError::internal("bid without windows"));
-        };
         let block = d.count * d.elem;
         let _bound = self.dev.bind()?;
         let stream = stream as sys::CUstream;
@@ -230,18 +302,52 @@ impl CeComm {
             root: d.root,
             block,
             in_place: d.in_place,
+            elem: d.elem,
+            one_shot: route.one_shot,
+            staged: route.staged,
         };
         let how = Batching {
             batch: self.cfg.batch,
             min_bytes: self.cfg.batch_bytes,
         };
         let mut seq = self.seq.clone();
-        let steps = seq.collective(mode, plan::batches(&shape, &how));
-        let src = sw.win.base + sw.offset;
-        let resolve = |p: &plan::Push| Xfer {
-            dst: rw.win.peer_bases[p.dst_rank] + rw.offset + p.dst as u64,
-            src: src + p.src as u64,
-            bytes: p.bytes,
+        let steps = seq.reduction(
+            mode,
+            plan::stage(&shape),
+            plan::fold(&shape),
+            plan::batches(&shape, &how),
+        );
+        let flags = self
+            .flags
+            .as_ref()
+            .ok_or_else(|| PluginError::internal("no flags"))?;
+        // Rank `r`'s byte `off` of buffer `b`, as this process reaches it: through
+        // the windows (symmetric offsets), this rank's own buffers, or the scratch.
+        let addr = |r: usize, b: Buf, off: usize| -> PluginResult<u64> {
+            let base = match b {
+                Buf::Scratch => flags.scratch(r),
+                Buf::Send | Buf::Recv => {
+                    let (win, own) = if b == Buf::Send {
+                        (&d.send_win, d.send as u64)
+                    } else {
+                        (&d.recv_win, d.recv as u64)
+                    };
+                    match win {
+                        Some(w) => Some(w.win.peer_bases[r] + w.offset),
+                        None => (r == self.rank).then_some(own),
+                    }
+                }
+            };
+            base.map(|a| a + off as u64).ok_or_else(|| {
+                PluginError::internal(format!("no address for rank {r}'s {b:?} buffer"))
+            })
+        };
+        let resolve = |p: &plan::Push| -> PluginResult<Xfer> {
+            Ok(Xfer {
+                dst: addr(p.dst_rank, p.dst_buf, p.dst)?,
+                src: addr(p.src_rank, p.src_buf, p.src)?,
+                bytes: p.bytes,
+            })
         };
         let batch = self.cfg.memcpy_batch
             && self.api.memcpy_batch.is_some()
@@ -256,10 +362,6 @@ impl CeComm {
                 String::new()
             }
         );
-        let flags = self
-            .flags
-            .as_ref()
-            .ok_or_else(|| PluginError::internal("no flags"))?;
         if mode == Mode::Eager {
             // SAFETY: the caller's contract; the device is bound.
             unsafe { self.watchdog.order(stream) }?;
@@ -271,12 +373,50 @@ impl CeComm {
                 Step::Sync(b) if b.ops.is_empty() => Ok(()),
                 // SAFETY: the caller's contract; the flags stay mapped until comm_destroy.
                 Step::Sync(b) => unsafe { issue::memops(&self.api, stream, flags, &b.ops) },
-                Step::Copies(v) => {
-                    let xs: Vec<Xfer> = v.iter().map(resolve).filter(|x| x.src != x.dst).collect();
-                    // SAFETY: sources lie in this rank's send window, destinations in
-                    // the receive windows (the core keeps the peers' mapped until
-                    // window_deregister); the bid checked the ranges.
-                    unsafe { issue::copies(&self.api, stream, &xs, batch) }
+                Step::Copies(v) => v
+                    .iter()
+                    .map(resolve)
+                    .collect::<PluginResult<Vec<Xfer>>>()
+                    .and_then(|mut xs| {
+                        xs.retain(|x| x.src != x.dst);
+                        // SAFETY: sources and destinations lie in the windows (the
+                        // core keeps the peers' mapped until window_deregister), this
+                        // rank's own buffers, or the scratches (mapped until
+                        // comm_destroy); the bid checked the ranges.
+                        unsafe { issue::copies(&self.api, stream, &xs, batch) }
+                    }),
+                Step::Reduce(f) => {
+                    let k = self
+                        .kernels
+                        .as_ref()
+                        .ok_or_else(|| PluginError::internal("a reduction without kernels"));
+                    let srcs: PluginResult<Vec<u64>> = f
+                        .srcs
+                        .iter()
+                        .map(|&(r, off)| addr(r, f.src_buf, off))
+                        .collect();
+                    let dst = addr(self.rank, Buf::Recv, f.dst);
+                    let types = select::kernel_types(d).map_err(PluginError::invalid);
+                    k.and_then(|k| Ok((k, srcs?, dst?, types?))).and_then(
+                        |(k, srcs, dst, (t, o))| {
+                            // SAFETY: the sources lie in the send windows or the scratches
+                            // (mapped until window_deregister / comm_destroy), the
+                            // destination in this rank's receive buffer; the bid checked the
+                            // ranges; the caller's stream.
+                            unsafe {
+                                issue::fold(
+                                    k,
+                                    (t, o, d.elem),
+                                    self.nranks,
+                                    f,
+                                    dst,
+                                    &srcs,
+                                    stream,
+                                    &self.api,
+                                )
+                            }
+                        },
+                    )
                 }
             };
             if issued.is_err() {

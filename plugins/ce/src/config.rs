@@ -6,11 +6,16 @@
 //! | `FERROCX_CE_BATCH` | `8` | copies per batch when a collective is split by intra-batch barriers (≥ 1) |
 //! | `FERROCX_CE_BATCH_BYTES` | `512M` | a collective whose busiest rank copies more than `FERROCX_CE_BATCH` blocks and at least this many bytes is split into batches of `FERROCX_CE_BATCH` copies with a barrier between batches |
 //! | `FERROCX_CE_MEMCPY_BATCH` | `1` | `1`: queue a batch's copies with one `cuMemcpyBatchAsync` where the driver has it (≥ 12.8) and the stream allows it; `0`: always one `cuMemcpyAsync` per copy |
+//! | `FERROCX_CE_REDUCE` | `1` | `1`: also run all_reduce and reduce_scatter on windows (reduction kernels read the peers' windows, copy engines spread the results); `0`: copy collectives only |
+//! | `FERROCX_CE_ONESHOT_BYTES` | `32M` | at 2 ranks, an all_reduce up to this many bytes runs one-shot (every rank folds every rank's whole input: it reads n−1 inputs, two-shot reads 2(n−1)/n of one, so at n ranks the limit is this × 2/n), larger ones two-shot; measured crossover on two H100s: 32–64 MiB |
+//! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
 //!
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
 //! decide what every rank does (its bid, how many barriers a collective
 //! has), so `comm_init` checks that every rank read the same values and sits
 //! the communicator out, naming the variable, when they differ.
+//! `FERROCX_CE_REDUCE` and `FERROCX_CE_ONESHOT_BYTES` are agreed the same
+//! way, but a disagreement only turns the reductions off (with a warning).
 
 use ferrocx_sdk::abi::FX_COLL_CORE_PRIORITY;
 use ferrocx_sdk::{env, Host, PluginError, PluginResult};
@@ -21,6 +26,10 @@ pub const DEFAULT_PRIORITY: i32 = 2 * FX_COLL_CORE_PRIORITY;
 pub const DEFAULT_BATCH: usize = 8;
 /// Default size from which a collective is split into batches (NCCL's threshold).
 pub const DEFAULT_BATCH_BYTES: usize = 512 << 20;
+/// Default largest all_reduce run one-shot at 2 ranks.
+pub const DEFAULT_ONESHOT_BYTES: usize = 32 << 20;
+/// Default scratch for staged collectives.
+pub const DEFAULT_SCRATCH_BYTES: usize = 32 << 20;
 
 /// Effective configuration of one plugin context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +42,12 @@ pub struct Config {
     pub batch_bytes: usize,
     /// `FERROCX_CE_MEMCPY_BATCH`: use `cuMemcpyBatchAsync` where possible.
     pub memcpy_batch: bool,
+    /// `FERROCX_CE_REDUCE`: run all_reduce and reduce_scatter too.
+    pub reduce: bool,
+    /// `FERROCX_CE_ONESHOT_BYTES`: the largest one-shot all_reduce at 2 ranks.
+    pub one_shot_bytes: usize,
+    /// `FERROCX_CE_SCRATCH_BYTES`: scratch for staged collectives.
+    pub scratch_bytes: usize,
 }
 
 impl Default for Config {
@@ -42,6 +57,9 @@ impl Default for Config {
             batch: DEFAULT_BATCH,
             batch_bytes: DEFAULT_BATCH_BYTES,
             memcpy_batch: true,
+            reduce: true,
+            one_shot_bytes: DEFAULT_ONESHOT_BYTES,
+            scratch_bytes: DEFAULT_SCRATCH_BYTES,
         }
     }
 }
@@ -67,6 +85,9 @@ impl Config {
             batch,
             batch_bytes: env::unsigned(&lookup, "FERROCX_CE_BATCH_BYTES", d.batch_bytes)?,
             memcpy_batch: env::boolean(&lookup, "FERROCX_CE_MEMCPY_BATCH", d.memcpy_batch)?,
+            reduce: env::boolean(&lookup, "FERROCX_CE_REDUCE", d.reduce)?,
+            one_shot_bytes: env::unsigned(&lookup, "FERROCX_CE_ONESHOT_BYTES", d.one_shot_bytes)?,
+            scratch_bytes: env::unsigned(&lookup, "FERROCX_CE_SCRATCH_BYTES", d.scratch_bytes)?,
         })
     }
 }
@@ -90,6 +111,9 @@ mod tests {
             ("FERROCX_CE_BATCH", "3"),
             ("FERROCX_CE_BATCH_BYTES", "1M"),
             ("FERROCX_CE_MEMCPY_BATCH", "0"),
+            ("FERROCX_CE_REDUCE", "0"),
+            ("FERROCX_CE_ONESHOT_BYTES", "1M"),
+            ("FERROCX_CE_SCRATCH_BYTES", "0"),
         ])
         .unwrap();
         assert_eq!(
@@ -98,7 +122,10 @@ mod tests {
                 priority: 0,
                 batch: 3,
                 batch_bytes: 1 << 20,
-                memcpy_batch: false
+                memcpy_batch: false,
+                reduce: false,
+                one_shot_bytes: 1 << 20,
+                scratch_bytes: 0,
             }
         );
         ferrocx_sdk::testing::assert_rejected(
@@ -110,6 +137,9 @@ mod tests {
                 ("FERROCX_CE_BATCH", "many"),
                 ("FERROCX_CE_BATCH_BYTES", "1.5G"),
                 ("FERROCX_CE_MEMCPY_BATCH", "maybe"),
+                ("FERROCX_CE_REDUCE", "maybe"),
+                ("FERROCX_CE_ONESHOT_BYTES", "-1"),
+                ("FERROCX_CE_SCRATCH_BYTES", "lots"),
             ],
         );
     }

@@ -26,6 +26,8 @@ const CLOSE_WAIT: Duration = Duration::from_secs(5);
 pub struct Flags {
     dev: Arc<dyn Device>,
     layout: FlagLayout,
+    /// Bytes of scratch after the flags (staged reductions), at `scratch_at()`.
+    scratch: usize,
     rank: usize,
     own: u64,
     handle: IpcHandle,
@@ -44,21 +46,27 @@ impl Drop for Closed {
 }
 
 impl Flags {
-    /// Allocate, export and zero this rank's buffer (the device's context is
-    /// bound on this thread; `stream` is a private stream of it, synchronized
-    /// here so the zeros land before the handle is published).
+    /// Allocate, export and zero this rank's buffer, with `scratch` bytes of
+    /// scratch after the flags (the device's context is bound on this thread;
+    /// `stream` is a private stream of it, synchronized here so the zeros land
+    /// before the handle is published).
     pub fn alloc(
         dev: &Arc<dyn Device>,
         layout: FlagLayout,
         rank: usize,
         stream: &Stream,
+        scratch: usize,
     ) -> PluginResult<Flags> {
-        let (own, handle) = dev.alloc(layout.bytes())?;
+        let total = Self::scratch_at(layout)
+            .checked_add(scratch)
+            .ok_or_else(|| PluginError::invalid("FERROCX_CE_SCRATCH_BYTES overflows"))?;
+        let (own, handle) = dev.alloc(total)?;
         let mut bases = vec![0; layout.nranks];
         bases[rank] = own;
         let flags = Flags {
             dev: dev.clone(),
             layout,
+            scratch,
             rank,
             own,
             handle,
@@ -117,6 +125,23 @@ impl Flags {
             self.peers.push(m);
         }
         Ok(())
+    }
+
+    /// Offset of the scratch in the buffer (after the flags, 256-byte aligned).
+    fn scratch_at(layout: FlagLayout) -> usize {
+        layout.bytes().next_multiple_of(256)
+    }
+
+    /// Bytes of scratch.
+    pub fn scratch_bytes(&self) -> usize {
+        self.scratch
+    }
+
+    /// Rank `rank`'s scratch as this process reaches it (`None` before its
+    /// buffer is open, or without scratch).
+    pub fn scratch(&self, rank: usize) -> Option<u64> {
+        let b = *self.bases.get(rank)?;
+        (b != 0 && self.scratch > 0).then(|| b + Self::scratch_at(self.layout) as u64)
     }
 
     /// Device address of `slot` of `array` in rank `rank`'s buffer, as this

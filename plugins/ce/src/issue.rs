@@ -14,11 +14,17 @@
 //!   CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE`, no location hints; or else
 //!   one `cuMemcpyAsync` per copy (unified addressing: the IPC-mapped peer
 //!   addresses are device pointers of this context).
+//! * A reduction ([`crate::plan::Fold`]) becomes the SDK's reduction kernels
+//!   (`ferrocx_sdk::kernels`), which read the peers' inputs straight through
+//!   their IPC mappings: `dst = s0 op s1`, then `dst = dst op sₖ` for each
+//!   further source, then avg's division; a single source is a copy.
 
 use crate::driver::Api;
 use crate::flags::Flags;
+use crate::plan::Fold;
 use crate::sync::{Cmp, MemOp};
 use ferrocx_sdk::cuda::{check, name, sys};
+use ferrocx_sdk::kernels::{self, DataType, Kernels, RedOp};
 use ferrocx_sdk::{PluginError, PluginResult};
 
 /// Operations per `cuStreamBatchMemOp` call ("must be less than 256").
@@ -165,4 +171,57 @@ pub unsafe fn copies(
         }
     }
     Ok(())
+}
+
+fn kernel_error(e: kernels::Error) -> PluginError {
+    match e {
+        kernels::Error::Unsupported(m) => PluginError::unsupported(m),
+        kernels::Error::InvalidArgument(m) => PluginError::invalid(m),
+        kernels::Error::Cuda(m) => PluginError::system(m),
+    }
+}
+
+/// Queue `f` on `stream`: this rank's receive buffer at `dst` becomes the
+/// fold of `f.srcs` (resolved to the addresses `srcs`, in order).
+///
+/// # Safety
+/// `dst` and every source are device memory of this process (peers'
+/// IPC-mapped) valid for `f.bytes` until the stream passes the work; `dst`
+/// equals a source exactly or overlaps none; `stream` as for [`memops`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn fold(
+    k: &Kernels,
+    (dtype, op, elem): (DataType, RedOp, usize),
+    nranks: usize,
+    f: &Fold,
+    dst: u64,
+    srcs: &[u64],
+    stream: sys::CUstream,
+    api: &Api,
+) -> PluginResult<()> {
+    let count = f.bytes / elem.max(1);
+    let Some(&first) = srcs.first() else {
+        return Ok(());
+    };
+    if srcs.len() == 1 {
+        let x = Xfer {
+            dst,
+            src: first,
+            bytes: f.bytes,
+        };
+        if x.src == x.dst {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        return unsafe { copies(api, stream, &[x], false) };
+    }
+    let mut a = first;
+    for &s in &srcs[1..] {
+        // SAFETY: the caller's contract: every range valid for `count` elements,
+        // `dst` equal to a source or apart from all.
+        unsafe { k.reduce(dtype, op, dst, a, s, count, stream) }.map_err(kernel_error)?;
+        a = dst;
+    }
+    // SAFETY: as above.
+    unsafe { k.finish(dtype, op, dst, count, nranks, stream) }.map_err(kernel_error)
 }

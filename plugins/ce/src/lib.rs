@@ -1,12 +1,30 @@
-//! # ferrocx-ce — copy-engine collectives on symmetric windows
+//! # ferrocx-ce — device collectives on the user's stream, through peer-mapped memory
 //!
 //! A collective plugin (`ferrocx_collective_v1`, `sdk/include/ferrocx_collective.h`)
-//! that runs all_gather, alltoall, broadcast, gather and scatter on CUDA
-//! device memory entirely on the user's stream, with the GPUs' copy
-//! engines: no SM kernel, no host thread and no proxy on the data path (the
-//! approach of NCCL's "zero-CTA" CE collectives). It bids for a call when
-//! every rank of the communicator is on one host with a GPU and both buffers
-//! lie in symmetric windows registered with it ([`select`]).
+//! that runs collectives on CUDA device memory entirely on the user's stream,
+//! with no host thread and no proxy on the data path:
+//!
+//! * **copy collectives** — all_gather, alltoall, broadcast, gather, scatter —
+//!   with the GPUs' copy engines only, no SM kernel (the approach of NCCL's
+//!   "zero-CTA" CE collectives): pushes into the peers' windows when both
+//!   buffers lie in symmetric windows, else **staged** (each rank copies its
+//!   input into its scratch, then every rank pulls what it needs into its own
+//!   buffer — alltoall in place too);
+//! * **reductions** — all_reduce and reduce_scatter — with the SDK's reduction
+//!   kernels (`ferrocx_sdk::kernels`, the core's own) reading the peers' inputs
+//!   straight through their IPC mappings, and copy engines spreading the
+//!   results ([`plan::fold`]): one-shot all_reduce (every rank folds every
+//!   input) up to `FERROCX_CE_ONESHOT_BYTES` (scaled by 2/n), two-shot above;
+//!   buffers outside windows are staged the same way.
+//!
+//! The scratch is allocated with each rank's flags and mapped by every peer
+//! (`FERROCX_CE_SCRATCH_BYTES`, 32 MiB by default), so unregistered calls up
+//! to that size run here too.
+//!
+//! It bids for a call when every rank of the communicator is on one host with
+//! a GPU and the buffers lie in its windows or the input fits the scratch
+//! ([`select`]). Reductions are on when every rank loaded the kernels
+//! (NVRTC) at `comm_init` and the ranks agree on the knobs.
 //!
 //! ## How a collective runs
 //!
@@ -23,8 +41,14 @@
 //! 2. **copies**: each rank pushes its blocks straight into the peers'
 //!    receive windows (`peer_bases[r] + offset`, mapped by the core), as one
 //!    `cuMemcpyBatchAsync` (driver ≥ 12.8) or one `cuMemcpyAsync` per copy
-//!    ([`plan`], [`issue`]). Large collectives are split into batches with a
-//!    barrier between them.
+//!    ([`plan`], [`issue`]); out-of-place broadcast pulls instead, so the
+//!    root's local copy and the peers' run at once. Large collectives are
+//!    split into batches with a barrier between them. A reduction runs its
+//!    fold here (kernels), then its copies. A staged collective copies its
+//!    input into its own scratch before the ready barrier, then only pulls
+//!    (or folds) into this rank's own buffer. No rank writes what another
+//!    reads between the two barriers ([`plan::fold`], [`plan::stage`] say
+//!    why), so two suffice.
 //! 3. **complete**: the same barrier on the complete array; once past it,
 //!    every copy into this rank's buffer has landed (each writer's flag write
 //!    is ordered after its copies), so the stream's later work sees the
@@ -61,8 +85,13 @@
 //! under MPS, 0 of 2 without MPS (`bench/results/2026-11-25-h100-ce/kill/`).
 //! Since the core raises the abort flag as soon as a peer dies (not at the
 //! timeout), the watchdog releases before that happens: 9 of 9 killed-peer runs
-//! under MPS pass (`bench/results/2026-11-26-h100-stop-flag/`); ranks on
-//! separate GPUs are still to be measured.
+//! under MPS pass (`bench/results/2026-11-26-h100-stop-flag/`). Ranks on
+//! separate GPUs (two H100s, 3 ranks, `bench/results/2026-11-26-h100x2/`):
+//! no survivor hung in three runs; in the second, one survivor's error named
+//! the watchdog's release instead of the dead rank (`device_error` asked the
+//! plugin before the core's record of the dead peer; now the peer comes
+//! first), and the third passed with all_gather and with an all_reduce killed
+//! inside its reduction kernel.
 //!
 //! `comm_init` decides alike on every rank: two out-of-band exchanges
 //! ([`setup`]) so that a rank whose setup failed makes every rank sit the
@@ -73,7 +102,8 @@
 //!
 //! See [`config`]: `FERROCX_CE_PRIORITY` (bid, default 200; 0 disables),
 //! `FERROCX_CE_BATCH` (8), `FERROCX_CE_BATCH_BYTES` (512M),
-//! `FERROCX_CE_MEMCPY_BATCH` (1).
+//! `FERROCX_CE_MEMCPY_BATCH` (1), `FERROCX_CE_REDUCE` (1),
+//! `FERROCX_CE_ONESHOT_BYTES` (32M), `FERROCX_CE_SCRATCH_BYTES` (32M).
 //!
 //! ## Tests
 //!
@@ -84,12 +114,16 @@
 //! out of place × every root, sequences of mixed collectives with the eager
 //! values wrapping around, graphs replayed between eager collectives,
 //! mutated programs that must fail, and a killed rank that the watchdog's
-//! logic must name and whose survivors its release value must unblock.
+//! logic must name and whose survivors its release value must unblock;
+//! [`plan`]'s tests run every reduction (1–6 ranks, windows or staged,
+//! one- and two-shot, in and out of place) element by element and check that
+//! no rank writes what another touches between the barriers.
 //! `tests/table.rs` drives `comm_init` through the C table on threads. The
 //! CUDA side ([`driver`], [`flags`], [`issue`], [`watchdog`], [`comm`]) is
 //! exercised by the core's GPU scenarios (`tests/tests/device.rs`: the copy
-//! collective matrix on device windows, a CUDA graph replayed, window cycles,
-//! a rank killed mid-collective).
+//! collective matrix on device windows, the reduction matrix on windows and
+//! staged, CUDA graphs replayed, window cycles, a rank killed mid-collective
+//! in a copy collective and in a reduction kernel).
 
 pub mod comm;
 pub mod config;

@@ -1,17 +1,22 @@
 //! What each rank copies (sans-IO): for one collective, one rank, one root,
-//! in or out of place, the list of copies from this rank's send buffer into
+//! in or out of place, the list of copies from some rank's send buffer into
 //! some rank's receive buffer, and how it is split into batches.
 //!
-//! Every copy is a push: the rank that holds the data writes it into the
-//! destination rank's receive window (rank `r`'s byte `o` of the receive
-//! buffer is `peer_bases[r] + recv_offset + o`: windows are symmetric, every
-//! rank's buffer lies at the same offset of its window).
+//! Windows are symmetric: rank `r`'s byte `o` of the receive buffer is
+//! `peer_bases[r] + recv_offset + o`, and the same holds for send buffers.
+//! Almost every copy is a push (the rank that holds the data writes it into
+//! the destination's receive window). Out-of-place broadcast is a pull: each
+//! rank copies the root's block into its own buffer, so the root's local copy
+//! and the peers' copies run on every GPU's copy engines at once (pushed, the
+//! root's engines ran its local copy and then the peers': 0.9× NCCL's time at
+//! 1 GiB on two H100s).
 //!
 //! | collective | who copies | copy |
 //! |---|---|---|
 //! | all_gather | every rank | its block → every rank's recv at `rank*block` |
 //! | alltoall | every rank | its block `r` → rank `r`'s recv at `rank*block` |
-//! | broadcast | the root | its block → every rank's recv at 0 |
+//! | broadcast, out of place | every rank | the root's block → its recv at 0 |
+//! | broadcast, in place | the root | its block → every rank's recv at 0 |
 //! | gather | every rank | its block → the root's recv at `rank*block` |
 //! | scatter | the root | its block `r` → rank `r`'s recv at 0 |
 //!
@@ -35,7 +40,7 @@
 
 use ferrocx_sdk::collective::Coll;
 
-/// The collectives ce runs.
+/// The copy collectives ce runs.
 pub const COLLS: [Coll; 5] = [
     Coll::AllGather,
     Coll::AllToAll,
@@ -43,6 +48,11 @@ pub const COLLS: [Coll; 5] = [
     Coll::Gather,
     Coll::Scatter,
 ];
+
+/// The reductions ce runs: the device's reduction kernels fold the ranks'
+/// inputs, read straight through the peers' windows, and copy engines spread
+/// the results (see [`fold`]).
+pub const REDUCE_COLLS: [Coll; 2] = [Coll::AllReduce, Coll::ReduceScatter];
 
 /// One collective call as one rank sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,12 +69,58 @@ pub struct Shape {
     pub block: usize,
     /// The core's in-place layout.
     pub in_place: bool,
+    /// Bytes of one element (reductions slice at element boundaries).
+    pub elem: usize,
+    /// all_reduce out of place: one-shot (every rank folds every rank's whole
+    /// input itself) instead of two-shot.
+    pub one_shot: bool,
+    /// A reduction staged through the scratch buffers: each rank first copies
+    /// its input into its own scratch (before the ready barrier), and the
+    /// folds read the scratches. For buffers outside windows, and for small
+    /// in-place all_reduces (one-shot needs the inputs intact while every rank
+    /// reads them). all_reduce is then always one-shot.
+    pub staged: bool,
 }
 
-/// One copy this rank pushes into a receive buffer (its own or a peer's).
+/// Which of a rank's buffers a copy or fold touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Buf {
+    /// The send buffer (the one buffer, in place).
+    Send,
+    /// The receive buffer (the one buffer, in place).
+    Recv,
+    /// ce's own scratch buffer, allocated with the flags (staged reductions).
+    Scratch,
+}
+
+/// A reduction this rank queues with the reduction kernels: its receive
+/// buffer at `dst` becomes `srcs[0] op srcs[1] op …` (in that order), each
+/// source `(rank, offset)` a range of that rank's send buffer (the one
+/// buffer, in place), read through its window.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fold {
+    /// Bytes from the start of this rank's receive buffer.
+    pub dst: usize,
+    /// Sources, in the order they are combined.
+    pub srcs: Vec<(usize, usize)>,
+    /// The sources' buffer (send, or scratch when staged).
+    pub src_buf: Buf,
+    /// Bytes (a whole number of elements).
+    pub bytes: usize,
+}
+
+/// One copy this rank issues, from a send buffer into a receive buffer
+/// (its own or a peer's: a push, or for out-of-place broadcast a pull).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Push {
-    /// Bytes from the start of this rank's send buffer (the one buffer, in place).
+    /// The rank whose buffer is read (this rank, except in a pull).
+    pub src_rank: usize,
+    /// The buffer read: send (usually), receive (a two-shot all_reduce
+    /// spreads the slice it folded there).
+    pub src_buf: Buf,
+    /// The buffer written: receive (usually), scratch (staging).
+    pub dst_buf: Buf,
+    /// Bytes from the start of that send buffer (the one buffer, in place).
     pub src: usize,
     /// The rank whose receive buffer is written.
     pub dst_rank: usize,
@@ -83,9 +139,168 @@ pub struct Batching {
     pub min_bytes: usize,
 }
 
-/// Whether ce runs `coll` in this layout (alltoall in place: no).
-pub fn supported(coll: Coll, in_place: bool) -> bool {
-    COLLS.contains(&coll) && !(coll == Coll::AllToAll && in_place)
+/// Whether ce runs `coll` (alltoall in place only staged: see [`needs_staging`]).
+pub fn supported(coll: Coll, _in_place: bool) -> bool {
+    COLLS.contains(&coll) || REDUCE_COLLS.contains(&coll)
+}
+
+/// Layouts that run only staged: alltoall in place (each block is both an
+/// input some peer reads and the output another peer's block replaces).
+pub fn needs_staging(coll: Coll, in_place: bool) -> bool {
+    coll == Coll::AllToAll && in_place
+}
+
+/// Elements of rank `r`'s slice of a two-shot all_reduce over `count`
+/// elements: `(first, len)`. Slices are a whole number of 16-byte vectors
+/// (as long as the count allows), so every rank's kernel runs vectorized;
+/// the last ranks' slices may be short or empty.
+pub fn slice(count: usize, elem: usize, nranks: usize, r: usize) -> (usize, usize) {
+    let v = (16 / elem.max(1)).max(1);
+    let q = count.div_ceil(nranks.max(1)).div_ceil(v) * v;
+    let first = (r * q).min(count);
+    (first, ((r + 1) * q).min(count) - first)
+}
+
+/// This rank's reduction, if the collective is one ([`REDUCE_COLLS`]):
+///
+/// * **all_reduce, one-shot** (out of place, small): the whole vector, the
+///   sources in rank order on every rank, so every rank computes the same
+///   bits; no copies follow.
+/// * **all_reduce, two-shot**: rank `r` folds its slice ([`slice()`]) of every
+///   rank's input into its own receive buffer, starting with its own (in
+///   place, its own slice is the destination: it must be read first), then
+///   pushes the result into every peer's receive buffer ([`copies`]). Each
+///   slice is folded by one rank, so all ranks hold the same bits.
+/// * **reduce_scatter**: rank `r` folds block `r` of every rank's input,
+///   its own first.
+///
+/// No rank writes anything another rank reads during the collective: a
+/// fold reads only slice/block `r` and writes only this rank's own slice;
+/// the pushes write slice `r` of the peers, which only rank `r` reads (in
+/// its own fold, earlier on its stream). So ready and complete barriers
+/// suffice, as for the copy collectives.
+///
+/// Staged ([`Shape::staged`]), the folds read the scratch buffers (the
+/// inputs as [`stage`] copied them there) and all_reduce is one-shot.
+pub fn fold(s: &Shape) -> Option<Fold> {
+    let (n, me) = (s.nranks, s.rank);
+    let ring = |off: usize| (0..n).map(move |i| ((me + i) % n, off)).collect();
+    let src_buf = if s.staged { Buf::Scratch } else { Buf::Send };
+    match s.coll {
+        Coll::AllReduce if !two_shot(s) => Some(Fold {
+            dst: 0,
+            srcs: (0..n).map(|r| (r, 0)).collect(),
+            src_buf,
+            bytes: s.block,
+        }),
+        Coll::AllReduce => {
+            let count = s.block / s.elem.max(1);
+            let (first, len) = slice(count, s.elem, n, me);
+            (len > 0).then(|| Fold {
+                dst: first * s.elem,
+                srcs: ring(first * s.elem),
+                src_buf,
+                bytes: len * s.elem,
+            })
+        }
+        Coll::ReduceScatter => Some(Fold {
+            dst: if s.in_place { me * s.block } else { 0 },
+            srcs: ring(me * s.block),
+            src_buf,
+            bytes: s.block,
+        }),
+        _ => None,
+    }
+}
+
+/// Whether an all_reduce runs two-shot: not staged, and in place or above
+/// the one-shot limit (one-shot in place would overwrite inputs that the
+/// other ranks still read).
+pub fn two_shot(s: &Shape) -> bool {
+    s.coll == Coll::AllReduce && !s.staged && (s.in_place || !s.one_shot)
+}
+
+/// Scratch bytes a staged collective needs on the busiest rank (what every
+/// rank checks, so all decide alike): the whole input (n blocks for
+/// reduce_scatter, alltoall and scatter's root, one block otherwise).
+pub fn staged_bytes(coll: Coll, nranks: usize, block: usize) -> Option<usize> {
+    match coll {
+        Coll::ReduceScatter | Coll::AllToAll | Coll::Scatter => block.checked_mul(nranks),
+        _ => Some(block),
+    }
+}
+
+/// The copy a staged collective makes before its ready barrier: what this
+/// rank's peers will read of its input, into its own scratch at 0 (nothing
+/// when not staged, or when no peer reads this rank's input). The previous
+/// collective's complete barrier guarantees that no peer still reads the
+/// scratch; the ready barrier, that every rank's copy landed before anyone
+/// reads it.
+pub fn stage(s: &Shape) -> Vec<Push> {
+    let (n, me, root, b) = (s.nranks, s.rank, s.root, s.block);
+    let from = |src: usize, bytes: usize| {
+        (s.staged && bytes > 0).then_some(Push {
+            src_rank: me,
+            src_buf: Buf::Send,
+            dst_buf: Buf::Scratch,
+            src,
+            dst_rank: me,
+            dst: 0,
+            bytes,
+        })
+    };
+    let copy = match s.coll {
+        Coll::AllReduce => from(0, b),
+        Coll::ReduceScatter | Coll::AllToAll => from(0, n * b),
+        Coll::AllGather => from(if s.in_place { me * b } else { 0 }, b),
+        Coll::Broadcast if me == root => from(0, b),
+        Coll::Gather if me != root => from(0, b),
+        Coll::Scatter if me == root => from(0, n * b),
+        _ => None,
+    };
+    copy.into_iter().collect()
+}
+
+/// A staged copy collective's copies: every one a pull into this rank's own
+/// receive buffer, from a peer's scratch (or this rank's own send buffer), so
+/// no rank writes another's memory at all.
+fn pulls(s: &Shape) -> Vec<(usize, Push)> {
+    let (n, me, root, b) = (s.nranks, s.rank, s.root, s.block);
+    let ring = move || (0..n).map(move |i| (i, (me + i) % n));
+    let pull = |src_rank: usize, src: usize, dst: usize| Push {
+        src_rank,
+        src_buf: if src_rank == me {
+            Buf::Send
+        } else {
+            Buf::Scratch
+        },
+        dst_buf: Buf::Recv,
+        src,
+        dst_rank: me,
+        dst,
+        bytes: b,
+    };
+    // This rank's own part: a local copy out of place, already there in place.
+    let own = s.in_place;
+    match s.coll {
+        Coll::AllGather => ring()
+            .filter(|&(_, r)| !(own && r == me))
+            .map(|(i, r)| (i, pull(r, 0, r * b)))
+            .collect(),
+        Coll::AllToAll => ring()
+            .filter(|&(_, r)| !(own && r == me))
+            .map(|(i, r)| (i, pull(r, me * b, r * b)))
+            .collect(),
+        Coll::Broadcast if me != root => vec![(0, pull(root, 0, 0))],
+        Coll::Broadcast if !own => vec![(0, pull(me, 0, 0))],
+        Coll::Gather if me == root => ring()
+            .filter(|&(_, r)| !(own && r == me))
+            .map(|(i, r)| (i, pull(r, 0, r * b)))
+            .collect(),
+        Coll::Scatter if me != root => vec![(0, pull(root, me * b, 0))],
+        Coll::Scatter if !own => vec![(0, pull(me, me * b, 0))],
+        _ => Vec::new(),
+    }
 }
 
 /// Bytes the (send, receive) buffer must hold from its offset, the same on
@@ -112,9 +327,16 @@ pub fn extents(
 /// collective could make on this rank (what assigns it to a batch).
 pub fn copies(s: &Shape) -> Vec<(usize, Push)> {
     debug_assert!(supported(s.coll, s.in_place));
+    debug_assert!(s.staged || !needs_staging(s.coll, s.in_place));
+    if s.staged && COLLS.contains(&s.coll) {
+        return pulls(s);
+    }
     let (n, me, root, b) = (s.nranks, s.rank, s.root, s.block);
     let ring = move || (0..n).map(move |i| (i, (me + i) % n));
     let c = |src, dst_rank, dst| Push {
+        src_rank: me,
+        src_buf: Buf::Send,
+        dst_buf: Buf::Recv,
         src,
         dst_rank,
         dst,
@@ -130,6 +352,14 @@ pub fn copies(s: &Shape) -> Vec<(usize, Push)> {
                 .collect()
         }
         Coll::AllToAll => ring().map(|(i, r)| (i, c(r * b, r, me * b))).collect(),
+        Coll::Broadcast if !s.in_place => vec![(
+            0,
+            Push {
+                src_rank: root,
+                dst_rank: me,
+                ..c(0, me, 0)
+            },
+        )],
         Coll::Broadcast if me == root => ring()
             .filter(|&(_, r)| !own(r))
             .map(|(i, r)| (i, c(0, r, 0)))
@@ -139,6 +369,23 @@ pub fn copies(s: &Shape) -> Vec<(usize, Push)> {
             .filter(|&(_, r)| !own(r))
             .map(|(i, r)| (i, c(r * b, r, 0)))
             .collect(),
+        Coll::AllReduce if two_shot(s) => {
+            let (first, len) = slice(b / s.elem.max(1), s.elem, n, me);
+            let off = first * s.elem;
+            let spread = |(i, r)| {
+                let p = Push {
+                    src_buf: Buf::Recv,
+                    bytes: len * s.elem,
+                    ..c(off, r, off)
+                };
+                (i, p)
+            };
+            if len == 0 {
+                Vec::new()
+            } else {
+                ring().filter(|&(_, r)| r != me).map(spread).collect()
+            }
+        }
         _ => Vec::new(),
     }
 }
@@ -186,14 +433,24 @@ mod tests {
             root,
             block: 10,
             in_place,
+            elem: 1,
+            one_shot: false,
+            staged: false,
         }
     }
 
     fn list(s: &Shape) -> Vec<(usize, usize, usize)> {
         copies(s)
             .into_iter()
-            .map(|(_, c)| (c.src, c.dst_rank, c.dst))
+            .map(|(_, c)| {
+                assert_eq!(c.src_rank == s.rank, !pulled(s), "{s:?}");
+                (c.src, c.dst_rank, c.dst)
+            })
             .collect()
+    }
+
+    fn pulled(s: &Shape) -> bool {
+        s.coll == Coll::Broadcast && !s.in_place && s.rank != s.root
     }
 
     #[test]
@@ -208,7 +465,7 @@ mod tests {
         let a2a = shape(Coll::AllToAll, 3, 2, 0, false);
         assert_eq!(list(&a2a), [(20, 2, 20), (0, 0, 20), (10, 1, 20)]);
         let bc = shape(Coll::Broadcast, 3, 2, 2, false);
-        assert_eq!(list(&bc), [(0, 2, 0), (0, 0, 0), (0, 1, 0)]);
+        assert_eq!(list(&bc), [(0, 2, 0)]);
         assert_eq!(
             list(&Shape {
                 in_place: true,
@@ -216,7 +473,14 @@ mod tests {
             }),
             [(0, 0, 0), (0, 1, 0)]
         );
-        assert!(list(&shape(Coll::Broadcast, 3, 1, 2, false)).is_empty());
+        let leaf = shape(Coll::Broadcast, 3, 1, 2, false);
+        assert_eq!(list(&leaf), [(0, 1, 0)]);
+        assert_eq!(
+            copies(&leaf)[0].1.src_rank,
+            2,
+            "a leaf pulls the root's block"
+        );
+        assert!(list(&shape(Coll::Broadcast, 3, 1, 2, true)).is_empty());
         assert_eq!(list(&shape(Coll::Gather, 3, 1, 2, false)), [(0, 2, 10)]);
         assert_eq!(list(&shape(Coll::Gather, 3, 1, 2, true)), [(0, 2, 10)]);
         assert!(list(&shape(Coll::Gather, 3, 2, 2, true)).is_empty());
@@ -236,9 +500,13 @@ mod tests {
     #[test]
     fn support_and_extents() {
         for c in Coll::ALL {
-            assert_eq!(supported(c, false), COLLS.contains(&c));
+            assert_eq!(
+                supported(c, false),
+                COLLS.contains(&c) || REDUCE_COLLS.contains(&c)
+            );
         }
-        assert!(!supported(Coll::AllToAll, true));
+        assert!(needs_staging(Coll::AllToAll, true));
+        assert!(!needs_staging(Coll::AllToAll, false) && !needs_staging(Coll::AllGather, true));
         assert!(supported(Coll::Scatter, true));
         assert_eq!(extents(Coll::Gather, 4, 1, 8, false), Some((8, 32)));
         assert_eq!(extents(Coll::Scatter, 4, 3, 8, false), Some((32, 8)));
@@ -257,7 +525,7 @@ mod tests {
             for n in 1..=7 {
                 for root in 0..n {
                     for in_place in [false, true] {
-                        if !supported(coll, in_place) {
+                        if needs_staging(coll, in_place) {
                             continue;
                         }
                         let r0 = rounds(&shape(coll, n, 0, root, in_place), &how);
@@ -294,5 +562,193 @@ mod tests {
             "not more copies than a batch"
         );
         assert_eq!(rounds(&shape(Coll::Gather, 8, 0, 0, false), &how), 1);
+    }
+
+    /// A buffer of one rank as an index: send, receive (the same one in
+    /// place), scratch.
+    fn buf(in_place: bool, b: Buf) -> usize {
+        match b {
+            Buf::Send => 0,
+            Buf::Recv => (!in_place) as usize,
+            Buf::Scratch => 2,
+        }
+    }
+
+    /// Element ranges a rank's work reads and writes: ((rank, buffer), first, len).
+    type Range = ((usize, usize), usize, usize);
+
+    /// Per rank, per buffer, per element: the ranks combined (bit mask) and
+    /// the element's position in the reduced vector; `None` before a write.
+    type Bufs = Vec<Vec<Vec<Option<(u64, usize)>>>>;
+
+    /// Every reduction on 1–6 ranks, every layout (windows or staged),
+    /// odd and even counts, every element size: no rank writes what another
+    /// reads or writes between the barriers (so the two barriers suffice), the
+    /// slices cover the vector exactly once, and running each rank's staging,
+    /// fold and copies gives every rank NCCL's result, each element combined
+    /// from every rank exactly once.
+    #[test]
+    fn reductions_fold_every_rank_once_and_never_race() {
+        for n in 1..=6usize {
+            for elem in [1usize, 2, 4, 8] {
+                for count in [0usize, 1, 3, 7, 16, 37, 100] {
+                    for coll in REDUCE_COLLS {
+                        for in_place in [false, true] {
+                            for (one_shot, staged) in [(false, false), (true, false), (true, true)]
+                            {
+                                check_reduction(coll, n, elem, count, in_place, one_shot, staged);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_reduction(
+        coll: Coll,
+        n: usize,
+        elem: usize,
+        count: usize,
+        in_place: bool,
+        one_shot: bool,
+        staged: bool,
+    ) {
+        let what = format!(
+            "{coll:?} n={n} elem={elem} count={count} in_place={in_place} one_shot={one_shot} staged={staged}"
+        );
+        let shape = |rank| Shape {
+            coll,
+            nranks: n,
+            rank,
+            root: 0,
+            block: count * elem,
+            in_place,
+            elem,
+            one_shot,
+            staged,
+        };
+        // Elements: (ranks combined as a bit mask, position in the reduced vector).
+        let len = if coll == Coll::ReduceScatter {
+            n * count
+        } else {
+            count
+        };
+        let mut bufs: Bufs = (0..n)
+            .map(|r| {
+                let input: Vec<_> = (0..len).map(|i| Some((1u64 << r, i))).collect();
+                vec![input, vec![None; len], vec![None; len]]
+            })
+            .collect();
+        // Staging runs before the ready barrier, on every rank.
+        for (me, mine) in bufs.iter_mut().enumerate() {
+            for p in stage(&shape(me)) {
+                assert_eq!((p.src_rank, p.dst_rank), (me, me), "{what}");
+                for k in 0..p.bytes / elem {
+                    let v = mine[buf(in_place, p.src_buf)][p.src / elem + k];
+                    mine[buf(in_place, p.dst_buf)][p.dst / elem + k] = v;
+                }
+            }
+            assert_eq!(stage(&shape(me)).is_empty(), !staged || len == 0, "{what}");
+        }
+        let mut work: Vec<(Vec<Range>, Vec<Range>)> = Vec::new();
+        for me in 0..n {
+            let s = shape(me);
+            let (mut reads, mut writes) = (Vec::new(), Vec::new());
+            if let Some(f) = fold(&s) {
+                assert_eq!(f.bytes % elem, 0, "{what}");
+                assert_eq!(f.dst % elem, 0, "{what}");
+                assert_eq!(f.src_buf == Buf::Scratch, staged, "{what}");
+                for &(r, off) in &f.srcs {
+                    reads.push(((r, buf(in_place, f.src_buf)), off / elem, f.bytes / elem));
+                }
+                writes.push(((me, buf(in_place, Buf::Recv)), f.dst / elem, f.bytes / elem));
+                let mut ranks: Vec<usize> = f.srcs.iter().map(|x| x.0).collect();
+                ranks.sort();
+                assert_eq!(ranks, (0..n).collect::<Vec<_>>(), "{what}: every rank once");
+            }
+            for (_, p) in copies(&s) {
+                reads.push((
+                    (p.src_rank, buf(in_place, p.src_buf)),
+                    p.src / elem,
+                    p.bytes / elem,
+                ));
+                writes.push((
+                    (p.dst_rank, buf(in_place, p.dst_buf)),
+                    p.dst / elem,
+                    p.bytes / elem,
+                ));
+            }
+            work.push((reads, writes));
+        }
+        let overlap = |a: &Range, b: &Range| {
+            a.0 == b.0 && a.1 < b.1 + b.2 && b.1 < a.1 + a.2 && a.2 > 0 && b.2 > 0
+        };
+        for i in 0..n {
+            for j in 0..n {
+                if i == j {
+                    continue;
+                }
+                for w in &work[i].1 {
+                    for x in work[j].0.iter().chain(&work[j].1) {
+                        assert!(
+                            !overlap(w, x),
+                            "{what}: rank {i} writes {w:?} while rank {j} touches {x:?}"
+                        );
+                    }
+                }
+            }
+        }
+        // Run each rank's stream in turn (no cross-rank hazards: any order is the same).
+        for me in 0..n {
+            let s = shape(me);
+            let dstb = buf(in_place, Buf::Recv);
+            if let Some(f) = fold(&s) {
+                let (d, m) = (f.dst / elem, f.bytes / elem);
+                for k in 0..m {
+                    let get = |bufs: &Bufs, (r, off): (usize, usize)| {
+                        bufs[r][buf(in_place, f.src_buf)][off / elem + k]
+                    };
+                    // As comm.rs issues it: dst = s0 op s1, then dst = dst op s_k.
+                    let mut acc = get(&bufs, f.srcs[0]);
+                    for (idx, &src) in f.srcs.iter().enumerate().skip(1) {
+                        let a = if idx == 1 { acc } else { bufs[me][dstb][d + k] };
+                        let b = get(&bufs, src);
+                        let (Some((ma, pa)), Some((mb, pb))) = (a, b) else {
+                            panic!("{what}: rank {me} folds an unwritten element")
+                        };
+                        assert_eq!(pa, pb, "{what}: rank {me} combines different positions");
+                        assert_eq!(ma & mb, 0, "{what}: rank {me} combines a rank twice");
+                        acc = Some((ma | mb, pa));
+                        bufs[me][dstb][d + k] = acc;
+                    }
+                    if f.srcs.len() == 1 {
+                        bufs[me][dstb][d + k] = acc;
+                    }
+                }
+            }
+            for (_, p) in copies(&s) {
+                for k in 0..p.bytes / elem {
+                    let v = bufs[p.src_rank][buf(in_place, p.src_buf)][p.src / elem + k];
+                    bufs[p.dst_rank][buf(in_place, p.dst_buf)][p.dst / elem + k] = v;
+                }
+            }
+        }
+        let all = (1u64 << n) - 1;
+        for (r, b) in bufs.iter().enumerate() {
+            let out = &b[buf(in_place, Buf::Recv)];
+            let (at, base) = match (coll, in_place) {
+                (Coll::ReduceScatter, true) => (r * count, r * count),
+                (Coll::ReduceScatter, false) => (0, r * count),
+                _ => (0, 0),
+            };
+            for k in 0..count {
+                assert_eq!(
+                    out[at + k],
+                    Some((all, base + k)),
+                    "{what}: rank {r} element {k}"
+                );
+            }
+        }
     }
 }

@@ -17,7 +17,8 @@
 //! broadcast's send buffer on a non-root) gets 0 where the others bid.
 
 use crate::plan;
-use ferrocx_sdk::collective::{CollDesc, WindowDesc, WindowRef};
+use ferrocx_sdk::collective::{Coll, CollDesc, WindowDesc, WindowRef};
+use ferrocx_sdk::kernels::{DataType, RedOp};
 use ferrocx_sdk::MemKind;
 
 /// A registered window ce can use.
@@ -64,24 +65,99 @@ fn fits(w: &WindowRef<'_, Window>, need: usize, side: &str) -> Result<(), String
     }
 }
 
+/// The reduction kernels' type and operator for `d`, or why there are none.
+pub fn kernel_types(d: &CollDesc<'_, Window>) -> Result<(DataType, RedOp), String> {
+    let t = u32::try_from(d.dtype).map_err(|_| format!("data type code {}", d.dtype))?;
+    let o = u32::try_from(d.op).map_err(|_| format!("operator code {}", d.op))?;
+    Ok((
+        DataType::from_code(t).map_err(|e| e.to_string())?,
+        RedOp::from_code(o).map_err(|e| e.to_string())?,
+    ))
+}
+
+/// What a communicator's ranks agreed on beyond the copy collectives on
+/// windows (all alike).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reductions {
+    /// Reductions: every rank has the kernels, `FERROCX_CE_REDUCE=1`, and the
+    /// ranks agree on `FERROCX_CE_ONESHOT_BYTES`.
+    pub on: bool,
+    /// Scratch per rank for staged collectives (the smallest of the ranks').
+    pub scratch: usize,
+    /// `FERROCX_CE_ONESHOT_BYTES`.
+    pub one_shot_bytes: usize,
+}
+
+/// How ce runs a call it bids for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Route {
+    /// Staged through the scratch buffers ([`plan::Shape::staged`]).
+    pub staged: bool,
+    /// all_reduce one-shot ([`plan::Shape::one_shot`]).
+    pub one_shot: bool,
+}
+
+/// How ce would run `d` on `nranks`, or why it cannot. Depends only on what
+/// every rank has alike (the call, the windows, the agreed [`Reductions`]).
+pub fn route(nranks: usize, red: &Reductions, d: &CollDesc<'_, Window>) -> Result<Route, String> {
+    let reduction = plan::REDUCE_COLLS.contains(&d.coll);
+    if reduction && !red.on {
+        return Err(format!(
+            "{}: reductions are off on this communicator (FERROCX_CE_REDUCE=0, or a rank has no reduction kernels)",
+            d.coll.name()
+        ));
+    }
+    if reduction {
+        kernel_types(d)?;
+    }
+    let block = d.count.saturating_mul(d.elem);
+    let staged_bytes = plan::staged_bytes(d.coll, nranks, block).unwrap_or(usize::MAX);
+    let fits = staged_bytes <= red.scratch;
+    // One-shot reads n-1 whole inputs, two-shot 2(n-1)/n of one: the limit
+    // is set for 2 ranks and shrinks as 2/n.
+    let one_shot = block.saturating_mul(nranks) <= red.one_shot_bytes.saturating_mul(2);
+    let windows = d.send_win.is_some() && d.recv_win.is_some();
+    let staged = if !windows || plan::needs_staging(d.coll, d.in_place) {
+        if !fits {
+            return Err(format!(
+                "{} of {staged_bytes} bytes {}: more than the {}-byte scratch (FERROCX_CE_SCRATCH_BYTES)",
+                d.coll.name(),
+                if windows { "in place" } else { "outside ce's windows" },
+                red.scratch
+            ));
+        }
+        true
+    } else {
+        // In place, one-shot needs the inputs intact while every rank reads them.
+        d.coll == Coll::AllReduce && d.in_place && one_shot && fits
+    };
+    Ok(Route { staged, one_shot })
+}
+
 /// ce's bid for `d` on a communicator of `nranks`, or why it cannot run it.
-pub fn bid(priority: i32, nranks: usize, d: &CollDesc<'_, Window>) -> Result<i32, String> {
+pub fn bid(
+    priority: i32,
+    nranks: usize,
+    red: &Reductions,
+    d: &CollDesc<'_, Window>,
+) -> Result<i32, String> {
     if priority <= 0 {
         return Err("FERROCX_CE_PRIORITY=0".into());
     }
-    if !plan::COLLS.contains(&d.coll) {
-        return Err(format!("{} is not a copy collective", d.coll.name()));
+    let reduction = plan::REDUCE_COLLS.contains(&d.coll);
+    if !plan::COLLS.contains(&d.coll) && !reduction {
+        return Err(format!("ce does not run {}", d.coll.name()));
     }
     if d.mem != MemKind::Cuda {
         return Err("host memory".into());
-    }
-    if !plan::supported(d.coll, d.in_place) {
-        return Err(format!("{} in place", d.coll.name()));
     }
     if d.root >= nranks {
         return Err(format!("root {} of {nranks} ranks", d.root));
     }
     if d.count == 0 {
+        return Ok(priority);
+    }
+    if route(nranks, red, d)?.staged && (d.send_win.is_none() || d.recv_win.is_none()) {
         return Ok(priority);
     }
     let (Some(sw), Some(rw)) = (&d.send_win, &d.recv_win) else {
@@ -102,6 +178,16 @@ pub fn bid(priority: i32, nranks: usize, d: &CollDesc<'_, Window>) -> Result<i32
 mod tests {
     use super::*;
     use ferrocx_sdk::collective::Coll;
+
+    fn bid(priority: i32, nranks: usize, d: &CollDesc<'_, Window>) -> Result<i32, String> {
+        super::bid(priority, nranks, &Reductions::default(), d)
+    }
+
+    const ON: Reductions = Reductions {
+        on: true,
+        scratch: 1 << 10,
+        one_shot_bytes: 64,
+    };
 
     fn win(bytes: u64) -> Window {
         Window {
@@ -159,14 +245,93 @@ mod tests {
         let mut d = desc(Coll::AllToAll, 10, Some(&w), Some(&w));
         d.in_place = true;
         assert!(bid(200, 2, &d).unwrap_err().contains("in place"));
+        assert_eq!(super::bid(200, 2, &ON, &d), Ok(200), "in place: staged");
+        let staged = desc(Coll::Scatter, 10, None, None);
+        assert_eq!(
+            super::bid(200, 2, &ON, &staged),
+            Ok(200),
+            "no windows: staged"
+        );
         let mut d = desc(Coll::Broadcast, 10, Some(&w), Some(&w));
         d.mem = MemKind::Host;
         assert!(bid(200, 2, &d).is_err());
         d.mem = MemKind::Cuda;
         d.root = 2;
         assert!(bid(200, 2, &d).is_err());
+        let ar = desc(Coll::AllReduce, 10, Some(&w), Some(&w));
+        assert_eq!(super::bid(200, 2, &ON, &ar), Ok(200));
+        assert!(bid(200, 2, &ar).unwrap_err().contains("FERROCX_CE_REDUCE"));
+        let mut d = desc(Coll::AllReduce, 10, Some(&w), Some(&w));
+        d.op = 9;
+        assert!(super::bid(200, 2, &ON, &d)
+            .unwrap_err()
+            .contains("operator"));
+        let rs = desc(Coll::ReduceScatter, 20, Some(&w), Some(&w));
+        let e = super::bid(200, 2, &ON, &rs).unwrap_err();
+        assert!(e.contains("send buffer (160 bytes"), "{e}");
         let huge = desc(Coll::AllToAll, usize::MAX / 2, Some(&w), Some(&w));
         assert!(bid(200, 2, &huge).unwrap_err().contains("overflow"));
+    }
+
+    /// Reductions: windowed ones run as laid out (one-shot up to the limit,
+    /// scaled by 2/n), the rest staged while the scratch holds the input.
+    #[test]
+    fn reductions_route_by_windows_size_and_scratch() {
+        let w = win(4096);
+        let r = |n, coll, count, windows: bool, in_place| {
+            let mut d = if windows {
+                desc(coll, count, Some(&w), Some(&w))
+            } else {
+                desc(coll, count, None, None)
+            };
+            d.in_place = in_place;
+            route(n, &ON, &d).map(|r| (r.staged, r.one_shot))
+        };
+        use Coll::{AllReduce as AR, ReduceScatter as RS};
+        assert_eq!(
+            r(2, AR, 16, true, false),
+            Ok((false, true)),
+            "64 B one-shot"
+        );
+        assert_eq!(
+            r(2, AR, 17, true, false),
+            Ok((false, false)),
+            "68 B two-shot"
+        );
+        assert_eq!(
+            r(4, AR, 8, true, false),
+            Ok((false, true)),
+            "32 B × 4 ranks"
+        );
+        assert_eq!(r(4, AR, 9, true, false), Ok((false, false)));
+        assert_eq!(
+            r(2, AR, 16, true, true),
+            Ok((true, true)),
+            "small in place: staged"
+        );
+        assert_eq!(
+            r(2, AR, 17, true, true),
+            Ok((false, false)),
+            "larger in place: two-shot"
+        );
+        assert_eq!(
+            r(2, AR, 256, false, false),
+            Ok((true, false)),
+            "no windows: staged"
+        );
+        assert!(r(2, AR, 257, false, false)
+            .unwrap_err()
+            .contains("FERROCX_CE_SCRATCH_BYTES"));
+        assert_eq!(
+            r(4, RS, 64, false, false),
+            Ok((true, false)),
+            "4 × 256 B staged"
+        );
+        assert!(r(4, RS, 65, false, true).is_err());
+        let d = desc(AR, 256, None, None);
+        assert_eq!(super::bid(200, 2, &ON, &d), Ok(200));
+        assert!(bid(200, 2, &d).is_err(), "reductions off");
+        assert!(bid(200, 2, &desc(Coll::AllGather, 4, None, None)).is_err());
     }
 
     #[test]

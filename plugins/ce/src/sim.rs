@@ -63,6 +63,8 @@ pub struct Call {
     coll: Coll,
     root: usize,
     in_place: bool,
+    /// Staged through the scratch buffers (pulls; see plan::stage).
+    staged: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -124,13 +126,16 @@ impl Builder {
             root: c.root,
             block: self.block,
             in_place: c.in_place,
+            elem: 1,
+            one_shot: false,
+            staged: c.staged,
         }
     }
 
     fn steps(&mut self, c: &Call, rank: usize, mode: Mode, mutate: Mutate<'_>) -> Vec<Step> {
         let shape = self.shape(c, rank);
         let b = plan::batches(&shape, &self.how);
-        let mut steps = self.seqs[rank].collective(mode, b);
+        let mut steps = self.seqs[rank].reduction(mode, plan::stage(&shape), None, b);
         mutate(rank, plan::rounds(&shape, &self.how), &mut steps);
         steps
     }
@@ -150,6 +155,9 @@ impl Builder {
                     prog.extend(b.ops.iter().map(|&op| Instr::Op { op, mode, ord }));
                 }
                 Step::Copies(v) => prog.extend(v.iter().map(|&push| Instr::Copy { inst, push })),
+                // The sim runs the copy collectives (plan::COLLS); reductions are
+                // checked by plan's tests (same barriers, no cross-rank hazard).
+                Step::Reduce(_) => unreachable!("the sim runs no reduction"),
             }
         }
         prog.extend([Instr::Leave(inst), Instr::Check(inst)]);
@@ -227,6 +235,17 @@ impl Builder {
                 ];
                 n
             ],
+            scratch: vec![
+                vec![
+                    Label::Junk {
+                        inst: 0,
+                        rank: 0,
+                        at: 0
+                    };
+                    bytes
+                ];
+                n
+            ],
             filled: vec![Vec::new(); n],
             writes: vec![vec![0; bytes]; n],
             inside: vec![None; n],
@@ -248,6 +267,8 @@ struct Sim {
     sent: Vec<Vec<Vec<u64>>>,
     send: Vec<Vec<Label>>,
     recv: Vec<Vec<Label>>,
+    /// Each rank's scratch (staged collectives).
+    scratch: Vec<Vec<Label>>,
     /// The receive buffer right after the last fill.
     filled: Vec<Vec<Label>>,
     /// Writes into each receive byte since the last fill.
@@ -396,21 +417,35 @@ impl Sim {
             },
             Instr::Copy { inst, push } => {
                 let to = push.dst_rank;
+                if push.dst_buf == plan::Buf::Scratch && to != me {
+                    return Err(format!("rank {me} wrote rank {to}'s scratch"));
+                }
                 if self.inside[to] != Some(inst) && !self.lenient {
                     return Err(format!(
                         "rank {me} copied into rank {to} for collective {inst} ({:?}) while rank {to} was at {:?}",
                         self.calls[inst], self.inside[to]
                     ));
                 }
-                let from = if self.calls[inst].in_place {
-                    &self.recv[me]
-                } else {
-                    &self.send[me]
+                let src = push.src_rank;
+                if self.inside[src] != Some(inst) && !self.lenient {
+                    return Err(format!(
+                        "rank {me} read rank {src}'s buffer for collective {inst} ({:?}) while rank {src} was at {:?}",
+                        self.calls[inst], self.inside[src]
+                    ));
+                }
+                let from = match push.src_buf {
+                    plan::Buf::Scratch => &self.scratch[src],
+                    plan::Buf::Send if !self.calls[inst].in_place => &self.send[src],
+                    _ => &self.recv[src],
                 };
                 let data = from[push.src..push.src + push.bytes].to_vec();
                 for (i, l) in data.into_iter().enumerate() {
-                    self.recv[to][push.dst + i] = l;
-                    self.writes[to][push.dst + i] += 1;
+                    if push.dst_buf == plan::Buf::Scratch {
+                        self.scratch[to][push.dst + i] = l;
+                    } else {
+                        self.recv[to][push.dst + i] = l;
+                        self.writes[to][push.dst + i] += 1;
+                    }
                 }
             }
             Instr::Check(inst) => {
@@ -474,23 +509,29 @@ fn call(coll: Coll, root: usize, in_place: bool) -> Call {
         coll,
         root,
         in_place,
+        staged: false,
     }
 }
 
-/// Every call ce supports on `n` ranks.
+/// Every call ce supports on `n` ranks: on windows, and staged.
 fn every_call(n: usize) -> Vec<Call> {
     let mut v = Vec::new();
     for coll in plan::COLLS {
         for in_place in [false, true] {
-            if !plan::supported(coll, in_place) {
-                continue;
+            for staged in [false, true] {
+                if !staged && plan::needs_staging(coll, in_place) {
+                    continue;
+                }
+                let roots = if matches!(coll, Coll::Broadcast | Coll::Gather | Coll::Scatter) {
+                    0..n
+                } else {
+                    0..1
+                };
+                v.extend(roots.map(|root| Call {
+                    staged,
+                    ..call(coll, root, in_place)
+                }));
             }
-            let roots = if matches!(coll, Coll::Broadcast | Coll::Gather | Coll::Scatter) {
-                0..n
-            } else {
-                0..1
-            };
-            v.extend(roots.map(|root| call(coll, root, in_place)));
         }
     }
     v

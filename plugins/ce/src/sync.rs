@@ -71,7 +71,7 @@
 //! collective split into batches (`plan.rs`) gets one more barrier between
 //! consecutive batches; the number of batches is the same on every rank.
 
-use crate::plan::Push;
+use crate::plan::{Fold, Push};
 
 /// The constant value of graph-mode barriers.
 pub const GRAPH_VALUE: u32 = 1;
@@ -221,6 +221,8 @@ pub enum Step {
     Sync(Barrier),
     /// A batch of copies (never empty).
     Copies(Vec<Push>),
+    /// A reduction queued with the reduction kernels (right after the ready barrier).
+    Reduce(Fold),
 }
 
 /// Hands out the barriers of one communicator on one rank.
@@ -325,9 +327,30 @@ impl Sequencer {
     /// complete barrier, and in graph mode one more barrier when the count
     /// is odd (see the module docs).
     pub fn collective(&mut self, mode: Mode, batches: Vec<Vec<Push>>) -> Vec<Step> {
+        self.reduction(mode, Vec::new(), None, batches)
+    }
+
+    /// [`Sequencer::collective`] with a reduction first, right after the
+    /// ready barrier (see [`crate::plan::fold`]: nothing another rank reads
+    /// is written before the complete barrier, so no barrier goes between).
+    ///
+    /// `stage` (a staged reduction's copy into this rank's scratch) goes
+    /// before the ready barrier.
+    pub fn reduction(
+        &mut self,
+        mode: Mode,
+        stage: Vec<Push>,
+        fold: Option<Fold>,
+        batches: Vec<Vec<Push>>,
+    ) -> Vec<Step> {
         let start = self.issued(mode);
         debug_assert!(mode == Mode::Eager || start & 1 == 0);
-        let mut steps = vec![Step::Sync(self.barrier(mode))];
+        let mut steps = Vec::new();
+        if !stage.is_empty() {
+            steps.push(Step::Copies(stage));
+        }
+        steps.push(Step::Sync(self.barrier(mode)));
+        steps.extend(fold.map(Step::Reduce));
         for (i, b) in batches.into_iter().enumerate() {
             if i > 0 {
                 steps.push(Step::Sync(self.barrier(mode)));
@@ -497,9 +520,46 @@ mod tests {
         steps.iter().filter(|s| matches!(s, Step::Sync(_))).count()
     }
 
+    /// A staged reduction copies into its scratch before the ready barrier and
+    /// folds right after it; the complete barrier ends it.
+    #[test]
+    fn reductions_stage_then_sync_then_fold() {
+        use crate::plan::{Buf, Fold};
+        let stage = vec![Push {
+            src_rank: 1,
+            src_buf: Buf::Send,
+            dst_buf: Buf::Scratch,
+            src: 0,
+            dst_rank: 1,
+            dst: 0,
+            bytes: 8,
+        }];
+        let fold = Fold {
+            dst: 0,
+            srcs: vec![(0, 0), (1, 0)],
+            src_buf: Buf::Scratch,
+            bytes: 8,
+        };
+        for mode in [Mode::Eager, Mode::Graph] {
+            let mut s = Sequencer::new(1, 2);
+            let steps = s.reduction(mode, stage.clone(), Some(fold.clone()), vec![Vec::new()]);
+            assert!(
+                matches!(&steps[0], Step::Copies(v) if *v == stage),
+                "{steps:?}"
+            );
+            assert!(matches!(&steps[1], Step::Sync(_)));
+            assert!(matches!(&steps[2], Step::Reduce(f) if *f == fold));
+            assert!(matches!(steps.last(), Some(Step::Sync(_))));
+            assert_eq!(syncs(&steps), 2);
+        }
+    }
+
     #[test]
     fn collectives_pad_graph_mode_to_an_even_barrier_count() {
         let c = |n| Push {
+            src_rank: 0,
+            src_buf: crate::plan::Buf::Send,
+            dst_buf: crate::plan::Buf::Recv,
             src: n,
             dst_rank: 0,
             dst: 0,

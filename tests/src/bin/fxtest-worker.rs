@@ -59,9 +59,12 @@ fn main() -> ExitCode {
             opt("--victim").map(|v| v.parse().expect("victim rank")),
             opt("--kill-after-ms").map_or(500, |v| v.parse().expect("milliseconds")),
         ),
-        Some("coll-matrix") => {
-            coll::matrix::run(opt("--filter"), opt("--mem").as_deref() == Some("cuda"))
-        }
+        Some("coll-matrix") => coll::matrix::run(
+            opt("--filter"),
+            opt("--mem").as_deref() == Some("cuda"),
+            args.iter().any(|a| a == "--window"),
+            opt("--expect"),
+        ),
         Some("coll-mix") => coll::mix::run(
             args[1].parse().expect("seed"),
             args[2].parse().expect("iterations"),
@@ -91,6 +94,10 @@ fn main() -> ExitCode {
             args[1].parse().expect("size"),
             opt("--victim").map_or(1, |v| v.parse().expect("victim")),
             opt("--kill-after-ms").map_or(500, |v| v.parse().expect("ms")),
+            match opt("--coll").as_deref() {
+                Some("all_reduce") => ferrocx::CollKind::AllReduce,
+                _ => ferrocx::CollKind::AllGather,
+            },
         ),
         Some("coll-graph") => coll::plugin::graph(
             opt("--replays").map_or(1000, |v| v.parse().expect("replays")),

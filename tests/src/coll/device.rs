@@ -31,6 +31,18 @@ thread_local! {
     static ARENA: std::cell::RefCell<Option<Arena>> = const { std::cell::RefCell::new(None) };
 }
 
+/// The thread's arena `(base, bytes)`, made now if it is not yet: a window over
+/// it holds every buffer carved from it (at the same offset on every rank when
+/// the ranks carve the same sizes in the same order).
+pub fn arena() -> Result<(u64, usize), String> {
+    drop(DevMem::new(1)?);
+    ARENA.with(|a| {
+        let a = a.borrow();
+        let a = a.as_ref().ok_or("no arena")?;
+        Ok((a.base, a.len))
+    })
+}
+
 impl DevMem {
     /// `len` bytes (at least 1), 256-byte aligned: carved from the arena when it has room.
     pub fn new(len: usize) -> Result<Self, String> {
@@ -188,6 +200,37 @@ impl Prepared {
             d.download(self.buf.all_mut())?;
         }
         Ok(())
+    }
+
+    /// [`run_device`](Self::run_device), after checking that the communicator
+    /// chooses `want` for the call.
+    pub fn run_device_expecting(
+        &mut self,
+        comm: &Communicator,
+        stream: &Stream,
+        want: &str,
+    ) -> Result<(), String> {
+        let m = self.mirrors()?;
+        let p = |d: &Option<DevMem>| d.as_ref().map_or(0, |d| d.ptr);
+        let (s, r) = (p(&m.send), p(&m.buf));
+        let c = comm
+            .collective_choice(
+                &self.spec,
+                if self.case.in_place { r } else { s },
+                r,
+                self.case.in_place,
+                true,
+            )
+            .map_err(|e| e.to_string())?;
+        if c.winner() != want {
+            return Err(format!(
+                "ran on {} ({}), expected {want}",
+                c.winner(),
+                c.explain()
+            ));
+        }
+        drop(m);
+        self.run_device(comm, stream)
     }
 
     /// Run it on device copies of its buffers, ordered on `stream`, and copy the

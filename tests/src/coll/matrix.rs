@@ -86,8 +86,18 @@ pub fn cases(n: usize) -> Vec<Case> {
 }
 
 /// Run the matrix (cases whose description contains `filter`, if given); with
-/// `device`, on CUDA device memory through the stream-ordered API.
-pub fn run(filter: Option<String>, device: bool) -> Result<String, String> {
+/// `device`, on CUDA device memory through the stream-ordered API. With
+/// `window` (device only) every buffer lies in one symmetric window over the
+/// test arena, so collective plugins that need windows can run the calls
+/// (keep the filter to calls whose buffers are the same size on every rank:
+/// a window's buffers must lie at the same offset everywhere); `expect` names
+/// the implementation every call with data must choose.
+pub fn run(
+    filter: Option<String>,
+    device: bool,
+    window: bool,
+    expect: Option<String>,
+) -> Result<String, String> {
     let comm = Communicator::from_env().map_err(e2s)?;
     let (me, n) = (comm.rank(), comm.nranks());
     let stream = if device {
@@ -101,6 +111,15 @@ pub fn run(filter: Option<String>, device: bool) -> Result<String, String> {
     } else {
         None
     };
+    let win = match (window, &stream) {
+        (true, Some(_)) => {
+            let (base, bytes) = super::device::arena()?;
+            // SAFETY: the arena stays allocated for the life of this thread.
+            Some(unsafe { comm.window_register_device(base, bytes) }.map_err(e2s)?)
+        }
+        (true, None) => return Err("--window needs --mem cuda".into()),
+        _ => None,
+    };
     let all = cases(n);
     let start = Instant::now();
     let mut failures: Vec<String> = Vec::new();
@@ -109,10 +128,11 @@ pub fn run(filter: Option<String>, device: bool) -> Result<String, String> {
     let mut per_kind: Vec<(CollKind, Duration, usize)> = Vec::new();
     for (i, case) in all.iter().enumerate() {
         let d = case.describe(n);
-        // `--filter TEXT` keeps the cases whose description contains TEXT; `!TEXT` drops them.
+        // `--filter TEXT` keeps the cases whose description contains TEXT (or one
+        // of `A|B|…`); `!TEXT` drops them.
         let keep = match filter.as_deref() {
             Some(f) if f.starts_with('!') => !d.contains(&f[1..]),
-            Some(f) => d.contains(f),
+            Some(f) => f.split('|').any(|x| d.contains(x)),
             None => true,
         };
         if !keep {
@@ -121,6 +141,11 @@ pub fn run(filter: Option<String>, device: bool) -> Result<String, String> {
         let mut p = Prepared::new(case, me, n);
         let t = Instant::now();
         match &stream {
+            // A forced algorithm is the core's own.
+            Some(s) if expect.is_some() && case.count > 0 && case.algo.is_none() => {
+                let want = expect.as_deref().unwrap_or_default();
+                p.run_device_expecting(&comm, s, want)
+            }
             Some(s) => p.run_device(&comm, s),
             None => p.run(&comm).map_err(e2s),
         }
@@ -167,6 +192,9 @@ pub fn run(filter: Option<String>, device: bool) -> Result<String, String> {
                 bad += 1;
             }
         }
+    }
+    if let Some(w) = win {
+        comm.window_deregister(w).map_err(e2s)?;
     }
     let stats = check_idle(&comm, "after the matrix")?;
     comm.destroy().map_err(e2s)?;
