@@ -141,6 +141,20 @@ fn reduce_setup(
     Ok((kernels.filter(|_| on), red))
 }
 
+/// One step of a collective with everything it needs looked up.
+enum Work<'a> {
+    Sync(&'a crate::sync::Barrier),
+    Copies(Vec<Xfer>),
+    Fold {
+        k: &'a Kernels,
+        t: ferrocx_sdk::kernels::DataType,
+        o: ferrocx_sdk::kernels::RedOp,
+        f: &'a plan::Fold,
+        dst: u64,
+        srcs: Vec<u64>,
+    },
+}
+
 fn rooted(c: Coll) -> bool {
     matches!(c, Coll::Broadcast | Coll::Gather | Coll::Scatter)
 }
@@ -195,25 +209,27 @@ impl CeComm {
                     PluginError::unsupported(format!("ce sits this communicator out: {why}"))
                 })
             });
-        match (started, agreed) {
-            (Ok(watchdog), Ok(())) => {
-                let (kernels, red) = reduce_setup(&host, &cfg, info, &oob, flags.scratch_bytes())?;
-                Ok(CeComm {
-                    host,
-                    cfg,
-                    rank,
-                    nranks,
-                    oob,
-                    api,
-                    seq: Sequencer::new(rank, nranks),
-                    watchdog,
-                    flags: Some(flags),
-                    kernels,
-                    red,
-                    dev,
-                })
-            }
-            (started, agreed) => {
+        // Round 3 only where rounds 1 and 2 succeeded everywhere (they agree alike).
+        let extras = match (&started, &agreed) {
+            (Ok(_), Ok(())) => Some(reduce_setup(&host, &cfg, info, &oob, flags.scratch_bytes())),
+            _ => None,
+        };
+        match (started, agreed, extras) {
+            (Ok(watchdog), Ok(()), Some(Ok((kernels, red)))) => Ok(CeComm {
+                host,
+                cfg,
+                rank,
+                nranks,
+                oob,
+                api,
+                seq: Sequencer::new(rank, nranks),
+                watchdog,
+                flags: Some(flags),
+                kernels,
+                red,
+                dev,
+            }),
+            (started, agreed, extras) => {
                 let _bound = dev.bind();
                 drop(started);
                 // Peers may have opened our flags: everyone closes, then frees.
@@ -222,6 +238,7 @@ impl CeComm {
                 drop(flags);
                 Err(agreed
                     .err()
+                    .or_else(|| extras.and_then(Result::err))
                     .unwrap_or_else(|| PluginError::internal("ce setup failed without a reason")))
             }
         }
@@ -260,7 +277,7 @@ impl CeComm {
 
     /// `can_run`.
     pub fn can_run(&self, d: &CollDesc<'_, Window>) -> i32 {
-        select::bid(self.cfg.priority, self.nranks, &self.red, d).unwrap_or(0)
+        select::bid(self.cfg.priority, self.rank, self.nranks, &self.red, d).unwrap_or(0)
     }
 
     /// `status`.
@@ -284,11 +301,11 @@ impl CeComm {
         }
         let invalid =
             |why| PluginError::invalid(format!("ce cannot run this {}: {why}", d.coll.name()));
-        select::bid(self.cfg.priority, self.nranks, &self.red, d).map_err(invalid)?;
-        let route = select::route(self.nranks, &self.red, d).map_err(invalid)?;
+        select::bid(self.cfg.priority, self.rank, self.nranks, &self.red, d).map_err(invalid)?;
         if d.count == 0 {
             return Ok(());
         }
+        let route = select::route(self.rank, self.nranks, &self.red, d).map_err(invalid)?;
         let block = d.count * d.elem;
         let _bound = self.dev.bind()?;
         let stream = stream as sys::CUstream;
@@ -301,22 +318,19 @@ impl CeComm {
             rank: self.rank,
             root: d.root,
             block,
-            in_place: d.in_place,
+            // NCCL's in-place all_reduce (send == recv) may come flagged out of
+            // place; the one-shot fold must know that it writes its input.
+            in_place: d.in_place || (d.coll == Coll::AllReduce && d.send as u64 == d.recv as u64),
             elem: d.elem,
-            one_shot: route.one_shot,
             staged: route.staged,
+            one_shot: route.one_shot,
         };
         let how = Batching {
             batch: self.cfg.batch,
             min_bytes: self.cfg.batch_bytes,
         };
         let mut seq = self.seq.clone();
-        let steps = seq.reduction(
-            mode,
-            plan::stage(&shape),
-            plan::fold(&shape),
-            plan::batches(&shape, &how),
-        );
+        let steps = seq.reduction(mode, plan::parts(&shape, &how));
         let flags = self
             .flags
             .as_ref()
@@ -362,62 +376,80 @@ impl CeComm {
                 String::new()
             }
         );
-        if mode == Mode::Eager {
-            // SAFETY: the caller's contract; the device is bound.
-            unsafe { self.watchdog.order(stream) }?;
-        }
-        let mut queued = false;
-        let mut issued = Ok(());
-        for step in &steps {
-            issued = match step {
-                Step::Sync(b) if b.ops.is_empty() => Ok(()),
-                // SAFETY: the caller's contract; the flags stay mapped until comm_destroy.
-                Step::Sync(b) => unsafe { issue::memops(&self.api, stream, flags, &b.ops) },
-                Step::Copies(v) => v
-                    .iter()
-                    .map(resolve)
-                    .collect::<PluginResult<Vec<Xfer>>>()
-                    .and_then(|mut xs| {
-                        xs.retain(|x| x.src != x.dst);
-                        // SAFETY: sources and destinations lie in the windows (the
-                        // core keeps the peers' mapped until window_deregister), this
-                        // rank's own buffers, or the scratches (mapped until
-                        // comm_destroy); the bid checked the ranges.
-                        unsafe { issue::copies(&self.api, stream, &xs, batch) }
-                    }),
+        // Everything this rank needs is looked up and checked before anything
+        // is queued: a bad address or pointer found after the ready barrier
+        // would leave the peers waiting for the rest (until their watchdogs).
+        let types = select::kernel_types(d);
+        let prepared: PluginResult<Vec<Work<'_>>> = steps
+            .iter()
+            .map(|step| match step {
+                Step::Sync(b) => Ok(Work::Sync(b)),
+                Step::Copies(v) => {
+                    let mut xs = v.iter().map(resolve).collect::<PluginResult<Vec<Xfer>>>()?;
+                    xs.retain(|x| x.src != x.dst);
+                    Ok(Work::Copies(xs))
+                }
                 Step::Reduce(f) => {
                     let k = self
                         .kernels
                         .as_ref()
-                        .ok_or_else(|| PluginError::internal("a reduction without kernels"));
-                    let srcs: PluginResult<Vec<u64>> = f
+                        .ok_or_else(|| PluginError::internal("a reduction without kernels"))?;
+                    let (t, o) = types.clone().map_err(PluginError::invalid)?;
+                    let srcs = f
                         .srcs
                         .iter()
                         .map(|&(r, off)| addr(r, f.src_buf, off))
-                        .collect();
-                    let dst = addr(self.rank, Buf::Recv, f.dst);
-                    let types = select::kernel_types(d).map_err(PluginError::invalid);
-                    k.and_then(|k| Ok((k, srcs?, dst?, types?))).and_then(
-                        |(k, srcs, dst, (t, o))| {
-                            // SAFETY: the sources lie in the send windows or the scratches
-                            // (mapped until window_deregister / comm_destroy), the
-                            // destination in this rank's receive buffer; the bid checked the
-                            // ranges; the caller's stream.
-                            unsafe {
-                                issue::fold(
-                                    k,
-                                    (t, o, d.elem),
-                                    self.nranks,
-                                    f,
-                                    dst,
-                                    &srcs,
-                                    stream,
-                                    &self.api,
-                                )
-                            }
-                        },
-                    )
+                        .collect::<PluginResult<Vec<u64>>>()?;
+                    let dst = addr(self.rank, f.dst_buf, f.dst)?;
+                    let elem = d.elem.max(1) as u64;
+                    if let Some(p) = srcs.iter().chain([&dst]).find(|&&p| p == 0 || p % elem != 0) {
+                        return Err(PluginError::invalid(format!(
+                            "{} on {t}: the address {p:#x} is not aligned to its {elem}-byte elements",
+                            d.coll.name()
+                        )));
+                    }
+                    Ok(Work::Fold { k, t, o, f, dst, srcs })
                 }
+            })
+            .collect();
+        if mode == Mode::Eager && prepared.is_ok() {
+            // SAFETY: the caller's contract; the device is bound.
+            unsafe { self.watchdog.order(stream) }?;
+        }
+        let mut queued = false;
+        let mut issued = prepared.as_ref().map(|_| ()).map_err(Clone::clone);
+        for w in prepared.as_deref().unwrap_or(&[]) {
+            issued = match w {
+                Work::Sync(b) if b.ops.is_empty() => Ok(()),
+                // SAFETY: the caller's contract; the flags stay mapped until comm_destroy.
+                Work::Sync(b) => unsafe { issue::memops(&self.api, stream, flags, &b.ops) },
+                // SAFETY: sources and destinations lie in the windows (the core keeps
+                // the peers' mapped until window_deregister), this rank's own
+                // buffers, or the scratches (mapped until comm_destroy); the bid
+                // checked the ranges.
+                Work::Copies(xs) => unsafe { issue::copies(&self.api, stream, xs, batch) },
+                Work::Fold {
+                    k,
+                    t,
+                    o,
+                    f,
+                    dst,
+                    srcs,
+                } => unsafe {
+                    // SAFETY: the sources lie in the send windows or the scratches,
+                    // the destination in this rank's receive buffer, all checked
+                    // above; the caller's stream.
+                    issue::fold(
+                        k,
+                        (*t, *o, d.elem),
+                        self.nranks,
+                        f,
+                        *dst,
+                        srcs,
+                        stream,
+                        &self.api,
+                    )
+                },
             };
             if issued.is_err() {
                 break;
@@ -454,16 +486,17 @@ impl CeComm {
                         e.message()
                     ),
                 );
+                // The peers are in this collective and this rank is not (all of
+                // it): the ranks' barriers no longer line up. Break, and let the
+                // watchdog release what was queued.
                 if queued {
-                    // Part of it is on the stream: the ranks' barriers no longer line
-                    // up. Break, and let the watchdog release what was queued.
                     self.seq = seq;
                     if mode == Mode::Eager {
                         // SAFETY: as above.
                         let _ = unsafe { self.watchdog.track(stream, d.seq, what, expects) };
                     }
-                    self.watchdog.break_with(e.clone());
                 }
+                self.watchdog.break_with(e.clone());
                 Err(e)
             }
         }

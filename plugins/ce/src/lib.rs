@@ -6,16 +6,23 @@
 //!
 //! * **copy collectives** — all_gather, alltoall, broadcast, gather, scatter —
 //!   with the GPUs' copy engines only, no SM kernel (the approach of NCCL's
-//!   "zero-CTA" CE collectives): pushes into the peers' windows when both
-//!   buffers lie in symmetric windows, else **staged** (each rank copies its
-//!   input into its scratch, then every rank pulls what it needs into its own
-//!   buffer — alltoall in place too);
+//!   "zero-CTA" CE collectives): on symmetric windows, pushes into the peers'
+//!   windows (in a rooted collective the root does every copy, gather by
+//!   pulling); without windows **staged** (each rank copies its input into its
+//!   scratch, then every rank pulls what it needs into its own buffer).
+//!   alltoall is staged while the scratch holds it, in place too;
 //! * **reductions** — all_reduce and reduce_scatter — with the SDK's reduction
 //!   kernels (`ferrocx_sdk::kernels`, the core's own) reading the peers' inputs
 //!   straight through their IPC mappings, and copy engines spreading the
 //!   results ([`plan::fold`]): one-shot all_reduce (every rank folds every
-//!   input) up to `FERROCX_CE_ONESHOT_BYTES` (scaled by 2/n), two-shot above;
-//!   buffers outside windows are staged the same way.
+//!   input; a rank in place folds into its scratch and copies back after the
+//!   complete barrier) up to `FERROCX_CE_ONESHOT_BYTES` (scaled by 2/n),
+//!   two-shot above; buffers outside windows are staged (one-shot).
+//!
+//! Which way a call runs ([`select::route`]) depends only on what every rank
+//! has alike — the call, the agreed knobs, whether the buffers it uses lie in
+//! windows — never on whether this rank runs in place, which NCCL lets ranks
+//! choose apart (the plan tests run such mixes).
 //!
 //! The scratch is allocated with each rank's flags and mapped by every peer
 //! (`FERROCX_CE_SCRATCH_BYTES`, 32 MiB by default), so unregistered calls up
@@ -41,8 +48,7 @@
 //! 2. **copies**: each rank pushes its blocks straight into the peers'
 //!    receive windows (`peer_bases[r] + offset`, mapped by the core), as one
 //!    `cuMemcpyBatchAsync` (driver ≥ 12.8) or one `cuMemcpyAsync` per copy
-//!    ([`plan`], [`issue`]); out-of-place broadcast pulls instead, so the
-//!    root's local copy and the peers' run at once. Large collectives are
+//!    ([`plan`], [`issue`]); a gather's root pulls. Large collectives are
 //!    split into batches with a barrier between them. A reduction runs its
 //!    fold here (kernels), then its copies. A staged collective copies its
 //!    input into its own scratch before the ready barrier, then only pulls

@@ -2,23 +2,24 @@
 //! in or out of place, the list of copies from some rank's send buffer into
 //! some rank's receive buffer, and how it is split into batches.
 //!
-//! Windows are symmetric: rank `r`'s byte `o` of the receive buffer is
-//! `peer_bases[r] + recv_offset + o`, and the same holds for send buffers.
-//! Almost every copy is a push (the rank that holds the data writes it into
-//! the destination's receive window). Out-of-place broadcast is a pull: each
-//! rank copies the root's block into its own buffer, so the root's local copy
-//! and the peers' copies run on every GPU's copy engines at once (pushed, the
-//! root's engines ran its local copy and then the peers': 0.9× NCCL's time at
-//! 1 GiB on two H100s).
+//! **On windows** (rank `r`'s byte `o` of a buffer is `peer_bases[r] +
+//! offset + o`: windows are symmetric) the copies are pushes into the peers'
+//! receive windows, or for gather pulls from the peers' send windows: in a
+//! rooted collective only the root copies, through its own windows, so a
+//! non-root's unused buffer (NULL, in no window) never matters.
 //!
 //! | collective | who copies | copy |
 //! |---|---|---|
 //! | all_gather | every rank | its block → every rank's recv at `rank*block` |
 //! | alltoall | every rank | its block `r` → rank `r`'s recv at `rank*block` |
-//! | broadcast, out of place | every rank | the root's block → its recv at 0 |
-//! | broadcast, in place | the root | its block → every rank's recv at 0 |
-//! | gather | every rank | its block → the root's recv at `rank*block` |
+//! | broadcast | the root | its block → every rank's recv at 0 |
+//! | gather | the root | every rank's block → its recv at `rank*block` |
 //! | scatter | the root | its block `r` → rank `r`'s recv at 0 |
+//!
+//! **Staged** ([`stage`], [`Shape::staged`]: buffers outside windows, and
+//! every call that fits the scratch except all_gather and reduce_scatter on
+//! windows) each rank first copies its input into its own scratch, then
+//! every copy is a pull into this rank's own buffer.
 //!
 //! In place (the core's layout, `FX_COLL_IN_PLACE`): send == recv == the
 //! start of one buffer; all_gather's input is at `rank*block`; gather's at
@@ -71,15 +72,17 @@ pub struct Shape {
     pub in_place: bool,
     /// Bytes of one element (reductions slice at element boundaries).
     pub elem: usize,
-    /// all_reduce out of place: one-shot (every rank folds every rank's whole
-    /// input itself) instead of two-shot.
-    pub one_shot: bool,
-    /// A reduction staged through the scratch buffers: each rank first copies
-    /// its input into its own scratch (before the ready barrier), and the
-    /// folds read the scratches. For buffers outside windows, and for small
-    /// in-place all_reduces (one-shot needs the inputs intact while every rank
-    /// reads them). all_reduce is then always one-shot.
+    /// Staged through the scratch buffers: each rank first copies its input
+    /// into its own scratch (before the ready barrier); the copies pull from
+    /// the scratches into this rank's own buffer, the folds read the
+    /// scratches. A staged all_reduce is one-shot.
     pub staged: bool,
+    /// all_reduce on windows, one-shot: every rank folds every rank's input
+    /// read through the send windows. A rank in place folds into its
+    /// scratch and copies the result back after the complete barrier
+    /// ([`post`]), since the peers read its buffer until then; so ranks may
+    /// differ in whether they run in place (NCCL allows it).
+    pub one_shot: bool,
 }
 
 /// Which of a rank's buffers a copy or fold touches.
@@ -105,6 +108,8 @@ pub struct Fold {
     pub srcs: Vec<(usize, usize)>,
     /// The sources' buffer (send, or scratch when staged).
     pub src_buf: Buf,
+    /// The destination's buffer: receive, or the scratch (one-shot in place).
+    pub dst_buf: Buf,
     /// Bytes (a whole number of elements).
     pub bytes: usize,
 }
@@ -163,9 +168,9 @@ pub fn slice(count: usize, elem: usize, nranks: usize, r: usize) -> (usize, usiz
 
 /// This rank's reduction, if the collective is one ([`REDUCE_COLLS`]):
 ///
-/// * **all_reduce, one-shot** (out of place, small): the whole vector, the
-///   sources in rank order on every rank, so every rank computes the same
-///   bits; no copies follow.
+/// * **all_reduce, one-shot** (staged): the whole vector from the scratches,
+///   the sources in rank order on every rank, so every rank computes the
+///   same bits; no copies follow.
 /// * **all_reduce, two-shot**: rank `r` folds its slice ([`slice()`]) of every
 ///   rank's input into its own receive buffer, starting with its own (in
 ///   place, its own slice is the destination: it must be read first), then
@@ -187,10 +192,15 @@ pub fn fold(s: &Shape) -> Option<Fold> {
     let ring = |off: usize| (0..n).map(move |i| ((me + i) % n, off)).collect();
     let src_buf = if s.staged { Buf::Scratch } else { Buf::Send };
     match s.coll {
-        Coll::AllReduce if !two_shot(s) => Some(Fold {
+        Coll::AllReduce if s.staged || s.one_shot => Some(Fold {
             dst: 0,
             srcs: (0..n).map(|r| (r, 0)).collect(),
             src_buf,
+            dst_buf: if !s.staged && s.in_place {
+                Buf::Scratch
+            } else {
+                Buf::Recv
+            },
             bytes: s.block,
         }),
         Coll::AllReduce => {
@@ -200,6 +210,7 @@ pub fn fold(s: &Shape) -> Option<Fold> {
                 dst: first * s.elem,
                 srcs: ring(first * s.elem),
                 src_buf,
+                dst_buf: Buf::Recv,
                 bytes: len * s.elem,
             })
         }
@@ -207,17 +218,54 @@ pub fn fold(s: &Shape) -> Option<Fold> {
             dst: if s.in_place { me * s.block } else { 0 },
             srcs: ring(me * s.block),
             src_buf,
+            dst_buf: Buf::Recv,
             bytes: s.block,
         }),
         _ => None,
     }
 }
 
-/// Whether an all_reduce runs two-shot: not staged, and in place or above
-/// the one-shot limit (one-shot in place would overwrite inputs that the
-/// other ranks still read).
-pub fn two_shot(s: &Shape) -> bool {
-    s.coll == Coll::AllReduce && !s.staged && (s.in_place || !s.one_shot)
+/// The copy after the complete barrier: a one-shot all_reduce on windows
+/// run in place folded into the scratch; the result goes home once no peer
+/// reads this rank's buffer any more.
+pub fn post(s: &Shape) -> Vec<Push> {
+    if s.coll != Coll::AllReduce || s.staged || !s.one_shot || !s.in_place || s.block == 0 {
+        return Vec::new();
+    }
+    vec![Push {
+        src_rank: s.rank,
+        src_buf: Buf::Scratch,
+        dst_buf: Buf::Recv,
+        src: 0,
+        dst_rank: s.rank,
+        dst: 0,
+        bytes: s.block,
+    }]
+}
+
+/// Everything one rank issues for one collective, in order: `stage` (before
+/// the ready barrier), `fold`, the `batches` of copies (barriers between),
+/// `post` (after the complete barrier).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Parts {
+    /// Copies into this rank's scratch, before the ready barrier.
+    pub stage: Vec<Push>,
+    /// The reduction, right after the ready barrier.
+    pub fold: Option<Fold>,
+    /// The copies, in batches with a barrier between consecutive ones.
+    pub batches: Vec<Vec<Push>>,
+    /// Copies within this rank, after the complete barrier.
+    pub post: Vec<Push>,
+}
+
+/// This rank's [`Parts`] of the collective.
+pub fn parts(s: &Shape, how: &Batching) -> Parts {
+    Parts {
+        stage: stage(s),
+        fold: fold(s),
+        batches: batches(s, how),
+        post: post(s),
+    }
 }
 
 /// Scratch bytes a staged collective needs on the busiest rank (what every
@@ -352,24 +400,28 @@ pub fn copies(s: &Shape) -> Vec<(usize, Push)> {
                 .collect()
         }
         Coll::AllToAll => ring().map(|(i, r)| (i, c(r * b, r, me * b))).collect(),
-        Coll::Broadcast if !s.in_place => vec![(
-            0,
-            Push {
-                src_rank: root,
-                dst_rank: me,
-                ..c(0, me, 0)
-            },
-        )],
         Coll::Broadcast if me == root => ring()
             .filter(|&(_, r)| !own(r))
             .map(|(i, r)| (i, c(0, r, 0)))
             .collect(),
-        Coll::Gather if !own(root) => vec![(0, c(0, root, me * b))],
+        // The root pulls every block through its send window (peers' send
+        // buffers at its own offset), its own locally.
+        Coll::Gather if me == root => ring()
+            .filter(|&(_, r)| !own(r))
+            .map(|(i, r)| {
+                let p = Push {
+                    src_rank: r,
+                    dst_rank: me,
+                    ..c(0, me, r * b)
+                };
+                (i, p)
+            })
+            .collect(),
         Coll::Scatter if me == root => ring()
             .filter(|&(_, r)| !own(r))
             .map(|(i, r)| (i, c(r * b, r, 0)))
             .collect(),
-        Coll::AllReduce if two_shot(s) => {
+        Coll::AllReduce if !s.staged && !s.one_shot => {
             let (first, len) = slice(b / s.elem.max(1), s.elem, n, me);
             let off = first * s.elem;
             let spread = |(i, r)| {
@@ -390,13 +442,9 @@ pub fn copies(s: &Shape) -> Vec<(usize, Push)> {
     }
 }
 
-/// Copies the busiest rank could make (before in-place omissions).
-pub fn max_copies(coll: Coll, nranks: usize) -> usize {
-    if coll == Coll::Gather {
-        1
-    } else {
-        nranks
-    }
+/// Copies the busiest rank could make (before in-place omissions): one per rank.
+pub fn max_copies(_coll: Coll, nranks: usize) -> usize {
+    nranks
 }
 
 /// Batches every rank issues for this collective.
@@ -434,67 +482,80 @@ mod tests {
             block: 10,
             in_place,
             elem: 1,
-            one_shot: false,
             staged: false,
+            one_shot: false,
         }
     }
 
-    fn list(s: &Shape) -> Vec<(usize, usize, usize)> {
+    /// (source rank, source offset, destination rank, destination offset).
+    fn list(s: &Shape) -> Vec<(usize, usize, usize, usize)> {
         copies(s)
             .into_iter()
-            .map(|(_, c)| {
-                assert_eq!(c.src_rank == s.rank, !pulled(s), "{s:?}");
-                (c.src, c.dst_rank, c.dst)
-            })
+            .map(|(_, c)| (c.src_rank, c.src, c.dst_rank, c.dst))
             .collect()
     }
 
-    fn pulled(s: &Shape) -> bool {
-        s.coll == Coll::Broadcast && !s.in_place && s.rank != s.root
-    }
-
     #[test]
-    fn each_collective_pushes_where_nccl_puts_the_data() {
+    fn each_collective_copies_where_nccl_puts_the_data() {
         let ag = shape(Coll::AllGather, 3, 1, 0, false);
-        assert_eq!(list(&ag), [(0, 1, 10), (0, 2, 10), (0, 0, 10)]);
+        assert_eq!(list(&ag), [(1, 0, 1, 10), (1, 0, 2, 10), (1, 0, 0, 10)]);
         let ag = Shape {
             in_place: true,
             ..ag
         };
-        assert_eq!(list(&ag), [(10, 2, 10), (10, 0, 10)]);
+        assert_eq!(list(&ag), [(1, 10, 2, 10), (1, 10, 0, 10)]);
         let a2a = shape(Coll::AllToAll, 3, 2, 0, false);
-        assert_eq!(list(&a2a), [(20, 2, 20), (0, 0, 20), (10, 1, 20)]);
+        assert_eq!(list(&a2a), [(2, 20, 2, 20), (2, 0, 0, 20), (2, 10, 1, 20)]);
+        // Rooted: only the root copies, through its own windows.
         let bc = shape(Coll::Broadcast, 3, 2, 2, false);
-        assert_eq!(list(&bc), [(0, 2, 0)]);
-        assert_eq!(
-            list(&Shape {
-                in_place: true,
-                ..bc
-            }),
-            [(0, 0, 0), (0, 1, 0)]
-        );
-        let leaf = shape(Coll::Broadcast, 3, 1, 2, false);
-        assert_eq!(list(&leaf), [(0, 1, 0)]);
-        assert_eq!(
-            copies(&leaf)[0].1.src_rank,
-            2,
-            "a leaf pulls the root's block"
-        );
+        assert_eq!(list(&bc), [(2, 0, 2, 0), (2, 0, 0, 0), (2, 0, 1, 0)]);
+        let bc_in = Shape {
+            in_place: true,
+            ..bc
+        };
+        assert_eq!(list(&bc_in), [(2, 0, 0, 0), (2, 0, 1, 0)]);
+        assert!(list(&shape(Coll::Broadcast, 3, 1, 2, false)).is_empty());
         assert!(list(&shape(Coll::Broadcast, 3, 1, 2, true)).is_empty());
-        assert_eq!(list(&shape(Coll::Gather, 3, 1, 2, false)), [(0, 2, 10)]);
-        assert_eq!(list(&shape(Coll::Gather, 3, 1, 2, true)), [(0, 2, 10)]);
-        assert!(list(&shape(Coll::Gather, 3, 2, 2, true)).is_empty());
-        assert_eq!(list(&shape(Coll::Gather, 3, 2, 2, false)), [(0, 2, 20)]);
+        let g = shape(Coll::Gather, 3, 2, 2, false);
+        assert_eq!(list(&g), [(2, 0, 2, 20), (0, 0, 2, 0), (1, 0, 2, 10)]);
+        let g_in = Shape {
+            in_place: true,
+            ..g
+        };
+        assert_eq!(
+            list(&g_in),
+            [(0, 0, 2, 0), (1, 0, 2, 10)],
+            "the root's own block stays"
+        );
+        assert!(list(&shape(Coll::Gather, 3, 1, 2, false)).is_empty());
+        assert!(list(&shape(Coll::Gather, 3, 1, 2, true)).is_empty());
         let sc = shape(Coll::Scatter, 3, 0, 0, false);
-        assert_eq!(list(&sc), [(0, 0, 0), (10, 1, 0), (20, 2, 0)]);
+        assert_eq!(list(&sc), [(0, 0, 0, 0), (0, 10, 1, 0), (0, 20, 2, 0)]);
         assert_eq!(
             list(&Shape {
                 in_place: true,
                 ..sc
             }),
-            [(10, 1, 0), (20, 2, 0)]
+            [(0, 10, 1, 0), (0, 20, 2, 0)]
         );
         assert!(list(&shape(Coll::Scatter, 3, 1, 0, true)).is_empty());
+        // Staged: every copy lands in this rank's own buffer.
+        for coll in COLLS {
+            for n in 1..=5 {
+                for me in 0..n {
+                    for in_place in [false, true] {
+                        let st = Shape {
+                            staged: true,
+                            ..shape(coll, n, me, n - 1, in_place)
+                        };
+                        for (_, p) in copies(&st) {
+                            assert_eq!((p.dst_rank, p.dst_buf), (me, Buf::Recv), "{st:?}");
+                            assert!(p.src_rank == me || p.src_buf == Buf::Scratch, "{st:?}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -561,7 +622,11 @@ mod tests {
             1,
             "not more copies than a batch"
         );
-        assert_eq!(rounds(&shape(Coll::Gather, 8, 0, 0, false), &how), 1);
+        assert_eq!(
+            rounds(&shape(Coll::Gather, 8, 0, 0, false), &how),
+            4,
+            "the root pulls 8"
+        );
     }
 
     /// A buffer of one rank as an index: send, receive (the same one in
@@ -581,22 +646,29 @@ mod tests {
     /// the element's position in the reduced vector; `None` before a write.
     type Bufs = Vec<Vec<Vec<Option<(u64, usize)>>>>;
 
-    /// Every reduction on 1–6 ranks, every layout (windows or staged),
-    /// odd and even counts, every element size: no rank writes what another
-    /// reads or writes between the barriers (so the two barriers suffice), the
-    /// slices cover the vector exactly once, and running each rank's staging,
-    /// fold and copies gives every rank NCCL's result, each element combined
-    /// from every rank exactly once.
+    /// Every reduction on 1–6 ranks, on windows and staged, odd and even
+    /// counts, every element size, in place on all, none or some of the
+    /// ranks (NCCL lets ranks differ): no rank writes what another reads or
+    /// writes between the barriers (so the two barriers suffice), the slices
+    /// cover the vector exactly once, and running each rank's staging, fold
+    /// and copies gives every rank NCCL's result, each element combined from
+    /// every rank exactly once.
     #[test]
     fn reductions_fold_every_rank_once_and_never_race() {
         for n in 1..=6usize {
+            let layouts: [Vec<bool>; 4] = [
+                vec![false; n],
+                vec![true; n],
+                (0..n).map(|r| r % 2 == 0).collect(),
+                (0..n).map(|r| r == n - 1).collect(),
+            ];
             for elem in [1usize, 2, 4, 8] {
                 for count in [0usize, 1, 3, 7, 16, 37, 100] {
                     for coll in REDUCE_COLLS {
-                        for in_place in [false, true] {
-                            for (one_shot, staged) in [(false, false), (true, false), (true, true)]
+                        for ip in &layouts {
+                            for (staged, one_shot) in [(false, false), (false, true), (true, false)]
                             {
-                                check_reduction(coll, n, elem, count, in_place, one_shot, staged);
+                                check_reduction(coll, n, elem, count, ip, staged, one_shot);
                             }
                         }
                     }
@@ -610,23 +682,23 @@ mod tests {
         n: usize,
         elem: usize,
         count: usize,
-        in_place: bool,
-        one_shot: bool,
+        ip: &[bool],
         staged: bool,
+        one_shot: bool,
     ) {
         let what = format!(
-            "{coll:?} n={n} elem={elem} count={count} in_place={in_place} one_shot={one_shot} staged={staged}"
+            "{coll:?} n={n} elem={elem} count={count} in_place={ip:?} staged={staged} one_shot={one_shot}"
         );
-        let shape = |rank| Shape {
+        let shape = |rank: usize| Shape {
             coll,
             nranks: n,
             rank,
             root: 0,
             block: count * elem,
-            in_place,
+            in_place: ip[rank],
             elem,
-            one_shot,
             staged,
+            one_shot,
         };
         // Elements: (ranks combined as a bit mask, position in the reduced vector).
         let len = if coll == Coll::ReduceScatter {
@@ -645,8 +717,8 @@ mod tests {
             for p in stage(&shape(me)) {
                 assert_eq!((p.src_rank, p.dst_rank), (me, me), "{what}");
                 for k in 0..p.bytes / elem {
-                    let v = mine[buf(in_place, p.src_buf)][p.src / elem + k];
-                    mine[buf(in_place, p.dst_buf)][p.dst / elem + k] = v;
+                    let v = mine[buf(ip[me], p.src_buf)][p.src / elem + k];
+                    mine[buf(ip[me], p.dst_buf)][p.dst / elem + k] = v;
                 }
             }
             assert_eq!(stage(&shape(me)).is_empty(), !staged || len == 0, "{what}");
@@ -660,21 +732,21 @@ mod tests {
                 assert_eq!(f.dst % elem, 0, "{what}");
                 assert_eq!(f.src_buf == Buf::Scratch, staged, "{what}");
                 for &(r, off) in &f.srcs {
-                    reads.push(((r, buf(in_place, f.src_buf)), off / elem, f.bytes / elem));
+                    reads.push(((r, buf(ip[r], f.src_buf)), off / elem, f.bytes / elem));
                 }
-                writes.push(((me, buf(in_place, Buf::Recv)), f.dst / elem, f.bytes / elem));
+                writes.push(((me, buf(ip[me], f.dst_buf)), f.dst / elem, f.bytes / elem));
                 let mut ranks: Vec<usize> = f.srcs.iter().map(|x| x.0).collect();
                 ranks.sort();
                 assert_eq!(ranks, (0..n).collect::<Vec<_>>(), "{what}: every rank once");
             }
             for (_, p) in copies(&s) {
                 reads.push((
-                    (p.src_rank, buf(in_place, p.src_buf)),
+                    (p.src_rank, buf(ip[p.src_rank], p.src_buf)),
                     p.src / elem,
                     p.bytes / elem,
                 ));
                 writes.push((
-                    (p.dst_rank, buf(in_place, p.dst_buf)),
+                    (p.dst_rank, buf(ip[p.dst_rank], p.dst_buf)),
                     p.dst / elem,
                     p.bytes / elem,
                 ));
@@ -702,12 +774,12 @@ mod tests {
         // Run each rank's stream in turn (no cross-rank hazards: any order is the same).
         for me in 0..n {
             let s = shape(me);
-            let dstb = buf(in_place, Buf::Recv);
             if let Some(f) = fold(&s) {
+                let dstb = buf(ip[me], f.dst_buf);
                 let (d, m) = (f.dst / elem, f.bytes / elem);
                 for k in 0..m {
                     let get = |bufs: &Bufs, (r, off): (usize, usize)| {
-                        bufs[r][buf(in_place, f.src_buf)][off / elem + k]
+                        bufs[r][buf(ip[r], f.src_buf)][off / elem + k]
                     };
                     // As comm.rs issues it: dst = s0 op s1, then dst = dst op s_k.
                     let mut acc = get(&bufs, f.srcs[0]);
@@ -729,15 +801,25 @@ mod tests {
             }
             for (_, p) in copies(&s) {
                 for k in 0..p.bytes / elem {
-                    let v = bufs[p.src_rank][buf(in_place, p.src_buf)][p.src / elem + k];
-                    bufs[p.dst_rank][buf(in_place, p.dst_buf)][p.dst / elem + k] = v;
+                    let v = bufs[p.src_rank][buf(ip[p.src_rank], p.src_buf)][p.src / elem + k];
+                    bufs[p.dst_rank][buf(ip[p.dst_rank], p.dst_buf)][p.dst / elem + k] = v;
+                }
+            }
+        }
+        // After the complete barrier: the post copies.
+        for (me, mine) in bufs.iter_mut().enumerate() {
+            for p in post(&shape(me)) {
+                assert_eq!((p.src_rank, p.dst_rank), (me, me), "{what}");
+                for k in 0..p.bytes / elem {
+                    let v = mine[buf(ip[me], p.src_buf)][p.src / elem + k];
+                    mine[buf(ip[me], p.dst_buf)][p.dst / elem + k] = v;
                 }
             }
         }
         let all = (1u64 << n) - 1;
         for (r, b) in bufs.iter().enumerate() {
-            let out = &b[buf(in_place, Buf::Recv)];
-            let (at, base) = match (coll, in_place) {
+            let out = &b[buf(ip[r], Buf::Recv)];
+            let (at, base) = match (coll, ip[r]) {
                 (Coll::ReduceScatter, true) => (r * count, r * count),
                 (Coll::ReduceScatter, false) => (0, r * count),
                 _ => (0, 0),

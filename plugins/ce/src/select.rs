@@ -93,13 +93,40 @@ pub struct Reductions {
 pub struct Route {
     /// Staged through the scratch buffers ([`plan::Shape::staged`]).
     pub staged: bool,
-    /// all_reduce one-shot ([`plan::Shape::one_shot`]).
+    /// all_reduce one-shot on windows ([`plan::Shape::one_shot`]).
     pub one_shot: bool,
 }
 
-/// How ce would run `d` on `nranks`, or why it cannot. Depends only on what
-/// every rank has alike (the call, the windows, the agreed [`Reductions`]).
-pub fn route(nranks: usize, red: &Reductions, d: &CollDesc<'_, Window>) -> Result<Route, String> {
+/// Whether this rank's buffers that `d` uses lie in windows. In a rooted
+/// collective only the root copies (through its own windows), so a
+/// non-root's unused buffer does not count.
+fn in_windows(me: usize, d: &CollDesc<'_, Window>) -> bool {
+    let (send, recv) = (d.send_win.is_some(), d.recv_win.is_some());
+    let root = d.root == me;
+    match d.coll {
+        Coll::Broadcast | Coll::Scatter if !root => recv,
+        Coll::Gather if !root => send,
+        _ => send && recv,
+    }
+}
+
+/// How ce would run `d` on `nranks`, or why it cannot. Decided only from
+/// what every rank has alike — the call, the agreed [`Reductions`], and
+/// whether the buffers lie in windows (windows are registered by every rank
+/// alike) — never from whether this rank runs in place, which NCCL lets
+/// ranks choose apart:
+///
+/// | collective | on windows | without windows |
+/// |---|---|---|
+/// | all_reduce | one-shot up to `FERROCX_CE_ONESHOT_BYTES` × 2/n (and the scratch), two-shot above | staged one-shot while the scratch holds it |
+/// | reduce_scatter, all_gather, broadcast, gather, scatter | on the windows | staged while the scratch holds it |
+/// | alltoall | staged while the scratch holds it; above, pushes (not in place) | staged while the scratch holds it |
+pub fn route(
+    me: usize,
+    nranks: usize,
+    red: &Reductions,
+    d: &CollDesc<'_, Window>,
+) -> Result<Route, String> {
     let reduction = plan::REDUCE_COLLS.contains(&d.coll);
     if reduction && !red.on {
         return Err(format!(
@@ -113,30 +140,32 @@ pub fn route(nranks: usize, red: &Reductions, d: &CollDesc<'_, Window>) -> Resul
     let block = d.count.saturating_mul(d.elem);
     let staged_bytes = plan::staged_bytes(d.coll, nranks, block).unwrap_or(usize::MAX);
     let fits = staged_bytes <= red.scratch;
+    let windows = in_windows(me, d);
     // One-shot reads n-1 whole inputs, two-shot 2(n-1)/n of one: the limit
     // is set for 2 ranks and shrinks as 2/n.
     let one_shot = block.saturating_mul(nranks) <= red.one_shot_bytes.saturating_mul(2);
-    let windows = d.send_win.is_some() && d.recv_win.is_some();
-    let staged = if !windows || plan::needs_staging(d.coll, d.in_place) {
-        if !fits {
-            return Err(format!(
-                "{} of {staged_bytes} bytes {}: more than the {}-byte scratch (FERROCX_CE_SCRATCH_BYTES)",
-                d.coll.name(),
-                if windows { "in place" } else { "outside ce's windows" },
-                red.scratch
-            ));
-        }
-        true
-    } else {
-        // In place, one-shot needs the inputs intact while every rank reads them.
-        d.coll == Coll::AllReduce && d.in_place && one_shot && fits
+    let staged = match d.coll {
+        Coll::AllToAll => fits,
+        _ => !windows && fits,
     };
+    let windowed_ok = windows && !(plan::needs_staging(d.coll, d.in_place));
+    if !staged && !windowed_ok {
+        return Err(format!(
+            "{} of {staged_bytes} bytes {}: more than the {}-byte scratch (FERROCX_CE_SCRATCH_BYTES)",
+            d.coll.name(),
+            if windows { "in place" } else { "outside ce's windows" },
+            red.scratch
+        ));
+    }
+    // One-shot on windows needs the scratch too (a rank in place folds there).
+    let one_shot = d.coll == Coll::AllReduce && !staged && one_shot && block <= red.scratch;
     Ok(Route { staged, one_shot })
 }
 
-/// ce's bid for `d` on a communicator of `nranks`, or why it cannot run it.
+/// ce's bid for `d` on rank `me` of `nranks`, or why it cannot run it.
 pub fn bid(
     priority: i32,
+    me: usize,
     nranks: usize,
     red: &Reductions,
     d: &CollDesc<'_, Window>,
@@ -154,23 +183,35 @@ pub fn bid(
     if d.root >= nranks {
         return Err(format!("root {} of {nranks} ranks", d.root));
     }
+    if reduction && !red.on {
+        return Err(format!(
+            "{}: reductions are off on this communicator (FERROCX_CE_REDUCE=0, or a rank has no reduction kernels)",
+            d.coll.name()
+        ));
+    }
+    if reduction {
+        kernel_types(d)?;
+    }
     if d.count == 0 {
         return Ok(priority);
     }
-    if route(nranks, red, d)?.staged && (d.send_win.is_none() || d.recv_win.is_none()) {
+    if route(me, nranks, red, d)?.staged {
         return Ok(priority);
     }
-    let (Some(sw), Some(rw)) = (&d.send_win, &d.recv_win) else {
-        return Err("a buffer outside ce's symmetric windows".into());
-    };
     let block = d
         .count
         .checked_mul(d.elem)
         .ok_or_else(|| "the size overflows".to_string())?;
     let (s, r) = plan::extents(d.coll, nranks, d.root, block, d.in_place)
         .ok_or_else(|| "the size overflows".to_string())?;
-    fits(sw, s, "send")?;
-    fits(rw, r, "receive")?;
+    // Windowed: the windows this rank uses must hold the root's extents (the
+    // largest, and the same on every rank, since offsets are symmetric).
+    if let Some(sw) = &d.send_win {
+        fits(sw, s, "send")?;
+    }
+    if let Some(rw) = &d.recv_win {
+        fits(rw, r, "receive")?;
+    }
     Ok(priority)
 }
 
@@ -180,7 +221,7 @@ mod tests {
     use ferrocx_sdk::collective::Coll;
 
     fn bid(priority: i32, nranks: usize, d: &CollDesc<'_, Window>) -> Result<i32, String> {
-        super::bid(priority, nranks, &Reductions::default(), d)
+        super::bid(priority, 0, nranks, &Reductions::default(), d)
     }
 
     const ON: Reductions = Reductions {
@@ -245,10 +286,10 @@ mod tests {
         let mut d = desc(Coll::AllToAll, 10, Some(&w), Some(&w));
         d.in_place = true;
         assert!(bid(200, 2, &d).unwrap_err().contains("in place"));
-        assert_eq!(super::bid(200, 2, &ON, &d), Ok(200), "in place: staged");
+        assert_eq!(super::bid(200, 0, 2, &ON, &d), Ok(200), "in place: staged");
         let staged = desc(Coll::Scatter, 10, None, None);
         assert_eq!(
-            super::bid(200, 2, &ON, &staged),
+            super::bid(200, 0, 2, &ON, &staged),
             Ok(200),
             "no windows: staged"
         );
@@ -259,25 +300,24 @@ mod tests {
         d.root = 2;
         assert!(bid(200, 2, &d).is_err());
         let ar = desc(Coll::AllReduce, 10, Some(&w), Some(&w));
-        assert_eq!(super::bid(200, 2, &ON, &ar), Ok(200));
+        assert_eq!(super::bid(200, 0, 2, &ON, &ar), Ok(200));
         assert!(bid(200, 2, &ar).unwrap_err().contains("FERROCX_CE_REDUCE"));
         let mut d = desc(Coll::AllReduce, 10, Some(&w), Some(&w));
         d.op = 9;
-        assert!(super::bid(200, 2, &ON, &d)
+        assert!(super::bid(200, 0, 2, &ON, &d)
             .unwrap_err()
             .contains("operator"));
         let rs = desc(Coll::ReduceScatter, 20, Some(&w), Some(&w));
-        let e = super::bid(200, 2, &ON, &rs).unwrap_err();
+        let e = super::bid(200, 0, 2, &ON, &rs).unwrap_err();
         assert!(e.contains("send buffer (160 bytes"), "{e}");
         let huge = desc(Coll::AllToAll, usize::MAX / 2, Some(&w), Some(&w));
         assert!(bid(200, 2, &huge).unwrap_err().contains("overflow"));
     }
 
-    /// Reductions: windowed ones run as laid out (one-shot up to the limit,
-    /// scaled by 2/n), the rest staged while the scratch holds the input.
+    /// The routes of the table in [`route`], at the boundaries (±1 element).
     #[test]
-    fn reductions_route_by_windows_size_and_scratch() {
-        let w = win(4096);
+    fn routes_follow_the_table() {
+        let w = win(1 << 20);
         let r = |n, coll, count, windows: bool, in_place| {
             let mut d = if windows {
                 desc(coll, count, Some(&w), Some(&w))
@@ -285,13 +325,19 @@ mod tests {
                 desc(coll, count, None, None)
             };
             d.in_place = in_place;
-            route(n, &ON, &d).map(|r| (r.staged, r.one_shot))
+            route(0, n, &ON, &d).map(|r| (r.staged, r.one_shot))
         };
-        use Coll::{AllReduce as AR, ReduceScatter as RS};
+        use Coll::{AllGather as AG, AllReduce as AR, AllToAll as A2A, ReduceScatter as RS};
+        // all_reduce: one-shot up to 64 B at 2 ranks (×2/n), two-shot on windows above.
         assert_eq!(
             r(2, AR, 16, true, false),
             Ok((false, true)),
             "64 B one-shot"
+        );
+        assert_eq!(
+            r(2, AR, 16, true, true),
+            Ok((false, true)),
+            "in place alike"
         );
         assert_eq!(
             r(2, AR, 17, true, false),
@@ -305,16 +351,6 @@ mod tests {
         );
         assert_eq!(r(4, AR, 9, true, false), Ok((false, false)));
         assert_eq!(
-            r(2, AR, 16, true, true),
-            Ok((true, true)),
-            "small in place: staged"
-        );
-        assert_eq!(
-            r(2, AR, 17, true, true),
-            Ok((false, false)),
-            "larger in place: two-shot"
-        );
-        assert_eq!(
             r(2, AR, 256, false, false),
             Ok((true, false)),
             "no windows: staged"
@@ -322,16 +358,79 @@ mod tests {
         assert!(r(2, AR, 257, false, false)
             .unwrap_err()
             .contains("FERROCX_CE_SCRATCH_BYTES"));
+        // reduce_scatter and all_gather: windows first.
+        assert_eq!(r(4, RS, 64, true, false), Ok((false, false)));
         assert_eq!(
             r(4, RS, 64, false, false),
             Ok((true, false)),
             "4 × 256 B staged"
         );
         assert!(r(4, RS, 65, false, true).is_err());
+        assert_eq!(r(2, AG, 4, true, true), Ok((false, false)));
+        assert_eq!(r(2, AG, 256, false, false), Ok((true, false)));
+        assert!(r(2, AG, 257, false, false).is_err());
+        // alltoall: staged while it fits, pushes above (out of place only).
+        assert_eq!(r(2, A2A, 128, true, true), Ok((true, false)));
+        assert_eq!(r(2, A2A, 129, true, false), Ok((false, false)));
+        assert!(r(2, A2A, 129, true, true).unwrap_err().contains("in place"));
         let d = desc(AR, 256, None, None);
-        assert_eq!(super::bid(200, 2, &ON, &d), Ok(200));
+        assert_eq!(super::bid(200, 0, 2, &ON, &d), Ok(200));
         assert!(bid(200, 2, &d).is_err(), "reductions off");
         assert!(bid(200, 2, &desc(Coll::AllGather, 4, None, None)).is_err());
+        let zero = desc(AR, 0, None, None);
+        assert!(bid(200, 2, &zero).is_err(), "count 0 too: reductions off");
+    }
+
+    /// Every rank must decide alike: never from whether it runs in place
+    /// (except alltoall in place above the scratch, which no layout runs),
+    /// nor, in rooted collectives, from a non-root's unused buffer.
+    #[test]
+    fn routes_ignore_in_place_and_unused_buffers() {
+        let w = win(1 << 20);
+        for coll in plan::COLLS.into_iter().chain(plan::REDUCE_COLLS) {
+            for n in 1..=5 {
+                for count in [1usize, 15, 16, 17, 63, 64, 65, 255, 256, 257] {
+                    for me in 0..n {
+                        for windows in [false, true] {
+                            let d = |in_place, unused_win: bool| {
+                                let mut d = desc(coll, count, Some(&w), Some(&w));
+                                d.root = n - 1;
+                                d.in_place = in_place;
+                                if !windows {
+                                    (d.send_win, d.recv_win) = (None, None);
+                                }
+                                let root = me == n - 1;
+                                let unused_send =
+                                    !root && matches!(coll, Coll::Broadcast | Coll::Scatter);
+                                let unused_recv = !root && coll == Coll::Gather;
+                                if !unused_win && unused_send {
+                                    d.send_win = None;
+                                }
+                                if !unused_win && unused_recv {
+                                    d.recv_win = None;
+                                }
+                                route(me, n, &ON, &d)
+                            };
+                            let base = d(false, true);
+                            assert_eq!(
+                                d(false, false),
+                                base,
+                                "{coll:?} n={n} count={count} me={me}"
+                            );
+                            let inp = d(true, true);
+                            if !(coll == Coll::AllToAll
+                                && base.as_ref().map(|r| r.staged) == Ok(false))
+                            {
+                                assert_eq!(
+                                    inp, base,
+                                    "{coll:?} n={n} count={count} me={me} in place"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

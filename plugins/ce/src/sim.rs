@@ -127,15 +127,20 @@ impl Builder {
             block: self.block,
             in_place: c.in_place,
             elem: 1,
-            one_shot: false,
             staged: c.staged,
+            one_shot: false,
         }
     }
 
     fn steps(&mut self, c: &Call, rank: usize, mode: Mode, mutate: Mutate<'_>) -> Vec<Step> {
         let shape = self.shape(c, rank);
         let b = plan::batches(&shape, &self.how);
-        let mut steps = self.seqs[rank].reduction(mode, plan::stage(&shape), None, b);
+        let parts = plan::Parts {
+            stage: plan::stage(&shape),
+            batches: b,
+            ..plan::Parts::default()
+        };
+        let mut steps = self.seqs[rank].reduction(mode, parts);
         mutate(rank, plan::rounds(&shape, &self.how), &mut steps);
         steps
     }
@@ -199,6 +204,12 @@ impl Builder {
     fn sim(self) -> Sim {
         let n = self.n;
         let bytes = n * self.block;
+        let nothing = Label::Junk {
+            inst: 0,
+            rank: 0,
+            at: 0,
+        };
+        let junk = vec![vec![nothing; bytes]; n];
         Sim {
             n,
             block: self.block,
@@ -213,39 +224,9 @@ impl Builder {
                 n
             ],
             sent: vec![vec![vec![0; n]; n]; 2],
-            send: vec![
-                vec![
-                    Label::Junk {
-                        inst: 0,
-                        rank: 0,
-                        at: 0
-                    };
-                    bytes
-                ];
-                n
-            ],
-            recv: vec![
-                vec![
-                    Label::Junk {
-                        inst: 0,
-                        rank: 0,
-                        at: 0
-                    };
-                    bytes
-                ];
-                n
-            ],
-            scratch: vec![
-                vec![
-                    Label::Junk {
-                        inst: 0,
-                        rank: 0,
-                        at: 0
-                    };
-                    bytes
-                ];
-                n
-            ],
+            send: junk.clone(),
+            recv: junk.clone(),
+            scratch: junk,
             filled: vec![Vec::new(); n],
             writes: vec![vec![0; bytes]; n],
             inside: vec![None; n],

@@ -71,7 +71,7 @@
 //! collective split into batches (`plan.rs`) gets one more barrier between
 //! consecutive batches; the number of batches is the same on every rank.
 
-use crate::plan::{Fold, Push};
+use crate::plan::{Fold, Parts, Push};
 
 /// The constant value of graph-mode barriers.
 pub const GRAPH_VALUE: u32 = 1;
@@ -327,22 +327,27 @@ impl Sequencer {
     /// complete barrier, and in graph mode one more barrier when the count
     /// is odd (see the module docs).
     pub fn collective(&mut self, mode: Mode, batches: Vec<Vec<Push>>) -> Vec<Step> {
-        self.reduction(mode, Vec::new(), None, batches)
+        self.reduction(
+            mode,
+            Parts {
+                batches,
+                ..Parts::default()
+            },
+        )
     }
 
-    /// [`Sequencer::collective`] with a reduction first, right after the
-    /// ready barrier (see [`crate::plan::fold`]: nothing another rank reads
-    /// is written before the complete barrier, so no barrier goes between).
-    ///
-    /// `stage` (a staged reduction's copy into this rank's scratch) goes
-    /// before the ready barrier.
-    pub fn reduction(
-        &mut self,
-        mode: Mode,
-        stage: Vec<Push>,
-        fold: Option<Fold>,
-        batches: Vec<Vec<Push>>,
-    ) -> Vec<Step> {
+    /// [`Sequencer::collective`] with all of a collective's [`Parts`]: the
+    /// staging copy before the ready barrier, the fold right after it (see
+    /// [`crate::plan::fold`]: nothing another rank reads is written before
+    /// the complete barrier, so no barrier goes between), the batches, and the
+    /// post copy after the complete barrier (and any graph padding).
+    pub fn reduction(&mut self, mode: Mode, parts: Parts) -> Vec<Step> {
+        let Parts {
+            stage,
+            fold,
+            batches,
+            post,
+        } = parts;
         let start = self.issued(mode);
         debug_assert!(mode == Mode::Eager || start & 1 == 0);
         let mut steps = Vec::new();
@@ -362,6 +367,9 @@ impl Sequencer {
         steps.push(Step::Sync(self.barrier(mode)));
         if mode == Mode::Graph && (self.issued(mode) - start) & 1 == 1 {
             steps.push(Step::Sync(self.barrier(mode)));
+        }
+        if !post.is_empty() {
+            steps.push(Step::Copies(post));
         }
         steps
     }
@@ -538,18 +546,34 @@ mod tests {
             dst: 0,
             srcs: vec![(0, 0), (1, 0)],
             src_buf: Buf::Scratch,
+            dst_buf: Buf::Recv,
             bytes: 8,
         };
+        let post = vec![Push {
+            src_buf: Buf::Scratch,
+            dst_buf: Buf::Recv,
+            ..stage[0]
+        }];
         for mode in [Mode::Eager, Mode::Graph] {
             let mut s = Sequencer::new(1, 2);
-            let steps = s.reduction(mode, stage.clone(), Some(fold.clone()), vec![Vec::new()]);
+            let parts = Parts {
+                stage: stage.clone(),
+                fold: Some(fold.clone()),
+                batches: vec![Vec::new()],
+                post: post.clone(),
+            };
+            let steps = s.reduction(mode, parts);
             assert!(
                 matches!(&steps[0], Step::Copies(v) if *v == stage),
                 "{steps:?}"
             );
             assert!(matches!(&steps[1], Step::Sync(_)));
             assert!(matches!(&steps[2], Step::Reduce(f) if *f == fold));
-            assert!(matches!(steps.last(), Some(Step::Sync(_))));
+            assert!(matches!(steps.last(), Some(Step::Copies(v)) if *v == post));
+            assert!(
+                matches!(steps[steps.len() - 2], Step::Sync(_)),
+                "the post copy after the last barrier"
+            );
             assert_eq!(syncs(&steps), 2);
         }
     }

@@ -129,10 +129,13 @@ pub fn run(
     for (i, case) in all.iter().enumerate() {
         let d = case.describe(n);
         // `--filter TEXT` keeps the cases whose description contains TEXT (or one
-        // of `A|B|…`); `!TEXT` drops them.
+        // of `A|B|…`; `^A`: starts with A); `!TEXT` drops them.
         let keep = match filter.as_deref() {
             Some(f) if f.starts_with('!') => !d.contains(&f[1..]),
-            Some(f) => f.split('|').any(|x| d.contains(x)),
+            Some(f) => f.split('|').any(|x| match x.strip_prefix('^') {
+                Some(head) => d.starts_with(head),
+                None => d.contains(x),
+            }),
             None => true,
         };
         if !keep {
