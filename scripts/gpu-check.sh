@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks of ferrocx on one host with two GPUs (two ranks, one GPU
-# each), next to NCCL on the same GPUs. Writes every log into OUT and a summary.
+# each; NP=4 or 8 for more), next to NCCL on the same GPUs. Writes every log into OUT
+# and a summary.
 #
 #   scripts/gpu-check.sh BIN OUT [STEP...]
 #
@@ -34,6 +35,8 @@ set -uo pipefail
 BIN="$(cd "$1" && pwd)"; OUT="$2"; shift 2
 STEPS="${*:-info detect kernels p2p device perf perf-unreg nccl torch}"
 SIZES="${SIZES:--b 8 -e 1G -f 2}"
+# Ranks, one GPU each (fxperf --np, nccl-tests -g, mpirun -np): NP GPUs on the host.
+NP="${NP:-2}"
 ITERS="${ITERS:--n 20 -w 5}"
 export NCCL_NVLS_ENABLE=0 FERROCX_TIMEOUT="${FERROCX_TIMEOUT:-120}"
 # Enough hardware queues that no copy waits behind a stream wait (docs/ENV.md;
@@ -68,7 +71,7 @@ for s in $STEPS; do
     matrix-p2p) run_step matrix-p2p "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-matrix --mem cuda ;;
     matrix-staged) FERROCX_TRANSPORTS=shm run_step matrix-staged "$BIN/fxrun" -n 2 -- \
         "$BIN/fxtest-worker" coll-matrix --mem cuda --filter "${STAGED_FILTER:-count=1000}" ;;
-    sendrecv) run_step sendrecv "$BIN/fxperf" --np 2 --mem cuda -b 0 -e 256M -f 4 -n 5 -w 1 -c 1 sendrecv ;;
+    sendrecv) run_step sendrecv "$BIN/fxperf" --np "$NP" --mem cuda -b 0 -e 256M -f 4 -n 5 -w 1 -c 1 sendrecv ;;
     device) FXTEST_WORKER="$BIN/fxtest-worker" FERROCX_REQUIRE_GPU=1 \
         run_step device "$BIN/device-tests" --nocapture --test-threads 1 ;;
     mps) nvidia-cuda-mps-control -d; echo "   mps: started (rc $?)" | tee -a "$SUMMARY" ;;
@@ -80,14 +83,14 @@ for s in $STEPS; do
         for impl in ce core; do
           # shellcheck disable=SC2086
           FERROCX_COLLECTIVES="$([ "$impl" = core ] && echo '^ce')" run_step "fxperf-$b-$impl" \
-            "$BIN/fxperf" --np 2 --mem cuda -R 2 $SIZES $ITERS -c 1 "$b"
+            "$BIN/fxperf" --np "$NP" --mem cuda -R 2 $SIZES $ITERS -c 1 "$b"
         done
       done ;;
     perf-ce-shots)  # ce's all_reduce forced one-shot (out of place) and two-shot: the crossover
       for v in one:1G two:0; do
         # shellcheck disable=SC2086
         FERROCX_CE_ONESHOT_BYTES="${v#*:}" run_step "fxperf-all_reduce-ce-${v%%:*}" \
-          "$BIN/fxperf" --np 2 --mem cuda -R 2 $SIZES $ITERS -c 1 all_reduce
+          "$BIN/fxperf" --np "$NP" --mem cuda -R 2 $SIZES $ITERS -c 1 all_reduce
       done ;;
     mix) run_step mix "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-mix 0 1000 --mem cuda ;;
     kill) [ -n "$(grep -l ring-loop-dev "$BIN/fxtest-worker" 2>/dev/null)" ] && \
@@ -95,19 +98,19 @@ for s in $STEPS; do
     perf)  # PERF_COLLS: which (default all six)
       for b in ${PERF_COLLS:-sendrecv alltoall all_gather all_reduce reduce_scatter broadcast}; do
         # shellcheck disable=SC2086
-        run_step "fxperf-$b" "$BIN/fxperf" --np 2 --mem cuda $SIZES $ITERS -c 1 "$b"
+        run_step "fxperf-$b" "$BIN/fxperf" --np "$NP" --mem cuda $SIZES $ITERS -c 1 "$b"
       done ;;
     perf-unreg)  # fxperf registers its buffers by default (-R 1); these do not
       for b in sendrecv all_gather; do
         # shellcheck disable=SC2086
-        run_step "fxperf-$b-unreg" "$BIN/fxperf" --np 2 --mem cuda -R 0 $SIZES $ITERS -c 1 "$b"
+        run_step "fxperf-$b-unreg" "$BIN/fxperf" --np "$NP" --mem cuda -R 0 $SIZES $ITERS -c 1 "$b"
       done ;;
     sweep)
       for ch in ${SWEEP_CHANNELS:-2 4 8}; do
         for ck in ${SWEEP_CHUNKS:-4194304 16777216}; do
           # shellcheck disable=SC2086
           FERROCX_NCHANNELS=$ch FERROCX_DEVICE_CHUNK=$ck run_step "sweep-${SWEEP_BENCH:-all_reduce}-ch$ch-chunk$ck" \
-            "$BIN/fxperf" --np 2 --mem cuda ${SWEEP_SIZES:--b 16M -e 1G -f 4} $ITERS -c 0 "${SWEEP_BENCH:-all_reduce}"
+            "$BIN/fxperf" --np "$NP" --mem cuda ${SWEEP_SIZES:--b 16M -e 1G -f 4} $ITERS -c 0 "${SWEEP_BENCH:-all_reduce}"
         done
       done ;;
     nccl)
@@ -117,7 +120,7 @@ for s in $STEPS; do
           NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}" ${NCCL_HOME:+NCCL_HOME=$NCCL_HOME}
         for b in ${PERF_COLLS:-sendrecv alltoall all_gather all_reduce reduce_scatter broadcast}; do
           # shellcheck disable=SC2086
-          run_step "nccl-$b" "$SRC/build/${b}_perf" $SIZES $ITERS -c 1 -g 2
+          run_step "nccl-$b" "$SRC/build/${b}_perf" $SIZES $ITERS -c 1 -g "$NP"
         done
       else
         echo "   nccl: no nccl-tests source at $SRC" | tee -a "$SUMMARY"
@@ -126,13 +129,13 @@ for s in $STEPS; do
       SRC="${NCCL_TESTS_SRC:-gpu-run/nccl-tests}"
       for b in ${PERF_COLLS:-sendrecv alltoall all_gather all_reduce reduce_scatter broadcast}; do
         # shellcheck disable=SC2086
-        run_step "nccl-sym-$b" "$SRC/build/${b}_perf" $SIZES $ITERS -c 1 -g 2 -R 2
+        run_step "nccl-sym-$b" "$SRC/build/${b}_perf" $SIZES $ITERS -c 1 -g "$NP" -R 2
       done ;;
     nccl-ce)  # NCCL's copy-engine collectives: symmetric windows and the zero-CTA policy (NCCL >= 2.28)
       SRC="${NCCL_TESTS_SRC:-gpu-run/nccl-tests}"
       for b in alltoall all_gather gather scatter broadcast; do
         # shellcheck disable=SC2086
-        run_step "nccl-ce-$b" "$SRC/build/${b}_perf" $SIZES $ITERS -c 1 -g 2 -R 2 -x 2
+        run_step "nccl-ce-$b" "$SRC/build/${b}_perf" $SIZES $ITERS -c 1 -g "$NP" -R 2 -x 2
       done ;;
     mpi)  # nccl-tests with MPI (one process per GPU) against NCCL and the drop-in, when the host has MPI
       SRC="$(cd "${NCCL_TESTS_SRC:-gpu-run/nccl-tests}" && pwd)"; D="$(cd "${DROPIN:-gpu-run/nccl}" && pwd)"
@@ -148,8 +151,11 @@ for s in $STEPS; do
           NVCC_GENCODE="${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}"
         for b in ${MPI_BENCHES:-all_reduce all_gather alltoall broadcast reduce_scatter sendrecv}; do
           # shellcheck disable=SC2086
-          run_step "dropin-mpi-$b" mpirun --allow-run-as-root -np 2 -x LD_LIBRARY_PATH="$D/lib" \
-            -x FERROCX_TIMEOUT -x NCCL_NVLS_ENABLE "$SRC/build-mpi-ferrocx/${b}_perf" $SIZES $ITERS -c 1 -g 1
+          # --bind-to none: a rank bound to one core has its progress thread and the
+          # thread waiting on its stream take turns (the drop-in warns of it).
+          run_step "dropin-mpi-$b" mpirun --allow-run-as-root --bind-to none -np "$NP" -x LD_LIBRARY_PATH="$D/lib" \
+            -x FERROCX_TIMEOUT -x NCCL_NVLS_ENABLE -x FERROCX_NCCL_BLOCKING="${FERROCX_NCCL_BLOCKING:-1}" \
+            "$SRC/build-mpi-ferrocx/${b}_perf" $SIZES $ITERS -c 1 -g 1
         done
       else
         echo "   mpi: no mpicc/mpirun on this host" | tee -a "$SUMMARY"
