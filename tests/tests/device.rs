@@ -176,6 +176,7 @@ fn ce_runs_the_copy_collectives_on_windows_2_and_4_ranks() {
             &[
                 ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
                 ("FERROCX_CE_SCRATCH_BYTES", scratch),
+                ("FERROCX_CE_STAGE", "1"),
             ],
             Duration::from_secs(600),
         );
@@ -206,6 +207,7 @@ fn ce_runs_the_reductions_2_and_4_ranks() {
                 &[
                     ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
                     ("FERROCX_CE_SCRATCH_BYTES", scratch),
+                    ("FERROCX_CE_STAGE", "1"),
                 ],
                 Duration::from_secs(600),
             );
@@ -214,8 +216,9 @@ fn ce_runs_the_reductions_2_and_4_ranks() {
 }
 
 /// The copy collectives on plain device buffers (no windows): ce stages each
-/// rank's input through its mapped scratch and every rank pulls what it needs;
-/// every case checked, every call with data run by ce.
+/// rank's input through its mapped scratch and every rank pulls what it needs
+/// (`FERROCX_CE_STAGE=1`: by default only with the call check off); every case
+/// checked, every call with data run by ce.
 #[test]
 fn ce_runs_the_copy_collectives_staged_2_and_4_ranks() {
     if !gpus() {
@@ -233,8 +236,37 @@ fn ce_runs_the_copy_collectives_staged_2_and_4_ranks() {
                 "--filter",
                 "^all_gather |^alltoall |^broadcast |^gather |^scatter ",
             ],
-            &[("CUDA_DEVICE_MAX_CONNECTIONS", "16")],
+            &[
+                ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
+                ("FERROCX_CE_STAGE", "1"),
+            ],
             Duration::from_secs(600),
+        );
+    }
+}
+
+/// ce's call notes (`FERROCX_CE_CHECK_CALLS=1`): rank 0 all-reduces f32, rank
+/// 1 i32 on windows; both get `Error::Mismatch` from `device_error` once the
+/// watchdogs compared the notes, and ce refuses later calls.
+#[test]
+fn ce_finds_mismatched_calls() {
+    if !gpus() {
+        return;
+    }
+    let outs = run(
+        &["mismatch", "ce-type"],
+        &[("FERROCX_CE_CHECK_CALLS", "1")],
+        Duration::from_secs(120),
+    );
+    for o in &outs {
+        assert!(
+            o.ok()
+                && o.stdout
+                    .contains("MISMATCH mismatched calls: rank 0 called"),
+            "rank {}: {}\n{}",
+            o.rank,
+            o.stdout,
+            o.stderr
         );
     }
 }

@@ -274,7 +274,8 @@ impl Communicator {
         // its stop flag), that peer is the error to report, not the release.
         if let Err(e) = self.colls.status() {
             self.shared.check_peers()?;
-            return Err(e);
+            // A plugin that found mismatched calls words them as the core does.
+            return Err(super::dispatch::plugin_error(e, self.shared.timeout));
         }
         let mut ops = self.device_ops.lock();
         let mut first = None;

@@ -265,12 +265,15 @@ impl Communicator {
 /// A plugin's failure as the core reports it: a call check's mismatch is
 /// [`Error::Mismatch`], a wait that timed out [`Error::Timeout`] (which breaking
 /// the communicator turns into a hang report).
-fn plugin_error(e: Error, timeout: std::time::Duration) -> Error {
+pub(crate) fn plugin_error(e: Error, timeout: std::time::Duration) -> Error {
     let Error::Plugin { code, message, .. } = &e else {
         return e;
     };
     // The SDK's export layer prefixes the hook's name.
-    let text = message.strip_prefix("launch: ").unwrap_or(message);
+    let text = ["launch: ", "status: "]
+        .iter()
+        .find_map(|p| message.strip_prefix(p))
+        .unwrap_or(message);
     if let Some(m) = Error::parse_mismatch(text) {
         return m;
     }
@@ -282,4 +285,42 @@ fn plugin_error(e: Error, timeout: std::time::Duration) -> Error {
         };
     }
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plugin(code: i32, message: &str) -> Error {
+        Error::Plugin {
+            plugin: "ce".into(),
+            hook: "status",
+            peer: None,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A plugin's mismatch, from launch or from status (ce's watchdog finds
+    /// one after the call), is the core's `Error::Mismatch`; a timeout is
+    /// `Error::Timeout`; anything else stays the plugin's error.
+    #[test]
+    fn plugin_errors_map_to_the_core_s() {
+        let t = std::time::Duration::from_secs(5);
+        let text = "mismatched calls: rank 0 called another collective as op #5 on plugin 'ce', rank 2 called all_reduce of 4000 bytes per rank as op #5 on plugin 'ce'";
+        for hook in ["launch: ", "status: "] {
+            match plugin_error(plugin(FX_REMOTE, &format!("{hook}{text}")), t) {
+                Error::Mismatch { rank, peer, .. } => assert_eq!((rank, peer), (0, 2)),
+                e => panic!("{e:?}"),
+            }
+        }
+        assert!(matches!(
+            plugin_error(plugin(FX_TIMEOUT, "launch: waited"), t),
+            Error::Timeout { .. }
+        ));
+        assert!(matches!(
+            plugin_error(plugin(FX_REMOTE, "status: the stream was released"), t),
+            Error::Plugin { .. }
+        ));
+    }
 }

@@ -4,6 +4,7 @@ use crate::config::Config;
 use crate::driver::{self, Api};
 use crate::flags::Flags;
 use crate::issue::{self, Xfer};
+use crate::notes;
 use crate::plan::{self, Batching, Buf, Shape};
 use crate::select::{self, Reductions, Window};
 use crate::setup::{self, Hello};
@@ -111,6 +112,8 @@ fn reduce_setup(
     let mut mine = vec![kernels.is_some() as u8];
     mine.extend_from_slice(&(cfg.one_shot_bytes as u64).to_le_bytes());
     mine.extend_from_slice(&(scratch as u64).to_le_bytes());
+    mine.push(cfg.stage as u8);
+    mine.push(cfg.check_calls as u8);
     let all = oob.all_gather(&mine)?;
     if all.iter().any(|m| m.len() != mine.len()) {
         return Err(PluginError::internal(
@@ -122,6 +125,15 @@ fn reduce_setup(
         .map(|m| u64::from_le_bytes(m[9..17].try_into().expect("8 bytes")) as usize)
         .min()
         .unwrap_or(0);
+    // Staging only where every rank allows it (a rank that does not must not
+    // see its peers pull from a scratch it never filled).
+    let stage = all.iter().all(|m| m[17] == 1);
+    if !stage && cfg.stage {
+        host.warn(format!(
+            "ce on rank {}: FERROCX_CE_STAGE (or FERROCX_CHECK_CALLS) differs between ranks: no staging on this communicator",
+            info.rank
+        ));
+    }
     let same_one_shot = match all.iter().enumerate().find(|(_, m)| m[1..9] != mine[1..9]) {
         Some((r, _)) => {
             host.warn(format!(
@@ -133,10 +145,20 @@ fn reduce_setup(
         None => true,
     };
     let on = same_one_shot && all.iter().all(|m| m[0] == 1);
+    // Notes are checked only where every rank writes them.
+    let check_calls = all.iter().all(|m| m[18] == 1);
+    if !check_calls && cfg.check_calls {
+        host.warn(format!(
+            "ce on rank {}: FERROCX_CE_CHECK_CALLS differs between ranks: calls on this communicator are not checked",
+            info.rank
+        ));
+    }
     let red = Reductions {
         on,
         scratch,
         one_shot_bytes: cfg.one_shot_bytes,
+        stage,
+        check_calls,
     };
     Ok((kernels.filter(|_| on), red))
 }
@@ -330,7 +352,17 @@ impl CeComm {
             min_bytes: self.cfg.batch_bytes,
         };
         let mut seq = self.seq.clone();
-        let steps = seq.reduction(mode, plan::parts(&shape, &how));
+        // The call's note for the peers (notes.rs), eager calls only: a graph's
+        // replays repeat their numbers.
+        let note = (self.red.check_calls && mode == Mode::Eager).then(|| {
+            let h = notes::hash(d.coll, d.dtype, d.op, d.count, d.root);
+            (d.seq, notes::note(d.seq, h))
+        });
+        let parts = plan::Parts {
+            note,
+            ..plan::parts(&shape, &how)
+        };
+        let steps = seq.reduction(mode, parts);
         let flags = self
             .flags
             .as_ref()
@@ -468,7 +500,9 @@ impl CeComm {
                 self.seq = seq;
                 if mode == Mode::Eager {
                     // SAFETY: the caller's contract; the device is bound.
-                    if let Err(e) = unsafe { self.watchdog.track(stream, d.seq, what, expects) } {
+                    let tracked =
+                        unsafe { self.watchdog.track(stream, d.seq, what, expects, note) };
+                    if let Err(e) = tracked {
                         // Queued but untracked: nothing could release it.
                         self.watchdog.break_with(e.clone());
                         return Err(e);
@@ -493,7 +527,7 @@ impl CeComm {
                     self.seq = seq;
                     if mode == Mode::Eager {
                         // SAFETY: as above.
-                        let _ = unsafe { self.watchdog.track(stream, d.seq, what, expects) };
+                        let _ = unsafe { self.watchdog.track(stream, d.seq, what, expects, note) };
                     }
                 }
                 self.watchdog.break_with(e.clone());

@@ -8,6 +8,8 @@
 //! | `FERROCX_CE_MEMCPY_BATCH` | `1` | `1`: queue a batch's copies with one `cuMemcpyBatchAsync` where the driver has it (≥ 12.8) and the stream allows it; `0`: always one `cuMemcpyAsync` per copy |
 //! | `FERROCX_CE_REDUCE` | `1` | `1`: also run all_reduce and reduce_scatter on windows (reduction kernels read the peers' windows, copy engines spread the results); `0`: copy collectives only |
 //! | `FERROCX_CE_ONESHOT_BYTES` | `32M` | at 2 ranks, an all_reduce on windows up to this many bytes (and the scratch) runs one-shot (every rank folds every rank's whole input: it reads n−1 inputs, two-shot reads 2(n−1)/n of one, so at n ranks the limit is this × 2/n), larger ones two-shot; measured crossover on two H100s: 32–64 MiB. Without windows all_reduce is staged, always one-shot |
+//! | `FERROCX_CE_CHECK_CALLS` | `0` | `1`: each rank writes a note of every eager call (its number and a hash of collective, type, operator, count, root) into its peers' flag buffers with its ready flag, and the watchdog compares them once the call completed: a mismatch breaks the communicator with the core's "mismatched calls" error on every rank (`notes.rs`). Off by default until it has run on a GPU |
+//! | `FERROCX_CE_STAGE` | `auto` | stage calls whose buffers are not in windows (and alltoall while it fits) through the scratch: `1` yes, `0` no, `auto` when calls are checked anyway (`FERROCX_CE_CHECK_CALLS=1`) or not at all (`FERROCX_CHECK_CALLS=0`) — the core's path these calls would otherwise take checks them |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
 //!
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
@@ -48,6 +50,10 @@ pub struct Config {
     pub one_shot_bytes: usize,
     /// `FERROCX_CE_SCRATCH_BYTES`: scratch for staged collectives.
     pub scratch_bytes: usize,
+    /// `FERROCX_CE_STAGE` (`auto`: staging only where it costs no call check).
+    pub stage: bool,
+    /// `FERROCX_CE_CHECK_CALLS`: notes on every eager call.
+    pub check_calls: bool,
 }
 
 impl Default for Config {
@@ -60,6 +66,8 @@ impl Default for Config {
             reduce: true,
             one_shot_bytes: DEFAULT_ONESHOT_BYTES,
             scratch_bytes: DEFAULT_SCRATCH_BYTES,
+            stage: false,
+            check_calls: false,
         }
     }
 }
@@ -80,6 +88,7 @@ impl Config {
                 "FERROCX_CE_BATCH=0: a batch holds at least one copy",
             ));
         }
+        let check_calls = env::boolean(&lookup, "FERROCX_CE_CHECK_CALLS", d.check_calls)?;
         Ok(Config {
             priority,
             batch,
@@ -88,6 +97,13 @@ impl Config {
             reduce: env::boolean(&lookup, "FERROCX_CE_REDUCE", d.reduce)?,
             one_shot_bytes: env::unsigned(&lookup, "FERROCX_CE_ONESHOT_BYTES", d.one_shot_bytes)?,
             scratch_bytes: env::unsigned(&lookup, "FERROCX_CE_SCRATCH_BYTES", d.scratch_bytes)?,
+            stage: match lookup("FERROCX_CE_STAGE").as_deref().map(str::trim) {
+                None | Some("") | Some("auto") => {
+                    check_calls || !env::boolean(&lookup, "FERROCX_CHECK_CALLS", true)?
+                }
+                Some(_) => env::boolean(&lookup, "FERROCX_CE_STAGE", false)?,
+            },
+            check_calls,
         })
     }
 }
@@ -114,6 +130,8 @@ mod tests {
             ("FERROCX_CE_REDUCE", "0"),
             ("FERROCX_CE_ONESHOT_BYTES", "1M"),
             ("FERROCX_CE_SCRATCH_BYTES", "0"),
+            ("FERROCX_CE_STAGE", "1"),
+            ("FERROCX_CE_CHECK_CALLS", "1"),
         ])
         .unwrap();
         assert_eq!(
@@ -126,7 +144,26 @@ mod tests {
                 reduce: false,
                 one_shot_bytes: 1 << 20,
                 scratch_bytes: 0,
+                stage: true,
+                check_calls: true,
             }
+        );
+        // auto: staging only with the call check off.
+        assert!(!with(&[]).unwrap().stage);
+        assert!(with(&[("FERROCX_CHECK_CALLS", "0")]).unwrap().stage);
+        assert!(
+            with(&[("FERROCX_CE_STAGE", "auto"), ("FERROCX_CHECK_CALLS", "off")])
+                .unwrap()
+                .stage
+        );
+        assert!(
+            !with(&[("FERROCX_CE_STAGE", "0"), ("FERROCX_CHECK_CALLS", "0")])
+                .unwrap()
+                .stage
+        );
+        assert!(
+            with(&[("FERROCX_CE_CHECK_CALLS", "1")]).unwrap().stage,
+            "checked by ce"
         );
         ferrocx_sdk::testing::assert_rejected(
             |env| Config::from_lookup(env),
@@ -140,6 +177,8 @@ mod tests {
                 ("FERROCX_CE_REDUCE", "maybe"),
                 ("FERROCX_CE_ONESHOT_BYTES", "-1"),
                 ("FERROCX_CE_SCRATCH_BYTES", "lots"),
+                ("FERROCX_CE_STAGE", "sometimes"),
+                ("FERROCX_CE_CHECK_CALLS", "2"),
             ],
         );
     }

@@ -19,6 +19,11 @@
 //!   complete barrier) up to `FERROCX_CE_ONESHOT_BYTES` (scaled by 2/n),
 //!   two-shot above; buffers outside windows are staged (one-shot).
 //!
+//! Calls can be checked without a host round trip ([`notes`],
+//! `FERROCX_CE_CHECK_CALLS=1`, off until it has run on a GPU): each rank
+//! writes a note of its call into its peers' flag buffers with its ready
+//! flag, and the watchdog compares them once the call completed.
+//!
 //! Which way a call runs ([`select::route`]) depends only on what every rank
 //! has alike — the call, the agreed knobs, whether the buffers it uses lie in
 //! windows — never on whether this rank runs in place, which NCCL lets ranks
@@ -26,7 +31,9 @@
 //!
 //! The scratch is allocated with each rank's flags and mapped by every peer
 //! (`FERROCX_CE_SCRATCH_BYTES`, 32 MiB by default), so unregistered calls up
-//! to that size run here too.
+//! to that size can run here too — with `FERROCX_CE_STAGE=1`, or by default
+//! when `FERROCX_CHECK_CALLS=0`: ce does not check calls yet, and the core,
+//! which runs those calls otherwise, does.
 //!
 //! It bids for a call when every rank of the communicator is on one host with
 //! a GPU and the buffers lie in its windows or the input fits the scratch
@@ -136,6 +143,7 @@ pub mod config;
 pub mod driver;
 pub mod flags;
 pub mod issue;
+pub mod notes;
 pub mod plan;
 pub mod select;
 pub mod setup;

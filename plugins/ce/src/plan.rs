@@ -256,6 +256,9 @@ pub struct Parts {
     pub batches: Vec<Vec<Push>>,
     /// Copies within this rank, after the complete barrier.
     pub post: Vec<Push>,
+    /// The call's note `(seq, value)` for the peers (`crate::notes`), written
+    /// with the ready barrier; `None`: the call is not checked.
+    pub note: Option<(u64, u32)>,
 }
 
 /// This rank's [`Parts`] of the collective.
@@ -265,6 +268,7 @@ pub fn parts(s: &Shape, how: &Batching) -> Parts {
         fold: fold(s),
         batches: batches(s, how),
         post: post(s),
+        note: None,
     }
 }
 

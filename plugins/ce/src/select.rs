@@ -82,8 +82,13 @@ pub struct Reductions {
     /// Reductions: every rank has the kernels, `FERROCX_CE_REDUCE=1`, and the
     /// ranks agree on `FERROCX_CE_ONESHOT_BYTES`.
     pub on: bool,
-    /// Scratch per rank for staged collectives (the smallest of the ranks').
+    /// Scratch per rank (the smallest of the ranks'): staging, and one-shot
+    /// all_reduces run in place.
     pub scratch: usize,
+    /// Staging allowed (`FERROCX_CE_STAGE`, agreed by every rank).
+    pub stage: bool,
+    /// Calls are checked with notes (`FERROCX_CE_CHECK_CALLS` on every rank).
+    pub check_calls: bool,
     /// `FERROCX_CE_ONESHOT_BYTES`.
     pub one_shot_bytes: usize,
 }
@@ -140,21 +145,34 @@ pub fn route(
     let block = d.count.saturating_mul(d.elem);
     let staged_bytes = plan::staged_bytes(d.coll, nranks, block).unwrap_or(usize::MAX);
     let fits = staged_bytes <= red.scratch;
+    let can_stage = red.stage && fits;
     let windows = in_windows(me, d);
     // One-shot reads n-1 whole inputs, two-shot 2(n-1)/n of one: the limit
     // is set for 2 ranks and shrinks as 2/n.
     let one_shot = block.saturating_mul(nranks) <= red.one_shot_bytes.saturating_mul(2);
     let staged = match d.coll {
-        Coll::AllToAll => fits,
-        _ => !windows && fits,
+        Coll::AllToAll => can_stage,
+        _ => !windows && can_stage,
     };
     let windowed_ok = windows && !(plan::needs_staging(d.coll, d.in_place));
     if !staged && !windowed_ok {
+        let why = if !red.stage {
+            "staging is off (FERROCX_CE_STAGE; by default on only with FERROCX_CHECK_CALLS=0)"
+                .to_string()
+        } else {
+            format!(
+                "more than the {}-byte scratch (FERROCX_CE_SCRATCH_BYTES)",
+                red.scratch
+            )
+        };
         return Err(format!(
-            "{} of {staged_bytes} bytes {}: more than the {}-byte scratch (FERROCX_CE_SCRATCH_BYTES)",
+            "{} of {staged_bytes} bytes {}: {why}",
             d.coll.name(),
-            if windows { "in place" } else { "outside ce's windows" },
-            red.scratch
+            if windows {
+                "in place"
+            } else {
+                "outside ce's windows"
+            },
         ));
     }
     // One-shot on windows needs the scratch too (a rank in place folds there).
@@ -228,6 +246,8 @@ mod tests {
         on: true,
         scratch: 1 << 10,
         one_shot_bytes: 64,
+        stage: true,
+        check_calls: false,
     };
 
     fn win(bytes: u64) -> Window {
@@ -377,6 +397,27 @@ mod tests {
         assert_eq!(super::bid(200, 0, 2, &ON, &d), Ok(200));
         assert!(bid(200, 2, &d).is_err(), "reductions off");
         assert!(bid(200, 2, &desc(Coll::AllGather, 4, None, None)).is_err());
+        // Staging off: windows only (alltoall out of place pushes, in place declines).
+        let no_stage = Reductions { stage: false, ..ON };
+        let rs = |coll, count, windows: bool, in_place| {
+            let mut d = if windows {
+                desc(coll, count, Some(&w), Some(&w))
+            } else {
+                desc(coll, count, None, None)
+            };
+            d.in_place = in_place;
+            route(0, 2, &no_stage, &d).map(|r| r.staged)
+        };
+        assert_eq!(
+            rs(AR, 16, true, true),
+            Ok(false),
+            "one-shot in place still uses the scratch"
+        );
+        assert!(rs(AR, 16, false, false)
+            .unwrap_err()
+            .contains("FERROCX_CE_STAGE"));
+        assert_eq!(rs(A2A, 16, true, false), Ok(false));
+        assert!(rs(A2A, 16, true, true).is_err());
         let zero = desc(AR, 0, None, None);
         assert!(bid(200, 2, &zero).is_err(), "count 0 too: reductions off");
     }

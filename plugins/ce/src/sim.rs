@@ -387,6 +387,8 @@ impl Sim {
                         self.sent[mode as usize][me][rank] += 1;
                     }
                 }
+                // Notes are checked by the watchdog (notes.rs), not by the barriers.
+                MemOp::Note { .. } => {}
                 MemOp::Wait { slot, .. } => {
                     let done = self.sent[mode as usize][slot][me];
                     if done < ord + 1 && !self.lenient {

@@ -128,9 +128,21 @@ impl FlagLayout {
         (self.nranks * 4).div_ceil(16) * 16
     }
 
-    /// Bytes of the whole buffer.
+    /// Bytes of the whole buffer: the four arrays, then the note ring
+    /// (`crate::notes`: `nranks × RING` words, writer-major).
     pub fn bytes(&self) -> usize {
+        self.ring_offset() + self.nranks * crate::notes::RING * 4
+    }
+
+    /// Byte offset of the note ring.
+    pub fn ring_offset(&self) -> usize {
         Array::ALL.len() * self.stride()
+    }
+
+    /// Byte offset of `writer`'s note of call `seq` in a rank's ring.
+    pub fn note_offset(&self, writer: usize, seq: u64) -> usize {
+        debug_assert!(writer < self.nranks);
+        self.ring_offset() + (writer * crate::notes::RING + crate::notes::slot(seq)) * 4
     }
 
     /// Byte offset of `slot` of `array`.
@@ -181,6 +193,16 @@ pub enum MemOp {
         /// Which slot.
         slot: usize,
         /// The value.
+        value: u32,
+    },
+    /// Write this rank's note of call `seq` (`crate::notes`) into its slot
+    /// of rank `rank`'s note ring.
+    Note {
+        /// Owner of the ring written.
+        rank: usize,
+        /// The call's number.
+        seq: u64,
+        /// The note.
         value: u32,
     },
     /// Wait until `slot` of `array` in this rank's own buffer satisfies `cmp value`.
@@ -347,6 +369,7 @@ impl Sequencer {
             fold,
             batches,
             post,
+            note,
         } = parts;
         let start = self.issued(mode);
         debug_assert!(mode == Mode::Eager || start & 1 == 0);
@@ -354,7 +377,16 @@ impl Sequencer {
         if !stage.is_empty() {
             steps.push(Step::Copies(stage));
         }
-        steps.push(Step::Sync(self.barrier(mode)));
+        let mut ready = self.barrier(mode);
+        if let Some((seq, value)) = note {
+            // The notes go first: each flag write is ordered after the writes
+            // before it, so a peer past this barrier has them.
+            let notes = (0..self.nranks)
+                .filter(|&r| r != self.rank)
+                .map(|rank| MemOp::Note { rank, seq, value });
+            ready.ops.splice(0..0, notes);
+        }
+        steps.push(Step::Sync(ready));
         steps.extend(fold.map(Step::Reduce));
         for (i, b) in batches.into_iter().enumerate() {
             if i > 0 {
@@ -385,10 +417,23 @@ mod tests {
             let l = FlagLayout { nranks: n };
             assert_eq!(l.stride() % 16, 0);
             assert!(l.stride() >= 4 * n);
-            assert_eq!(l.bytes(), 4 * l.stride());
+            assert_eq!(l.ring_offset(), 4 * l.stride());
+            assert_eq!(l.bytes(), l.ring_offset() + n * crate::notes::RING * 4);
             for a in Array::ALL {
                 assert_eq!(l.offset(a, 0) % 16, 0);
-                assert!(l.offset(a, n - 1) + 4 <= l.bytes());
+                assert!(l.offset(a, n - 1) + 4 <= l.ring_offset());
+            }
+            // Every writer's every note slot lies in the ring, apart from the others'.
+            let ring = crate::notes::RING as u64;
+            assert_eq!(l.note_offset(0, 0), l.ring_offset());
+            assert_eq!(l.note_offset(n - 1, ring - 1) + 4, l.bytes());
+            assert_eq!(
+                l.note_offset(0, ring),
+                l.note_offset(0, 0),
+                "the ring wraps"
+            );
+            if n > 1 {
+                assert_eq!(l.note_offset(1, 0), l.note_offset(0, ring - 1) + 4);
             }
         }
         assert_eq!(FlagLayout { nranks: 4 }.stride(), 16);
@@ -561,8 +606,22 @@ mod tests {
                 fold: Some(fold.clone()),
                 batches: vec![Vec::new()],
                 post: post.clone(),
+                note: Some((7, 99)),
             };
             let steps = s.reduction(mode, parts);
+            // The note to the peer leads the ready barrier, before its flag write.
+            let Step::Sync(ready) = &steps[1] else {
+                panic!("{steps:?}")
+            };
+            assert_eq!(
+                ready.ops[0],
+                MemOp::Note {
+                    rank: 0,
+                    seq: 7,
+                    value: 99
+                }
+            );
+            assert!(matches!(ready.ops[1], MemOp::Write { rank: 0, .. }));
             assert!(
                 matches!(&steps[0], Step::Copies(v) if *v == stage),
                 "{steps:?}"

@@ -44,6 +44,8 @@ pub struct Entry<E> {
     pub event: E,
     /// When it is declared stuck.
     pub deadline: Instant,
+    /// Its note `(seq, value)` when calls are checked (`crate::notes`).
+    pub note: Option<(u64, u32)>,
 }
 
 /// The pending collectives of one communicator, oldest first.
@@ -67,23 +69,24 @@ impl<E> Tracker<E> {
     }
 
     /// Drop the oldest entries while `done` says their event completed
-    /// (cheap: what a launch does); their events come back for reuse.
-    pub fn retire_front(&mut self, mut done: impl FnMut(&E) -> bool) -> Vec<E> {
+    /// (cheap: what a launch does); they come back (their events for reuse,
+    /// their notes to check).
+    pub fn retire_front(&mut self, mut done: impl FnMut(&E) -> bool) -> Vec<Entry<E>> {
         let mut out = Vec::new();
         while self.entries.front().is_some_and(|e| done(&e.event)) {
-            out.extend(self.entries.pop_front().map(|e| e.event));
+            out.extend(self.entries.pop_front());
         }
         out
     }
 
     /// Drop every entry whose event completed, wherever it is (collectives
     /// on different streams may complete out of order).
-    pub fn retire_all(&mut self, mut done: impl FnMut(&E) -> bool) -> Vec<E> {
+    pub fn retire_all(&mut self, mut done: impl FnMut(&E) -> bool) -> Vec<Entry<E>> {
         let mut out = Vec::new();
         let mut keep = VecDeque::with_capacity(self.entries.len());
         for e in self.entries.drain(..) {
             if done(&e.event) {
-                out.push(e.event);
+                out.push(e);
             } else {
                 keep.push_back(e);
             }
@@ -264,6 +267,7 @@ mod tests {
             expects,
             event: ev,
             deadline,
+            note: None,
         }
     }
 
@@ -286,9 +290,10 @@ mod tests {
         assert_eq!(t.next_deadline(), Some(t0 + s));
         assert_eq!(t.last_event(), Some(&3));
         // Front only: stops at the first pending one.
-        assert_eq!(t.retire_front(|&e| e != 1), vec![0]);
+        let events = |v: Vec<Entry<u32>>| v.into_iter().map(|e| e.event).collect::<Vec<_>>();
+        assert_eq!(events(t.retire_front(|&e| e != 1)), vec![0]);
         assert_eq!(t.len(), 3);
-        assert_eq!(t.retire_all(|&e| e == 2), vec![2]);
+        assert_eq!(events(t.retire_all(|&e| e == 2)), vec![2]);
         assert_eq!(t.len(), 2);
         assert!(t.overdue(t0).is_none());
         assert_eq!(t.overdue(t0 + s * 5).map(|e| e.event), Some(1));

@@ -27,6 +27,7 @@
 //! corrupting the next replay. A replayed graph whose peer never arrives
 //! waits forever.
 
+use crate::notes;
 use crate::sync::{Array, FlagLayout};
 use crate::watch::{self, Entry, Expect, Snapshot, Tracker};
 use ferrocx_sdk::cuda::{check, sys, Event, PinnedHost, Stream};
@@ -46,6 +47,9 @@ const OWN_STREAM_WAIT: Duration = Duration::from_secs(5);
 struct State {
     tracker: Tracker<Event>,
     pool: Vec<Event>,
+    /// Notes of completed collectives not compared with the peers' yet:
+    /// `(seq, note, what)` (`crate::notes`).
+    unverified: Vec<(u64, u32, String)>,
     broken: Option<PluginError>,
     stop: bool,
     /// The stream of the newest tracked collective.
@@ -59,6 +63,21 @@ struct Shared {
     rank: usize,
 }
 
+impl State {
+    /// Take back what retired entries hold: events for reuse, notes to check.
+    fn retired(&mut self, freed: Vec<Entry<Event>>) {
+        for e in freed {
+            if let Some((seq, note)) = e.note {
+                self.unverified.push((seq, note, e.what));
+            }
+            self.pool.push(e.event);
+        }
+        // Older ones than a ring's worth could not be told apart any more.
+        let excess = self.unverified.len().saturating_sub(notes::RING / 2);
+        self.unverified.drain(..excess);
+    }
+}
+
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -69,6 +88,8 @@ impl Shared {
 pub struct Reader {
     stream: Stream,
     host: PinnedHost,
+    /// Pinned memory for the note ring.
+    ring: PinnedHost,
     done: Event,
     own: u64,
     layout: FlagLayout,
@@ -89,6 +110,7 @@ impl Reader {
         Ok(Reader {
             stream,
             host: PinnedHost::new(Self::bytes(&layout))?,
+            ring: PinnedHost::new(layout.nranks * notes::RING * 4)?,
             done: Event::new()?,
             own,
             layout,
@@ -119,6 +141,30 @@ impl Reader {
                 Err(e) => return Err(e.message().to_string()),
             }
         }
+    }
+
+    /// This rank's note ring (`crate::notes`): `nranks × RING` words.
+    fn read_ring(&self) -> Result<Vec<u32>, String> {
+        let words = self.layout.nranks * notes::RING;
+        // SAFETY: `own` holds the whole layout, the ring at `ring_offset`; the
+        // pinned buffer holds `words` words; the private stream is of the same context.
+        let r = unsafe {
+            sys::cuMemcpyDtoHAsync_v2(
+                self.ring.host().cast(),
+                self.own + self.layout.ring_offset() as u64,
+                words * 4,
+                self.stream.raw(),
+            )
+        };
+        check(r, "cuMemcpyDtoHAsync (ce call notes)").map_err(|e| e.message().to_string())?;
+        self.settle("reading the call notes")?;
+        Ok((0..words)
+            .map(|i| {
+                // SAFETY: i < words, the pinned buffer's length in words; the copy
+                // completed (settled above); 4-byte aligned.
+                unsafe { std::ptr::read_volatile((self.ring.host() as *const u32).add(i)) }
+            })
+            .collect())
     }
 
     /// This rank's eager arrays.
@@ -168,6 +214,7 @@ impl Watchdog {
             state: Mutex::new(State {
                 tracker: Tracker::default(),
                 pool: Vec::new(),
+                unverified: Vec::new(),
                 broken: None,
                 stop: false,
                 last_stream: None,
@@ -213,7 +260,7 @@ impl Watchdog {
     pub unsafe fn order(&self, stream: sys::CUstream) -> PluginResult<()> {
         let mut st = self.shared.lock();
         let freed = st.tracker.retire_front(|e| e.done().unwrap_or(true));
-        st.pool.extend(freed);
+        st.retired(freed);
         if st.last_stream != Some(stream as usize) {
             if let Some(ev) = st.tracker.last_event() {
                 // SAFETY: the caller's contract for the stream; the event is live (held
@@ -238,6 +285,7 @@ impl Watchdog {
         seq: u64,
         what: String,
         expects: Vec<Expect>,
+        note: Option<(u64, u32)>,
     ) -> PluginResult<()> {
         let mut st = self.shared.lock();
         let ev = match st.pool.pop() {
@@ -256,6 +304,7 @@ impl Watchdog {
             expects,
             event: ev,
             deadline: Instant::now() + self.shared.host.timeout(),
+            note,
         });
         st.last_stream = Some(stream as usize);
         drop(st);
@@ -273,7 +322,7 @@ impl Watchdog {
             {
                 let mut st = self.shared.lock();
                 let freed = st.tracker.retire_all(|e| e.done().unwrap_or(true));
-                st.pool.extend(freed);
+                st.retired(freed);
                 if st.tracker.is_empty() {
                     return true;
                 }
@@ -314,6 +363,7 @@ fn describe(e: &Entry<Event>) -> Entry<()> {
         expects: e.expects.clone(),
         event: (),
         deadline: e.deadline,
+        note: e.note,
     }
 }
 
@@ -332,7 +382,33 @@ fn run(shared: Arc<Shared>, reader: Reader) {
                 true
             }
         });
-        st.pool.extend(freed);
+        st.retired(freed);
+        if !st.unverified.is_empty() && st.broken.is_none() {
+            // Compare the completed collectives' notes with the peers' (notes.rs):
+            // read the ring without the lock.
+            let calls = std::mem::take(&mut st.unverified);
+            drop(st);
+            let verdict = reader.read_ring().map(|ring| {
+                let pairs: Vec<(u64, u32)> = calls.iter().map(|c| (c.0, c.1)).collect();
+                notes::verify(me, reader.layout.nranks, &ring, &pairs)
+            });
+            st = shared.lock();
+            match verdict {
+                Ok(Some(m)) => {
+                    let what = calls
+                        .iter()
+                        .find(|c| c.0 == m.seq)
+                        .map_or("a ce collective", |c| c.2.as_str());
+                    let e = PluginError::remote(notes::mismatch_message(me, what, &m));
+                    shared.host.warn(format!("ce watchdog: {}", e.message()));
+                    st.broken.get_or_insert(e);
+                }
+                Ok(None) => {}
+                Err(why) => shared.host.debug(format!(
+                    "ce watchdog on rank {me}: the call notes could not be read ({why}); not checked"
+                )),
+            }
+        }
         if let Some(x) = failed {
             st.broken.get_or_insert(PluginError::system(format!(
                 "a ce collective failed on rank {me}'s stream: {}",
@@ -379,6 +455,7 @@ fn run(shared: Arc<Shared>, reader: Reader) {
             }
         }
         let wait = match st.tracker.next_deadline() {
+            None if !st.unverified.is_empty() => POLL,
             None => IDLE,
             Some(d) => d
                 .saturating_duration_since(Instant::now())

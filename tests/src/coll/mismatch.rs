@@ -114,6 +114,61 @@ fn call(comm: &Communicator, case: &str) -> Result<ferrocx::Result<()>, String> 
                 comm.all_reduce(&send, &mut recv, RedOp::Sum)
             }
         }
+        // All-reduces on device windows run by ce with FERROCX_CE_CHECK_CALLS=1:
+        // rank 0 reduces f32, the others i32. ce finds it after the call (its
+        // watchdog compares the ranks' notes): the error comes from device_error.
+        "ce-type" => {
+            let dtype = if me == 0 {
+                DataType::F32
+            } else {
+                DataType::I32
+            };
+            let stream = ferrocx_sdk::cuda::Stream::new().map_err(|e| e.to_string())?;
+            let (send, recv) = (
+                super::device::DevMem::new(N * 4)?,
+                super::device::DevMem::new(N * 4)?,
+            );
+            // SAFETY: both allocations outlive the windows (deregistered below).
+            let (ws, wr) = unsafe {
+                (
+                    comm.window_register_device(send.ptr, N * 4)
+                        .map_err(|e| e.to_string())?,
+                    comm.window_register_device(recv.ptr, N * 4)
+                        .map_err(|e| e.to_string())?,
+                )
+            };
+            let spec = CollSpec::new(CollKind::AllReduce, dtype, N).op(RedOp::Sum);
+            let choice = comm
+                .collective_choice(&spec, send.ptr, recv.ptr, false, true)
+                .map_err(|e| e.to_string())?;
+            if choice.winner() != "ce" {
+                return Err(format!("ce does not run it: {}", choice.explain()));
+            }
+            // SAFETY: live stream and windows; synchronized below.
+            let r =
+                unsafe { comm.collective_on(&spec, send.ptr, recv.ptr, &stream) }.and_then(|_| {
+                    super::device::sync(&stream).map_err(Error::InvalidArgument)?;
+                    // The watchdog compares within its poll period.
+                    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                    loop {
+                        comm.device_error()?;
+                        if std::time::Instant::now() > until {
+                            return Ok(());
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                });
+            // Later ce calls fail too.
+            // SAFETY: as above.
+            let again = unsafe { comm.collective_on(&spec, send.ptr, recv.ptr, &stream) };
+            let _ = super::device::sync(&stream);
+            let _ = comm.window_deregister(ws);
+            let _ = comm.window_deregister(wr);
+            if r.is_err() && again.is_ok() {
+                return Err("ce ran a call after it found mismatched calls".into());
+            }
+            r
+        }
         other => return Err(format!("unknown mismatch case {other}")),
     })
 }
@@ -135,6 +190,7 @@ pub fn run(case: &str) -> Result<String, String> {
     }
     match r {
         Ok(()) => Err(format!("{case}: Ok although the ranks' calls differ")),
+        Err(e @ Error::Mismatch { .. }) if case.starts_with("ce-") => Ok(format!("MISMATCH {e}")),
         Err(e @ Error::Mismatch { .. }) => {
             // What a program sees later: the communicator stays broken.
             let again = comm.barrier();
