@@ -17,7 +17,8 @@
 # copy, never committed) with the host's CUDA and NCCL, then runs it with -g 2 (one
 # process: the host has no MPI). `torch` measures NCCL with one process per GPU through
 # torch.distributed (scripts/nccl-torch-bench.py, torch-<bench>.log).
-# scripts/bench-compare.py OUT prints ferrocx / NCCL side by side from the logs.
+# scripts/bench-compare.py OUT prints ferrocx / NCCL side by side from the logs;
+# scripts/gpu-session.sh runs groups of these steps in one device call, under a budget.
 # `ce` runs the ce collective plugin's device tests (matrix at 2 and 4 ranks, reductions,
 # CUDA graph replays, window cycles, a killed rank); `perf-ce` times alltoall, all_gather,
 # gather, scatter, broadcast, all_reduce and reduce_scatter (CE_COLLS) on symmetric
