@@ -158,7 +158,7 @@ fn ce_runs_the_copy_collectives_on_windows_2_and_4_ranks() {
         return;
     }
     // With the default scratch alltoall is staged (in place too); without one,
-    // every call with data runs on the windows (alltoall in place: the core).
+    // every call with data runs on the windows (alltoall: the core).
     for (n, scratch) in [(2, "32M"), (4, "32M"), (2, "0")] {
         // Four contexts of 32 hardware queues each on one GPU under MPS fail to
         // start (cuDevicePrimaryCtxRetain: out of memory); 16 is plenty for ce.

@@ -114,6 +114,7 @@ fn reduce_setup(
     mine.extend_from_slice(&(scratch as u64).to_le_bytes());
     mine.push(cfg.stage as u8);
     mine.push(cfg.check_calls as u8);
+    mine.push(cfg.stage_needs_check as u8);
     let all = oob.all_gather(&mine)?;
     if all.iter().any(|m| m.len() != mine.len()) {
         return Err(PluginError::internal(
@@ -125,15 +126,6 @@ fn reduce_setup(
         .map(|m| u64::from_le_bytes(m[9..17].try_into().expect("8 bytes")) as usize)
         .min()
         .unwrap_or(0);
-    // Staging only where every rank allows it (a rank that does not must not
-    // see its peers pull from a scratch it never filled).
-    let stage = all.iter().all(|m| m[17] == 1);
-    if !stage && cfg.stage {
-        host.warn(format!(
-            "ce on rank {}: FERROCX_CE_STAGE (or FERROCX_CHECK_CALLS) differs between ranks: no staging on this communicator",
-            info.rank
-        ));
-    }
     let same_one_shot = match all.iter().enumerate().find(|(_, m)| m[1..9] != mine[1..9]) {
         Some((r, _)) => {
             host.warn(format!(
@@ -150,6 +142,16 @@ fn reduce_setup(
     if !check_calls && cfg.check_calls {
         host.warn(format!(
             "ce on rank {}: FERROCX_CE_CHECK_CALLS differs between ranks: calls on this communicator are not checked",
+            info.rank
+        ));
+    }
+    // Staging only where every rank allows it (a rank that does not must not
+    // see its peers pull from a scratch it never filled), and not where a rank
+    // allowed it only because ce would check the calls, which it does not.
+    let stage = all.iter().all(|m| m[17] == 1) && (check_calls || all.iter().all(|m| m[19] == 0));
+    if !stage && cfg.stage {
+        host.warn(format!(
+            "ce on rank {}: no staging on this communicator (FERROCX_CE_STAGE, FERROCX_CE_CHECK_CALLS or FERROCX_CHECK_CALLS differ between ranks)",
             info.rank
         ));
     }
@@ -355,7 +357,15 @@ impl CeComm {
         // The call's note for the peers (notes.rs), eager calls only: a graph's
         // replays repeat their numbers.
         let note = (self.red.check_calls && mode == Mode::Eager).then(|| {
-            let h = notes::hash(d.coll, d.dtype, d.op, d.count, d.root);
+            // As the core's fingerprint: the operator of reductions only, the
+            // root of rooted collectives only (elsewhere ranks may pass anything).
+            let op = if plan::REDUCE_COLLS.contains(&d.coll) {
+                d.op
+            } else {
+                0
+            };
+            let root = if rooted(d.coll) { d.root } else { 0 };
+            let h = notes::hash(d.coll, d.dtype, op, d.count, root);
             (d.seq, notes::note(d.seq, h))
         });
         let parts = plan::Parts {

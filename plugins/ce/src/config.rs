@@ -54,6 +54,8 @@ pub struct Config {
     pub stage: bool,
     /// `FERROCX_CE_CHECK_CALLS`: notes on every eager call.
     pub check_calls: bool,
+    /// `stage` holds only if ce's check ends up on (auto with the core's check on).
+    pub stage_needs_check: bool,
 }
 
 impl Default for Config {
@@ -68,6 +70,7 @@ impl Default for Config {
             scratch_bytes: DEFAULT_SCRATCH_BYTES,
             stage: false,
             check_calls: false,
+            stage_needs_check: true,
         }
     }
 }
@@ -89,6 +92,11 @@ impl Config {
             ));
         }
         let check_calls = env::boolean(&lookup, "FERROCX_CE_CHECK_CALLS", d.check_calls)?;
+        let core_checks = env::boolean(&lookup, "FERROCX_CHECK_CALLS", true)?;
+        let stage_auto = match lookup("FERROCX_CE_STAGE") {
+            None => true,
+            Some(v) => v.trim().is_empty() || v.trim().eq_ignore_ascii_case("auto"),
+        };
         Ok(Config {
             priority,
             batch,
@@ -97,12 +105,12 @@ impl Config {
             reduce: env::boolean(&lookup, "FERROCX_CE_REDUCE", d.reduce)?,
             one_shot_bytes: env::unsigned(&lookup, "FERROCX_CE_ONESHOT_BYTES", d.one_shot_bytes)?,
             scratch_bytes: env::unsigned(&lookup, "FERROCX_CE_SCRATCH_BYTES", d.scratch_bytes)?,
-            stage: match lookup("FERROCX_CE_STAGE").as_deref().map(str::trim) {
-                None | Some("") | Some("auto") => {
-                    check_calls || !env::boolean(&lookup, "FERROCX_CHECK_CALLS", true)?
-                }
-                Some(_) => env::boolean(&lookup, "FERROCX_CE_STAGE", false)?,
+            stage: if stage_auto {
+                check_calls || !core_checks
+            } else {
+                env::boolean(&lookup, "FERROCX_CE_STAGE", false)?
             },
+            stage_needs_check: stage_auto && core_checks,
             check_calls,
         })
     }
@@ -146,6 +154,7 @@ mod tests {
                 scratch_bytes: 0,
                 stage: true,
                 check_calls: true,
+                stage_needs_check: false,
             }
         );
         // auto: staging only with the call check off.
@@ -164,6 +173,11 @@ mod tests {
         assert!(
             with(&[("FERROCX_CE_CHECK_CALLS", "1")]).unwrap().stage,
             "checked by ce"
+        );
+        assert!(
+            with(&[("FERROCX_CE_STAGE", " AUTO "), ("FERROCX_CHECK_CALLS", "0")])
+                .unwrap()
+                .stage
         );
         ferrocx_sdk::testing::assert_rejected(
             |env| Config::from_lookup(env),

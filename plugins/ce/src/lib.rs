@@ -19,6 +19,12 @@
 //!   complete barrier) up to `FERROCX_CE_ONESHOT_BYTES` (scaled by 2/n),
 //!   two-shot above; buffers outside windows are staged (one-shot).
 //!
+//! On windows every rank reaches a peer's buffer at its own offset: the
+//! buffers of a call must lie at the same offsets of corresponding windows
+//! on every rank (NCCL's `NCCL_WIN_COLL_SYMMETRIC` contract) — a gather root
+//! in place passes its receive buffer, and the peers their send buffers, at
+//! one offset. Staged calls need nothing of the kind.
+//!
 //! Calls can be checked without a host round trip ([`notes`],
 //! `FERROCX_CE_CHECK_CALLS=1`, off until it has run on a GPU): each rank
 //! writes a note of its call into its peers' flag buffers with its ready

@@ -837,4 +837,128 @@ mod tests {
             }
         }
     }
+
+    /// Every copy collective on 1–5 ranks, every root, on windows and staged,
+    /// in place on all, none or some of the ranks: no rank writes what another
+    /// reads or writes between the barriers, and every rank ends with NCCL's
+    /// result in its own layout.
+    #[test]
+    fn copy_collectives_with_ranks_in_place_or_not() {
+        for n in 1..=5usize {
+            let layouts: [Vec<bool>; 4] = [
+                vec![false; n],
+                vec![true; n],
+                (0..n).map(|r| r % 2 == 0).collect(),
+                (0..n).map(|r| r == n - 1).collect(),
+            ];
+            for coll in COLLS {
+                for root in 0..n {
+                    for ip in &layouts {
+                        for staged in [false, true] {
+                            // alltoall runs staged only (select::route).
+                            if coll == Coll::AllToAll && !staged {
+                                continue;
+                            }
+                            check_copies(coll, n, root, ip, staged);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_copies(coll: Coll, n: usize, root: usize, ip: &[bool], staged: bool) {
+        const B: usize = 3;
+        let what = format!("{coll:?} n={n} root={root} in_place={ip:?} staged={staged}");
+        let shape = |rank: usize| Shape {
+            coll,
+            nranks: n,
+            rank,
+            root,
+            block: B,
+            in_place: ip[rank],
+            elem: 1,
+            staged,
+            one_shot: false,
+        };
+        // Bytes: Some((rank, block, byte)) of an input; None: untouched.
+        type Cell = Option<(usize, usize, usize)>;
+        let mut bufs: Vec<Vec<Vec<Cell>>> = vec![vec![vec![None; n * B]; 3]; n];
+        for (me, mine) in bufs.iter_mut().enumerate() {
+            let b = buf(ip[me], Buf::Send);
+            let mut put = |at: usize, blk: usize| {
+                for k in 0..B {
+                    mine[b][at + k] = Some((me, blk, k));
+                }
+            };
+            match coll {
+                Coll::AllGather if ip[me] => put(me * B, 0),
+                Coll::Gather if ip[me] && me == root => put(me * B, 0),
+                Coll::AllGather | Coll::Gather => put(0, 0),
+                Coll::Broadcast if me == root => put(0, 0),
+                Coll::AllToAll => (0..n).for_each(|p| put(p * B, p)),
+                Coll::Scatter if me == root => (0..n).for_each(|p| put(p * B, p)),
+                _ => {}
+            }
+        }
+        for (me, mine) in bufs.iter_mut().enumerate() {
+            for p in stage(&shape(me)) {
+                for k in 0..p.bytes {
+                    let v = mine[buf(ip[me], p.src_buf)][p.src + k];
+                    mine[buf(ip[me], p.dst_buf)][p.dst + k] = v;
+                }
+            }
+        }
+        let work: Vec<Vec<Push>> = (0..n)
+            .map(|me| copies(&shape(me)).into_iter().map(|x| x.1).collect())
+            .collect();
+        let range =
+            |rank: usize, b: Buf, at: usize, len: usize| ((rank, buf(ip[rank], b)), at, len);
+        for i in 0..n {
+            for j in (0..n).filter(|&j| j != i) {
+                for w in &work[i] {
+                    let wr = range(w.dst_rank, w.dst_buf, w.dst, w.bytes);
+                    for x in &work[j] {
+                        for t in [
+                            range(x.src_rank, x.src_buf, x.src, x.bytes),
+                            range(x.dst_rank, x.dst_buf, x.dst, x.bytes),
+                        ] {
+                            let overlap = wr.0 == t.0 && wr.1 < t.1 + t.2 && t.1 < wr.1 + wr.2;
+                            assert!(
+                                !overlap,
+                                "{what}: rank {i} writes {wr:?} while rank {j} touches {t:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        for w in work.iter().flatten() {
+            for k in 0..w.bytes {
+                let v = bufs[w.src_rank][buf(ip[w.src_rank], w.src_buf)][w.src + k];
+                bufs[w.dst_rank][buf(ip[w.dst_rank], w.dst_buf)][w.dst + k] = v;
+            }
+        }
+        for (r, b) in bufs.iter().enumerate() {
+            let out = &b[buf(ip[r], Buf::Recv)];
+            let want = |at: usize, rank: usize, blk: usize| {
+                for k in 0..B {
+                    assert_eq!(
+                        out[at + k],
+                        Some((rank, blk, k)),
+                        "{what}: rank {r} byte {}",
+                        at + k
+                    );
+                }
+            };
+            match coll {
+                Coll::AllGather => (0..n).for_each(|q| want(q * B, q, 0)),
+                Coll::Broadcast => want(0, root, 0),
+                Coll::AllToAll => (0..n).for_each(|p| want(p * B, p, r)),
+                Coll::Gather if r == root => (0..n).for_each(|q| want(q * B, q, 0)),
+                Coll::Scatter => want(if ip[r] && r == root { r * B } else { 0 }, root, r),
+                _ => {}
+            }
+        }
+    }
 }

@@ -125,7 +125,7 @@ fn in_windows(me: usize, d: &CollDesc<'_, Window>) -> bool {
 /// |---|---|---|
 /// | all_reduce | one-shot up to `FERROCX_CE_ONESHOT_BYTES` × 2/n (and the scratch), two-shot above | staged one-shot while the scratch holds it |
 /// | reduce_scatter, all_gather, broadcast, gather, scatter | on the windows | staged while the scratch holds it |
-/// | alltoall | staged while the scratch holds it; above, pushes (not in place) | staged while the scratch holds it |
+/// | alltoall | staged while the scratch holds it (the core above) | staged while the scratch holds it |
 pub fn route(
     me: usize,
     nranks: usize,
@@ -150,14 +150,18 @@ pub fn route(
     // One-shot reads n-1 whole inputs, two-shot 2(n-1)/n of one: the limit
     // is set for 2 ranks and shrinks as 2/n.
     let one_shot = block.saturating_mul(nranks) <= red.one_shot_bytes.saturating_mul(2);
+    // alltoall always stages (a rank in place needs its input set aside, and
+    // ranks may differ in that): on windows whenever it fits, since the gate
+    // (FERROCX_CE_STAGE) is about calls outside windows; above the scratch the
+    // core runs it on every rank alike.
     let staged = match d.coll {
-        Coll::AllToAll => can_stage,
+        Coll::AllToAll if windows => fits,
         _ => !windows && can_stage,
     };
-    let windowed_ok = windows && !(plan::needs_staging(d.coll, d.in_place));
+    let windowed_ok = windows && d.coll != Coll::AllToAll;
     if !staged && !windowed_ok {
-        let why = if !red.stage {
-            "staging is off (FERROCX_CE_STAGE; by default on only with FERROCX_CHECK_CALLS=0)"
+        let why = if !windows && !red.stage {
+            "staging is off (FERROCX_CE_STAGE; by default on only where calls stay checked)"
                 .to_string()
         } else {
             format!(
@@ -169,7 +173,7 @@ pub fn route(
             "{} of {staged_bytes} bytes {}: {why}",
             d.coll.name(),
             if windows {
-                "in place"
+                "on windows"
             } else {
                 "outside ce's windows"
             },
@@ -286,8 +290,14 @@ mod tests {
     fn bids_on_windows_that_hold_the_buffers() {
         let w = win(64 + 2 * 4 * 10);
         for c in plan::COLLS {
+            // alltoall runs staged only: it needs a scratch.
+            let red = if c == Coll::AllToAll {
+                ON
+            } else {
+                Reductions::default()
+            };
             assert_eq!(
-                bid(200, 2, &desc(c, 10, Some(&w), Some(&w))),
+                super::bid(200, 0, 2, &red, &desc(c, 10, Some(&w), Some(&w))),
                 Ok(200),
                 "{c:?}"
             );
@@ -305,7 +315,7 @@ mod tests {
         );
         let mut d = desc(Coll::AllToAll, 10, Some(&w), Some(&w));
         d.in_place = true;
-        assert!(bid(200, 2, &d).unwrap_err().contains("in place"));
+        assert!(bid(200, 2, &d).unwrap_err().contains("scratch"));
         assert_eq!(super::bid(200, 0, 2, &ON, &d), Ok(200), "in place: staged");
         let staged = desc(Coll::Scatter, 10, None, None);
         assert_eq!(
@@ -330,7 +340,7 @@ mod tests {
         let rs = desc(Coll::ReduceScatter, 20, Some(&w), Some(&w));
         let e = super::bid(200, 0, 2, &ON, &rs).unwrap_err();
         assert!(e.contains("send buffer (160 bytes"), "{e}");
-        let huge = desc(Coll::AllToAll, usize::MAX / 2, Some(&w), Some(&w));
+        let huge = desc(Coll::AllGather, usize::MAX / 2, Some(&w), Some(&w));
         assert!(bid(200, 2, &huge).unwrap_err().contains("overflow"));
     }
 
@@ -389,15 +399,16 @@ mod tests {
         assert_eq!(r(2, AG, 4, true, true), Ok((false, false)));
         assert_eq!(r(2, AG, 256, false, false), Ok((true, false)));
         assert!(r(2, AG, 257, false, false).is_err());
-        // alltoall: staged while it fits, pushes above (out of place only).
+        // alltoall: staged while it fits, the core above (in place or not).
         assert_eq!(r(2, A2A, 128, true, true), Ok((true, false)));
-        assert_eq!(r(2, A2A, 129, true, false), Ok((false, false)));
-        assert!(r(2, A2A, 129, true, true).unwrap_err().contains("in place"));
+        assert_eq!(r(2, A2A, 128, true, false), Ok((true, false)));
+        assert!(r(2, A2A, 129, true, false).unwrap_err().contains("scratch"));
+        assert!(r(2, A2A, 129, true, true).unwrap_err().contains("scratch"));
         let d = desc(AR, 256, None, None);
         assert_eq!(super::bid(200, 0, 2, &ON, &d), Ok(200));
         assert!(bid(200, 2, &d).is_err(), "reductions off");
         assert!(bid(200, 2, &desc(Coll::AllGather, 4, None, None)).is_err());
-        // Staging off: windows only (alltoall out of place pushes, in place declines).
+        // Staging off: windows only.
         let no_stage = Reductions { stage: false, ..ON };
         let rs = |coll, count, windows: bool, in_place| {
             let mut d = if windows {
@@ -416,8 +427,9 @@ mod tests {
         assert!(rs(AR, 16, false, false)
             .unwrap_err()
             .contains("FERROCX_CE_STAGE"));
-        assert_eq!(rs(A2A, 16, true, false), Ok(false));
-        assert!(rs(A2A, 16, true, true).is_err());
+        // On windows alltoall stages whatever the gate (it is about buffers outside windows).
+        assert_eq!(rs(A2A, 16, true, false), Ok(true));
+        assert_eq!(rs(A2A, 16, true, true), Ok(true));
         let zero = desc(AR, 0, None, None);
         assert!(bid(200, 2, &zero).is_err(), "count 0 too: reductions off");
     }

@@ -64,10 +64,11 @@ struct Shared {
 }
 
 impl State {
-    /// Take back what retired entries hold: events for reuse, notes to check.
-    fn retired(&mut self, freed: Vec<Entry<Event>>) {
+    /// Take back what retired entries hold: events for reuse, notes to check
+    /// (`keep_notes`: none of their events failed).
+    fn retired(&mut self, freed: Vec<Entry<Event>>, keep_notes: bool) {
         for e in freed {
-            if let Some((seq, note)) = e.note {
+            if let (Some((seq, note)), true) = (e.note, keep_notes) {
                 self.unverified.push((seq, note, e.what));
             }
             self.pool.push(e.event);
@@ -259,8 +260,14 @@ impl Watchdog {
     /// this thread.
     pub unsafe fn order(&self, stream: sys::CUstream) -> PluginResult<()> {
         let mut st = self.shared.lock();
-        let freed = st.tracker.retire_front(|e| e.done().unwrap_or(true));
-        st.retired(freed);
+        let mut failed = false;
+        let freed = st.tracker.retire_front(|e| {
+            e.done().unwrap_or_else(|_| {
+                failed = true;
+                true
+            })
+        });
+        st.retired(freed, !failed);
         if st.last_stream != Some(stream as usize) {
             if let Some(ev) = st.tracker.last_event() {
                 // SAFETY: the caller's contract for the stream; the event is live (held
@@ -321,8 +328,14 @@ impl Watchdog {
         loop {
             {
                 let mut st = self.shared.lock();
-                let freed = st.tracker.retire_all(|e| e.done().unwrap_or(true));
-                st.retired(freed);
+                let mut failed = false;
+                let freed = st.tracker.retire_all(|e| {
+                    e.done().unwrap_or_else(|_| {
+                        failed = true;
+                        true
+                    })
+                });
+                st.retired(freed, !failed);
                 if st.tracker.is_empty() {
                     return true;
                 }
@@ -382,8 +395,20 @@ fn run(shared: Arc<Shared>, reader: Reader) {
                 true
             }
         });
-        st.retired(freed);
-        if !st.unverified.is_empty() && st.broken.is_none() {
+        // A failed event is the error to report (its call may never have
+        // reached its barrier, so its notes say nothing): applied first, and the
+        // notes of that batch dropped.
+        st.retired(freed, failed.is_none());
+        if let Some(x) = failed {
+            st.broken.get_or_insert(PluginError::system(format!(
+                "a ce collective failed on rank {me}'s stream: {}",
+                x.message()
+            )));
+        }
+        if st.broken.is_some() {
+            st.unverified.clear();
+        }
+        if !st.unverified.is_empty() {
             // Compare the completed collectives' notes with the peers' (notes.rs):
             // read the ring without the lock.
             let calls = std::mem::take(&mut st.unverified);
@@ -408,12 +433,8 @@ fn run(shared: Arc<Shared>, reader: Reader) {
                     "ce watchdog on rank {me}: the call notes could not be read ({why}); not checked"
                 )),
             }
-        }
-        if let Some(x) = failed {
-            st.broken.get_or_insert(PluginError::system(format!(
-                "a ce collective failed on rank {me}'s stream: {}",
-                x.message()
-            )));
+            // The lock was let go: look at everything (stop, breaks, retirements) again.
+            continue;
         }
         if !st.tracker.is_empty() {
             // What to do, decided under the lock; the device work without it.
@@ -455,7 +476,7 @@ fn run(shared: Arc<Shared>, reader: Reader) {
             }
         }
         let wait = match st.tracker.next_deadline() {
-            None if !st.unverified.is_empty() => POLL,
+            None if !st.unverified.is_empty() && st.broken.is_none() => POLL,
             None => IDLE,
             Some(d) => d
                 .saturating_duration_since(Instant::now())
