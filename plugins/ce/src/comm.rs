@@ -6,7 +6,7 @@ use crate::flags::Flags;
 use crate::issue::{self, Xfer};
 use crate::notes;
 use crate::plan::{self, Batching, Buf, Shape};
-use crate::select::{self, Reductions, Window};
+use crate::select::{self, Agreed, Window};
 use crate::setup::{self, Hello};
 use crate::sync::{FlagLayout, Mode, Sequencer, Step};
 use crate::watch::Expect;
@@ -35,7 +35,7 @@ pub struct CeComm {
     /// The reduction kernels, when every rank has them and FERROCX_CE_REDUCE agrees.
     kernels: Option<Kernels>,
     /// What the ranks agreed on for reductions.
-    red: Reductions,
+    red: Agreed,
     dev: Arc<dyn Device>,
 }
 
@@ -89,7 +89,7 @@ fn reduce_setup(
     info: &CommInfo,
     oob: &Oob,
     scratch: usize,
-) -> PluginResult<(Option<Kernels>, Reductions)> {
+) -> PluginResult<(Option<Kernels>, Agreed)> {
     let kernels = if cfg.reduce {
         let ordinal = info.cuda_device.unwrap_or(-1);
         let built = cuda::Context::primary(ordinal)
@@ -155,7 +155,7 @@ fn reduce_setup(
             info.rank
         ));
     }
-    let red = Reductions {
+    let red = Agreed {
         on,
         scratch,
         one_shot_bytes: cfg.one_shot_bytes,
@@ -325,11 +325,11 @@ impl CeComm {
         }
         let invalid =
             |why| PluginError::invalid(format!("ce cannot run this {}: {why}", d.coll.name()));
-        select::bid(self.cfg.priority, self.rank, self.nranks, &self.red, d).map_err(invalid)?;
-        if d.count == 0 {
-            return Ok(());
-        }
-        let route = select::route(self.rank, self.nranks, &self.red, d).map_err(invalid)?;
+        let (_, route) = select::bid_route(self.cfg.priority, self.rank, self.nranks, &self.red, d)
+            .map_err(invalid)?;
+        let Some(route) = route else {
+            return Ok(()); // count 0
+        };
         let block = d.count * d.elem;
         let _bound = self.dev.bind()?;
         let stream = stream as sys::CUstream;

@@ -43,7 +43,7 @@
 //!
 //! It bids for a call when every rank of the communicator is on one host with
 //! a GPU and the buffers lie in its windows or the input fits the scratch
-//! ([`select`]). Reductions are on when every rank loaded the kernels
+//! ([`select`]). Agreed are on when every rank loaded the kernels
 //! (NVRTC) at `comm_init` and the ranks agree on the knobs.
 //!
 //! ## How a collective runs

@@ -446,14 +446,10 @@ pub fn copies(s: &Shape) -> Vec<(usize, Push)> {
     }
 }
 
-/// Copies the busiest rank could make (before in-place omissions): one per rank.
-pub fn max_copies(_coll: Coll, nranks: usize) -> usize {
-    nranks
-}
-
-/// Batches every rank issues for this collective.
+/// Batches every rank issues for this collective. The busiest rank makes
+/// one copy per rank (before in-place omissions).
 pub fn rounds(s: &Shape, how: &Batching) -> usize {
-    let most = max_copies(s.coll, s.nranks);
+    let most = s.nranks;
     let bytes = most.saturating_mul(s.block);
     if most > how.batch && bytes >= how.min_bytes {
         most.div_ceil(how.batch)

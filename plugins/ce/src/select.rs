@@ -78,8 +78,8 @@ pub fn kernel_types(d: &CollDesc<'_, Window>) -> Result<(DataType, RedOp), Strin
 /// What a communicator's ranks agreed on beyond the copy collectives on
 /// windows (all alike).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Reductions {
-    /// Reductions: every rank has the kernels, `FERROCX_CE_REDUCE=1`, and the
+pub struct Agreed {
+    /// Agreed: every rank has the kernels, `FERROCX_CE_REDUCE=1`, and the
     /// ranks agree on `FERROCX_CE_ONESHOT_BYTES`.
     pub on: bool,
     /// Scratch per rank (the smallest of the ranks'): staging, and one-shot
@@ -116,7 +116,7 @@ fn in_windows(me: usize, d: &CollDesc<'_, Window>) -> bool {
 }
 
 /// How ce would run `d` on `nranks`, or why it cannot. Decided only from
-/// what every rank has alike — the call, the agreed [`Reductions`], and
+/// what every rank has alike — the call, the agreed [`Agreed`], and
 /// whether the buffers lie in windows (windows are registered by every rank
 /// alike) — never from whether this rank runs in place, which NCCL lets
 /// ranks choose apart:
@@ -129,19 +129,10 @@ fn in_windows(me: usize, d: &CollDesc<'_, Window>) -> bool {
 pub fn route(
     me: usize,
     nranks: usize,
-    red: &Reductions,
+    red: &Agreed,
     d: &CollDesc<'_, Window>,
 ) -> Result<Route, String> {
-    let reduction = plan::REDUCE_COLLS.contains(&d.coll);
-    if reduction && !red.on {
-        return Err(format!(
-            "{}: reductions are off on this communicator (FERROCX_CE_REDUCE=0, or a rank has no reduction kernels)",
-            d.coll.name()
-        ));
-    }
-    if reduction {
-        kernel_types(d)?;
-    }
+    reductions_usable(red, d)?;
     let block = d.count.saturating_mul(d.elem);
     let staged_bytes = plan::staged_bytes(d.coll, nranks, block).unwrap_or(usize::MAX);
     let fits = staged_bytes <= red.scratch;
@@ -189,14 +180,24 @@ pub fn bid(
     priority: i32,
     me: usize,
     nranks: usize,
-    red: &Reductions,
+    red: &Agreed,
     d: &CollDesc<'_, Window>,
 ) -> Result<i32, String> {
+    bid_route(priority, me, nranks, red, d).map(|(p, _)| p)
+}
+
+/// [`bid`] and, for a call with data, its [`route`] (what `launch` needs).
+pub fn bid_route(
+    priority: i32,
+    me: usize,
+    nranks: usize,
+    red: &Agreed,
+    d: &CollDesc<'_, Window>,
+) -> Result<(i32, Option<Route>), String> {
     if priority <= 0 {
         return Err("FERROCX_CE_PRIORITY=0".into());
     }
-    let reduction = plan::REDUCE_COLLS.contains(&d.coll);
-    if !plan::COLLS.contains(&d.coll) && !reduction {
+    if !plan::COLLS.contains(&d.coll) && !plan::REDUCE_COLLS.contains(&d.coll) {
         return Err(format!("ce does not run {}", d.coll.name()));
     }
     if d.mem != MemKind::Cuda {
@@ -205,20 +206,13 @@ pub fn bid(
     if d.root >= nranks {
         return Err(format!("root {} of {nranks} ranks", d.root));
     }
-    if reduction && !red.on {
-        return Err(format!(
-            "{}: reductions are off on this communicator (FERROCX_CE_REDUCE=0, or a rank has no reduction kernels)",
-            d.coll.name()
-        ));
-    }
-    if reduction {
-        kernel_types(d)?;
-    }
+    reductions_usable(red, d)?;
     if d.count == 0 {
-        return Ok(priority);
+        return Ok((priority, None));
     }
-    if route(me, nranks, red, d)?.staged {
-        return Ok(priority);
+    let route = route(me, nranks, red, d)?;
+    if route.staged {
+        return Ok((priority, Some(route)));
     }
     let block = d
         .count
@@ -234,7 +228,21 @@ pub fn bid(
     if let Some(rw) = &d.recv_win {
         fits(rw, r, "receive")?;
     }
-    Ok(priority)
+    Ok((priority, Some(route)))
+}
+
+/// For a reduction: whether the ranks run them, and the kernels' type and operator exist.
+fn reductions_usable(red: &Agreed, d: &CollDesc<'_, Window>) -> Result<(), String> {
+    if !plan::REDUCE_COLLS.contains(&d.coll) {
+        return Ok(());
+    }
+    if !red.on {
+        return Err(format!(
+            "{}: reductions are off on this communicator (FERROCX_CE_REDUCE=0, or a rank has no reduction kernels)",
+            d.coll.name()
+        ));
+    }
+    kernel_types(d).map(|_| ())
 }
 
 #[cfg(test)]
@@ -243,10 +251,10 @@ mod tests {
     use ferrocx_sdk::collective::Coll;
 
     fn bid(priority: i32, nranks: usize, d: &CollDesc<'_, Window>) -> Result<i32, String> {
-        super::bid(priority, 0, nranks, &Reductions::default(), d)
+        super::bid(priority, 0, nranks, &Agreed::default(), d)
     }
 
-    const ON: Reductions = Reductions {
+    const ON: Agreed = Agreed {
         on: true,
         scratch: 1 << 10,
         one_shot_bytes: 64,
@@ -294,7 +302,7 @@ mod tests {
             let red = if c == Coll::AllToAll {
                 ON
             } else {
-                Reductions::default()
+                Agreed::default()
             };
             assert_eq!(
                 super::bid(200, 0, 2, &red, &desc(c, 10, Some(&w), Some(&w))),
@@ -409,7 +417,7 @@ mod tests {
         assert!(bid(200, 2, &d).is_err(), "reductions off");
         assert!(bid(200, 2, &desc(Coll::AllGather, 4, None, None)).is_err());
         // Staging off: windows only.
-        let no_stage = Reductions { stage: false, ..ON };
+        let no_stage = Agreed { stage: false, ..ON };
         let rs = |coll, count, windows: bool, in_place| {
             let mut d = if windows {
                 desc(coll, count, Some(&w), Some(&w))

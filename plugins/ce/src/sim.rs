@@ -134,13 +134,7 @@ impl Builder {
 
     fn steps(&mut self, c: &Call, rank: usize, mode: Mode, mutate: Mutate<'_>) -> Vec<Step> {
         let shape = self.shape(c, rank);
-        let b = plan::batches(&shape, &self.how);
-        let parts = plan::Parts {
-            stage: plan::stage(&shape),
-            batches: b,
-            ..plan::Parts::default()
-        };
-        let mut steps = self.seqs[rank].reduction(mode, parts);
+        let mut steps = self.seqs[rank].reduction(mode, plan::parts(&shape, &self.how));
         mutate(rank, plan::rounds(&shape, &self.how), &mut steps);
         steps
     }

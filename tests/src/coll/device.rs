@@ -210,34 +210,37 @@ impl Prepared {
         stream: &Stream,
         want: &str,
     ) -> Result<(), String> {
-        let m = self.mirrors()?;
-        let p = |d: &Option<DevMem>| d.as_ref().map_or(0, |d| d.ptr);
-        let (s, r) = (p(&m.send), p(&m.buf));
-        let c = comm
-            .collective_choice(
-                &self.spec,
-                if self.case.in_place { r } else { s },
-                r,
-                self.case.in_place,
-                true,
-            )
-            .map_err(|e| e.to_string())?;
-        if c.winner() != want {
-            return Err(format!(
-                "ran on {} ({}), expected {want}",
-                c.winner(),
-                c.explain()
-            ));
-        }
-        drop(m);
-        self.run_device(comm, stream)
+        self.run_device_on(comm, stream, Some(want))
     }
 
     /// Run it on device copies of its buffers, ordered on `stream`, and copy the
     /// results (tails included) back for [`verify`](Self::verify).
     pub fn run_device(&mut self, comm: &Communicator, stream: &Stream) -> Result<(), String> {
+        self.run_device_on(comm, stream, None)
+    }
+
+    fn run_device_on(
+        &mut self,
+        comm: &Communicator,
+        stream: &Stream,
+        want: Option<&str>,
+    ) -> Result<(), String> {
         let m = self.mirrors()?;
         let p = |d: &Option<DevMem>| d.as_ref().map_or(0, |d| d.ptr);
+        if let Some(want) = want {
+            let r = p(&m.buf);
+            let s = if self.case.in_place { r } else { p(&m.send) };
+            let c = comm
+                .collective_choice(&self.spec, s, r, self.case.in_place, true)
+                .map_err(|e| e.to_string())?;
+            if c.winner() != want {
+                return Err(format!(
+                    "ran on {} ({}), expected {want}",
+                    c.winner(),
+                    c.explain()
+                ));
+            }
+        }
         // SAFETY: a live stream of the communicator's device; the mirrors outlive the
         // stream synchronization below.
         let r = unsafe {
