@@ -217,7 +217,7 @@ fn ce_runs_the_reductions_2_and_4_ranks() {
 
 /// The copy collectives on plain device buffers (no windows): ce stages each
 /// rank's input through its mapped scratch and every rank pulls what it needs
-/// (`FERROCX_CE_STAGE=1`: by default only with the call check off); every case
+/// (`FERROCX_CE_STAGE=1`, as by default, set so the test keeps it); every case
 /// checked, every call with data run by ce.
 #[test]
 fn ce_runs_the_copy_collectives_staged_2_and_4_ranks() {
@@ -245,7 +245,7 @@ fn ce_runs_the_copy_collectives_staged_2_and_4_ranks() {
     }
 }
 
-/// ce's call notes (`FERROCX_CE_CHECK_CALLS=1`): rank 0 all-reduces f32, rank
+/// ce's call notes (`FERROCX_CE_CHECK_CALLS`, on by default): rank 0 all-reduces f32, rank
 /// 1 i32 on windows; both get `Error::Mismatch` from `device_error` once the
 /// watchdogs compared the notes, and ce refuses later calls.
 #[test]
@@ -253,16 +253,15 @@ fn ce_finds_mismatched_calls() {
     if !gpus() {
         return;
     }
-    let outs = run(
-        &["mismatch", "ce-type"],
-        &[("FERROCX_CE_CHECK_CALLS", "1")],
-        Duration::from_secs(120),
-    );
+    // ce's call check is on by default: no variable.
+    let outs = run(&["mismatch", "ce-type"], &[], Duration::from_secs(120));
     for o in &outs {
         assert!(
             o.ok()
-                && o.stdout
-                    .contains("MISMATCH mismatched calls: rank 0 called"),
+                && o.stdout.contains(
+                    "MISMATCH mismatched calls: rank 0 called all_reduce(float, sum, 1000) as op #0 \
+                     on plugin 'ce', rank 1 called all_reduce(int32, sum, 1000) as op #0 on plugin 'ce'"
+                ),
             "rank {}: {}\n{}",
             o.rank,
             o.stdout,

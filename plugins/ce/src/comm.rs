@@ -357,16 +357,10 @@ impl CeComm {
         // The call's note for the peers (notes.rs), eager calls only: a graph's
         // replays repeat their numbers.
         let note = (self.red.check_calls && mode == Mode::Eager).then(|| {
-            // As the core's fingerprint: the operator of reductions only, the
-            // root of rooted collectives only (elsewhere ranks may pass anything).
-            let op = if plan::REDUCE_COLLS.contains(&d.coll) {
-                d.op
-            } else {
-                0
-            };
-            let root = if rooted(d.coll) { d.root } else { 0 };
-            let h = notes::hash(d.coll, d.dtype, op, d.count, root);
-            (d.seq, notes::note(d.seq, h))
+            (
+                d.seq,
+                notes::Call::new(d.coll, d.dtype, d.op, d.count, d.root),
+            )
         });
         let parts = plan::Parts {
             note,

@@ -8,8 +8,8 @@
 //! | `FERROCX_CE_MEMCPY_BATCH` | `1` | `1`: queue a batch's copies with one `cuMemcpyBatchAsync` where the driver has it (≥ 12.8) and the stream allows it; `0`: always one `cuMemcpyAsync` per copy |
 //! | `FERROCX_CE_REDUCE` | `1` | `1`: also run all_reduce and reduce_scatter on windows (reduction kernels read the peers' windows, copy engines spread the results); `0`: copy collectives only |
 //! | `FERROCX_CE_ONESHOT_BYTES` | `32M` | at 2 ranks, an all_reduce on windows up to this many bytes (and the scratch) runs one-shot (every rank folds every rank's whole input: it reads n−1 inputs, two-shot reads 2(n−1)/n of one, so at n ranks the limit is this × 2/n), larger ones two-shot; measured crossover on two H100s: 32–64 MiB. Without windows all_reduce is staged, always one-shot |
-//! | `FERROCX_CE_CHECK_CALLS` | `0` | `1`: each rank writes a note of every eager call (its number and a hash of collective, type, operator, count, root) into its peers' flag buffers with its ready flag, and the watchdog compares them once the call completed: a mismatch breaks the communicator with the core's "mismatched calls" error on every rank (`notes.rs`). Off by default until it has run on a GPU |
-//! | `FERROCX_CE_STAGE` | `auto` | stage calls whose buffers are not in windows (and alltoall while it fits) through the scratch: `1` yes, `0` no, `auto` when calls are checked anyway (`FERROCX_CE_CHECK_CALLS=1`) or not at all (`FERROCX_CHECK_CALLS=0`) — the core's path these calls would otherwise take checks them |
+//! | `FERROCX_CE_CHECK_CALLS` | `FERROCX_CHECK_CALLS` (`1`) | `1`: each rank writes a note of every eager call (its number, collective, type, operator, count, root) into its peers' flag buffers with its ready flag, and the watchdog compares them once the call completed: a mismatch breaks the communicator with the core's "mismatched calls" error, both calls named, on every rank (`notes.rs`); `0`: not checked |
+//! | `FERROCX_CE_STAGE` | `auto` | stage calls whose buffers are not in windows (and alltoall while it fits) through the scratch: `1` yes, `0` no, `auto` unless ce's check alone is off (`FERROCX_CE_CHECK_CALLS=0` with `FERROCX_CHECK_CALLS` on): the core's path these calls would otherwise take checks them |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
 //!
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
@@ -68,8 +68,8 @@ impl Default for Config {
             reduce: true,
             one_shot_bytes: DEFAULT_ONESHOT_BYTES,
             scratch_bytes: DEFAULT_SCRATCH_BYTES,
-            stage: false,
-            check_calls: false,
+            stage: true,
+            check_calls: true,
             stage_needs_check: true,
         }
     }
@@ -91,8 +91,9 @@ impl Config {
                 "FERROCX_CE_BATCH=0: a batch holds at least one copy",
             ));
         }
-        let check_calls = env::boolean(&lookup, "FERROCX_CE_CHECK_CALLS", d.check_calls)?;
+        // One variable turns every call check off: ce's follows the core's.
         let core_checks = env::boolean(&lookup, "FERROCX_CHECK_CALLS", true)?;
+        let check_calls = env::boolean(&lookup, "FERROCX_CE_CHECK_CALLS", core_checks)?;
         let stage_auto = match lookup("FERROCX_CE_STAGE") {
             None => true,
             Some(v) => v.trim().is_empty() || v.trim().eq_ignore_ascii_case("auto"),
@@ -157,9 +158,22 @@ mod tests {
                 stage_needs_check: false,
             }
         );
-        // auto: staging only with the call check off.
-        assert!(!with(&[]).unwrap().stage);
-        assert!(with(&[("FERROCX_CHECK_CALLS", "0")]).unwrap().stage);
+        // auto: staging unless ce's check alone is off (the core's path checks).
+        assert!(with(&[]).unwrap().stage && with(&[]).unwrap().check_calls);
+        assert!(!with(&[("FERROCX_CE_CHECK_CALLS", "0")]).unwrap().stage);
+        let off = with(&[("FERROCX_CHECK_CALLS", "0")]).unwrap();
+        assert!(
+            off.stage && !off.check_calls,
+            "one variable turns every check off"
+        );
+        assert!(
+            with(&[
+                ("FERROCX_CHECK_CALLS", "0"),
+                ("FERROCX_CE_CHECK_CALLS", "1")
+            ])
+            .unwrap()
+            .check_calls
+        );
         assert!(
             with(&[("FERROCX_CE_STAGE", "auto"), ("FERROCX_CHECK_CALLS", "off")])
                 .unwrap()

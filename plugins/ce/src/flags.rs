@@ -151,11 +151,11 @@ impl Flags {
         self.bases[rank] + self.layout.offset(array, slot) as u64
     }
 
-    /// Where this rank's note of call `seq` goes in rank `rank`'s ring, as
-    /// this process reaches it.
-    pub fn note_addr(&self, rank: usize, seq: u64) -> u64 {
+    /// Where word `word` of this rank's note of call `seq` goes in rank
+    /// `rank`'s ring, as this process reaches it.
+    pub fn note_addr(&self, rank: usize, seq: u64, word: usize) -> u64 {
         debug_assert!(self.bases[rank] != 0, "rank {rank}'s flags are not open");
-        self.bases[rank] + self.layout.note_offset(self.rank, seq) as u64
+        self.bases[rank] + self.layout.note_offset(self.rank, seq, word) as u64
     }
 
     /// Close the peers' mappings and wait (bounded) until the driver did.

@@ -58,9 +58,14 @@ fn param(op: &MemOp, flags: &Flags) -> sys::CUstreamBatchMemOpParams {
             p.writeValue.flags =
                 sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
         }
-        MemOp::Note { rank, seq, value } => {
+        MemOp::Note {
+            rank,
+            seq,
+            word,
+            value,
+        } => {
             p.writeValue.operation = sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
-            p.writeValue.address = flags.note_addr(rank, seq);
+            p.writeValue.address = flags.note_addr(rank, seq, word);
             p.writeValue.__bindgen_anon_1.value = value;
             p.writeValue.flags =
                 sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;

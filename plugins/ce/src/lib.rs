@@ -25,10 +25,11 @@
 //! in place passes its receive buffer, and the peers their send buffers, at
 //! one offset. Staged calls need nothing of the kind.
 //!
-//! Calls can be checked without a host round trip ([`notes`],
-//! `FERROCX_CE_CHECK_CALLS=1`, off until it has run on a GPU): each rank
-//! writes a note of its call into its peers' flag buffers with its ready
-//! flag, and the watchdog compares them once the call completed.
+//! Calls are checked without a host round trip ([`notes`],
+//! `FERROCX_CE_CHECK_CALLS`, on by default, as the core's
+//! `FERROCX_CHECK_CALLS`): each rank writes a note of its call into its
+//! peers' flag buffers with its ready flag, and the watchdog compares them
+//! once the call completed.
 //!
 //! Which way a call runs ([`select::route`]) depends only on what every rank
 //! has alike — the call, the agreed knobs, whether the buffers it uses lie in
@@ -37,9 +38,9 @@
 //!
 //! The scratch is allocated with each rank's flags and mapped by every peer
 //! (`FERROCX_CE_SCRATCH_BYTES`, 32 MiB by default), so unregistered calls up
-//! to that size can run here too — with `FERROCX_CE_STAGE=1`, or by default
-//! when `FERROCX_CHECK_CALLS=0`: ce does not check calls yet, and the core,
-//! which runs those calls otherwise, does.
+//! to that size run here too (`FERROCX_CE_STAGE`, on by default; `auto`
+//! turns it off where ce's check alone is off, since the core, which runs
+//! those calls otherwise, checks them).
 //!
 //! It bids for a call when every rank of the communicator is on one host with
 //! a GPU and the buffers lie in its windows or the input fits the scratch

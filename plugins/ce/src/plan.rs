@@ -258,7 +258,7 @@ pub struct Parts {
     pub post: Vec<Push>,
     /// The call's note `(seq, value)` for the peers (`crate::notes`), written
     /// with the ready barrier; `None`: the call is not checked.
-    pub note: Option<(u64, u32)>,
+    pub note: Option<(u64, crate::notes::Call)>,
 }
 
 /// This rank's [`Parts`] of the collective.

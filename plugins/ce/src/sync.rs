@@ -129,9 +129,14 @@ impl FlagLayout {
     }
 
     /// Bytes of the whole buffer: the four arrays, then the note ring
-    /// (`crate::notes`: `nranks × RING` words, writer-major).
+    /// (`crate::notes`: `nranks × RING` notes of `WORDS` words, writer-major).
     pub fn bytes(&self) -> usize {
-        self.ring_offset() + self.nranks * crate::notes::RING * 4
+        self.ring_offset() + self.ring_bytes()
+    }
+
+    /// Bytes of the note ring.
+    pub fn ring_bytes(&self) -> usize {
+        self.nranks * crate::notes::RING * crate::notes::WORDS * 4
     }
 
     /// Byte offset of the note ring.
@@ -139,10 +144,11 @@ impl FlagLayout {
         Array::ALL.len() * self.stride()
     }
 
-    /// Byte offset of `writer`'s note of call `seq` in a rank's ring.
-    pub fn note_offset(&self, writer: usize, seq: u64) -> usize {
-        debug_assert!(writer < self.nranks);
-        self.ring_offset() + (writer * crate::notes::RING + crate::notes::slot(seq)) * 4
+    /// Byte offset of word `word` of `writer`'s note of call `seq` in a rank's ring.
+    pub fn note_offset(&self, writer: usize, seq: u64, word: usize) -> usize {
+        use crate::notes::{slot, RING, WORDS};
+        debug_assert!(writer < self.nranks && word < WORDS);
+        self.ring_offset() + ((writer * RING + slot(seq)) * WORDS + word) * 4
     }
 
     /// Byte offset of `slot` of `array`.
@@ -195,14 +201,16 @@ pub enum MemOp {
         /// The value.
         value: u32,
     },
-    /// Write this rank's note of call `seq` (`crate::notes`) into its slot
-    /// of rank `rank`'s note ring.
+    /// Write word `word` of this rank's note of call `seq` (`crate::notes`)
+    /// into its slot of rank `rank`'s note ring.
     Note {
         /// Owner of the ring written.
         rank: usize,
         /// The call's number.
         seq: u64,
-        /// The note.
+        /// Which word of the note.
+        word: usize,
+        /// Its value.
         value: u32,
     },
     /// Wait until `slot` of `array` in this rank's own buffer satisfies `cmp value`.
@@ -378,12 +386,20 @@ impl Sequencer {
             steps.push(Step::Copies(stage));
         }
         let mut ready = self.barrier(mode);
-        if let Some((seq, value)) = note {
+        if let Some((seq, call)) = note {
             // The notes go first: each flag write is ordered after the writes
             // before it, so a peer past this barrier has them.
+            let words = call.note(seq);
             let notes = (0..self.nranks)
                 .filter(|&r| r != self.rank)
-                .map(|rank| MemOp::Note { rank, seq, value });
+                .flat_map(|rank| {
+                    (0..words.len()).map(move |word| MemOp::Note {
+                        rank,
+                        seq,
+                        word,
+                        value: words[word],
+                    })
+                });
             ready.ops.splice(0..0, notes);
         }
         steps.push(Step::Sync(ready));
@@ -418,22 +434,30 @@ mod tests {
             assert_eq!(l.stride() % 16, 0);
             assert!(l.stride() >= 4 * n);
             assert_eq!(l.ring_offset(), 4 * l.stride());
-            assert_eq!(l.bytes(), l.ring_offset() + n * crate::notes::RING * 4);
+            let words = crate::notes::WORDS;
+            assert_eq!(
+                l.bytes(),
+                l.ring_offset() + n * crate::notes::RING * words * 4
+            );
             for a in Array::ALL {
                 assert_eq!(l.offset(a, 0) % 16, 0);
                 assert!(l.offset(a, n - 1) + 4 <= l.ring_offset());
             }
             // Every writer's every note slot lies in the ring, apart from the others'.
             let ring = crate::notes::RING as u64;
-            assert_eq!(l.note_offset(0, 0), l.ring_offset());
-            assert_eq!(l.note_offset(n - 1, ring - 1) + 4, l.bytes());
+            assert_eq!(l.note_offset(0, 0, 0), l.ring_offset());
+            assert_eq!(l.note_offset(0, 0, 1), l.ring_offset() + 4);
+            assert_eq!(l.note_offset(n - 1, ring - 1, words - 1) + 4, l.bytes());
             assert_eq!(
-                l.note_offset(0, ring),
-                l.note_offset(0, 0),
+                l.note_offset(0, ring, 2),
+                l.note_offset(0, 0, 2),
                 "the ring wraps"
             );
             if n > 1 {
-                assert_eq!(l.note_offset(1, 0), l.note_offset(0, ring - 1) + 4);
+                assert_eq!(
+                    l.note_offset(1, 0, 0),
+                    l.note_offset(0, ring - 1, words - 1) + 4
+                );
             }
         }
         assert_eq!(FlagLayout { nranks: 4 }.stride(), 16);
@@ -599,6 +623,7 @@ mod tests {
             dst_buf: Buf::Recv,
             ..stage[0]
         }];
+        let call = crate::notes::Call::new(ferrocx_sdk::collective::Coll::AllReduce, 8, 0, 2, 0);
         for mode in [Mode::Eager, Mode::Graph] {
             let mut s = Sequencer::new(1, 2);
             let parts = Parts {
@@ -606,22 +631,29 @@ mod tests {
                 fold: Some(fold.clone()),
                 batches: vec![Vec::new()],
                 post: post.clone(),
-                note: Some((7, 99)),
+                note: Some((7, call)),
             };
             let steps = s.reduction(mode, parts);
             // The note to the peer leads the ready barrier, before its flag write.
             let Step::Sync(ready) = &steps[1] else {
                 panic!("{steps:?}")
             };
-            assert_eq!(
-                ready.ops[0],
-                MemOp::Note {
-                    rank: 0,
-                    seq: 7,
-                    value: 99
-                }
-            );
-            assert!(matches!(ready.ops[1], MemOp::Write { rank: 0, .. }));
+            let words = call.note(7);
+            for (word, &value) in words.iter().enumerate() {
+                assert_eq!(
+                    ready.ops[word],
+                    MemOp::Note {
+                        rank: 0,
+                        seq: 7,
+                        word,
+                        value
+                    }
+                );
+            }
+            assert!(matches!(
+                ready.ops[words.len()],
+                MemOp::Write { rank: 0, .. }
+            ));
             assert!(
                 matches!(&steps[0], Step::Copies(v) if *v == stage),
                 "{steps:?}"

@@ -45,7 +45,7 @@ pub struct Entry<E> {
     /// When it is declared stuck.
     pub deadline: Instant,
     /// Its note `(seq, value)` when calls are checked (`crate::notes`).
-    pub note: Option<(u64, u32)>,
+    pub note: Option<(u64, crate::notes::Call)>,
 }
 
 /// The pending collectives of one communicator, oldest first.

@@ -47,9 +47,9 @@ const OWN_STREAM_WAIT: Duration = Duration::from_secs(5);
 struct State {
     tracker: Tracker<Event>,
     pool: Vec<Event>,
-    /// Notes of completed collectives not compared with the peers' yet:
-    /// `(seq, note, what)` (`crate::notes`).
-    unverified: Vec<(u64, u32, String)>,
+    /// Calls of completed collectives whose notes were not compared with
+    /// the peers' yet (`crate::notes`).
+    unverified: Vec<(u64, notes::Call)>,
     broken: Option<PluginError>,
     stop: bool,
     /// The stream of the newest tracked collective.
@@ -68,8 +68,8 @@ impl State {
     /// (`keep_notes`: none of their events failed).
     fn retired(&mut self, freed: Vec<Entry<Event>>, keep_notes: bool) {
         for e in freed {
-            if let (Some((seq, note)), true) = (e.note, keep_notes) {
-                self.unverified.push((seq, note, e.what));
+            if let (Some(note), true) = (e.note, keep_notes) {
+                self.unverified.push(note);
             }
             self.pool.push(e.event);
         }
@@ -111,7 +111,7 @@ impl Reader {
         Ok(Reader {
             stream,
             host: PinnedHost::new(Self::bytes(&layout))?,
-            ring: PinnedHost::new(layout.nranks * notes::RING * 4)?,
+            ring: PinnedHost::new(layout.ring_bytes())?,
             done: Event::new()?,
             own,
             layout,
@@ -144,9 +144,9 @@ impl Reader {
         }
     }
 
-    /// This rank's note ring (`crate::notes`): `nranks × RING` words.
+    /// This rank's note ring (`crate::notes`): `nranks × RING × WORDS` words.
     fn read_ring(&self) -> Result<Vec<u32>, String> {
-        let words = self.layout.nranks * notes::RING;
+        let words = self.layout.ring_bytes() / 4;
         // SAFETY: `own` holds the whole layout, the ring at `ring_offset`; the
         // pinned buffer holds `words` words; the private stream is of the same context.
         let r = unsafe {
@@ -292,7 +292,7 @@ impl Watchdog {
         seq: u64,
         what: String,
         expects: Vec<Expect>,
-        note: Option<(u64, u32)>,
+        note: Option<(u64, notes::Call)>,
     ) -> PluginResult<()> {
         let mut st = self.shared.lock();
         let ev = match st.pool.pop() {
@@ -413,18 +413,13 @@ fn run(shared: Arc<Shared>, reader: Reader) {
             // read the ring without the lock.
             let calls = std::mem::take(&mut st.unverified);
             drop(st);
-            let verdict = reader.read_ring().map(|ring| {
-                let pairs: Vec<(u64, u32)> = calls.iter().map(|c| (c.0, c.1)).collect();
-                notes::verify(me, reader.layout.nranks, &ring, &pairs)
-            });
+            let verdict = reader
+                .read_ring()
+                .map(|ring| notes::verify(me, reader.layout.nranks, &ring, &calls));
             st = shared.lock();
             match verdict {
                 Ok(Some(m)) => {
-                    let what = calls
-                        .iter()
-                        .find(|c| c.0 == m.seq)
-                        .map_or("a ce collective", |c| c.2.as_str());
-                    let e = PluginError::remote(notes::mismatch_message(me, what, &m));
+                    let e = PluginError::remote(notes::mismatch_message(me, &m));
                     shared.host.warn(format!("ce watchdog: {}", e.message()));
                     st.broken.get_or_insert(e);
                 }

@@ -114,7 +114,7 @@ fn call(comm: &Communicator, case: &str) -> Result<ferrocx::Result<()>, String> 
                 comm.all_reduce(&send, &mut recv, RedOp::Sum)
             }
         }
-        // All-reduces on device windows run by ce with FERROCX_CE_CHECK_CALLS=1:
+        // All-reduces on device windows run by ce (its call check is on by default):
         // rank 0 reduces f32, the others i32. ce finds it after the call (its
         // watchdog compares the ranks' notes): the error comes from device_error.
         "ce-type" => {
