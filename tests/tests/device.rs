@@ -177,6 +177,8 @@ fn ce_runs_the_copy_collectives_on_windows_2_and_4_ranks() {
                 ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
                 ("FERROCX_CE_SCRATCH_BYTES", scratch),
                 ("FERROCX_CE_STAGE", "1"),
+                // Small calls on their barrier routes too (the LL kernel has its own test).
+                ("FERROCX_CE_LL_BYTES", "0"),
             ],
             Duration::from_secs(600),
         );
@@ -208,6 +210,8 @@ fn ce_runs_the_reductions_2_and_4_ranks() {
                     ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
                     ("FERROCX_CE_SCRATCH_BYTES", scratch),
                     ("FERROCX_CE_STAGE", "1"),
+                    // Small calls on their barrier routes too (the LL kernel has its own test).
+                    ("FERROCX_CE_LL_BYTES", "0"),
                 ],
                 Duration::from_secs(600),
             );
@@ -239,9 +243,46 @@ fn ce_runs_the_copy_collectives_staged_2_and_4_ranks() {
             &[
                 ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
                 ("FERROCX_CE_STAGE", "1"),
+                ("FERROCX_CE_LL_BYTES", "0"),
             ],
             Duration::from_secs(600),
         );
+    }
+}
+
+/// Small calls as one LL kernel (`FERROCX_CE_LL_BYTES`, 256 KiB by default):
+/// all_reduce and reduce_scatter (every type × operator but avg, which keeps
+/// its barrier route), all_gather, alltoall and broadcast, counts 1, 7, 1000
+/// and the largest block the kernel takes, in and out of place, on plain
+/// buffers (no windows, no staging: the kernel needs neither) and on
+/// windows; every result checked, every call with data run by ce.
+#[test]
+fn ce_runs_small_calls_as_one_ll_kernel() {
+    if !gpus() {
+        return;
+    }
+    for n in [2, 4] {
+        for window in [false, true] {
+            let mut args = vec!["coll-matrix", "--mem", "cuda", "--expect", "ce"];
+            args.extend([
+                "--filter",
+                "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast \
+                 &!op=avg&!count=65540",
+            ]);
+            if window {
+                args.push("--window");
+            }
+            run_ok_n(
+                n,
+                &args,
+                &[
+                    ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
+                    // Staging off: whatever ce runs here outside windows is the LL kernel's.
+                    ("FERROCX_CE_STAGE", "0"),
+                ],
+                Duration::from_secs(600),
+            );
+        }
     }
 }
 
@@ -310,15 +351,19 @@ fn ce_names_a_rank_killed_mid_collective() {
     if !gpus() {
         return;
     }
-    // all_gather (copies), then all_reduce of 8 MiB (a reduction kernel reading
-    // the peers' windows) killed mid-flight.
-    for coll in ["all_gather", "all_reduce"] {
+    // all_gather (copies), all_reduce of 8 MiB (a reduction kernel reading
+    // the peers' windows), then of 4 KiB (the LL kernel) killed mid-flight.
+    for (coll, bytes) in [
+        ("all_gather", "8388608"),
+        ("all_reduce", "8388608"),
+        ("all_reduce", "4096"),
+    ] {
         let t = Instant::now();
         let outs = run_n(
             3,
             &[
                 "coll-plugin-loop",
-                "8388608",
+                bytes,
                 "--victim",
                 "1",
                 "--kill-after-ms",

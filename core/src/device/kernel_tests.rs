@@ -206,6 +206,11 @@ fn sources_compile_with_nvrtc() {
             let ptx = compile(nvrtc, cc, Image::Ptx, dtype, kind).unwrap_or_else(|e| panic!("{e}"));
             let text = String::from_utf8_lossy(&ptx.bytes);
             assert!(text.contains(&format!(".entry {name}(")), "{name}: {text}");
+            // The LL exchange kernel rides in every module but the finish step's.
+            match ll_name(dtype, kind) {
+                Some(ll) => assert!(text.contains(&format!(".entry {ll}(")), "{ll}: {text}"),
+                None => assert!(!text.contains(".entry ferrocx_ll_"), "{name}"),
+            }
             assert!(
                 !text.contains("__local_depot"),
                 "{name} uses local memory:\n{text}"

@@ -115,6 +115,7 @@ fn reduce_setup(
     mine.push(cfg.stage as u8);
     mine.push(cfg.check_calls as u8);
     mine.push(cfg.stage_needs_check as u8);
+    mine.extend_from_slice(&(cfg.ll_bytes as u64).to_le_bytes());
     let all = oob.all_gather(&mine)?;
     if all.iter().any(|m| m.len() != mine.len()) {
         return Err(PluginError::internal(
@@ -155,12 +156,20 @@ fn reduce_setup(
             info.rank
         ));
     }
+    // The LL kernel lives in the reduction kernels' modules: only where those are on.
+    let ll_bytes = all
+        .iter()
+        .map(|m| u64::from_le_bytes(m[20..28].try_into().expect("8 bytes")) as usize)
+        .min()
+        .filter(|_| on)
+        .unwrap_or(0);
     let red = Agreed {
         on,
         scratch,
         one_shot_bytes: cfg.one_shot_bytes,
         stage,
         check_calls,
+        ll_bytes,
     };
     Ok((kernels.filter(|_| on), red))
 }
@@ -336,6 +345,10 @@ impl CeComm {
         // SAFETY: the caller's contract.
         let capturing = d.capturing || unsafe { driver::is_capturing(stream) }?;
         let mode = if capturing { Mode::Graph } else { Mode::Eager };
+        if route.ll {
+            // SAFETY: the caller's contract.
+            return unsafe { self.launch_ll(d, mode, stream) };
+        }
         let shape = Shape {
             coll: d.coll,
             nranks: self.nranks,
@@ -538,6 +551,126 @@ impl CeComm {
                 Err(e)
             }
         }
+    }
+
+    /// A small call as one LL kernel (`ll.rs`): nothing but the kernel goes
+    /// on the stream; the watchdog tracks it like any eager collective (its
+    /// release raises the kernel's abort word).
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch); the device is bound.
+    unsafe fn launch_ll(
+        &mut self,
+        d: &CollDesc<'_, Window>,
+        mode: Mode,
+        stream: sys::CUstream,
+    ) -> PluginResult<()> {
+        use ferrocx_sdk::kernels::ll::LlArgs;
+        let block = d.count * d.elem;
+        let what = format!(
+            "{} of {block} bytes per rank{} (LL)",
+            d.coll.name(),
+            if rooted(d.coll) {
+                format!(", root {}", d.root)
+            } else {
+                String::new()
+            }
+        );
+        let flags = self
+            .flags
+            .as_ref()
+            .ok_or_else(|| PluginError::internal("no flags"))?;
+        let k = self
+            .kernels
+            .as_ref()
+            .ok_or_else(|| PluginError::internal("an LL call without kernels"))?;
+        let (t, o) = select::kernel_types(d).map_err(PluginError::invalid)?;
+        let m = crate::ll::moves(
+            d.coll,
+            self.rank,
+            block,
+            d.in_place,
+            d.send as u64,
+            d.recv as u64,
+        )
+        .ok_or_else(|| PluginError::internal(format!("no LL kernel for {}", d.coll.name())))?;
+        let elem = d.elem.max(1) as u64;
+        let sends = d.coll != Coll::Broadcast || d.root == self.rank;
+        for (p, used) in [(m.input, sends), (m.output, true)] {
+            if used && (p == 0 || p % elem != 0) {
+                let e = PluginError::invalid(format!(
+                    "{} on {t}: the address {p:#x} is null or not aligned to its {elem}-byte elements",
+                    d.coll.name()
+                ));
+                // The peers' kernels wait for this rank's lines: as any launch
+                // that fails part way, the communicator breaks.
+                self.watchdog.break_with(e.clone());
+                return Err(e);
+            }
+        }
+        let note = (self.red.check_calls && mode == Mode::Eager).then(|| {
+            (
+                d.seq,
+                notes::Call::new(d.coll, d.dtype, d.op, d.count, d.root),
+            )
+        });
+        let layout = flags.layout();
+        let args = LlArgs {
+            bases: flags.ll_table(),
+            region_off: layout.ll_offset() as u64,
+            // This rank's slot of call `seq` in a peer's ring.
+            note_off: note.map_or(0, |_| layout.note_offset(self.rank, d.seq, 0) as u64),
+            note: note.map_or([0; 4], |(seq, c)| c.note(seq)),
+            input: if sends { m.input } else { 0 },
+            output: m.output,
+            ctl: flags.ll_ctl(),
+            send_stride: m.send_stride,
+            out_stride: m.out_stride,
+            seg: block as u64,
+            area: layout.ll_area() as u64,
+            timeout_ns: u64::try_from(self.host.timeout().as_nanos())
+                .unwrap_or(u64::MAX / 4)
+                .min(u64::MAX / 4),
+            rank: self.rank as i32,
+            nranks: self.nranks as i32,
+            mode: m.mode,
+            root: d.root as i32,
+        };
+        if mode == Mode::Eager {
+            // SAFETY: the caller's contract; the device is bound.
+            unsafe { self.watchdog.order(stream) }?;
+        }
+        self.watchdog.ll_launched();
+        // SAFETY: every address in `args` is this rank's buffers (checked above,
+        // valid per the caller's contract) or a flag buffer mapped until
+        // comm_destroy; every rank of the call routes it to the LL kernel alike
+        // (select::route) with the same segment, mode, root and area; the stream
+        // per the caller.
+        let r = unsafe { k.ll(t, o, &args, stream) };
+        if let Err(e) = r {
+            // Nothing was queued, but the peers' kernels wait for this rank's lines.
+            let e = issue::kernel_error(e);
+            let e = PluginError::new(
+                e.code(),
+                format!(
+                    "ce collective #{} ({what}) on rank {}: {}",
+                    d.seq,
+                    self.rank,
+                    e.message()
+                ),
+            );
+            self.watchdog.break_with(e.clone());
+            return Err(e);
+        }
+        if mode == Mode::Eager {
+            // SAFETY: as above.
+            let tracked = unsafe { self.watchdog.track(stream, d.seq, what, Vec::new(), note) };
+            if let Err(e) = tracked {
+                self.watchdog.break_with(e.clone());
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// `comm_destroy`: wait (bounded) for queued collectives, stop the

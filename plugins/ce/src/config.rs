@@ -10,6 +10,7 @@
 //! | `FERROCX_CE_ONESHOT_BYTES` | `32M` | at 2 ranks, an all_reduce on windows up to this many bytes (and the scratch) runs one-shot (every rank folds every rank's whole input: it reads n−1 inputs, two-shot reads 2(n−1)/n of one, so at n ranks the limit is this × 2/n), larger ones two-shot; measured crossover on two H100s: 32–64 MiB. Without windows all_reduce is staged, always one-shot |
 //! | `FERROCX_CE_CHECK_CALLS` | `FERROCX_CHECK_CALLS` (`1`) | `1`: each rank writes a note of every eager call (its number, collective, type, operator, count, root) into its peers' flag buffers with its ready flag, and the watchdog compares them once the call completed: a mismatch breaks the communicator with the core's "mismatched calls" error, both calls named, on every rank (`notes.rs`); `0`: not checked |
 //! | `FERROCX_CE_STAGE` | `auto` | stage calls whose buffers are not in windows (and alltoall while it fits) through the scratch: `1` yes, `0` no, `auto` unless ce's check alone is off (`FERROCX_CE_CHECK_CALLS=0` with `FERROCX_CHECK_CALLS` on): the core's path these calls would otherwise take checks them |
+//! | `FERROCX_CE_LL_BYTES` | `256K` | all_reduce and reduce_scatter (not avg), all_gather, alltoall and broadcast whose block is at most this many bytes run as one LL kernel ([`ferrocx_sdk::kernels::ll`]: the data goes into the peers' mapped memory with the flag in it; no barrier, no staging, no windows needed); at most 256 KiB (the LL areas' size); `0`: never. The ranks agree on the smallest |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
 //!
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
@@ -24,6 +25,10 @@ use ferrocx_sdk::{env, Host, PluginError, PluginResult};
 
 /// Default bid: above the core's.
 pub const DEFAULT_PRIORITY: i32 = 2 * FX_COLL_CORE_PRIORITY;
+/// Largest block the LL kernel can take: what one LL area holds.
+pub const LL_MAX_BYTES: usize = 256 << 10;
+/// Default `FERROCX_CE_LL_BYTES`.
+pub const DEFAULT_LL_BYTES: usize = 256 << 10;
 /// Default copies per batch (NCCL's intra-batch sync frequency).
 pub const DEFAULT_BATCH: usize = 8;
 /// Default size from which a collective is split into batches (NCCL's threshold).
@@ -52,6 +57,8 @@ pub struct Config {
     pub scratch_bytes: usize,
     /// `FERROCX_CE_STAGE` (`auto`: staging only where it costs no call check).
     pub stage: bool,
+    /// `FERROCX_CE_LL_BYTES`: the largest block run by the LL kernel.
+    pub ll_bytes: usize,
     /// `FERROCX_CE_CHECK_CALLS`: notes on every eager call.
     pub check_calls: bool,
     /// `stage` holds only if ce's check ends up on (auto with the core's check on).
@@ -69,6 +76,7 @@ impl Default for Config {
             one_shot_bytes: DEFAULT_ONESHOT_BYTES,
             scratch_bytes: DEFAULT_SCRATCH_BYTES,
             stage: true,
+            ll_bytes: DEFAULT_LL_BYTES,
             check_calls: true,
             stage_needs_check: true,
         }
@@ -98,8 +106,15 @@ impl Config {
             None => true,
             Some(v) => v.trim().is_empty() || v.trim().eq_ignore_ascii_case("auto"),
         };
+        let ll_bytes = env::unsigned(&lookup, "FERROCX_CE_LL_BYTES", d.ll_bytes)?;
+        if ll_bytes > LL_MAX_BYTES {
+            return Err(PluginError::invalid(format!(
+                "FERROCX_CE_LL_BYTES={ll_bytes}: at most {LL_MAX_BYTES} (the LL areas' size)"
+            )));
+        }
         Ok(Config {
             priority,
+            ll_bytes,
             batch,
             batch_bytes: env::unsigned(&lookup, "FERROCX_CE_BATCH_BYTES", d.batch_bytes)?,
             memcpy_batch: env::boolean(&lookup, "FERROCX_CE_MEMCPY_BATCH", d.memcpy_batch)?,
@@ -141,6 +156,7 @@ mod tests {
             ("FERROCX_CE_SCRATCH_BYTES", "0"),
             ("FERROCX_CE_STAGE", "1"),
             ("FERROCX_CE_CHECK_CALLS", "1"),
+            ("FERROCX_CE_LL_BYTES", "4K"),
         ])
         .unwrap();
         assert_eq!(
@@ -154,6 +170,7 @@ mod tests {
                 one_shot_bytes: 1 << 20,
                 scratch_bytes: 0,
                 stage: true,
+                ll_bytes: 4096,
                 check_calls: true,
                 stage_needs_check: false,
             }
@@ -207,6 +224,7 @@ mod tests {
                 ("FERROCX_CE_SCRATCH_BYTES", "lots"),
                 ("FERROCX_CE_STAGE", "sometimes"),
                 ("FERROCX_CE_CHECK_CALLS", "2"),
+                ("FERROCX_CE_LL_BYTES", "262145"),
             ],
         );
     }

@@ -124,6 +124,14 @@ impl Flags {
             self.bases[r] = m.addr();
             self.peers.push(m);
         }
+        // The LL kernel's table of the buffers: once, before any call.
+        let table: Vec<u8> = self.bases.iter().flat_map(|b| b.to_le_bytes()).collect();
+        // SAFETY: the table (`nranks` × 8 bytes) lies in this rank's buffer, a
+        // device allocation of this context (bound on this thread); the source
+        // is host memory living through the synchronous copy.
+        let r =
+            unsafe { sys::cuMemcpyHtoD_v2(self.ll_table(), table.as_ptr().cast(), table.len()) };
+        check(r, "cuMemcpyHtoD (the ce LL table)")?;
         Ok(())
     }
 
@@ -142,6 +150,17 @@ impl Flags {
     pub fn scratch(&self, rank: usize) -> Option<u64> {
         let b = *self.bases.get(rank)?;
         (b != 0 && self.scratch > 0).then(|| b + Self::scratch_at(self.layout) as u64)
+    }
+
+    /// This rank's LL control words.
+    pub fn ll_ctl(&self) -> u64 {
+        self.own + self.layout.ll_ctl_offset() as u64
+    }
+
+    /// This rank's table of every rank's buffer as mapped here (the LL
+    /// kernel's; written by [`open_peers`](Self::open_peers)).
+    pub fn ll_table(&self) -> u64 {
+        self.own + self.layout.ll_table_offset() as u64
     }
 
     /// Device address of `slot` of `array` in rank `rank`'s buffer, as this

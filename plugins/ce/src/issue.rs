@@ -185,7 +185,7 @@ pub unsafe fn copies(
     Ok(())
 }
 
-fn kernel_error(e: kernels::Error) -> PluginError {
+pub fn kernel_error(e: kernels::Error) -> PluginError {
     match e {
         kernels::Error::Unsupported(m) => PluginError::unsupported(m),
         kernels::Error::InvalidArgument(m) => PluginError::invalid(m),

@@ -17,7 +17,15 @@
 //!   results ([`plan::fold`]): one-shot all_reduce (every rank folds every
 //!   input; a rank in place folds into its scratch and copies back after the
 //!   complete barrier) up to `FERROCX_CE_ONESHOT_BYTES` (scaled by 2/n),
-//!   two-shot above; buffers outside windows are staged (one-shot).
+//!   two-shot above; buffers outside windows are staged (one-shot);
+//! * **small calls** — all_reduce and reduce_scatter (not avg), all_gather,
+//!   alltoall, broadcast with blocks up to `FERROCX_CE_LL_BYTES` (256 KiB) —
+//!   as one LL kernel ([`ll`], `ferrocx_sdk::kernels::ll`): each rank writes
+//!   its data with the call's flag in every 8 bytes into its peers' LL areas
+//!   (in the flag buffers) and polls its own, folding in registers; no
+//!   barrier, no staging, no windows, 11–14 µs on two H100s where NCCL takes
+//!   16–24 (docs/BENCH.md). A kernel that waits past `FERROCX_TIMEOUT`, or
+//!   whose communicator the watchdog releases (its abort word), ends.
 //!
 //! On windows every rank reaches a peer's buffer at its own offset: the
 //! buffers of a call must lie at the same offsets of corresponding windows
@@ -150,6 +158,7 @@ pub mod config;
 pub mod driver;
 pub mod flags;
 pub mod issue;
+pub mod ll;
 pub mod notes;
 pub mod plan;
 pub mod select;

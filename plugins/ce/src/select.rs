@@ -91,6 +91,9 @@ pub struct Agreed {
     pub check_calls: bool,
     /// `FERROCX_CE_ONESHOT_BYTES`.
     pub one_shot_bytes: usize,
+    /// The largest block the LL kernel runs (`FERROCX_CE_LL_BYTES`, the
+    /// smallest of the ranks'; 0 without the kernels).
+    pub ll_bytes: usize,
 }
 
 /// How ce runs a call it bids for.
@@ -100,6 +103,22 @@ pub struct Route {
     pub staged: bool,
     /// all_reduce one-shot on windows ([`plan::Shape::one_shot`]).
     pub one_shot: bool,
+    /// One LL kernel ([`ferrocx_sdk::kernels::ll`]): neither windows nor
+    /// staging.
+    pub ll: bool,
+}
+
+/// Whether the LL kernel runs `d` (a block of at most `ll_bytes`; avg's
+/// division is a step of its own, so not avg).
+fn ll(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> bool {
+    let fits = d.count.saturating_mul(d.elem) <= red.ll_bytes
+        && nranks <= ferrocx_sdk::kernels::ll::MAX_RANKS;
+    let kind = match d.coll {
+        Coll::AllReduce | Coll::ReduceScatter => d.op != ferrocx_sdk::abi::FX_OP_AVG,
+        Coll::AllGather | Coll::AllToAll | Coll::Broadcast => true,
+        _ => false,
+    };
+    red.on && fits && kind
 }
 
 /// Whether this rank's buffers that `d` uses lie in windows. In a rooted
@@ -126,6 +145,10 @@ fn in_windows(me: usize, d: &CollDesc<'_, Window>) -> bool {
 /// | all_reduce | one-shot up to `FERROCX_CE_ONESHOT_BYTES` × 2/n (and the scratch), two-shot above | staged one-shot while the scratch holds it |
 /// | reduce_scatter, all_gather, broadcast, gather, scatter | on the windows | staged while the scratch holds it |
 /// | alltoall | staged while the scratch holds it (the core above) | staged while the scratch holds it |
+///
+/// Before all of these: all_reduce and reduce_scatter (not avg), all_gather,
+/// alltoall and broadcast whose block is at most `FERROCX_CE_LL_BYTES` run
+/// as one LL kernel, windows or not.
 pub fn route(
     me: usize,
     nranks: usize,
@@ -133,6 +156,12 @@ pub fn route(
     d: &CollDesc<'_, Window>,
 ) -> Result<Route, String> {
     reductions_usable(red, d)?;
+    if ll(nranks, red, d) {
+        return Ok(Route {
+            ll: true,
+            ..Route::default()
+        });
+    }
     let block = d.count.saturating_mul(d.elem);
     let staged_bytes = plan::staged_bytes(d.coll, nranks, block).unwrap_or(usize::MAX);
     let fits = staged_bytes <= red.scratch;
@@ -172,7 +201,11 @@ pub fn route(
     }
     // One-shot on windows needs the scratch too (a rank in place folds there).
     let one_shot = d.coll == Coll::AllReduce && !staged && one_shot && block <= red.scratch;
-    Ok(Route { staged, one_shot })
+    Ok(Route {
+        staged,
+        one_shot,
+        ll: false,
+    })
 }
 
 /// ce's bid for `d` on rank `me` of `nranks`, or why it cannot run it.
@@ -211,7 +244,7 @@ pub fn bid_route(
         return Ok((priority, None));
     }
     let route = route(me, nranks, red, d)?;
-    if route.staged {
+    if route.staged || route.ll {
         return Ok((priority, Some(route)));
     }
     let block = d
@@ -260,6 +293,7 @@ mod tests {
         one_shot_bytes: 64,
         stage: true,
         check_calls: false,
+        ll_bytes: 0,
     };
 
     fn win(bytes: u64) -> Window {
@@ -510,5 +544,55 @@ mod tests {
         assert!(Window::usable(&d, 3).is_err());
         d.mem = MemKind::Host;
         assert!(Window::usable(&d, 2).is_err());
+    }
+
+    /// Small blocks of the LL collectives take the kernel, windows or not,
+    /// staging or not; everything else keeps its route.
+    #[test]
+    fn small_blocks_take_the_ll_kernel() {
+        let w = win(1 << 20);
+        let red = Agreed {
+            ll_bytes: 64,
+            stage: false,
+            ..ON
+        };
+        let ll = |d: &CollDesc<'_, Window>, red: &Agreed| route(0, 2, red, d).map(|r| r.ll);
+        for coll in [
+            Coll::AllReduce,
+            Coll::ReduceScatter,
+            Coll::AllGather,
+            Coll::AllToAll,
+            Coll::Broadcast,
+        ] {
+            for (sw, rw) in [(None, None), (Some(&w), Some(&w))] {
+                assert_eq!(ll(&desc(coll, 16, sw, rw), &red), Ok(true), "{coll:?} 64 B");
+                assert_eq!(ll(&desc(coll, 1, sw, rw), &red), Ok(true), "{coll:?} 4 B");
+                // One byte more: windows keep theirs; outside them, no staging.
+                assert_ne!(ll(&desc(coll, 17, sw, rw), &red), Ok(true), "{coll:?} 68 B");
+            }
+            let d = desc(coll, 16, None, None);
+            assert_eq!(
+                bid_route(7, 0, 2, &red, &d).map(|(p, r)| (p, r.map(|r| r.ll))),
+                Ok((7, Some(true)))
+            );
+            assert_ne!(
+                ll(&d, &Agreed { ll_bytes: 0, ..red }),
+                Ok(true),
+                "{coll:?}: off"
+            );
+            assert_ne!(
+                ll(&d, &Agreed { on: false, ..red }),
+                Ok(true),
+                "{coll:?}: no kernels"
+            );
+            assert_ne!(route(0, 17, &red, &d).map(|r| r.ll), Ok(true), "17 ranks");
+        }
+        // Not avg (its division is a step of its own), not the other collectives.
+        let mut avg = desc(Coll::AllReduce, 4, None, None);
+        avg.op = ferrocx_sdk::abi::FX_OP_AVG;
+        assert_ne!(ll(&avg, &red), Ok(true));
+        for coll in [Coll::Gather, Coll::Scatter] {
+            assert_ne!(ll(&desc(coll, 4, None, None), &red), Ok(true), "{coll:?}");
+        }
     }
 }

@@ -72,6 +72,7 @@
 //! consecutive batches; the number of batches is the same on every rank.
 
 use crate::plan::{Fold, Parts, Push};
+use ferrocx_sdk::kernels::ll;
 
 /// The constant value of graph-mode barriers.
 pub const GRAPH_VALUE: u32 = 1;
@@ -128,10 +129,34 @@ impl FlagLayout {
         (self.nranks * 4).div_ceil(16) * 16
     }
 
-    /// Bytes of the whole buffer: the four arrays, then the note ring
-    /// (`crate::notes`: `nranks × RING` notes of `WORDS` words, writer-major).
+    /// Bytes of the whole buffer: the four arrays, the note ring
+    /// (`crate::notes`: `nranks × RING` notes of `WORDS` words,
+    /// writer-major), the LL control words, then the LL region (two parities
+    /// × `nranks` writers × one area: `ferrocx_sdk::kernels::ll`). All of it
+    /// is zeroed before a peer can see it.
     pub fn bytes(&self) -> usize {
-        self.ring_offset() + self.ring_bytes()
+        self.ll_offset() + 2 * self.nranks * self.ll_area()
+    }
+
+    /// Byte offset of the LL kernel's control words (`ll::CTL_WORDS` × 8).
+    pub fn ll_ctl_offset(&self) -> usize {
+        (self.ring_offset() + self.ring_bytes()).div_ceil(16) * 16
+    }
+
+    /// Byte offset of the LL kernel's table of the ranks' buffers as this
+    /// process maps them (`nranks` addresses; written once, read only here).
+    pub fn ll_table_offset(&self) -> usize {
+        self.ll_ctl_offset() + ll::CTL_WORDS * 8
+    }
+
+    /// Byte offset of the LL region (256-byte aligned).
+    pub fn ll_offset(&self) -> usize {
+        (self.ll_table_offset() + self.nranks * 8).div_ceil(256) * 256
+    }
+
+    /// Bytes of one LL area: a block of `config::LL_MAX_BYTES`.
+    pub fn ll_area(&self) -> usize {
+        ll::area_bytes(crate::config::LL_MAX_BYTES)
     }
 
     /// Bytes of the note ring.
@@ -435,10 +460,15 @@ mod tests {
             assert!(l.stride() >= 4 * n);
             assert_eq!(l.ring_offset(), 4 * l.stride());
             let words = crate::notes::WORDS;
-            assert_eq!(
-                l.bytes(),
-                l.ring_offset() + n * crate::notes::RING * words * 4
-            );
+            assert_eq!(l.ring_bytes(), n * crate::notes::RING * words * 4);
+            // The LL control words after the ring, the region after them, aligned.
+            assert!(l.ll_ctl_offset() >= l.ring_offset() + l.ring_bytes());
+            assert_eq!(l.ll_ctl_offset() % 16, 0);
+            assert_eq!(l.ll_table_offset(), l.ll_ctl_offset() + ll::CTL_WORDS * 8);
+            assert!(l.ll_offset() >= l.ll_table_offset() + 8 * n);
+            assert_eq!(l.ll_offset() % 256, 0);
+            assert_eq!(l.ll_area(), 512 << 10);
+            assert_eq!(l.bytes(), l.ll_offset() + 2 * n * l.ll_area());
             for a in Array::ALL {
                 assert_eq!(l.offset(a, 0) % 16, 0);
                 assert!(l.offset(a, n - 1) + 4 <= l.ring_offset());
@@ -447,7 +477,10 @@ mod tests {
             let ring = crate::notes::RING as u64;
             assert_eq!(l.note_offset(0, 0, 0), l.ring_offset());
             assert_eq!(l.note_offset(0, 0, 1), l.ring_offset() + 4);
-            assert_eq!(l.note_offset(n - 1, ring - 1, words - 1) + 4, l.bytes());
+            assert_eq!(
+                l.note_offset(n - 1, ring - 1, words - 1) + 4,
+                l.ring_offset() + l.ring_bytes()
+            );
             assert_eq!(
                 l.note_offset(0, ring, 2),
                 l.note_offset(0, 0, 2),

@@ -105,6 +105,11 @@ impl<E> Tracker<E> {
         self.entries.front()
     }
 
+    /// The oldest pending entry that waits at barriers (LL calls do not).
+    pub fn oldest_with_barriers(&self) -> Option<&Entry<E>> {
+        self.entries.iter().find(|e| !e.expects.is_empty())
+    }
+
     /// The earliest deadline.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.entries.iter().map(|e| e.deadline).min()
@@ -220,6 +225,12 @@ pub fn verdict<E>(
         Err(why) => format!("; releasing the stream failed ({why}); the communicator is broken"),
     };
     let secs = timeout.as_secs_f64();
+    if entry.expects.is_empty() {
+        // An LL call: its kernel waits for the peers' lines, not at barriers.
+        return PluginError::timeout(format!(
+            "{what} did not complete within {secs}s on rank {me}: its kernel still waited for a peer's data (a peer that never made this call, or died){tail}"
+        ));
+    }
     match read {
         Ok(snap) => match missing(me, &entry.expects, snap) {
             Some(s) => {

@@ -52,6 +52,10 @@ struct State {
     unverified: Vec<(u64, notes::Call)>,
     broken: Option<PluginError>,
     stop: bool,
+    /// An LL kernel was launched (eager or captured): its error word is read
+    /// at every wake, since a kernel that gave up on its own (graph replays are
+    /// not tracked) must not leave later calls running on a raised abort word.
+    ll_used: bool,
     /// The stream of the newest tracked collective.
     last_stream: Option<usize>,
 }
@@ -191,13 +195,36 @@ impl Reader {
         })
     }
 
-    /// Write `value` into every slot of both eager arrays.
+    /// The LL kernel's error word, when set (`ferrocx_sdk::kernels::ll`).
+    fn ll_fault(&self) -> Result<Option<u64>, String> {
+        use ferrocx_sdk::kernels::ll::CTL_ERROR;
+        let at = self.own + (self.layout.ll_ctl_offset() + CTL_ERROR * 8) as u64;
+        // SAFETY: the error word (8 bytes) lies in `own`'s layout; the pinned buffer
+        // holds at least 8 bytes (the eager arrays); the private stream is of the
+        // same context.
+        let r =
+            unsafe { sys::cuMemcpyDtoHAsync_v2(self.host.host().cast(), at, 8, self.stream.raw()) };
+        check(r, "cuMemcpyDtoHAsync (LL error word)").map_err(|e| e.message().to_string())?;
+        self.settle("reading the LL error word")?;
+        // SAFETY: the copy into this pinned memory completed (settled above); 8-byte
+        // aligned (page-aligned pinned allocation).
+        let code = unsafe { std::ptr::read_volatile(self.host.host() as *const u64) };
+        Ok((code != 0).then_some(code))
+    }
+
+    /// Write `value` into every slot of both eager arrays, and raise the LL
+    /// kernel's abort word (its waits, of this call and every later one, give up).
     fn release(&self, value: u32) -> Result<(), String> {
         let words = Self::bytes(&self.layout) / 4;
         // SAFETY: `own` holds the eager arrays (`words` words); the private stream is
         // live and of the same context.
         let r = unsafe { sys::cuMemsetD32Async(self.own, value, words, self.stream.raw()) };
         check(r, "cuMemsetD32Async").map_err(|e| e.message().to_string())?;
+        let abort = self.own
+            + (self.layout.ll_ctl_offset() + ferrocx_sdk::kernels::ll::CTL_ABORT * 8) as u64;
+        // SAFETY: the abort word (8 bytes) lies in `own`'s layout; the stream as above.
+        let r = unsafe { sys::cuMemsetD32Async(abort, 1, 2, self.stream.raw()) };
+        check(r, "cuMemsetD32Async (LL abort word)").map_err(|e| e.message().to_string())?;
         self.settle("the release")
     }
 }
@@ -218,6 +245,7 @@ impl Watchdog {
                 unverified: Vec::new(),
                 broken: None,
                 stop: false,
+                ll_used: false,
                 last_stream: None,
             }),
             wake: Condvar::new(),
@@ -321,6 +349,16 @@ impl Watchdog {
         Ok(())
     }
 
+    /// An LL kernel was queued (eager or captured): watch its error word.
+    pub fn ll_launched(&self) {
+        let mut st = self.shared.lock();
+        if !st.ll_used {
+            st.ll_used = true;
+            drop(st);
+            self.shared.wake.notify_all();
+        }
+    }
+
     /// Wait until every tracked collective completed, at most `limit`;
     /// whether they did.
     pub fn drain(&self, limit: Duration) -> bool {
@@ -368,6 +406,21 @@ impl Drop for Watchdog {
     }
 }
 
+/// The error of an LL kernel that recorded `code` in its error word.
+fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
+    let why = if code == ferrocx_sdk::kernels::ll::ERR_TIMEOUT {
+        format!(
+            "waited more than FERROCX_TIMEOUT ({}s) for a peer's data (a peer that never made the call, or died)",
+            timeout.as_secs_f64()
+        )
+    } else {
+        format!("failed with code {code}")
+    };
+    PluginError::timeout(format!(
+        "a ce LL kernel on rank {me} {why}; its output is undefined and the communicator is broken"
+    ))
+}
+
 /// An entry's description without its event.
 fn describe(e: &Entry<Event>) -> Entry<()> {
     Entry {
@@ -408,6 +461,17 @@ fn run(shared: Arc<Shared>, reader: Reader) {
         if st.broken.is_some() {
             st.unverified.clear();
         }
+        if st.ll_used && st.broken.is_none() {
+            // Read without the lock: a kernel that timed out on its own.
+            drop(st);
+            let fault = reader.ll_fault();
+            st = shared.lock();
+            if let Ok(Some(e)) = fault.map(|f| f.map(|code| ll_timeout(me, timeout, code))) {
+                shared.host.warn(format!("ce watchdog: {}", e.message()));
+                st.broken.get_or_insert(e);
+                continue;
+            }
+        }
         if !st.unverified.is_empty() {
             // Compare the completed collectives' notes with the peers' (notes.rs):
             // read the ring without the lock.
@@ -434,9 +498,10 @@ fn run(shared: Arc<Shared>, reader: Reader) {
         if !st.tracker.is_empty() {
             // What to do, decided under the lock; the device work without it.
             let aborted = shared.host.aborted();
+            // LL calls have no barriers (their release is the abort word).
             let value = st
                 .tracker
-                .oldest()
+                .oldest_with_barriers()
                 .map_or(0, |e| watch::release_value(&e.expects));
             let job = if st.broken.is_some() {
                 Some((None, false))

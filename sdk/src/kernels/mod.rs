@@ -79,6 +79,7 @@
 //! NVRTC is found as [`nvrtc`] says (`FERROCX_NVRTC_LIB`, `CUDA_HOME`).
 
 pub mod kcache;
+pub mod ll;
 pub mod nvrtc;
 
 use crate::cuda::{self, sys, Context};
@@ -422,7 +423,17 @@ fn source(dtype: DataType, kind: Kind) -> String {
         REDUCE_KERNEL
     };
     s.push_str(&body.replace("FX_NAME", &name));
+    if let Some(ll) = ll_name(dtype, kind) {
+        s.push_str(&ll::SOURCE.replace("FX_LL_NAME", &ll));
+    }
     s
+}
+
+/// The LL exchange kernel's entry point in the module of `kind` on `dtype`
+/// (every module but the finish step's has one: [`ll`]).
+#[doc(hidden)]
+pub fn ll_name(dtype: DataType, kind: Kind) -> Option<String> {
+    (kind != Kind::Finish).then(|| format!("ferrocx_ll_{}_{}", dtype.name(), kind.name()))
 }
 
 const REDUCE_KERNEL: &str = r#"
@@ -683,6 +694,10 @@ fn compile_uncached(
 struct Func {
     module: sys::CUmodule,
     func: sys::CUfunction,
+    /// The module's LL exchange kernel (null where it has none).
+    ll: sys::CUfunction,
+    /// Resident blocks of `BLOCK` threads of it per SM.
+    ll_blocks_per_sm: u32,
     /// Resident blocks of `BLOCK` threads per SM.
     blocks_per_sm: u32,
     info: KernelInfo,
@@ -767,7 +782,7 @@ pub fn load_source(
     let cc = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? * 10
         + attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let image = compile_source(nvrtc, cc, Image::Auto, src, file)?;
-    let f = load(&image, name)?;
+    let f = load(&image, name, None)?;
     tracing::debug!(target: "ferrocx::device", kernel = name, image = %f.info.image, "kernel loaded");
     Ok(f.func)
 }
@@ -820,7 +835,7 @@ pub fn driver_version() -> i32 {
     })
 }
 
-fn load(image: &Compiled, name: &str) -> std::result::Result<Func, String> {
+fn load(image: &Compiled, name: &str, ll: Option<&str>) -> std::result::Result<Func, String> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
     let mut log = vec![0u8; 8192];
     let mut opts = [
@@ -859,29 +874,34 @@ fn load(image: &Compiled, name: &str) -> std::result::Result<Func, String> {
         unsafe { sys::cuModuleUnload(module) };
         e
     };
-    let cname = CString::new(name).expect("kernel names have no NUL");
-    let mut func: sys::CUfunction = std::ptr::null_mut();
-    // SAFETY: a loaded module; NUL-terminated name; valid out pointer.
-    let r = unsafe { sys::cuModuleGetFunction(&mut func, module, cname.as_ptr()) };
-    if r != sys::CUresult::CUDA_SUCCESS {
-        return Err(unload(format!(
-            "cuModuleGetFunction({name}) failed: {}",
-            cuda::name(r)
-        )));
-    }
-    if driver_version() >= 12040 {
-        // Under lazy module loading (CUDA's default) the code would otherwise be
-        // loaded at its first launch, and a load waits for the device's queued work:
-        // that work may be an operation waiting for this very process.
-        // SAFETY: a function of a loaded module; the driver has cuFuncLoad (12.4+).
-        let r = unsafe { sys::cuFuncLoad(func) };
+    let entry = |name: &str| -> std::result::Result<sys::CUfunction, String> {
+        let cname = CString::new(name).expect("kernel names have no NUL");
+        let mut func: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: a loaded module; NUL-terminated name; valid out pointer.
+        let r = unsafe { sys::cuModuleGetFunction(&mut func, module, cname.as_ptr()) };
         if r != sys::CUresult::CUDA_SUCCESS {
-            return Err(unload(format!(
-                "cuFuncLoad({name}) failed: {}",
+            return Err(format!(
+                "cuModuleGetFunction({name}) failed: {}",
                 cuda::name(r)
-            )));
+            ));
         }
-    }
+        if driver_version() >= 12040 {
+            // Under lazy module loading (CUDA's default) the code would otherwise be
+            // loaded at its first launch, and a load waits for the device's queued work:
+            // that work may be an operation waiting for this very process.
+            // SAFETY: a function of a loaded module; the driver has cuFuncLoad (12.4+).
+            let r = unsafe { sys::cuFuncLoad(func) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(format!("cuFuncLoad({name}) failed: {}", cuda::name(r)));
+            }
+        }
+        Ok(func)
+    };
+    let func = entry(name).map_err(unload)?;
+    let ll = match ll {
+        Some(l) => entry(l).map_err(unload)?,
+        None => std::ptr::null_mut(),
+    };
     let attr = |a: sys::CUfunction_attribute| {
         let mut v = 0;
         // SAFETY: a valid function; valid out pointer.
@@ -903,10 +923,25 @@ fn load(image: &Compiled, name: &str) -> std::result::Result<Func, String> {
             cuda::name(r)
         )));
     }
+    let mut ll_blocks = 0;
+    if !ll.is_null() {
+        // SAFETY: as above, for the module's LL kernel.
+        let r = unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut ll_blocks, ll, BLOCK as i32, 0)
+        };
+        if r != sys::CUresult::CUDA_SUCCESS || ll_blocks <= 0 {
+            return Err(unload(format!(
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor(LL kernel of {name}) failed: {} ({ll_blocks} blocks)",
+                cuda::name(r)
+            )));
+        }
+    }
     use sys::CUfunction_attribute as FA;
     Ok(Func {
         module,
         func,
+        ll,
+        ll_blocks_per_sm: ll_blocks as u32,
         blocks_per_sm: blocks as u32,
         info: KernelInfo {
             name: name.to_string(),
@@ -1082,7 +1117,7 @@ impl Kernels {
         let r = slot.get_or_init(|| {
             let cc = self.cc.0 * 10 + self.cc.1;
             let image = compiled(self.nvrtc, cc, self.image, dtype, kind)?;
-            let f = load(&image, &name)?;
+            let f = load(&image, &name, ll_name(dtype, kind).as_deref())?;
             tracing::debug!(
                 kernel = %name,
                 image = %f.info.image,
@@ -1244,6 +1279,76 @@ impl Kernels {
             format!(
                 "cuLaunchKernel({}, {count} elements, grid {grid}×{BLOCK})",
                 f.info.name
+            )
+        })
+    }
+
+    /// Queue the LL exchange kernel ([`ll`]) on `stream`: a whole small
+    /// collective, `args` saying which. `dtype` and `op` pick the fold
+    /// ([`ll::MODE_FOLD`]; `Avg` is not an LL operator: its division is a
+    /// separate step); the other modes only move bytes (any type). Makes this
+    /// context current on the calling thread.
+    ///
+    /// # Safety
+    /// Every address in `args` is device-accessible memory of this context
+    /// (the regions and notes as mapped here), valid for what the mode reads
+    /// and writes until the kernel ends; every rank of the call launches it
+    /// with the same `nranks`, `mode`, `root`, `seg` and `area`, in the same
+    /// order as its other LL calls on these regions; `stream` is a live
+    /// stream of this context (or null).
+    pub unsafe fn ll(
+        &self,
+        dtype: DataType,
+        op: RedOp,
+        args: &ll::LlArgs,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let n = args.nranks as usize;
+        if n == 0 || n > ll::MAX_RANKS || args.rank < 0 || args.rank as usize >= n {
+            return Err(Error::invalid(format!(
+                "LL kernel: rank {} of {} (at most {} ranks)",
+                args.rank,
+                args.nranks,
+                ll::MAX_RANKS
+            )));
+        }
+        if op == RedOp::Avg && args.mode == ll::MODE_FOLD {
+            return Err(Error::invalid(
+                "LL kernel: avg folds as sum, then divides: not here",
+            ));
+        }
+        if args.area < args.lines() * ll::LINE as u64 {
+            return Err(Error::invalid(format!(
+                "LL kernel: {} bytes per segment do not fit an area of {} bytes",
+                args.seg, args.area
+            )));
+        }
+        self.bind()?;
+        let kind = if args.mode == ll::MODE_FOLD {
+            Kind::of(op)
+        } else {
+            Kind::Sum
+        };
+        let f = self.func(dtype, kind)?;
+        if f.ll.is_null() {
+            return Err(Error::Unsupported(format!(
+                "{} has no LL kernel",
+                f.info.name
+            )));
+        }
+        let wave = (self.sms * f.ll_blocks_per_sm).max(1) as u64;
+        let grid = args.lines().div_ceil(BLOCK as u64).clamp(1, wave) as u32;
+        let mut a = *args;
+        let mut params = a.params();
+        // SAFETY: the module's LL kernel, of this (current) context, whose one
+        // parameter is `fx_ll_args`, laid out as `LlArgs` (#[repr(C)]), passed by
+        // a pointer to a copy living through the call; at most one wave of
+        // blocks; the memory and stream contracts are the caller's.
+        let r = unsafe { launch(f.ll, grid, BLOCK, stream, &mut params) };
+        driver(r, || {
+            format!(
+                "cuLaunchKernel(LL kernel of {}, {} bytes per segment, grid {grid}×{BLOCK})",
+                f.info.name, args.seg
             )
         })
     }

@@ -129,15 +129,16 @@ pub fn run(
     for (i, case) in all.iter().enumerate() {
         let d = case.describe(n);
         // `--filter TEXT` keeps the cases whose description contains TEXT (or one
-        // of `A|B|…`; `^A`: starts with A); `!TEXT` drops them.
-        let keep = match filter.as_deref() {
-            Some(f) if f.starts_with('!') => !d.contains(&f[1..]),
-            Some(f) => f.split('|').any(|x| match x.strip_prefix('^') {
+        // of `A|B|…`; `^A`: starts with A); `!TEXT` drops them; `X&Y` keeps what
+        // both keep.
+        let clause = |f: &str| match f.strip_prefix('!') {
+            Some(not) => !d.contains(not),
+            None => f.split('|').any(|x| match x.strip_prefix('^') {
                 Some(head) => d.starts_with(head),
                 None => d.contains(x),
             }),
-            None => true,
         };
+        let keep = filter.as_deref().is_none_or(|f| f.split('&').all(clause));
         if !keep {
             continue;
         }

@@ -1,0 +1,186 @@
+//! Small calls as one LL kernel (sans-IO): which mode, strides and buffers
+//! the SDK's LL exchange kernel ([`ferrocx_sdk::kernels::ll`]) gets for a
+//! collective. The kernel needs neither windows nor staging — each rank
+//! writes its data into its peers' LL areas and reads its own — so a call
+//! takes it whenever its block is small enough (`select::route`).
+//!
+//! | collective | mode | input (rank `me`) | to rank `q` | rank `r`'s data lands at |
+//! |---|---|---|---|---|
+//! | all_reduce | fold | send | the whole input | folded into recv |
+//! | reduce_scatter | fold | send | block `q` | folded into recv (in place: recv + me·block) |
+//! | all_gather | gather | send (in place: recv + me·block) | the input | recv + r·block |
+//! | alltoall | gather | send | block `q` | recv + r·block |
+//! | broadcast | broadcast | the root's send | the root's input, else an ack | recv |
+//!
+//! In place (one buffer, `FX_COLL_IN_PLACE`) the core passes the buffer as
+//! both send and recv, in NCCL's layout; the kernel reads each line before
+//! it writes it.
+
+use ferrocx_sdk::collective::Coll;
+use ferrocx_sdk::kernels::ll::{MODE_BROADCAST, MODE_FOLD, MODE_GATHER};
+
+/// What the kernel moves for one call on one rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moves {
+    /// `MODE_*`.
+    pub mode: i32,
+    /// This rank's input.
+    pub input: u64,
+    /// This rank's output.
+    pub output: u64,
+    /// Bytes between the input's segments for consecutive ranks.
+    pub send_stride: u64,
+    /// Bytes between consecutive ranks' places in the output.
+    pub out_stride: u64,
+}
+
+/// The kernel's moves for `coll` on rank `me` with blocks of `block` bytes
+/// (`send`, `recv`: the descriptor's buffers), or `None` for a collective the
+/// kernel does not run.
+pub fn moves(
+    coll: Coll,
+    me: usize,
+    block: usize,
+    in_place: bool,
+    send: u64,
+    recv: u64,
+) -> Option<Moves> {
+    let b = block as u64;
+    let own = me as u64 * b;
+    let m = |mode, input, output, send_stride, out_stride| Moves {
+        mode,
+        input,
+        output,
+        send_stride,
+        out_stride,
+    };
+    Some(match coll {
+        Coll::AllReduce => m(MODE_FOLD, send, recv, 0, 0),
+        Coll::ReduceScatter if in_place => m(MODE_FOLD, recv, recv + own, b, 0),
+        Coll::ReduceScatter => m(MODE_FOLD, send, recv, b, 0),
+        Coll::AllGather if in_place => m(MODE_GATHER, recv + own, recv, 0, b),
+        Coll::AllGather => m(MODE_GATHER, send, recv, 0, b),
+        Coll::AllToAll => m(MODE_GATHER, send, recv, b, b),
+        Coll::Broadcast => m(MODE_BROADCAST, send, recv, 0, 0),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the kernel's protocol on host vectors: every rank's segment for
+    /// every peer, then each rank's output as the kernel writes it (fold by
+    /// wrapping u8 sums in rank order).
+    fn run(coll: Coll, n: usize, block: usize, in_place: bool, root: usize) -> Vec<Vec<u8>> {
+        // One address space: rank r's send at r·SPAN, recv at r·SPAN + SPAN/2.
+        const SPAN: usize = 1 << 12;
+        let mut mem = vec![0u8; n * SPAN];
+        let inputs = |r: usize, i: usize| (r * 31 + i * 7 + 1) as u8;
+        let in_len = match coll {
+            Coll::ReduceScatter | Coll::AllToAll => n * block,
+            _ => block,
+        };
+        let recv_len = match coll {
+            Coll::AllGather | Coll::AllToAll => n * block,
+            Coll::ReduceScatter if in_place => n * block,
+            _ => block,
+        };
+        let mv: Vec<Moves> = (0..n)
+            .map(|r| {
+                let (send, recv) = ((r * SPAN) as u64, (r * SPAN + SPAN / 2) as u64);
+                let send = if in_place { recv } else { send };
+                moves(coll, r, block, in_place, send, recv).unwrap()
+            })
+            .collect();
+        for (r, m) in mv.iter().enumerate() {
+            // In place, the input lies in the receive buffer at the input address.
+            for i in 0..in_len {
+                mem[m.input as usize + i] = inputs(r, i);
+            }
+        }
+        let seg = |r: usize, q: usize, mem: &[u8]| -> Vec<u8> {
+            let a = (mv[r].input + q as u64 * mv[r].send_stride) as usize;
+            mem[a..a + block].to_vec()
+        };
+        // Every segment is in flight before anyone writes (the kernel sends first).
+        let sent: Vec<Vec<Vec<u8>>> = (0..n)
+            .map(|r| (0..n).map(|q| seg(r, q, &mem)).collect())
+            .collect();
+        for (me, m) in mv.iter().enumerate() {
+            match m.mode {
+                MODE_FOLD => {
+                    let v: Vec<u8> = (0..block)
+                        .map(|i| (0..n).fold(0u8, |a, r| a.wrapping_add(sent[r][me][i])))
+                        .collect();
+                    let o = m.output as usize;
+                    mem[o..o + block].copy_from_slice(&v);
+                }
+                MODE_GATHER => {
+                    for (r, from) in sent.iter().enumerate() {
+                        let o = (m.output + r as u64 * m.out_stride) as usize;
+                        mem[o..o + block].copy_from_slice(&from[me]);
+                    }
+                }
+                _ => {
+                    let o = m.output as usize;
+                    mem[o..o + block].copy_from_slice(&sent[root][me]);
+                }
+            }
+        }
+        (0..n)
+            .map(|r| {
+                let o = r * SPAN + SPAN / 2;
+                mem[o..o + recv_len].to_vec()
+            })
+            .collect()
+    }
+
+    /// The kernel's moves give NCCL's results, in place and not, on 1–5 ranks.
+    #[test]
+    fn moves_give_nccl_results() {
+        let inputs = |r: usize, i: usize| (r * 31 + i * 7 + 1) as u8;
+        for n in 1..=5 {
+            for block in [1, 8, 13] {
+                for in_place in [false, true] {
+                    let sum = |i: usize| (0..n).fold(0u8, |a, r| a.wrapping_add(inputs(r, i)));
+                    let ar = run(Coll::AllReduce, n, block, in_place, 0);
+                    let rs = run(Coll::ReduceScatter, n, block, in_place, 0);
+                    let ag = run(Coll::AllGather, n, block, in_place, 0);
+                    let a2a = run(Coll::AllToAll, n, block, in_place, 0);
+                    let root = n - 1;
+                    let bc = run(Coll::Broadcast, n, block, in_place, root);
+                    for me in 0..n {
+                        let what = format!("n={n} block={block} in_place={in_place} rank {me}");
+                        assert_eq!(ar[me], (0..block).map(sum).collect::<Vec<_>>(), "{what}");
+                        let mine: Vec<u8> = (0..block).map(|i| sum(me * block + i)).collect();
+                        let rs_out = if in_place {
+                            &rs[me][me * block..(me + 1) * block]
+                        } else {
+                            &rs[me][..]
+                        };
+                        assert_eq!(rs_out, &mine[..], "{what}");
+                        let gathered: Vec<u8> = (0..n)
+                            .flat_map(|r| (0..block).map(move |i| inputs(r, i)))
+                            .collect();
+                        assert_eq!(ag[me], gathered, "{what}");
+                        let exchanged: Vec<u8> = (0..n)
+                            .flat_map(|r| (0..block).map(move |i| inputs(r, me * block + i)))
+                            .collect();
+                        assert_eq!(a2a[me], exchanged, "{what}");
+                        let rooted: Vec<u8> = (0..block).map(|i| inputs(root, i)).collect();
+                        assert_eq!(bc[me], rooted, "{what}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_kernels_collectives() {
+        for c in [Coll::Gather, Coll::Scatter, Coll::Reduce] {
+            assert_eq!(moves(c, 0, 8, false, 1, 2), None);
+        }
+    }
+}
