@@ -37,15 +37,7 @@ fn after(name: &str, comm: *mut NcclComm, code: i32, device: bool, stream: *mut 
     if r != codes::SUCCESS || !device {
         return r;
     }
-    call(name, rank_of(comm), || {
-        // SAFETY: the C caller's contract on `comm` (checked as a best effort).
-        let inner = unsafe { crate::comm::handle(comm) }.and_then(|c| c.inner());
-        // SAFETY: a handle the C API returned.
-        let core_path = inner
-            .and_then(|p| unsafe { ferrocx_c::communicator(p) })
-            .map_or(true, |c| c.device_ops_in_flight());
-        crate::wait::issued(stream, core_path)
-    })
+    call(name, rank_of(comm), || crate::wait::issued(stream))
 }
 
 /// Elements of the send buffer of a reduction of `count` on `nranks` ranks.

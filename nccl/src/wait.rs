@@ -1,7 +1,7 @@
-//! Device calls that the core's own path runs complete before they return
-//! (`FERROCX_NCCL_BLOCKING=1`, the default). NCCL returns once a call is
-//! enqueued; the core's device operations are driven by a host progress
-//! thread that makes CUDA calls while the operation is in flight, and a program that meanwhile blocks in a
+//! Device calls complete before they return (`FERROCX_NCCL_BLOCKING=1`, the
+//! default). NCCL returns once a call is enqueued; ferrocx's device operations
+//! are driven by a host progress thread that makes CUDA calls while the
+//! operation is in flight, and a program that meanwhile blocks in a
 //! synchronous copy to pageable memory waiting on that operation (PyTorch's
 //! `tensor.cpu()` or `.item()` right after a collective) holds a driver lock
 //! those calls need: the operation, the copy and the program stall until
@@ -9,10 +9,8 @@
 //! here (every rank enqueued its part already) closes that window at the cost
 //! of the host-side overlap. `FERROCX_NCCL_BLOCKING=0` returns at once, as
 //! NCCL does, for programs that wait with `cudaStreamSynchronize` /
-//! `cudaDeviceSynchronize` (which hold no such lock). Calls a collective
-//! plugin ran on the stream (`ce`: no host thread in flight) return at once
-//! unless core operations are still in flight; streams being captured into a
-//! graph are never waited for.
+//! `cudaDeviceSynchronize` (which hold no such lock). Streams being captured
+//! into a graph are never waited for.
 
 use ferrocx::{Error, Result};
 use std::cell::RefCell;
@@ -30,18 +28,13 @@ fn blocking() -> bool {
     *B.get_or_init(|| std::env::var("FERROCX_NCCL_BLOCKING").map_or(true, |v| v.trim() != "0"))
 }
 
-/// A device call on `stream` was issued: wait for it now when the core's
-/// host-driven operations are in flight (`core_path`), or at the group's end
-/// (groups run on the core).
-pub fn issued(stream: *mut c_void, core_path: bool) -> Result<()> {
+/// A device call on `stream` was issued: wait for it now, or at the group's end.
+pub fn issued(stream: *mut c_void) -> Result<()> {
     if !blocking() {
         return Ok(());
     }
     if ferrocx_c::group_depth() > 0 {
         PENDING.with(|p| p.borrow_mut().push(stream as usize));
-        return Ok(());
-    }
-    if !core_path {
         return Ok(());
     }
     finish(stream as usize)

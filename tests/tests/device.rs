@@ -254,7 +254,7 @@ fn ce_runs_the_copy_collectives_staged_2_and_4_ranks() {
 /// all_reduce and reduce_scatter (every type × operator but avg, which keeps
 /// its barrier route), all_gather, alltoall and broadcast, counts 1, 7, 1000
 /// and the largest block the kernel takes, in and out of place, on plain
-/// buffers (no windows, no staging: the kernel needs neither) and on
+/// buffers (no windows, no scratch: the kernel needs neither) and on
 /// windows; every result checked, every call with data run by ce.
 #[test]
 fn ce_runs_small_calls_as_one_ll_kernel() {
@@ -277,8 +277,11 @@ fn ce_runs_small_calls_as_one_ll_kernel() {
                 &args,
                 &[
                     ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
-                    // Staging off: whatever ce runs here outside windows is the LL kernel's.
-                    ("FERROCX_CE_STAGE", "0"),
+                    // Staging allowed (the LL kernel's gate outside windows) but no
+                    // scratch to stage in: whatever ce runs here outside windows is
+                    // the LL kernel's.
+                    ("FERROCX_CE_STAGE", "1"),
+                    ("FERROCX_CE_SCRATCH_BYTES", "0"),
                 ],
                 Duration::from_secs(600),
             );
@@ -309,6 +312,34 @@ fn ce_finds_mismatched_calls() {
             o.stderr
         );
     }
+}
+
+/// A rank that never makes a small call ce runs as one LL kernel: the other
+/// gets an error naming the call (or the rank its kernel waited for) within
+/// `FERROCX_TIMEOUT` and a little; nothing hangs.
+#[test]
+fn ce_ll_kernel_ends_when_a_rank_never_calls() {
+    if !gpus() {
+        return;
+    }
+    let t = Instant::now();
+    let outs = run(
+        &["ce-hang"],
+        &[("FERROCX_TIMEOUT", "5")],
+        Duration::from_secs(120),
+    );
+    let o = &outs[0];
+    assert!(
+        o.ok()
+            && o.stdout.contains("ERROR after")
+            && (o.stdout.contains("(LL)) did not complete within 5s")
+                || o.stdout.contains("waited more than FERROCX_TIMEOUT")),
+        "rank 0: {}\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(outs[1].ok(), "rank 1: {}\n{}", outs[1].stdout, outs[1].stderr);
+    assert!(t.elapsed() < Duration::from_secs(60), "took {:?}", t.elapsed());
 }
 
 #[test]

@@ -291,14 +291,6 @@ impl Communicator {
         first.map_or(Ok(()), Err)
     }
 
-    /// Whether device operations of the core's own path may still be in flight:
-    /// those are driven by the host progress thread, which makes CUDA calls
-    /// while they run (a collective plugin's calls, such as `ce`'s, are not,
-    /// and do not count). The NCCL drop-in waits for a call only then.
-    pub fn device_ops_in_flight(&self) -> bool {
-        self.device_ops.lock().iter().any(|d| !d.is_done())
-    }
-
     /// Plan `tasks` (device buffers) and queue them behind `streams`; return at once.
     ///
     /// # Safety

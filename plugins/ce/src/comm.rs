@@ -36,6 +36,8 @@ pub struct CeComm {
     kernels: Option<Kernels>,
     /// What the ranks agreed on for reductions.
     red: Agreed,
+    /// LL kernels launched (equal on every rank: routes are).
+    ll_calls: u64,
     dev: Arc<dyn Device>,
 }
 
@@ -156,7 +158,9 @@ fn reduce_setup(
             info.rank
         ));
     }
-    // The LL kernel lives in the reduction kernels' modules: only where those are on.
+    // The LL kernel lives in the reduction kernels' modules: only where those
+    // are on. (Ranks sharing a GPU run it too — 4 ranks on 2 GPUs passed the
+    // matrix — but their spinning kernels take turns on it: slow, correct.)
     let ll_bytes = all
         .iter()
         .map(|m| u64::from_le_bytes(m[20..28].try_into().expect("8 bytes")) as usize)
@@ -260,6 +264,7 @@ impl CeComm {
                 flags: Some(flags),
                 kernels,
                 red,
+                ll_calls: 0,
                 dev,
             }),
             (started, agreed, extras) => {
@@ -310,7 +315,21 @@ impl CeComm {
 
     /// `can_run`.
     pub fn can_run(&self, d: &CollDesc<'_, Window>) -> i32 {
-        select::bid(self.cfg.priority, self.rank, self.nranks, &self.red, d).unwrap_or(0)
+        select::bid(self.cfg.priority, self.rank, self.nranks, &self.agreed(), d).unwrap_or(0)
+    }
+
+    /// What the ranks agreed on, less the LL kernel once a communicator made
+    /// [`ll::MAX_CALLS`](ferrocx_sdk::kernels::ll::MAX_CALLS) LL calls (its
+    /// flags would start to repeat; every rank counts the same calls).
+    fn agreed(&self) -> Agreed {
+        if self.ll_calls < ferrocx_sdk::kernels::ll::MAX_CALLS {
+            self.red
+        } else {
+            Agreed {
+                ll_bytes: 0,
+                ..self.red
+            }
+        }
     }
 
     /// `status`.
@@ -334,8 +353,9 @@ impl CeComm {
         }
         let invalid =
             |why| PluginError::invalid(format!("ce cannot run this {}: {why}", d.coll.name()));
-        let (_, route) = select::bid_route(self.cfg.priority, self.rank, self.nranks, &self.red, d)
-            .map_err(invalid)?;
+        let (_, route) =
+            select::bid_route(self.cfg.priority, self.rank, self.nranks, &self.agreed(), d)
+                .map_err(invalid)?;
         let Some(route) = route else {
             return Ok(()); // count 0
         };
@@ -345,6 +365,17 @@ impl CeComm {
         // SAFETY: the caller's contract.
         let capturing = d.capturing || unsafe { driver::is_capturing(stream) }?;
         let mode = if capturing { Mode::Graph } else { Mode::Eager };
+        // The bid saw the core's capture flag; a stream captured without it
+        // still gets no LL kernel (see select::ll).
+        let route = if route.ll && capturing {
+            let no_ll = Agreed {
+                ll_bytes: 0,
+                ..self.agreed()
+            };
+            select::route(self.rank, self.nranks, &no_ll, d).map_err(invalid)?
+        } else {
+            route
+        };
         if route.ll {
             // SAFETY: the caller's contract.
             return unsafe { self.launch_ll(d, mode, stream) };
@@ -565,6 +596,27 @@ impl CeComm {
         mode: Mode,
         stream: sys::CUstream,
     ) -> PluginResult<()> {
+        // SAFETY: the caller's contract.
+        let r = unsafe { self.queue_ll(d, mode, stream) };
+        if let Err(e) = &r {
+            // The peers' kernels wait for this rank's lines, and the kernels pair
+            // calls by count: as any launch that fails part way, the communicator
+            // breaks.
+            self.watchdog.break_with(e.clone());
+        }
+        r
+    }
+
+    /// [`launch_ll`](Self::launch_ll) without the break.
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch); the device is bound.
+    unsafe fn queue_ll(
+        &mut self,
+        d: &CollDesc<'_, Window>,
+        mode: Mode,
+        stream: sys::CUstream,
+    ) -> PluginResult<()> {
         use ferrocx_sdk::kernels::ll::LlArgs;
         let block = d.count * d.elem;
         let what = format!(
@@ -598,14 +650,10 @@ impl CeComm {
         let sends = d.coll != Coll::Broadcast || d.root == self.rank;
         for (p, used) in [(m.input, sends), (m.output, true)] {
             if used && (p == 0 || p % elem != 0) {
-                let e = PluginError::invalid(format!(
+                return Err(PluginError::invalid(format!(
                     "{} on {t}: the address {p:#x} is null or not aligned to its {elem}-byte elements",
                     d.coll.name()
-                ));
-                // The peers' kernels wait for this rank's lines: as any launch
-                // that fails part way, the communicator breaks.
-                self.watchdog.break_with(e.clone());
-                return Err(e);
+                )));
             }
         }
         let note = (self.red.check_calls && mode == Mode::Eager).then(|| {
@@ -648,9 +696,8 @@ impl CeComm {
         // per the caller.
         let r = unsafe { k.ll(t, o, &args, stream) };
         if let Err(e) = r {
-            // Nothing was queued, but the peers' kernels wait for this rank's lines.
             let e = issue::kernel_error(e);
-            let e = PluginError::new(
+            return Err(PluginError::new(
                 e.code(),
                 format!(
                     "ce collective #{} ({what}) on rank {}: {}",
@@ -658,17 +705,12 @@ impl CeComm {
                     self.rank,
                     e.message()
                 ),
-            );
-            self.watchdog.break_with(e.clone());
-            return Err(e);
+            ));
         }
+        self.ll_calls += 1;
         if mode == Mode::Eager {
             // SAFETY: as above.
-            let tracked = unsafe { self.watchdog.track(stream, d.seq, what, Vec::new(), note) };
-            if let Err(e) = tracked {
-                self.watchdog.break_with(e.clone());
-                return Err(e);
-            }
+            unsafe { self.watchdog.track(stream, d.seq, what, Vec::new(), note) }?;
         }
         Ok(())
     }
@@ -682,6 +724,15 @@ impl CeComm {
                 "ce on rank {}: the communicator is destroyed while collectives are still queued",
                 self.rank
             ));
+            // LL kernels still waiting store into the peers' buffers about to be
+            // unmapped: end them first.
+            if let Some(f) = &self.flags {
+                if let Err(e) = f.raise_ll_abort() {
+                    self.host
+                        .warn(format!("ce on rank {}: {}", self.rank, e.message()));
+                }
+                self.watchdog.drain(std::time::Duration::from_secs(1));
+            }
         }
         self.watchdog.stop();
         let mut flags = self.flags.take();

@@ -157,6 +157,20 @@ impl Flags {
         self.own + self.layout.ll_ctl_offset() as u64
     }
 
+    /// Raise this rank's LL abort word (its kernels' waits give up), on a
+    /// private stream, and wait for it (the device's context is bound).
+    pub fn raise_ll_abort(&self) -> PluginResult<()> {
+        let stream = Stream::new()?;
+        let at = self.ll_ctl() + (ferrocx_sdk::kernels::ll::CTL_ABORT * 8) as u64;
+        // SAFETY: the abort word (8 bytes) lies in this rank's buffer; the stream
+        // is live and of the same context.
+        let r = unsafe { sys::cuMemsetD32Async(at, 1, 2, stream.raw()) };
+        check(r, "cuMemsetD32Async (raising the LL abort word)")?;
+        // SAFETY: a live private stream.
+        let r = unsafe { sys::cuStreamSynchronize(stream.raw()) };
+        check(r, "cuStreamSynchronize (raising the LL abort word)")
+    }
+
     /// This rank's table of every rank's buffer as mapped here (the LL
     /// kernel's; written by [`open_peers`](Self::open_peers)).
     pub fn ll_table(&self) -> u64 {

@@ -23,9 +23,11 @@
 //!   as one LL kernel ([`ll`], `ferrocx_sdk::kernels::ll`): each rank writes
 //!   its data with the call's flag in every 8 bytes into its peers' LL areas
 //!   (in the flag buffers) and polls its own, folding in registers; no
-//!   barrier, no staging, no windows, 11–14 µs on two H100s where NCCL takes
-//!   16–24 (docs/BENCH.md). A kernel that waits past `FERROCX_TIMEOUT`, or
-//!   whose communicator the watchdog releases (its abort word), ends.
+//!   barrier, no staging, no windows, 10–14 µs on two H100s where NCCL takes
+//!   14–24 (docs/BENCH.md). A kernel that waits past `FERROCX_TIMEOUT` ends
+//!   (and the watchdog breaks the communicator, naming the rank it waited
+//!   for); so does one the watchdog releases (its abort word). Not in CUDA
+//!   graphs (the kernels share a call counter and must not overlap).
 //!
 //! On windows every rank reaches a peer's buffer at its own offset: the
 //! buffers of a call must lie at the same offsets of corresponding windows
@@ -51,15 +53,18 @@
 //! those calls otherwise, checks them).
 //!
 //! It bids for a call when every rank of the communicator is on one host with
-//! a GPU and the buffers lie in its windows or the input fits the scratch
-//! ([`select`]). Agreed are on when every rank loaded the kernels
+//! a GPU and the call is small enough for the LL kernel (outside windows only
+//! where staging is allowed, not while capturing a graph), the buffers lie in
+//! its windows, or the input fits the scratch ([`select`]). Agreed are on when every rank loaded the kernels
 //! (NVRTC) at `comm_init` and the ranks agree on the knobs.
 //!
 //! ## How a collective runs
 //!
-//! Every rank owns a small flag buffer in its GPU memory, exported with CUDA
-//! IPC and opened by every peer at `comm_init` ([`flags`]). A collective is
-//! *ready barrier, copies, complete barrier* ([`sync`]):
+//! Every rank owns a flag buffer in its GPU memory (the barrier flags, the
+//! note ring, and the LL areas: 2 × nranks × 512 KiB), exported with CUDA
+//! IPC and opened by every peer at `comm_init` ([`flags`]). A collective
+//! other than an LL call is *ready barrier, copies, complete barrier*
+//! ([`sync`]):
 //!
 //! 1. **ready**: each rank writes its slot in every peer's ready array and
 //!    waits until every peer wrote its slot in its own array
@@ -131,7 +136,9 @@
 //! See [`config`]: `FERROCX_CE_PRIORITY` (bid, default 200; 0 disables),
 //! `FERROCX_CE_BATCH` (8), `FERROCX_CE_BATCH_BYTES` (512M),
 //! `FERROCX_CE_MEMCPY_BATCH` (1), `FERROCX_CE_REDUCE` (1),
-//! `FERROCX_CE_ONESHOT_BYTES` (32M), `FERROCX_CE_SCRATCH_BYTES` (32M).
+//! `FERROCX_CE_ONESHOT_BYTES` (32M), `FERROCX_CE_SCRATCH_BYTES` (32M),
+//! `FERROCX_CE_STAGE` (auto), `FERROCX_CE_CHECK_CALLS` (as
+//! `FERROCX_CHECK_CALLS`), `FERROCX_CE_LL_BYTES` (256K).
 //!
 //! ## Tests
 //!

@@ -6,7 +6,8 @@
 //! 32-bit words that each carry the call's number tag — into a ring of
 //! [`RING`] slots per writer in every peer's flag buffer, at the call's
 //! number modulo [`RING`] (the core's collective numbers are equal on every
-//! rank). The note is written before the ready flag (each stream memory
+//! rank). The note is written before the ready flag (an LL call: by its
+//! kernel, before its first line of data) (each stream memory
 //! write is ordered after the ones before it), so a rank that passed the
 //! ready barrier has every peer's note for that call in its ring. After a
 //! collective completed on the stream, the watchdog reads the ring and
@@ -17,7 +18,10 @@
 //!
 //! What it does not do: stop the data of that call (the copies ran; the
 //! error comes from `status` / the next launch, as NCCL's asynchronous errors
-//! do) or check graph-captured calls (their numbers repeat). A slot
+//! do), check graph-captured calls (their numbers repeat), or compare every
+//! call when calls complete faster than the watchdog looks (it compares the
+//! last `RING / 2` completed calls at each wake, every 100 ms while busy: a
+//! mismatch that lasts is found, a single odd call among thousands may not be). A slot
 //! overwritten by a later call (the peer ran more than [`RING`] calls ahead
 //! of this rank's watchdog), or caught half rewritten (its words' tags
 //! differ), is skipped, never reported. Counts are compared modulo 2⁴⁴

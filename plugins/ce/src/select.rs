@@ -109,8 +109,12 @@ pub struct Route {
 }
 
 /// Whether the LL kernel runs `d` (a block of at most `ll_bytes`; avg's
-/// division is a step of its own, so not avg).
-fn ll(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> bool {
+/// division is a step of its own, so not avg). Not while capturing: the
+/// kernels of one communicator share a call counter and must not overlap,
+/// which a graph replayed beside eager calls (or a graph's forked streams)
+/// would make them do. Outside windows only where staging is allowed, the
+/// gate that keeps unchecked calls on the core's checked path.
+fn ll(me: usize, nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> bool {
     let fits = d.count.saturating_mul(d.elem) <= red.ll_bytes
         && nranks <= ferrocx_sdk::kernels::ll::MAX_RANKS;
     let kind = match d.coll {
@@ -118,7 +122,7 @@ fn ll(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> bool {
         Coll::AllGather | Coll::AllToAll | Coll::Broadcast => true,
         _ => false,
     };
-    red.on && fits && kind
+    red.on && fits && kind && !d.capturing && (red.stage || in_windows(me, d))
 }
 
 /// Whether this rank's buffers that `d` uses lie in windows. In a rooted
@@ -156,7 +160,7 @@ pub fn route(
     d: &CollDesc<'_, Window>,
 ) -> Result<Route, String> {
     reductions_usable(red, d)?;
-    if ll(nranks, red, d) {
+    if ll(me, nranks, red, d) {
         return Ok(Route {
             ll: true,
             ..Route::default()
@@ -551,11 +555,7 @@ mod tests {
     #[test]
     fn small_blocks_take_the_ll_kernel() {
         let w = win(1 << 20);
-        let red = Agreed {
-            ll_bytes: 64,
-            stage: false,
-            ..ON
-        };
+        let red = Agreed { ll_bytes: 64, ..ON };
         let ll = |d: &CollDesc<'_, Window>, red: &Agreed| route(0, 2, red, d).map(|r| r.ll);
         for coll in [
             Coll::AllReduce,
@@ -567,7 +567,7 @@ mod tests {
             for (sw, rw) in [(None, None), (Some(&w), Some(&w))] {
                 assert_eq!(ll(&desc(coll, 16, sw, rw), &red), Ok(true), "{coll:?} 64 B");
                 assert_eq!(ll(&desc(coll, 1, sw, rw), &red), Ok(true), "{coll:?} 4 B");
-                // One byte more: windows keep theirs; outside them, no staging.
+                // One byte more: another route.
                 assert_ne!(ll(&desc(coll, 17, sw, rw), &red), Ok(true), "{coll:?} 68 B");
             }
             let d = desc(coll, 16, None, None);
@@ -586,6 +586,16 @@ mod tests {
                 "{coll:?}: no kernels"
             );
             assert_ne!(route(0, 17, &red, &d).map(|r| r.ll), Ok(true), "17 ranks");
+            // Not while capturing; outside windows not without staging (the check's gate).
+            let mut cap = desc(coll, 16, None, None);
+            cap.capturing = true;
+            assert_ne!(ll(&cap, &red), Ok(true), "{coll:?}: capturing");
+            let no_stage = Agreed {
+                stage: false,
+                ..red
+            };
+            assert_ne!(ll(&d, &no_stage), Ok(true), "{coll:?}: no staging");
+            assert_eq!(ll(&desc(coll, 16, Some(&w), Some(&w)), &no_stage), Ok(true));
         }
         // Not avg (its division is a step of its own), not the other collectives.
         let mut avg = desc(Coll::AllReduce, 4, None, None);

@@ -408,9 +408,13 @@ impl Drop for Watchdog {
 
 /// The error of an LL kernel that recorded `code` in its error word.
 fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
-    let why = if code == ferrocx_sdk::kernels::ll::ERR_TIMEOUT {
+    let why = if code & 0xffff_ffff == ferrocx_sdk::kernels::ll::ERR_TIMEOUT {
+        let peer = match code >> 32 {
+            0 => "a peer".to_string(),
+            p => format!("rank {}", p - 1),
+        };
         format!(
-            "waited more than FERROCX_TIMEOUT ({}s) for a peer's data (a peer that never made the call, or died)",
+            "waited more than FERROCX_TIMEOUT ({}s) for {peer}'s data (a rank that never made the call, or died)",
             timeout.as_secs_f64()
         )
     } else {

@@ -54,7 +54,10 @@
 //! itself done, and the next call's kernel starts after this one ended.
 //!
 //! The grid is at most one wave (every block resident at once), since the
-//! blocks of two ranks wait for each other's lines.
+//! blocks of two ranks wait for each other's lines. Two LL kernels on one
+//! set of regions must never run at once (they share the count): callers
+//! order them on one stream, and keep them out of graphs replayed beside
+//! other calls. After [`MAX_CALLS`] calls a set of regions is spent.
 
 use std::ffi::c_void;
 
@@ -70,8 +73,14 @@ pub const CTL_ABORT: usize = 2;
 /// Index of the error word.
 pub const CTL_ERROR: usize = 3;
 
-/// `ctl[3]`: a wait ran past the timeout.
+/// `ctl[3]`: a wait ran past the timeout (the peer waited for, plus one, in
+/// bits 32–63).
 pub const ERR_TIMEOUT: u64 = 1;
+
+/// LL calls one set of regions may carry: the flag of a parity repeats
+/// after 2³² − 2 calls, when a line that no call of that parity rewrote since
+/// would read as fresh (NCCL cleans its LL buffers periodically instead).
+pub const MAX_CALLS: u64 = (1 << 32) - 4;
 
 /// Data bytes one 16-byte line carries.
 pub const LINE_DATA: usize = 8;
@@ -195,7 +204,7 @@ FX_FN void fx_ll_store(unsigned long long addr, unsigned long long v, unsigned i
 
 /* Wait for the line at addr to carry flag; false when aborted or past the deadline. */
 FX_FN bool fx_ll_wait(unsigned long long addr, unsigned int flag, volatile unsigned long long* ctl,
-                      unsigned long long deadline, unsigned long long* v) {
+                      unsigned long long deadline, int peer, unsigned long long* v) {
     unsigned int spins = 0;
     for (;;) {
         unsigned int d0, f0, d1, f1;
@@ -205,7 +214,12 @@ FX_FN bool fx_ll_wait(unsigned long long addr, unsigned int flag, volatile unsig
         if (++spins >= 1024u) {
             spins = 0;
             if (ctl[2] != 0ull) return false;
-            if (fx_ll_now() > deadline) { ctl[3] = 1ull; ctl[2] = 1ull; __threadfence_system(); return false; }
+            if (fx_ll_now() > deadline) {
+                ctl[3] = 1ull | ((unsigned long long)(peer + 1) << 32);
+                ctl[2] = 1ull;
+                __threadfence_system();
+                return false;
+            }
         }
     }
 }
@@ -267,7 +281,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL_NAME(const fx_ll_ar
                 v = fx_ll_get(mine, i, a.seg);
             } else {
                 if (!data_from_r && i >= 1ull) continue;
-                if (!fx_ll_wait(FX_LL_AREA(own, r) + i * 16ull, flag, ctl, deadline, &v)) {
+                if (!fx_ll_wait(FX_LL_AREA(own, r) + i * 16ull, flag, ctl, deadline, r, &v)) {
                     ok = false;
                     break;
                 }
@@ -290,6 +304,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL_NAME(const fx_ll_ar
     if (threadIdx.x == 0) {
         __threadfence();
         const unsigned long long before = atomicAdd((unsigned long long*)&ctl[1], 1ull);
+        __threadfence();
         if (before == (unsigned long long)gridDim.x - 1ull) {
             ctl[1] = 0ull;
             ctl[0] = s;

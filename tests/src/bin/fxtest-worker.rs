@@ -82,6 +82,7 @@ fn main() -> ExitCode {
         Some("coll-async") => coll::bad::asynchronous(),
         Some("mismatch") => coll::mismatch::run(&args[1]),
         Some("hang") => coll::hang::run(&args[1]),
+        Some("ce-hang") => coll::ce_hang::run(),
         Some("shrink") => coll::shrink::run(),
         Some("coll-plugin") => coll::plugin::run(
             opt("--expect"),

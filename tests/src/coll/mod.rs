@@ -6,6 +6,7 @@
 //! its own reductions, its own reading of NCCL's buffer layouts.
 
 pub mod bad;
+pub mod ce_hang;
 pub mod device;
 pub mod hang;
 pub mod matrix;
