@@ -196,6 +196,17 @@ fn rooted(c: Coll) -> bool {
     matches!(c, Coll::Broadcast | Coll::Gather | Coll::Scatter)
 }
 
+/// A call for messages: "all_gather of 4096 bytes per rank", ", root 1" where rooted.
+fn what(d: &CollDesc<'_, Window>) -> String {
+    let block = d.count * d.elem;
+    let root = if rooted(d.coll) {
+        format!(", root {}", d.root)
+    } else {
+        String::new()
+    };
+    format!("{} of {block} bytes per rank{root}", d.coll.name())
+}
+
 impl CeComm {
     /// `comm_init`: every rank takes part in both exchanges whatever happens
     /// locally (see `setup.rs`), so all ranks return alike.
@@ -313,6 +324,17 @@ impl CeComm {
         Ok(())
     }
 
+    /// The call's note for the peers (`notes.rs`), eager calls only: a graph's
+    /// replays repeat their numbers.
+    fn note(&self, d: &CollDesc<'_, Window>, mode: Mode) -> Option<(u64, notes::Call)> {
+        (self.red.check_calls && mode == Mode::Eager).then(|| {
+            (
+                d.seq,
+                notes::Call::new(d.coll, d.dtype, d.op, d.count, d.root),
+            )
+        })
+    }
+
     /// `can_run`.
     pub fn can_run(&self, d: &CollDesc<'_, Window>) -> i32 {
         select::bid(self.cfg.priority, self.rank, self.nranks, &self.agreed(), d).unwrap_or(0)
@@ -398,14 +420,7 @@ impl CeComm {
             min_bytes: self.cfg.batch_bytes,
         };
         let mut seq = self.seq.clone();
-        // The call's note for the peers (notes.rs), eager calls only: a graph's
-        // replays repeat their numbers.
-        let note = (self.red.check_calls && mode == Mode::Eager).then(|| {
-            (
-                d.seq,
-                notes::Call::new(d.coll, d.dtype, d.op, d.count, d.root),
-            )
-        });
+        let note = self.note(d, mode);
         let parts = plan::Parts {
             note,
             ..plan::parts(&shape, &how)
@@ -447,15 +462,7 @@ impl CeComm {
             && self.api.memcpy_batch.is_some()
             && !capturing
             && !driver::is_legacy(stream);
-        let what = format!(
-            "{} of {block} bytes per rank{}",
-            d.coll.name(),
-            if rooted(d.coll) {
-                format!(", root {}", d.root)
-            } else {
-                String::new()
-            }
-        );
+        let what = what(d);
         // Everything this rank needs is looked up and checked before anything
         // is queued: a bad address or pointer found after the ready barrier
         // would leave the peers waiting for the rest (until their watchdogs).
@@ -619,15 +626,7 @@ impl CeComm {
     ) -> PluginResult<()> {
         use ferrocx_sdk::kernels::ll::LlArgs;
         let block = d.count * d.elem;
-        let what = format!(
-            "{} of {block} bytes per rank{} (LL)",
-            d.coll.name(),
-            if rooted(d.coll) {
-                format!(", root {}", d.root)
-            } else {
-                String::new()
-            }
-        );
+        let what = format!("{} (LL)", what(d));
         let flags = self
             .flags
             .as_ref()
@@ -656,12 +655,7 @@ impl CeComm {
                 )));
             }
         }
-        let note = (self.red.check_calls && mode == Mode::Eager).then(|| {
-            (
-                d.seq,
-                notes::Call::new(d.coll, d.dtype, d.op, d.count, d.root),
-            )
-        });
+        let note = self.note(d, mode);
         let layout = flags.layout();
         let args = LlArgs {
             bases: flags.ll_table(),
