@@ -117,7 +117,6 @@ fn reduce_setup(
     mine.push(cfg.stage as u8);
     mine.push(cfg.check_calls as u8);
     mine.push(cfg.stage_needs_check as u8);
-    mine.extend_from_slice(&(cfg.ll_bytes as u64).to_le_bytes());
     let all = oob.all_gather(&mine)?;
     if all.iter().any(|m| m.len() != mine.len()) {
         return Err(PluginError::internal(
@@ -161,12 +160,8 @@ fn reduce_setup(
     // The LL kernel lives in the reduction kernels' modules: only where those
     // are on. (Ranks sharing a GPU run it too — 4 ranks on 2 GPUs passed the
     // matrix — but their spinning kernels take turns on it: slow, correct.)
-    let ll_bytes = all
-        .iter()
-        .map(|m| u64::from_le_bytes(m[20..28].try_into().expect("8 bytes")) as usize)
-        .min()
-        .filter(|_| on)
-        .unwrap_or(0);
+    // FERROCX_CE_LL_BYTES is equal on every rank (the hello checked it).
+    let ll_bytes = if on { cfg.ll_bytes } else { 0 };
     let red = Agreed {
         on,
         scratch,
@@ -221,7 +216,10 @@ impl CeComm {
         if let Some(r) = info.peers.iter().position(|p| p.cuda_device < 0) {
             return Err(PluginError::unsupported(format!("rank {r} has no GPU")));
         }
-        let layout = FlagLayout { nranks };
+        let layout = FlagLayout {
+            nranks,
+            ll_bytes: cfg.ll_bytes,
+        };
         let local = local_setup(info, layout, cfg.scratch_bytes);
         let hello = match &local {
             Ok(l) => Hello::ready(&cfg, l.flags.handle()),

@@ -10,13 +10,14 @@
 //! | `FERROCX_CE_ONESHOT_BYTES` | `32M` | at 2 ranks, an all_reduce on windows up to this many bytes (and the scratch) runs one-shot (every rank folds every rank's whole input: it reads n−1 inputs, two-shot reads 2(n−1)/n of one, so at n ranks the limit is this × 2/n), larger ones two-shot; measured crossover on two H100s: 32–64 MiB. Without windows all_reduce is staged, always one-shot |
 //! | `FERROCX_CE_CHECK_CALLS` | `FERROCX_CHECK_CALLS` (`1`) | `1`: each rank writes a note of every eager call (its number, collective, type, operator, count, root) into its peers' flag buffers with its ready flag, and the watchdog compares them once the call completed: a mismatch breaks the communicator with the core's "mismatched calls" error, both calls named, on every rank (`notes.rs`); `0`: not checked |
 //! | `FERROCX_CE_STAGE` | `auto` | stage calls whose buffers are not in windows (and alltoall while it fits) through the scratch: `1` yes, `0` no, `auto` unless ce's check alone is off (`FERROCX_CE_CHECK_CALLS=0` with `FERROCX_CHECK_CALLS` on): the core's path these calls would otherwise take checks them |
-//! | `FERROCX_CE_LL_BYTES` | `256K` | all_reduce and reduce_scatter (not avg), all_gather, alltoall and broadcast whose block is at most this many bytes run as one LL kernel ([`ferrocx_sdk::kernels::ll`]: the data goes into the peers' mapped memory with the flag in it; no barrier, no staging, no windows needed); at most 256 KiB (the LL areas' size); `0`: never. The ranks agree on the smallest |
+//! | `FERROCX_CE_LL_BYTES` | `1M` | all_reduce and reduce_scatter (not avg), all_gather, alltoall and broadcast whose block is at most this many bytes run as one LL kernel ([`ferrocx_sdk::kernels::ll`]: the data goes into the peers' mapped memory with the flag in it; no barrier, no staging, no windows needed); at most 1 MiB; it sizes the LL areas (2 × nranks × 2 × this bytes of device memory per rank, in the flag buffer); `0`: never. Every rank must set the same value |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
 //!
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
 //! decide what every rank does (its bid, how many barriers a collective
-//! has), so `comm_init` checks that every rank read the same values and sits
-//! the communicator out, naming the variable, when they differ.
+//! has), and `FERROCX_CE_LL_BYTES` the flag buffers' layout, so `comm_init`
+//! checks that every rank read the same values and sits the communicator
+//! out, naming the variable, when they differ.
 //! `FERROCX_CE_REDUCE` and `FERROCX_CE_ONESHOT_BYTES` are agreed the same
 //! way, but a disagreement only turns the reductions off (with a warning).
 
@@ -26,9 +27,9 @@ use ferrocx_sdk::{env, Host, PluginError, PluginResult};
 /// Default bid: above the core's.
 pub const DEFAULT_PRIORITY: i32 = 2 * FX_COLL_CORE_PRIORITY;
 /// Largest block the LL kernel can take: what one LL area holds.
-pub const LL_MAX_BYTES: usize = 256 << 10;
+pub const LL_MAX_BYTES: usize = 1 << 20;
 /// Default `FERROCX_CE_LL_BYTES`.
-pub const DEFAULT_LL_BYTES: usize = 256 << 10;
+pub const DEFAULT_LL_BYTES: usize = 1 << 20;
 /// Default copies per batch (NCCL's intra-batch sync frequency).
 pub const DEFAULT_BATCH: usize = 8;
 /// Default size from which a collective is split into batches (NCCL's threshold).
@@ -224,7 +225,7 @@ mod tests {
                 ("FERROCX_CE_SCRATCH_BYTES", "lots"),
                 ("FERROCX_CE_STAGE", "sometimes"),
                 ("FERROCX_CE_CHECK_CALLS", "2"),
-                ("FERROCX_CE_LL_BYTES", "262145"),
+                ("FERROCX_CE_LL_BYTES", "1048577"),
             ],
         );
     }

@@ -19,12 +19,12 @@
 //!   complete barrier) up to `FERROCX_CE_ONESHOT_BYTES` (scaled by 2/n),
 //!   two-shot above; buffers outside windows are staged (one-shot);
 //! * **small calls** — all_reduce and reduce_scatter (not avg), all_gather,
-//!   alltoall, broadcast with blocks up to `FERROCX_CE_LL_BYTES` (256 KiB) —
+//!   alltoall, broadcast with blocks up to `FERROCX_CE_LL_BYTES` (1 MiB) —
 //!   as one LL kernel ([`ll`], `ferrocx_sdk::kernels::ll`): each rank writes
 //!   its data with the call's flag in every 8 bytes into its peers' LL areas
 //!   (in the flag buffers) and polls its own, folding in registers; no
-//!   barrier, no staging, no windows, 10–14 µs on two H100s where NCCL takes
-//!   14–24 (docs/BENCH.md). A kernel that waits past `FERROCX_TIMEOUT` ends
+//!   barrier, no staging, no windows, 9–14 µs up to 1 MiB blocks on two
+//!   H100s where NCCL takes 14–24 (docs/BENCH.md). A kernel that waits past `FERROCX_TIMEOUT` ends
 //!   (and the watchdog breaks the communicator, naming the rank it waited
 //!   for); so does one the watchdog releases (its abort word). Not in CUDA
 //!   graphs (the kernels share a call counter and must not overlap).
@@ -61,7 +61,7 @@
 //! ## How a collective runs
 //!
 //! Every rank owns a flag buffer in its GPU memory (the barrier flags, the
-//! note ring, and the LL areas: 2 × nranks × 512 KiB), exported with CUDA
+//! note ring, and the LL areas: 2 × nranks × 2 MiB by default), exported with CUDA
 //! IPC and opened by every peer at `comm_init` ([`flags`]). A collective
 //! other than an LL call is *ready barrier, copies, complete barrier*
 //! ([`sync`]):
@@ -138,7 +138,7 @@
 //! `FERROCX_CE_MEMCPY_BATCH` (1), `FERROCX_CE_REDUCE` (1),
 //! `FERROCX_CE_ONESHOT_BYTES` (32M), `FERROCX_CE_SCRATCH_BYTES` (32M),
 //! `FERROCX_CE_STAGE` (auto), `FERROCX_CE_CHECK_CALLS` (as
-//! `FERROCX_CHECK_CALLS`), `FERROCX_CE_LL_BYTES` (256K).
+//! `FERROCX_CHECK_CALLS`), `FERROCX_CE_LL_BYTES` (1M).
 //!
 //! ## Tests
 //!

@@ -3,7 +3,7 @@
 //!
 //! 1. **Hello**: whether this rank could set up (CUDA, its device, the driver
 //!    entry points, every peer GPU reachable, its flag buffer), the knobs that
-//!    must agree (`FERROCX_CE_PRIORITY`, `_BATCH`, `_BATCH_BYTES`) and its flag
+//!    must agree (`FERROCX_CE_PRIORITY`, `_BATCH`, `_BATCH_BYTES`, `_LL_BYTES`) and its flag
 //!    buffer's IPC handle. Every rank takes part even when its own setup
 //!    failed, so nobody waits for a rank that returned early; then all ranks
 //!    see the same list and all decide the same ([`agree`]).
@@ -34,6 +34,8 @@ pub struct Hello {
     pub batch: u64,
     /// `FERROCX_CE_BATCH_BYTES`.
     pub batch_bytes: u64,
+    /// `FERROCX_CE_LL_BYTES` (it sizes the LL areas of every rank's flags).
+    pub ll_bytes: u32,
     /// The rank's flag buffer (NONE when it has none).
     pub handle: IpcHandle,
 }
@@ -46,6 +48,7 @@ impl Hello {
             priority: cfg.priority,
             batch: cfg.batch as u64,
             batch_bytes: cfg.batch_bytes as u64,
+            ll_bytes: u32::try_from(cfg.ll_bytes).unwrap_or(u32::MAX),
             handle,
         }
     }
@@ -64,7 +67,7 @@ impl Hello {
         b.extend_from_slice(&MAGIC.to_le_bytes());
         b.extend_from_slice(&(self.failed.is_none() as u32).to_le_bytes());
         b.extend_from_slice(&self.priority.to_le_bytes());
-        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&self.ll_bytes.to_le_bytes());
         b.extend_from_slice(&self.batch.to_le_bytes());
         b.extend_from_slice(&self.batch_bytes.to_le_bytes());
         b.extend_from_slice(&self.handle.0);
@@ -101,6 +104,7 @@ impl Hello {
             priority: u32_at(8) as i32,
             batch: u64_at(16),
             batch_bytes: u64_at(24),
+            ll_bytes: u32_at(12),
             handle: IpcHandle(handle),
         })
     }
@@ -129,10 +133,11 @@ pub fn agree(all: &[Hello]) -> Result<(), String> {
         return Ok(());
     };
     type Knob = (&'static str, fn(&Hello) -> u64);
-    let knobs: [Knob; 3] = [
+    let knobs: [Knob; 4] = [
         ("FERROCX_CE_PRIORITY", |h| h.priority as u64),
         ("FERROCX_CE_BATCH", |h| h.batch),
         ("FERROCX_CE_BATCH_BYTES", |h| h.batch_bytes),
+        ("FERROCX_CE_LL_BYTES", |h| h.ll_bytes as u64),
     ];
     for (var, get) in knobs {
         if let Some((r, h)) = all.iter().enumerate().find(|(_, h)| get(h) != get(first)) {
@@ -183,6 +188,15 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(err, "rank 1: no GPU; rank 2: cuIpcOpenMemHandle failed");
+        let ll = Hello::ready(
+            &Config {
+                ll_bytes: 4096,
+                ..cfg
+            },
+            IpcHandle::NONE,
+        );
+        let err = agree(&[ok.clone(), ll]).unwrap_err();
+        assert!(err.starts_with("FERROCX_CE_LL_BYTES differs"), "{err}");
         let other = Hello::ready(&Config { batch: 4, ..cfg }, IpcHandle::NONE);
         let err = agree(&[ok.clone(), ok, other]).unwrap_err();
         assert!(

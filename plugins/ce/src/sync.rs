@@ -121,6 +121,9 @@ impl Array {
 pub struct FlagLayout {
     /// Slots per array.
     pub nranks: usize,
+    /// The largest LL block (`FERROCX_CE_LL_BYTES`, equal on every rank): it
+    /// sizes the LL areas.
+    pub ll_bytes: usize,
 }
 
 impl FlagLayout {
@@ -154,9 +157,9 @@ impl FlagLayout {
         (self.ll_table_offset() + self.nranks * 8).div_ceil(256) * 256
     }
 
-    /// Bytes of one LL area: a block of `config::LL_MAX_BYTES`.
+    /// Bytes of one LL area: a block of `ll_bytes`.
     pub fn ll_area(&self) -> usize {
-        ll::area_bytes(crate::config::LL_MAX_BYTES)
+        ll::area_bytes(self.ll_bytes)
     }
 
     /// Bytes of the note ring.
@@ -455,7 +458,10 @@ mod tests {
     #[test]
     fn layout_aligns_every_array_to_16_bytes() {
         for n in 1..=9 {
-            let l = FlagLayout { nranks: n };
+            let l = FlagLayout {
+                nranks: n,
+                ll_bytes: 256 << 10,
+            };
             assert_eq!(l.stride() % 16, 0);
             assert!(l.stride() >= 4 * n);
             assert_eq!(l.ring_offset(), 4 * l.stride());
@@ -493,10 +499,28 @@ mod tests {
                 );
             }
         }
-        assert_eq!(FlagLayout { nranks: 4 }.stride(), 16);
-        assert_eq!(FlagLayout { nranks: 5 }.stride(), 32);
         assert_eq!(
-            FlagLayout { nranks: 3 }.offset(Array::GraphReady, 2),
+            FlagLayout {
+                nranks: 4,
+                ll_bytes: 0
+            }
+            .stride(),
+            16
+        );
+        assert_eq!(
+            FlagLayout {
+                nranks: 5,
+                ll_bytes: 0
+            }
+            .stride(),
+            32
+        );
+        assert_eq!(
+            FlagLayout {
+                nranks: 3,
+                ll_bytes: 0
+            }
+            .offset(Array::GraphReady, 2),
             2 * 16 + 8
         );
     }
