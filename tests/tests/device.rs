@@ -338,8 +338,17 @@ fn ce_ll_kernel_ends_when_a_rank_never_calls() {
         o.stdout,
         o.stderr
     );
-    assert!(outs[1].ok(), "rank 1: {}\n{}", outs[1].stdout, outs[1].stderr);
-    assert!(t.elapsed() < Duration::from_secs(60), "took {:?}", t.elapsed());
+    assert!(
+        outs[1].ok(),
+        "rank 1: {}\n{}",
+        outs[1].stdout,
+        outs[1].stderr
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        t.elapsed()
+    );
 }
 
 #[test]

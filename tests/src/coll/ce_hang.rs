@@ -38,7 +38,10 @@ pub fn run() -> Result<String, String> {
     sync(&stream)?;
     loop {
         if let Err(e) = comm.device_error() {
-            return Ok(format!("ERROR after {:.1}s: {e}", t.elapsed().as_secs_f64()));
+            return Ok(format!(
+                "ERROR after {:.1}s: {e}",
+                t.elapsed().as_secs_f64()
+            ));
         }
         if t.elapsed() > timeout + Duration::from_secs(20) {
             return Err(format!("no error {:?} after the call", t.elapsed()));
