@@ -1,0 +1,39 @@
+//! # ferrocx-ibgda — foundations of the device-networking plugin
+//!
+//! `plugins/ibgda` will let GPU threads post their own RDMA work (put, put with
+//! signal, quiet) with a backup path per peer, as NVSHMEM's IBGDA does with the
+//! fault tolerance of reference note 004 (issue 20). **This crate is only its
+//! sans-IO foundations**: pure logic, no device, no system calls, no `unsafe`,
+//! unit-tested on a machine with neither GPU nor RDMA NIC.
+//!
+//! What exists:
+//!
+//! * [`health`] — the per-(me, peer) path health state machine: completion
+//!   deadlines for every request (atomics included), failover of a timed-out
+//!   request to the other path, the switch back to the primary after a quiet
+//!   recovery window, an error naming the peer and both paths when both are bad,
+//!   and a receiver that applies each request exactly once although it may
+//!   arrive on both paths.
+//! * [`pairing`] — choosing each GPU's primary NIC port by PCI distance and its
+//!   backup (the other port of a dual-port NIC, else the even↔odd adjacent NIC,
+//!   else the closest other NIC) from a modelled topology.
+//! * [`wqe`] — encoding mlx5 send WQEs (RDMA WRITE, WRITE WITH IMMEDIATE, atomic
+//!   fetch-add) into the bytes the NIC reads, and the send-queue ring arithmetic
+//!   (index wrap, slots, doorbell record).
+//!
+//! What does not exist yet: the device API header for user kernels, the plugin
+//! ABI table (`ferrocx_devnet_v1`), any verbs or mlx5 object creation (QPs, CQs,
+//! UAR and doorbell mapping, memory registration), the proxy NIC handler, fault
+//! injection, the MoE all-to-all-v example. **None of this crate has run on
+//! hardware**: the WQE layout is checked against the published layout only.
+//! `docs/IBGDA.md` says what is tested and what comes next.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod health;
+pub mod pairing;
+pub mod wqe;
+
+#[cfg(test)]
+mod rng;
