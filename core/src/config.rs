@@ -283,6 +283,81 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "directory keeping compiled device kernels between processes; off: none",
     ),
     (
+        "FERROCX_SHM_COLL_PRIORITY",
+        "150",
+        "shm-coll's bid for small host collectives (0: never)",
+    ),
+    (
+        "FERROCX_SHM_COLL_MAX_BYTES",
+        "262144",
+        "shm-coll: largest block it takes (shrinks as 4/ranks above 4 ranks)",
+    ),
+    (
+        "FERROCX_SHM_COLL_BYTES",
+        "65536",
+        "shm-coll: mailbox slot size (two per pair of ranks)",
+    ),
+    (
+        "FERROCX_SHM_COLL_MEMORY",
+        "16777216",
+        "shm-coll: /dev/shm bytes a communicator's mailboxes may take",
+    ),
+    (
+        "FERROCX_SHM_COLL_MAX_RANKS",
+        "16",
+        "shm-coll takes part only up to this many ranks",
+    ),
+    (
+        "FERROCX_CE_PRIORITY",
+        "200",
+        "ce's bid for device collectives on one host (0: never)",
+    ),
+    (
+        "FERROCX_CE_LL_BYTES",
+        "1M",
+        "ce: blocks up to this run as one LL kernel (sizes its areas; 0: never)",
+    ),
+    (
+        "FERROCX_CE_STAGE",
+        "auto",
+        "ce: stage calls outside windows through its scratch (auto: while ce checks calls)",
+    ),
+    (
+        "FERROCX_CE_SCRATCH_BYTES",
+        "32M",
+        "ce: per-rank scratch for staged calls (0: no staging)",
+    ),
+    (
+        "FERROCX_CE_CHECK_CALLS",
+        "(as FERROCX_CHECK_CALLS)",
+        "ce: compare the ranks' call notes without a host round trip",
+    ),
+    (
+        "FERROCX_CE_REDUCE",
+        "1",
+        "ce: also all_reduce/reduce_scatter (and the LL kernel, which lives in their modules)",
+    ),
+    (
+        "FERROCX_CE_ONESHOT_BYTES",
+        "32M",
+        "ce: all_reduce on windows one-shot up to this at 2 ranks (x 2/n), two-shot above",
+    ),
+    (
+        "FERROCX_CE_BATCH",
+        "8",
+        "ce: copies per batch when a large collective is split",
+    ),
+    (
+        "FERROCX_CE_BATCH_BYTES",
+        "512M",
+        "ce: size from which a collective is split into batches",
+    ),
+    (
+        "FERROCX_CE_MEMCPY_BATCH",
+        "1",
+        "ce: one cuMemcpyBatchAsync per batch where the driver has it",
+    ),
+    (
         "FERROCX_P2P_DISABLE",
         "0",
         "1 makes the p2p transport decline every peer",
@@ -397,4 +472,23 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// Every variable fxinfo prints is documented in docs/ENV.md, once per name.
+    #[test]
+    fn every_listed_variable_is_documented() {
+        let env = include_str!("../../docs/ENV.md");
+        let mut seen = std::collections::HashSet::new();
+        for (name, _, meaning) in VARIABLES {
+            // The first cell of a table row names it (alone or with siblings).
+            let documented = env.lines().any(|l| {
+                l.strip_prefix("| ")
+                    .and_then(|r| r.split(" |").next())
+                    .is_some_and(|cell| cell.contains(&format!("`{name}`")))
+            });
+            assert!(documented, "{name} is not in docs/ENV.md's tables");
+            assert!(seen.insert(*name), "{name} listed twice");
+            assert!(!meaning.is_empty(), "{name} has no meaning");
+        }
+    }
+
 }
