@@ -490,5 +490,4 @@ mod tests {
             assert!(!meaning.is_empty(), "{name} has no meaning");
         }
     }
-
 }
