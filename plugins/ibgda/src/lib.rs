@@ -20,19 +20,35 @@
 //! * [`wqe`] — encoding mlx5 send WQEs (RDMA WRITE, WRITE WITH IMMEDIATE, atomic
 //!   fetch-add) into the bytes the NIC reads, and the send-queue ring arithmetic
 //!   (index wrap, slots, doorbell record).
+//! * [`queue`] — the per-(rank, peer, path) work queue a GPU thread writes (put,
+//!   put with signal set/add, fetch-add, quiet/fence records of 64 bytes) and the
+//!   completion queue written back (request id, status, peer, paths, fetched
+//!   value): explicit little-endian layouts, stamped entries so a half-written
+//!   one is never taken, full-queue refusal, laps of wrap; over plain byte slices.
+//! * [`proxy`] — the proxy NIC handler's logic: consumes the queues, routes each
+//!   request through [`health::Sender`], posts to a [`proxy::Carrier`] (the
+//!   transport, later), writes exactly one completion per request (an error
+//!   naming the peer and paths when it is unreachable), and honours quiet.
+//! * [`fault`] — fault injection: drop or delay the completions of a chosen path
+//!   after N requests.
 //!
 //! What does not exist yet: the device API header for user kernels, the plugin
 //! ABI table (`ferrocx_devnet_v1`), any verbs or mlx5 object creation (QPs, CQs,
-//! UAR and doorbell mapping, memory registration), the proxy NIC handler, fault
-//! injection, the MoE all-to-all-v example. **None of this crate has run on
-//! hardware**: the WQE layout is checked against the published layout only.
-//! `docs/IBGDA.md` says what is tested and what comes next.
+//! UAR and doorbell mapping, memory registration), the proxy's thread and its
+//! real carriers (ce, net-socket, net-ib), GPU-visible mapping of the queues, the
+//! MoE all-to-all-v example. **None of this crate has run on hardware**: the WQE
+//! layout is checked against the published layout only, and the queues and the
+//! proxy only against an in-memory carrier. `docs/IBGDA.md` says what is tested
+//! and what comes next.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod fault;
 pub mod health;
 pub mod pairing;
+pub mod proxy;
+pub mod queue;
 pub mod wqe;
 
 #[cfg(test)]
