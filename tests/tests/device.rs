@@ -152,6 +152,19 @@ fn killed_rank_during_device_transfers() {
 // The ce collective plugin: copy-engine collectives on device windows, on the
 // user's stream. With ranks sharing one GPU, run under MPS.
 
+/// ce on its barrier routes with `scratch` bytes of scratch, staging on, and
+/// small calls kept off the LL kernel (it has its own test). Four contexts of
+/// 32 hardware queues each on one GPU under MPS fail to start
+/// (cuDevicePrimaryCtxRetain: out of memory); 16 is plenty for ce.
+fn barrier_routes(scratch: &str) -> [(&str, &str); 4] {
+    [
+        ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
+        ("FERROCX_CE_SCRATCH_BYTES", scratch),
+        ("FERROCX_CE_STAGE", "1"),
+        ("FERROCX_CE_LL_BYTES", "0"),
+    ]
+}
+
 #[test]
 fn ce_runs_the_copy_collectives_on_windows_2_and_4_ranks() {
     if !gpus() {
@@ -160,8 +173,6 @@ fn ce_runs_the_copy_collectives_on_windows_2_and_4_ranks() {
     // With the default scratch alltoall is staged (in place too); without one,
     // every call with data runs on the windows (alltoall: the core).
     for (n, scratch) in [(2, "32M"), (4, "32M"), (2, "0")] {
-        // Four contexts of 32 hardware queues each on one GPU under MPS fail to
-        // start (cuDevicePrimaryCtxRetain: out of memory); 16 is plenty for ce.
         run_ok_n(
             n,
             &[
@@ -173,13 +184,7 @@ fn ce_runs_the_copy_collectives_on_windows_2_and_4_ranks() {
                 "--counts",
                 "0,1,7,1000,65537",
             ],
-            &[
-                ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
-                ("FERROCX_CE_SCRATCH_BYTES", scratch),
-                ("FERROCX_CE_STAGE", "1"),
-                // Small calls on their barrier routes too (the LL kernel has its own test).
-                ("FERROCX_CE_LL_BYTES", "0"),
-            ],
+            &barrier_routes(scratch),
             Duration::from_secs(600),
         );
     }
@@ -203,18 +208,7 @@ fn ce_runs_the_reductions_2_and_4_ranks() {
             if window {
                 args.push("--window");
             }
-            run_ok_n(
-                n,
-                &args,
-                &[
-                    ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
-                    ("FERROCX_CE_SCRATCH_BYTES", scratch),
-                    ("FERROCX_CE_STAGE", "1"),
-                    // Small calls on their barrier routes too (the LL kernel has its own test).
-                    ("FERROCX_CE_LL_BYTES", "0"),
-                ],
-                Duration::from_secs(600),
-            );
+            run_ok_n(n, &args, &barrier_routes(scratch), Duration::from_secs(600));
         }
     }
 }
@@ -240,20 +234,16 @@ fn ce_runs_the_copy_collectives_staged_2_and_4_ranks() {
                 "--filter",
                 "^all_gather |^alltoall |^broadcast |^gather |^scatter ",
             ],
-            &[
-                ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
-                ("FERROCX_CE_STAGE", "1"),
-                ("FERROCX_CE_LL_BYTES", "0"),
-            ],
+            &barrier_routes("32M"),
             Duration::from_secs(600),
         );
     }
 }
 
-/// Small calls as one LL kernel (`FERROCX_CE_LL_BYTES`, 256 KiB by default):
+/// Small calls as one LL kernel (`FERROCX_CE_LL_BYTES`, 1 MiB by default):
 /// all_reduce and reduce_scatter (every type × operator but avg, which keeps
-/// its barrier route), all_gather, alltoall and broadcast, counts 1, 7, 1000
-/// and the largest block the kernel takes, in and out of place, on plain
+/// its barrier route), all_gather, alltoall and broadcast, counts 1, 7 and
+/// 1000 (fxperf `-c 1` checked every size up to the limit), in and out of place, on plain
 /// buffers (no windows, no scratch: the kernel needs neither) and on
 /// windows; every result checked, every call with data run by ce.
 #[test]

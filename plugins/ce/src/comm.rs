@@ -187,14 +187,10 @@ enum Work<'a> {
     },
 }
 
-fn rooted(c: Coll) -> bool {
-    matches!(c, Coll::Broadcast | Coll::Gather | Coll::Scatter)
-}
-
 /// A call for messages: "all_gather of 4096 bytes per rank", ", root 1" where rooted.
 fn what(d: &CollDesc<'_, Window>) -> String {
     let block = d.count * d.elem;
-    let root = if rooted(d.coll) {
+    let root = if select::coll_kind(d.coll).rooted() {
         format!(", root {}", d.root)
     } else {
         String::new()
@@ -680,7 +676,10 @@ impl CeComm {
             // SAFETY: the caller's contract; the device is bound.
             unsafe { self.watchdog.order(stream) }?;
         }
-        self.watchdog.ll_launched();
+        if self.ll_calls == 0 {
+            // Once per communicator: the watchdog reads the error word from then on.
+            self.watchdog.ll_launched();
+        }
         // SAFETY: every address in `args` is this rank's buffers (checked above,
         // valid per the caller's contract) or a flag buffer mapped until
         // comm_destroy; every rank of the call routes it to the LL kernel alike

@@ -45,31 +45,26 @@ fn param(op: &MemOp, flags: &Flags) -> sys::CUstreamBatchMemOpParams {
     // SAFETY: the parameter union is plain data; all zeros is a valid value
     // (reserved fields and `alias` must be 0).
     let mut p: sys::CUstreamBatchMemOpParams = unsafe { std::mem::zeroed() };
+    // A flag write and a note write differ only in where they land.
+    let write = |p: &mut sys::CUstreamBatchMemOpParams, address, value| {
+        p.writeValue.operation = sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
+        p.writeValue.address = address;
+        p.writeValue.__bindgen_anon_1.value = value;
+        p.writeValue.flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+    };
     match *op {
         MemOp::Write {
             rank,
             array,
             slot,
             value,
-        } => {
-            p.writeValue.operation = sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
-            p.writeValue.address = flags.addr(rank, array, slot);
-            p.writeValue.__bindgen_anon_1.value = value;
-            p.writeValue.flags =
-                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
-        }
+        } => write(&mut p, flags.addr(rank, array, slot), value),
         MemOp::Note {
             rank,
             seq,
             word,
             value,
-        } => {
-            p.writeValue.operation = sys::CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
-            p.writeValue.address = flags.note_addr(rank, seq, word);
-            p.writeValue.__bindgen_anon_1.value = value;
-            p.writeValue.flags =
-                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
-        }
+        } => write(&mut p, flags.note_addr(rank, seq, word), value),
         MemOp::Wait {
             array,
             slot,

@@ -27,8 +27,9 @@
 //! differ), is skipped, never reported. Counts are compared modulo 2⁴⁴
 //! elements and roots modulo 2²⁰.
 
+use crate::select::coll_kind;
 use ferrocx_algo::fingerprint::{mismatch_text, Fingerprint};
-use ferrocx_algo::{CollKind, DataType, RedOp};
+use ferrocx_algo::{DataType, RedOp};
 use ferrocx_sdk::collective::Coll;
 
 /// Slots per writer in each rank's ring.
@@ -59,27 +60,17 @@ pub struct Call {
     root: u32,
 }
 
-fn reduces(c: Coll) -> bool {
-    matches!(c, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce)
-}
-
-fn rooted(c: Coll) -> bool {
-    matches!(
-        c,
-        Coll::Broadcast | Coll::Reduce | Coll::Gather | Coll::Scatter
-    )
-}
-
 impl Call {
     /// The call (the fields a collective ignores are dropped; the rest are
     /// kept to the bits a note has).
     pub fn new(coll: Coll, dtype: i32, op: i32, count: usize, root: usize) -> Self {
+        let kind = coll_kind(coll);
         Call {
             coll,
             dtype: dtype & 0x1f,
-            op: if reduces(coll) { op & 0x1f } else { 0 },
+            op: if kind.reduces() { op & 0x1f } else { 0 },
             count: count as u64 & ((1 << 44) - 1),
-            root: if rooted(coll) { root as u32 & MASK } else { 0 },
+            root: if kind.rooted() { root as u32 & MASK } else { 0 },
         }
     }
 
@@ -127,16 +118,19 @@ impl Call {
     /// `all_reduce(float, sum, 1000) as op #5`, as the core's fingerprint
     /// prints a call.
     fn describe(&self, seq: u64) -> String {
-        let kind = CollKind::ALL
-            .into_iter()
-            .find(|k| k.name() == self.coll.name());
         let dtype = DataType::from_code(self.dtype as u32);
         let op = RedOp::from_code(self.op as u32);
-        match (kind, dtype, op) {
-            (Some(k), Ok(t), Ok(o)) => {
-                Fingerprint::of(seq, k, t, o, self.count as usize, self.root as usize, false)
-                    .to_string()
-            }
+        match (dtype, op) {
+            (Ok(t), Ok(o)) => Fingerprint::of(
+                seq,
+                coll_kind(self.coll),
+                t,
+                o,
+                self.count as usize,
+                self.root as usize,
+                false,
+            )
+            .to_string(),
             _ => format!(
                 "{}(type {}, operator {}, {}, root {}) as op #{seq}",
                 self.coll.name(),

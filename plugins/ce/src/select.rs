@@ -65,6 +65,22 @@ fn fits(w: &WindowRef<'_, Window>, need: usize, side: &str) -> Result<(), String
     }
 }
 
+/// The core's collective for `c` (which reduce, which are rooted: the
+/// fields a call check compares).
+pub fn coll_kind(c: Coll) -> ferrocx_algo::CollKind {
+    use ferrocx_algo::CollKind as K;
+    match c {
+        Coll::Broadcast => K::Broadcast,
+        Coll::Reduce => K::Reduce,
+        Coll::AllGather => K::AllGather,
+        Coll::ReduceScatter => K::ReduceScatter,
+        Coll::AllReduce => K::AllReduce,
+        Coll::AllToAll => K::AllToAll,
+        Coll::Gather => K::Gather,
+        Coll::Scatter => K::Scatter,
+    }
+}
+
 /// The reduction kernels' type and operator for `d`, or why there are none.
 pub fn kernel_types(d: &CollDesc<'_, Window>) -> Result<(DataType, RedOp), String> {
     let t = u32::try_from(d.dtype).map_err(|_| format!("data type code {}", d.dtype))?;

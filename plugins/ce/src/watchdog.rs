@@ -148,67 +148,69 @@ impl Reader {
         }
     }
 
-    /// This rank's note ring (`crate::notes`): `nranks × RING × WORDS` words.
-    fn read_ring(&self) -> Result<Vec<u32>, String> {
-        let words = self.layout.ring_bytes() / 4;
-        // SAFETY: `own` holds the whole layout, the ring at `ring_offset`; the
-        // pinned buffer holds `words` words; the private stream is of the same context.
+    /// `bytes` (a multiple of 4) at `offset` of this rank's buffer, copied
+    /// through `dst` (pinned, at least `bytes` long) on the private stream,
+    /// as 4-byte words.
+    fn fetch(
+        &self,
+        dst: &PinnedHost,
+        offset: usize,
+        bytes: usize,
+        what: &str,
+    ) -> Result<Vec<u32>, String> {
+        debug_assert!(bytes.is_multiple_of(4) && offset + bytes <= self.layout.bytes());
+        // SAFETY: `own` holds the whole layout (offset + bytes lie in it); `dst`
+        // holds at least `bytes` bytes (the callers' buffers are sized for what
+        // they fetch); the private stream is of the same context.
         let r = unsafe {
             sys::cuMemcpyDtoHAsync_v2(
-                self.ring.host().cast(),
-                self.own + self.layout.ring_offset() as u64,
-                words * 4,
+                dst.host().cast(),
+                self.own + offset as u64,
+                bytes,
                 self.stream.raw(),
             )
         };
-        check(r, "cuMemcpyDtoHAsync (ce call notes)").map_err(|e| e.message().to_string())?;
-        self.settle("reading the call notes")?;
-        Ok((0..words)
+        check(r, &format!("cuMemcpyDtoHAsync ({what})")).map_err(|e| e.message().to_string())?;
+        self.settle(&format!("reading {what}"))?;
+        Ok((0..bytes / 4)
             .map(|i| {
-                // SAFETY: i < words, the pinned buffer's length in words; the copy
-                // completed (settled above); 4-byte aligned.
-                unsafe { std::ptr::read_volatile((self.ring.host() as *const u32).add(i)) }
+                // SAFETY: i < bytes / 4, inside `dst`; the copy completed (settled
+                // above); pinned allocations are page-aligned.
+                unsafe { std::ptr::read_volatile((dst.host() as *const u32).add(i)) }
             })
             .collect())
     }
 
+    /// This rank's note ring (`crate::notes`): `nranks × RING × WORDS` words.
+    fn read_ring(&self) -> Result<Vec<u32>, String> {
+        let l = &self.layout;
+        self.fetch(
+            &self.ring,
+            l.ring_offset(),
+            l.ring_bytes(),
+            "the call notes",
+        )
+    }
+
     /// This rank's eager arrays.
     fn read(&self) -> Result<Snapshot, String> {
-        let bytes = Self::bytes(&self.layout);
-        // SAFETY: `own` holds at least `bytes` bytes (the eager arrays lead the
-        // buffer), the pinned buffer as many; the private stream is of the same context.
-        let r = unsafe {
-            sys::cuMemcpyDtoHAsync_v2(self.host.host().cast(), self.own, bytes, self.stream.raw())
-        };
-        check(r, "cuMemcpyDtoHAsync").map_err(|e| e.message().to_string())?;
-        self.settle("reading the flags")?;
-        let word = |i: usize| {
-            // SAFETY: i < bytes / 4 (checked by the callers' ranges); the copy into
-            // this pinned memory completed (settled above); 4-byte aligned.
-            unsafe { std::ptr::read_volatile((self.host.host() as *const u32).add(i)) }
-        };
+        let words = self.fetch(&self.host, 0, Self::bytes(&self.layout), "the flags")?;
         let n = self.layout.nranks;
         let at = |a: Array| self.layout.offset(a, 0) / 4;
+        let slots = |a: Array| words[at(a)..at(a) + n].to_vec();
         Ok(Snapshot {
-            ready: (0..n).map(|r| word(at(Array::EagerReady) + r)).collect(),
-            complete: (0..n).map(|r| word(at(Array::EagerComplete) + r)).collect(),
+            ready: slots(Array::EagerReady),
+            complete: slots(Array::EagerComplete),
         })
     }
 
     /// The LL kernel's error word, when set (`ferrocx_sdk::kernels::ll`).
     fn ll_fault(&self) -> Result<Option<u64>, String> {
         use ferrocx_sdk::kernels::ll::CTL_ERROR;
-        let at = self.own + (self.layout.ll_ctl_offset() + CTL_ERROR * 8) as u64;
-        // SAFETY: the error word (8 bytes) lies in `own`'s layout; the pinned buffer
-        // holds at least 8 bytes (the eager arrays); the private stream is of the
-        // same context.
-        let r =
-            unsafe { sys::cuMemcpyDtoHAsync_v2(self.host.host().cast(), at, 8, self.stream.raw()) };
-        check(r, "cuMemcpyDtoHAsync (LL error word)").map_err(|e| e.message().to_string())?;
-        self.settle("reading the LL error word")?;
-        // SAFETY: the copy into this pinned memory completed (settled above); 8-byte
-        // aligned (page-aligned pinned allocation).
-        let code = unsafe { std::ptr::read_volatile(self.host.host() as *const u64) };
+        let at = self.layout.ll_ctl_offset() + CTL_ERROR * 8;
+        // The eager arrays' pinned buffer holds more than these 8 bytes.
+        let w = self.fetch(&self.host, at, 8, "the LL error word")?;
+        let code = u64::from(w[0]) | u64::from(w[1]) << 32;
         Ok((code != 0).then_some(code))
     }
 

@@ -310,12 +310,7 @@ impl Proxy {
             let unread = match cq.ring().used(&q.cq) {
                 Ok(n) => n,
                 Err(error) => {
-                    q.broken = true;
-                    self.events.push_back(ProxyEvent::QueueBroken {
-                        queue: id,
-                        completion_queue: true,
-                        error,
-                    });
+                    broken(q, &mut self.events, id, true, error);
                     break;
                 }
             };
@@ -354,12 +349,7 @@ impl Proxy {
                     );
                 }
                 Err(error) => {
-                    q.broken = true;
-                    self.events.push_back(ProxyEvent::QueueBroken {
-                        queue: id,
-                        completion_queue: false,
-                        error,
-                    });
+                    broken(q, &mut self.events, id, false, error);
                 }
             }
         }
@@ -513,16 +503,28 @@ impl Proxy {
                 }
                 Err(QueueError::Full { .. }) => return,
                 Err(error) => {
-                    q.broken = true;
-                    self.events.push_back(ProxyEvent::QueueBroken {
-                        queue: id,
-                        completion_queue: true,
-                        error,
-                    });
+                    broken(q, &mut self.events, id, true, error);
                 }
             }
         }
     }
+}
+
+/// Queue `id` of `q` is broken (its request queue, or with `completion_queue`
+/// its completion queue): nothing more is taken from it or written to it.
+fn broken(
+    q: &mut QueueState,
+    events: &mut VecDeque<ProxyEvent>,
+    id: QueueId,
+    completion_queue: bool,
+    error: QueueError,
+) {
+    q.broken = true;
+    events.push_back(ProxyEvent::QueueBroken {
+        queue: id,
+        completion_queue,
+        error,
+    });
 }
 
 /// The error completion of a request to an unreachable peer: the failed paths.
