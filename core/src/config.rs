@@ -318,6 +318,21 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "ce: blocks up to this run as one LL kernel (sizes its areas; 0: never)",
     ),
     (
+        "FERROCX_CE_SIMPLE_BYTES",
+        "auto",
+        "ce: blocks above the LL limit and up to this run as one Simple kernel (auto: per collective, measured; 0: never)",
+    ),
+    (
+        "FERROCX_CE_SIMPLE_SLOT",
+        "64K",
+        "ce: bytes per slot of the Simple kernel's rings (nranks × 128 slots per rank)",
+    ),
+    (
+        "FERROCX_CE_SIMPLE_BLOCKS",
+        "64",
+        "ce: most sending blocks of one Simple kernel (as many receive)",
+    ),
+    (
         "FERROCX_CE_STAGE",
         "auto",
         "ce: stage calls outside windows through its scratch (auto: while ce checks calls)",

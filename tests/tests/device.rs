@@ -153,15 +153,16 @@ fn killed_rank_during_device_transfers() {
 // user's stream. With ranks sharing one GPU, run under MPS.
 
 /// ce on its barrier routes with `scratch` bytes of scratch, staging on, and
-/// small calls kept off the LL kernel (it has its own test). Four contexts of
-/// 32 hardware queues each on one GPU under MPS fail to start
+/// calls kept off the exchange kernels (they have their own tests). Four
+/// contexts of 32 hardware queues each on one GPU under MPS fail to start
 /// (cuDevicePrimaryCtxRetain: out of memory); 16 is plenty for ce.
-fn barrier_routes(scratch: &str) -> [(&str, &str); 4] {
+fn barrier_routes(scratch: &str) -> [(&str, &str); 5] {
     [
         ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
         ("FERROCX_CE_SCRATCH_BYTES", scratch),
         ("FERROCX_CE_STAGE", "1"),
         ("FERROCX_CE_LL_BYTES", "0"),
+        ("FERROCX_CE_SIMPLE_BYTES", "0"),
     ]
 }
 
@@ -279,6 +280,49 @@ fn ce_runs_small_calls_as_one_ll_kernel() {
     }
 }
 
+/// Calls as one Simple kernel (`FERROCX_CE_SIMPLE_BYTES`; the LL kernel off
+/// so that it runs from 1 byte up): the LL test's collectives, types,
+/// operators and placements, plus the 256 KiB-of-f32 counts, with the
+/// default 64 KiB slots and with slots of 1040 bytes, where a 512 KiB call
+/// laps the 128-slot rings four times (the credits) and chunks end off
+/// 16-byte boundaries; every result checked, every call with data run by ce.
+#[test]
+fn ce_runs_mid_calls_as_one_simple_kernel() {
+    if !gpus() {
+        return;
+    }
+    for (n, window, slot) in [
+        (2, false, "64K"),
+        (2, false, "1040"),
+        (2, true, "1040"),
+        (4, false, "1040"),
+        (4, true, "64K"),
+    ] {
+        let mut args = vec!["coll-matrix", "--mem", "cuda", "--expect", "ce"];
+        args.extend([
+            "--filter",
+            "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast &!op=avg",
+        ]);
+        if window {
+            args.push("--window");
+        }
+        run_ok_n(
+            n,
+            &args,
+            &[
+                ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
+                // Staging allowed (the kernels' gate outside windows) but no
+                // scratch: what ce runs outside windows is the Simple kernel's.
+                ("FERROCX_CE_STAGE", "1"),
+                ("FERROCX_CE_SCRATCH_BYTES", "0"),
+                ("FERROCX_CE_LL_BYTES", "0"),
+                ("FERROCX_CE_SIMPLE_SLOT", slot),
+            ],
+            Duration::from_secs(600),
+        );
+    }
+}
+
 /// ce's call notes (`FERROCX_CE_CHECK_CALLS`, on by default): rank 0 all-reduces f32, rank
 /// 1 i32 on windows; both get `Error::Mismatch` from `device_error` once the
 /// watchdogs compared the notes, and ce refuses later calls.
@@ -312,33 +356,52 @@ fn ce_ll_kernel_ends_when_a_rank_never_calls() {
     if !gpus() {
         return;
     }
-    let t = Instant::now();
-    let outs = run(
-        &["ce-hang"],
-        &[("FERROCX_TIMEOUT", "5")],
-        Duration::from_secs(120),
-    );
-    let o = &outs[0];
-    assert!(
-        o.ok()
-            && o.stdout.contains("ERROR after")
-            && (o.stdout.contains("(LL)) did not complete within 5s")
-                || o.stdout.contains("waited more than FERROCX_TIMEOUT")),
-        "rank 0: {}\n{}",
-        o.stdout,
-        o.stderr
-    );
-    assert!(
-        outs[1].ok(),
-        "rank 1: {}\n{}",
-        outs[1].stdout,
-        outs[1].stderr
-    );
-    assert!(
-        t.elapsed() < Duration::from_secs(60),
-        "took {:?}",
-        t.elapsed()
-    );
+    // The 4000-byte call as the LL kernel, then (LL off) as the Simple kernel.
+    for (kernel, ll) in [("LL", "1M"), ("Simple", "0")] {
+        let t = Instant::now();
+        let outs = run(
+            &["ce-hang"],
+            &[("FERROCX_TIMEOUT", "5"), ("FERROCX_CE_LL_BYTES", ll)],
+            Duration::from_secs(120),
+        );
+        let o = &outs[0];
+        assert!(
+            o.ok()
+                && o.stdout.contains("ERROR after")
+                && (o
+                    .stdout
+                    .contains(&format!("({kernel})) did not complete within 5s"))
+                    || o.stdout.contains("waited more than FERROCX_TIMEOUT")),
+            "{kernel}: rank 0: {}\n{}",
+            o.stdout,
+            o.stderr
+        );
+        assert!(
+            outs[1].ok(),
+            "{kernel}: rank 1: {}\n{}",
+            outs[1].stdout,
+            outs[1].stderr
+        );
+        // The error comes within the timeout and a little of the call; the
+        // whole run also pays the first communicator's kernel compile (cold:
+        // about a minute on a fresh machine).
+        let after: f64 = o
+            .stdout
+            .split("ERROR after ")
+            .nth(1)
+            .and_then(|r| r.split('s').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::MAX);
+        assert!(
+            after < 10.0,
+            "{kernel}: the error came {after}s after the call"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(180),
+            "{kernel}: took {:?}",
+            t.elapsed()
+        );
+    }
 }
 
 #[test]
@@ -382,11 +445,14 @@ fn ce_names_a_rank_killed_mid_collective() {
         return;
     }
     // all_gather (copies), all_reduce of 8 MiB (a reduction kernel reading
-    // the peers' windows), then of 4 KiB (the LL kernel) killed mid-flight.
-    for (coll, bytes) in [
-        ("all_gather", "8388608"),
-        ("all_reduce", "8388608"),
-        ("all_reduce", "4096"),
+    // the peers' windows: the Simple kernel off), then the same as the Simple
+    // kernel, then of 4 KiB (the LL kernel) killed mid-flight.
+    for (coll, bytes, simple) in [
+        ("all_gather", "8388608", "0"),
+        ("all_reduce", "8388608", "0"),
+        ("all_gather", "8388608", "32M"),
+        ("all_reduce", "8388608", "32M"),
+        ("all_reduce", "4096", "32M"),
     ] {
         let t = Instant::now();
         let outs = run_n(
@@ -401,7 +467,10 @@ fn ce_names_a_rank_killed_mid_collective() {
                 "--coll",
                 coll,
             ],
-            &[("FERROCX_TIMEOUT", "10")],
+            &[
+                ("FERROCX_TIMEOUT", "10"),
+                ("FERROCX_CE_SIMPLE_BYTES", simple),
+            ],
             Duration::from_secs(120),
         );
         assert_eq!(
@@ -418,8 +487,24 @@ fn ce_names_a_rank_killed_mid_collective() {
                 o.stderr
             );
         }
+        // The error within seconds of the kill; the whole run may also pay the
+        // first communicator's kernel compile (cold: about a minute).
+        for o in outs.iter().filter(|o| o.rank != 1) {
+            let after = o
+                .stdout
+                .split("iterations, ")
+                .nth(1)
+                .and_then(|r| r.split('s').next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(f64::MAX);
+            assert!(
+                after < 20.0,
+                "{coll}: rank {}: the error came {after}s into the loop",
+                o.rank
+            );
+        }
         assert!(
-            t.elapsed() < Duration::from_secs(40),
+            t.elapsed() < Duration::from_secs(180),
             "{coll}: took {:?}",
             t.elapsed()
         );

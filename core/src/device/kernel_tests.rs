@@ -211,6 +211,11 @@ fn sources_compile_with_nvrtc() {
                 Some(ll) => assert!(text.contains(&format!(".entry {ll}(")), "{ll}: {text}"),
                 None => assert!(!text.contains(".entry ferrocx_ll_"), "{name}"),
             }
+            // So does the Simple one.
+            match simple_name(dtype, kind) {
+                Some(sp) => assert!(text.contains(&format!(".entry {sp}(")), "{sp}: {text}"),
+                None => assert!(!text.contains(".entry ferrocx_simple_"), "{name}"),
+            }
             assert!(
                 !text.contains("__local_depot"),
                 "{name} uses local memory:\n{text}"
@@ -237,4 +242,50 @@ fn sources_compile_with_nvrtc() {
     // An architecture newer than any this NVRTC knows falls back to PTX.
     let c = compile(nvrtc, 999, Image::Auto, DataType::F32, Kind::Sum).unwrap();
     assert!(c.what.starts_with("PTX"), "{}", c.what);
+}
+
+/// NVRTC 12+ compiles from several threads at once (`Kernels::prepare_all`
+/// compiles a communicator's modules 8 wide): the same sources compiled on
+/// four threads give the very images compiled one by one.
+#[test]
+fn concurrent_compiles_give_the_same_images() {
+    let nvrtc = match Nvrtc::get() {
+        Ok(n) => n,
+        Err(e) => {
+            ferrocx_sdk::cuda::skip_notice(&e.to_string());
+            return;
+        }
+    };
+    let sources: Vec<String> = DataType::ALL
+        .iter()
+        .flat_map(|&d| [RedOp::Sum, RedOp::Max].map(|o| reduce_source(d, o)))
+        .collect();
+    let opts = ["--gpu-architecture=compute_80"];
+    let one_by_one: Vec<Vec<u8>> = sources
+        .iter()
+        .map(|s| nvrtc.compile(s, "k.cu", &opts).unwrap())
+        .collect();
+    let at_once: Vec<Vec<u8>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = sources
+            .chunks(sources.len().div_ceil(4))
+            .map(|part| {
+                sc.spawn(move || {
+                    part.iter()
+                        .map(|s| nvrtc.compile(s, "k.cu", &opts).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    assert_eq!(one_by_one.len(), at_once.len());
+    for (i, (a, b)) in one_by_one.iter().zip(&at_once).enumerate() {
+        assert!(
+            a == b,
+            "source {i}: the image differs when compiled alongside others"
+        );
+    }
 }

@@ -6,7 +6,7 @@ use crate::flags::Flags;
 use crate::issue::{self, Xfer};
 use crate::notes;
 use crate::plan::{self, Batching, Buf, Shape};
-use crate::select::{self, Agreed, Window};
+use crate::select::{self, Agreed, Exchange, Window};
 use crate::setup::{self, Hello};
 use crate::sync::{FlagLayout, Mode, Sequencer, Step};
 use crate::watch::Expect;
@@ -38,6 +38,8 @@ pub struct CeComm {
     red: Agreed,
     /// LL kernels launched (equal on every rank: routes are).
     ll_calls: u64,
+    /// Whether an exchange kernel was launched (the watchdog was told).
+    exchanged: bool,
     dev: Arc<dyn Device>,
 }
 
@@ -161,7 +163,9 @@ fn reduce_setup(
     // are on. (Ranks sharing a GPU run it too — 4 ranks on 2 GPUs passed the
     // matrix — but their spinning kernels take turns on it: slow, correct.)
     // FERROCX_CE_LL_BYTES is equal on every rank (the hello checked it).
+    // So does the Simple kernel (FERROCX_CE_SIMPLE_BYTES equal everywhere too).
     let ll_bytes = if on { cfg.ll_bytes } else { 0 };
+    let simple_bytes = if on { cfg.simple_bytes } else { 0 };
     let red = Agreed {
         on,
         scratch,
@@ -169,6 +173,7 @@ fn reduce_setup(
         stage,
         check_calls,
         ll_bytes,
+        simple_bytes,
     };
     Ok((kernels.filter(|_| on), red))
 }
@@ -215,6 +220,12 @@ impl CeComm {
         let layout = FlagLayout {
             nranks,
             ll_bytes: cfg.ll_bytes,
+            // No rings where the Simple kernel never runs (equal on every rank).
+            simple_slot: if cfg.simple_bytes > 0 {
+                cfg.simple_slot
+            } else {
+                0
+            },
         };
         let local = local_setup(info, layout, cfg.scratch_bytes);
         let hello = match &local {
@@ -270,6 +281,7 @@ impl CeComm {
                 kernels,
                 red,
                 ll_calls: 0,
+                exchanged: false,
                 dev,
             }),
             (started, agreed, extras) => {
@@ -382,19 +394,20 @@ impl CeComm {
         let capturing = d.capturing || unsafe { driver::is_capturing(stream) }?;
         let mode = if capturing { Mode::Graph } else { Mode::Eager };
         // The bid saw the core's capture flag; a stream captured without it
-        // still gets no LL kernel (see select::ll).
-        let route = if route.ll && capturing {
-            let no_ll = Agreed {
+        // still gets no exchange kernel (see select::exchange).
+        let route = if route.kernel.is_some() && capturing {
+            let none = Agreed {
                 ll_bytes: 0,
+                simple_bytes: 0,
                 ..self.agreed()
             };
-            select::route(self.rank, self.nranks, &no_ll, d).map_err(invalid)?
+            select::route(self.rank, self.nranks, &none, d).map_err(invalid)?
         } else {
             route
         };
-        if route.ll {
+        if let Some(kernel) = route.kernel {
             // SAFETY: the caller's contract.
-            return unsafe { self.launch_ll(d, mode, stream) };
+            return unsafe { self.launch_exchange(d, mode, stream, kernel) };
         }
         let shape = Shape {
             coll: d.coll,
@@ -585,20 +598,21 @@ impl CeComm {
         }
     }
 
-    /// A small call as one LL kernel (`ll.rs`): nothing but the kernel goes
-    /// on the stream; the watchdog tracks it like any eager collective (its
-    /// release raises the kernel's abort word).
+    /// A call as one exchange kernel (LL or Simple, `ll.rs`): nothing but the
+    /// kernel goes on the stream; the watchdog tracks it like any eager
+    /// collective (its release raises the kernels' abort word).
     ///
     /// # Safety
     /// As [`launch`](Self::launch); the device is bound.
-    unsafe fn launch_ll(
+    unsafe fn launch_exchange(
         &mut self,
         d: &CollDesc<'_, Window>,
         mode: Mode,
         stream: sys::CUstream,
+        kernel: Exchange,
     ) -> PluginResult<()> {
         // SAFETY: the caller's contract.
-        let r = unsafe { self.queue_ll(d, mode, stream) };
+        let r = unsafe { self.queue_exchange(d, mode, stream, kernel) };
         if let Err(e) = &r {
             // The peers' kernels wait for this rank's lines, and the kernels pair
             // calls by count: as any launch that fails part way, the communicator
@@ -608,19 +622,25 @@ impl CeComm {
         r
     }
 
-    /// [`launch_ll`](Self::launch_ll) without the break.
+    /// [`launch_exchange`](Self::launch_exchange) without the break.
     ///
     /// # Safety
     /// As [`launch`](Self::launch); the device is bound.
-    unsafe fn queue_ll(
+    unsafe fn queue_exchange(
         &mut self,
         d: &CollDesc<'_, Window>,
         mode: Mode,
         stream: sys::CUstream,
+        kernel: Exchange,
     ) -> PluginResult<()> {
         use ferrocx_sdk::kernels::ll::LlArgs;
+        use ferrocx_sdk::kernels::simple::{self, SimpleArgs};
         let block = d.count * d.elem;
-        let what = format!("{} (LL)", what(d));
+        let name = match kernel {
+            Exchange::Ll => "LL",
+            Exchange::Simple => "Simple",
+        };
+        let what = format!("{} ({name})", what(d));
         let flags = self
             .flags
             .as_ref()
@@ -628,7 +648,7 @@ impl CeComm {
         let k = self
             .kernels
             .as_ref()
-            .ok_or_else(|| PluginError::internal("an LL call without kernels"))?;
+            .ok_or_else(|| PluginError::internal("an exchange call without kernels"))?;
         let (t, o) = select::kernel_types(d).map_err(PluginError::invalid)?;
         let m = crate::ll::moves(
             d.coll,
@@ -638,7 +658,9 @@ impl CeComm {
             d.send as u64,
             d.recv as u64,
         )
-        .ok_or_else(|| PluginError::internal(format!("no LL kernel for {}", d.coll.name())))?;
+        .ok_or_else(|| {
+            PluginError::internal(format!("no exchange kernel for {}", d.coll.name()))
+        })?;
         let elem = d.elem.max(1) as u64;
         let sends = d.coll != Coll::Broadcast || d.root == self.rank;
         for (p, used) in [(m.input, sends), (m.output, true)] {
@@ -676,16 +698,47 @@ impl CeComm {
             // SAFETY: the caller's contract; the device is bound.
             unsafe { self.watchdog.order(stream) }?;
         }
-        if self.ll_calls == 0 {
+        if !self.exchanged {
             // Once per communicator: the watchdog reads the error word from then on.
             self.watchdog.ll_launched();
+            self.exchanged = true;
         }
-        // SAFETY: every address in `args` is this rank's buffers (checked above,
-        // valid per the caller's contract) or a flag buffer mapped until
-        // comm_destroy; every rank of the call routes it to the LL kernel alike
-        // (select::route) with the same segment, mode, root and area; the stream
-        // per the caller.
-        let r = unsafe { k.ll(t, o, &args, stream) };
+        let r = match kernel {
+            // SAFETY: every address in `args` is this rank's buffers (checked
+            // above, valid per the caller's contract) or a flag buffer mapped
+            // until comm_destroy; every rank of the call routes it to the LL
+            // kernel alike (select::route) with the same segment, mode, root and
+            // area; the stream per the caller.
+            Exchange::Ll => unsafe { k.ll(t, o, &args, stream) },
+            Exchange::Simple => {
+                let slot = layout.simple_slot;
+                let sp = SimpleArgs {
+                    bases: args.bases,
+                    region_off: layout.simple_offset() as u64,
+                    note_off: args.note_off,
+                    note: args.note,
+                    input: args.input,
+                    output: args.output,
+                    ctl: args.ctl,
+                    send_stride: args.send_stride,
+                    out_stride: args.out_stride,
+                    seg: args.seg,
+                    chunk: simple::chunk_bytes(block, slot) as u64,
+                    slot: slot as u64,
+                    timeout_ns: args.timeout_ns,
+                    rank: args.rank,
+                    nranks: args.nranks,
+                    mode: args.mode,
+                    root: args.root,
+                    overlap: m.overlap(self.rank, self.nranks, block, sends) as i32,
+                    pad: 0,
+                };
+                // SAFETY: as above, with the Simple regions (mapped until
+                // comm_destroy, of the agreed slot on every rank) and the same
+                // segment and chunk on every rank.
+                unsafe { k.simple(t, o, &sp, self.cfg.simple_blocks, stream) }
+            }
+        };
         if let Err(e) = r {
             let e = issue::kernel_error(e);
             return Err(PluginError::new(
@@ -698,7 +751,9 @@ impl CeComm {
                 ),
             ));
         }
-        self.ll_calls += 1;
+        if kernel == Exchange::Ll {
+            self.ll_calls += 1;
+        }
         if mode == Mode::Eager {
             // SAFETY: as above.
             unsafe { self.watchdog.track(stream, d.seq, what, Vec::new(), note) }?;

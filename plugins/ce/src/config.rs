@@ -11,11 +11,15 @@
 //! | `FERROCX_CE_CHECK_CALLS` | `FERROCX_CHECK_CALLS` (`1`) | `1`: each rank writes a note of every eager call (its number, collective, type, operator, count, root) into its peers' flag buffers with its ready flag, and the watchdog compares them once the call completed: a mismatch breaks the communicator with the core's "mismatched calls" error, both calls named, on every rank (`notes.rs`); `0`: not checked |
 //! | `FERROCX_CE_STAGE` | `auto` | stage calls whose buffers are not in windows (and alltoall while it fits) through the scratch: `1` yes, `0` no, `auto` unless ce's check alone is off (`FERROCX_CE_CHECK_CALLS=0` with `FERROCX_CHECK_CALLS` on): the core's path these calls would otherwise take checks them |
 //! | `FERROCX_CE_LL_BYTES` | `1M` | all_reduce and reduce_scatter (not avg), all_gather, alltoall and broadcast whose block is at most this many bytes run as one LL kernel ([`ferrocx_sdk::kernels::ll`]: the data goes into the peers' mapped memory with the flag in it; no barrier, no staging, no windows needed); at most 1 MiB; it sizes the LL areas (2 × nranks × 2 × this bytes of device memory per rank, in the flag buffer); `0`: never. Every rank must set the same value |
+//! | `FERROCX_CE_SIMPLE_BYTES` | `auto` | the same collectives whose block is above the LL kernel's limit and at most this many bytes (all_reduce: block × nranks ≤ 2 × this, as one-shot; `auto`: each collective's measured limit at 2 ranks and above, `select::SIMPLE_TABLE`) run as one Simple kernel ([`ferrocx_sdk::kernels::simple`]: chunks through slot rings in the peers' mapped memory, a flag per chunk; no barrier, no staging, no windows needed); `0`: never. Every rank must set the same value |
+//! | `FERROCX_CE_SIMPLE_SLOT` | `64K` | bytes of one slot of the Simple kernel's rings, the largest chunk (a multiple of 16, 16 B–16 MiB); the rings take nranks × 128 × this bytes of device memory per rank (8 MiB at 1 rank of 64K, in the flag buffer, only when `FERROCX_CE_SIMPLE_BYTES` is not 0). Every rank must set the same value |
+//! | `FERROCX_CE_SIMPLE_BLOCKS` | `64` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once. This rank's alone (chunks do not depend on it) |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
 //!
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
 //! decide what every rank does (its bid, how many barriers a collective
-//! has), and `FERROCX_CE_LL_BYTES` the flag buffers' layout, so `comm_init`
+//! has), and `FERROCX_CE_LL_BYTES`, `FERROCX_CE_SIMPLE_BYTES` and
+//! `FERROCX_CE_SIMPLE_SLOT` the flag buffers' layout and the kernels' routes, so `comm_init`
 //! checks that every rank read the same values and sits the communicator
 //! out, naming the variable, when they differ.
 //! `FERROCX_CE_REDUCE` and `FERROCX_CE_ONESHOT_BYTES` are agreed the same
@@ -30,6 +34,11 @@ pub const DEFAULT_PRIORITY: i32 = 2 * FX_COLL_CORE_PRIORITY;
 pub const LL_MAX_BYTES: usize = 1 << 20;
 /// Default `FERROCX_CE_LL_BYTES`.
 pub const DEFAULT_LL_BYTES: usize = 1 << 20;
+/// `FERROCX_CE_SIMPLE_BYTES=auto` (the default): each collective's measured
+/// limit (`select::SIMPLE_TABLE`).
+pub const SIMPLE_AUTO: usize = usize::MAX;
+/// Largest `FERROCX_CE_SIMPLE_SLOT`.
+pub const SIMPLE_SLOT_MAX: usize = 16 << 20;
 /// Default copies per batch (NCCL's intra-batch sync frequency).
 pub const DEFAULT_BATCH: usize = 8;
 /// Default size from which a collective is split into batches (NCCL's threshold).
@@ -60,6 +69,12 @@ pub struct Config {
     pub stage: bool,
     /// `FERROCX_CE_LL_BYTES`: the largest block run by the LL kernel.
     pub ll_bytes: usize,
+    /// `FERROCX_CE_SIMPLE_BYTES`: the largest block run by the Simple kernel.
+    pub simple_bytes: usize,
+    /// `FERROCX_CE_SIMPLE_SLOT`: bytes per slot of its rings.
+    pub simple_slot: usize,
+    /// `FERROCX_CE_SIMPLE_BLOCKS`: most sending blocks of a Simple kernel.
+    pub simple_blocks: usize,
     /// `FERROCX_CE_CHECK_CALLS`: notes on every eager call.
     pub check_calls: bool,
     /// `stage` holds only if ce's check ends up on (auto with the core's check on).
@@ -78,6 +93,9 @@ impl Default for Config {
             scratch_bytes: DEFAULT_SCRATCH_BYTES,
             stage: true,
             ll_bytes: DEFAULT_LL_BYTES,
+            simple_bytes: SIMPLE_AUTO,
+            simple_slot: ferrocx_sdk::kernels::simple::DEFAULT_SLOT,
+            simple_blocks: ferrocx_sdk::kernels::simple::TARGET_BLOCKS,
             check_calls: true,
             stage_needs_check: true,
         }
@@ -113,9 +131,32 @@ impl Config {
                 "FERROCX_CE_LL_BYTES={ll_bytes}: at most {LL_MAX_BYTES} (the LL areas' size)"
             )));
         }
+        let simple_slot = env::unsigned(&lookup, "FERROCX_CE_SIMPLE_SLOT", d.simple_slot)?;
+        if simple_slot == 0 || !simple_slot.is_multiple_of(16) || simple_slot > SIMPLE_SLOT_MAX {
+            return Err(PluginError::invalid(format!(
+                "FERROCX_CE_SIMPLE_SLOT={simple_slot}: a multiple of 16 bytes, from 16 to {SIMPLE_SLOT_MAX}"
+            )));
+        }
         Ok(Config {
             priority,
             ll_bytes,
+            simple_bytes: match lookup("FERROCX_CE_SIMPLE_BYTES") {
+                Some(v) if v.trim().eq_ignore_ascii_case("auto") => SIMPLE_AUTO,
+                _ => env::unsigned(&lookup, "FERROCX_CE_SIMPLE_BYTES", d.simple_bytes)?,
+            },
+            simple_slot,
+            simple_blocks: match env::unsigned(
+                &lookup,
+                "FERROCX_CE_SIMPLE_BLOCKS",
+                d.simple_blocks,
+            )? {
+                0 => {
+                    return Err(PluginError::invalid(
+                        "FERROCX_CE_SIMPLE_BLOCKS=0: a kernel has at least one sending block",
+                    ))
+                }
+                b => b,
+            },
             batch,
             batch_bytes: env::unsigned(&lookup, "FERROCX_CE_BATCH_BYTES", d.batch_bytes)?,
             memcpy_batch: env::boolean(&lookup, "FERROCX_CE_MEMCPY_BATCH", d.memcpy_batch)?,
@@ -158,6 +199,9 @@ mod tests {
             ("FERROCX_CE_STAGE", "1"),
             ("FERROCX_CE_CHECK_CALLS", "1"),
             ("FERROCX_CE_LL_BYTES", "4K"),
+            ("FERROCX_CE_SIMPLE_BYTES", "8M"),
+            ("FERROCX_CE_SIMPLE_SLOT", "4K"),
+            ("FERROCX_CE_SIMPLE_BLOCKS", "32"),
         ])
         .unwrap();
         assert_eq!(
@@ -172,12 +216,18 @@ mod tests {
                 scratch_bytes: 0,
                 stage: true,
                 ll_bytes: 4096,
+                simple_bytes: 8 << 20,
+                simple_slot: 4096,
+                simple_blocks: 32,
                 check_calls: true,
                 stage_needs_check: false,
             }
         );
         // auto: staging unless ce's check alone is off (the core's path checks).
         assert!(with(&[]).unwrap().stage && with(&[]).unwrap().check_calls);
+        assert_eq!(with(&[]).unwrap().simple_bytes, SIMPLE_AUTO);
+        let auto = with(&[("FERROCX_CE_SIMPLE_BYTES", " Auto ")]).unwrap();
+        assert_eq!(auto.simple_bytes, SIMPLE_AUTO);
         assert!(!with(&[("FERROCX_CE_CHECK_CALLS", "0")]).unwrap().stage);
         let off = with(&[("FERROCX_CHECK_CALLS", "0")]).unwrap();
         assert!(
@@ -226,6 +276,11 @@ mod tests {
                 ("FERROCX_CE_STAGE", "sometimes"),
                 ("FERROCX_CE_CHECK_CALLS", "2"),
                 ("FERROCX_CE_LL_BYTES", "1048577"),
+                ("FERROCX_CE_SIMPLE_BYTES", "big"),
+                ("FERROCX_CE_SIMPLE_SLOT", "0"),
+                ("FERROCX_CE_SIMPLE_SLOT", "100"),
+                ("FERROCX_CE_SIMPLE_SLOT", "32M"),
+                ("FERROCX_CE_SIMPLE_BLOCKS", "0"),
             ],
         );
     }

@@ -34,6 +34,40 @@ pub struct Moves {
     pub out_stride: u64,
 }
 
+impl Moves {
+    /// Whether rank `me`'s kernel writes output bytes that it also sends
+    /// from its input (all_reduce and alltoall in place): the Simple kernel,
+    /// whose sending and receiving blocks run apart, then writes a chunk only
+    /// after it was sent. `sends`: whether the rank sends data (a broadcast's
+    /// non-roots do not).
+    pub fn overlap(&self, me: usize, nranks: usize, block: usize, sends: bool) -> bool {
+        let b = block as u64;
+        let seg = |base: u64, stride: u64, r: usize| {
+            let at = base + r as u64 * stride;
+            (at, at + b)
+        };
+        let others = (0..nranks).filter(|&r| r != me);
+        let sent: Vec<(u64, u64)> = if sends {
+            others
+                .clone()
+                .map(|q| seg(self.input, self.send_stride, q))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let written: Vec<(u64, u64)> = match self.mode {
+            MODE_GATHER => others
+                .map(|r| seg(self.output, self.out_stride, r))
+                .collect(),
+            // The root writes its own input only where it is not its output.
+            MODE_BROADCAST if sends && self.output == self.input => Vec::new(),
+            _ => vec![seg(self.output, 0, 0)],
+        };
+        sent.iter()
+            .any(|&(s0, s1)| written.iter().any(|&(w0, w1)| s0 < w1 && w0 < s1))
+    }
+}
+
 /// The kernel's moves for `coll` on rank `me` with blocks of `block` bytes
 /// (`send`, `recv`: the descriptor's buffers), or `None` for a collective the
 /// kernel does not run.
@@ -175,6 +209,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Only all_reduce and alltoall in place write what they send.
+    #[test]
+    fn overlap_is_in_place_all_reduce_and_alltoall() {
+        let (send, recv) = (0x1000u64, 0x9000u64);
+        for n in 2..=4 {
+            for me in 0..n {
+                for coll in [
+                    Coll::AllReduce,
+                    Coll::ReduceScatter,
+                    Coll::AllGather,
+                    Coll::AllToAll,
+                    Coll::Broadcast,
+                ] {
+                    for in_place in [false, true] {
+                        let s = if in_place { recv } else { send };
+                        let m = moves(coll, me, 64, in_place, s, recv).unwrap();
+                        let sends = coll != Coll::Broadcast || me == 0;
+                        let want = in_place && matches!(coll, Coll::AllReduce | Coll::AllToAll);
+                        assert_eq!(
+                            m.overlap(me, n, 64, sends),
+                            want,
+                            "{coll:?} n={n} me={me} in_place={in_place}"
+                        );
+                    }
+                }
+            }
+        }
+        // One rank sends nothing: nothing to wait for.
+        let m = moves(Coll::AllReduce, 0, 64, true, recv, recv).unwrap();
+        assert!(!m.overlap(0, 1, 64, true));
     }
 
     #[test]

@@ -110,6 +110,106 @@ pub struct Agreed {
     /// The largest block the LL kernel runs (`FERROCX_CE_LL_BYTES`, the
     /// smallest of the ranks'; 0 without the kernels).
     pub ll_bytes: usize,
+    /// The largest block the Simple kernel runs (`FERROCX_CE_SIMPLE_BYTES`,
+    /// equal on every rank; 0 without the kernels).
+    pub simple_bytes: usize,
+}
+
+impl Agreed {
+    /// What ranks that all read `cfg` and all have the reduction kernels
+    /// agree on (for [`table`]: a communicator's own comes from its setup).
+    pub fn assumed(cfg: &crate::config::Config) -> Agreed {
+        Agreed {
+            on: cfg.reduce,
+            scratch: cfg.scratch_bytes,
+            stage: cfg.stage,
+            check_calls: cfg.check_calls,
+            one_shot_bytes: cfg.one_shot_bytes,
+            ll_bytes: if cfg.reduce { cfg.ll_bytes } else { 0 },
+            simple_bytes: if cfg.reduce { cfg.simple_bytes } else { 0 },
+        }
+    }
+}
+
+/// ce's selection table: for each collective it runs, the route [`route`]
+/// takes at each block size of `sizes` (bytes per rank, f32 elements) on
+/// `nranks` ranks that agreed on `red`, for buffers outside windows and
+/// inside them — the LL or Simple kernel, a barrier route (staged, on the
+/// windows, one- or two-shot), or why ce leaves it to the core. What
+/// `fxinfo` prints; the knobs that move its boundaries are those of
+/// `config.rs`.
+pub fn table(nranks: usize, red: &Agreed, sizes: &[usize]) -> Vec<(String, Vec<String>)> {
+    let biggest = sizes.iter().max().copied().unwrap_or(0) as u64 * nranks.max(1) as u64;
+    let w = Window {
+        base: 0x1000,
+        bytes: biggest + 64,
+        peer_bases: vec![0x1000; nranks],
+    };
+    let colls = [
+        Coll::AllReduce,
+        Coll::ReduceScatter,
+        Coll::AllGather,
+        Coll::AllToAll,
+        Coll::Broadcast,
+        Coll::Gather,
+        Coll::Scatter,
+    ];
+    let mut rows = Vec::new();
+    for windows in [false, true] {
+        for coll in colls {
+            let cells = sizes
+                .iter()
+                .map(|&b| {
+                    let win = windows.then_some(&w);
+                    let d = CollDesc {
+                        coll,
+                        dtype: ferrocx_sdk::abi::FX_TYPE_F32,
+                        elem: 4,
+                        op: 0,
+                        root: 0,
+                        count: (b / 4).max(1),
+                        mem: MemKind::Cuda,
+                        in_place: false,
+                        capturing: false,
+                        send: std::ptr::null(),
+                        recv: std::ptr::null_mut(),
+                        send_win: win.map(|win| WindowRef { win, offset: 0 }),
+                        recv_win: win.map(|win| WindowRef { win, offset: 0 }),
+                        seq: 0,
+                    };
+                    match bid_route(1, 0, nranks, red, &d) {
+                        Ok((_, Some(r))) => route_name(&r, windows),
+                        Ok((_, None)) => "-".into(),
+                        Err(_) => "core".into(),
+                    }
+                })
+                .collect();
+            let place = if windows { "windows" } else { "buffers" };
+            rows.push((format!("{:<15} {place}", coll.name()), cells));
+        }
+    }
+    rows
+}
+
+/// A route in a few words.
+fn route_name(r: &Route, windows: bool) -> String {
+    match (r.kernel, r.staged, r.one_shot) {
+        (Some(Exchange::Ll), ..) => "LL".into(),
+        (Some(Exchange::Simple), ..) => "Simple".into(),
+        (None, true, _) => "staged".into(),
+        (None, false, true) => "one-shot".into(),
+        (None, false, false) if windows => "windows".into(),
+        (None, false, false) => "two-shot".into(),
+    }
+}
+
+/// Which exchange kernel runs a call whole (neither windows nor staging).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exchange {
+    /// [`ferrocx_sdk::kernels::ll`]: flags in the data, small blocks.
+    Ll,
+    /// [`ferrocx_sdk::kernels::simple`]: chunks and a flag per chunk.
+    Simple,
 }
 
 /// How ce runs a call it bids for.
@@ -119,26 +219,85 @@ pub struct Route {
     pub staged: bool,
     /// all_reduce one-shot on windows ([`plan::Shape::one_shot`]).
     pub one_shot: bool,
-    /// One LL kernel ([`ferrocx_sdk::kernels::ll`]): neither windows nor
-    /// staging.
-    pub ll: bool,
+    /// One exchange kernel: neither windows nor staging.
+    pub kernel: Option<Exchange>,
 }
 
-/// Whether the LL kernel runs `d` (a block of at most `ll_bytes`; avg's
-/// division is a step of its own, so not avg). Not while capturing: the
-/// kernels of one communicator share a call counter and must not overlap,
-/// which a graph replayed beside eager calls (or a graph's forked streams)
-/// would make them do. Outside windows only where staging is allowed, the
-/// gate that keeps unchecked calls on the core's checked path.
-fn ll(me: usize, nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> bool {
-    let fits = d.count.saturating_mul(d.elem) <= red.ll_bytes
-        && nranks <= ferrocx_sdk::kernels::ll::MAX_RANKS;
+/// The largest block the Simple kernel runs per collective with
+/// `FERROCX_CE_SIMPLE_BYTES=auto` (the default), at 2 ranks and at more;
+/// the barrier routes (or the core) above it.
+///
+/// At 2 ranks, measured on 2 × H100 (NVLink) against the barrier routes,
+/// 16 MiB–512 MiB both ways (`bench/results/2026-11-26-h100x2-simple/run4`):
+/// the kernel was ahead or within noise at every size up to these; past
+/// them the copy engines were ahead (broadcast from 64 MiB: 397 µs vs 433 at
+/// 128 MiB; all_gather from 256 MiB total) or it was not measured.
+///
+/// At 4 ranks on 4 H100s (`bench/results/2026-11-26-h100x4-simple/run1`)
+/// every rank's one-shot all_reduce sends its whole input to every peer and
+/// the broadcast root sends to each peer in turn: 0.40–0.75× NCCL from 2 MiB
+/// (all_reduce) and 0.36–0.58× from 8 MiB (broadcast), so above 2 ranks
+/// all_reduce never takes the kernel and broadcast only to 2 MiB (1.31× NCCL
+/// there). all_gather, reduce_scatter and alltoall keep their 2-rank limits
+/// (0.8–0.95× NCCL from 8 MiB at 4 ranks; the barrier routes there are not
+/// measured yet).
+pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
+    (Coll::AllReduce, 512 << 20, 0),
+    (Coll::ReduceScatter, 256 << 20, 256 << 20),
+    (Coll::AllGather, 64 << 20, 64 << 20),
+    (Coll::AllToAll, 256 << 20, 256 << 20),
+    (Coll::Broadcast, 32 << 20, 2 << 20),
+];
+
+/// The largest block of `coll` the Simple kernel runs on `nranks` ranks at
+/// `simple_bytes` (`FERROCX_CE_SIMPLE_BYTES`: a number, or `auto`:
+/// [`SIMPLE_TABLE`]).
+pub fn simple_limit(coll: Coll, nranks: usize, simple_bytes: usize) -> usize {
+    if simple_bytes != crate::config::SIMPLE_AUTO {
+        return simple_bytes;
+    }
+    SIMPLE_TABLE
+        .iter()
+        .find(|(c, ..)| *c == coll)
+        .map_or(0, |&(_, two, more)| if nranks <= 2 { two } else { more })
+}
+
+/// The exchange kernel that runs `d`, if one does: the LL kernel for a block
+/// of at most `ll_bytes`, the Simple kernel above it up to its limit
+/// ([`simple_limit`]; all_reduce: block × nranks ≤ 2 × the limit, as
+/// one-shot: every rank sends its whole input to every peer); not avg (its division is a step of
+/// its own). Not while capturing: the kernels of one communicator share
+/// control words and must not overlap, which a graph replayed beside eager
+/// calls (or a graph's forked streams) would make them do. Outside windows
+/// only where staging is allowed, the gate that keeps unchecked calls on the
+/// core's checked path.
+fn exchange(me: usize, nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exchange> {
     let kind = match d.coll {
         Coll::AllReduce | Coll::ReduceScatter => d.op != ferrocx_sdk::abi::FX_OP_AVG,
         Coll::AllGather | Coll::AllToAll | Coll::Broadcast => true,
         _ => false,
     };
-    red.on && fits && kind && !d.capturing && (red.stage || in_windows(me, d))
+    let usable = red.on
+        && kind
+        && !d.capturing
+        && nranks <= ferrocx_sdk::kernels::ll::MAX_RANKS
+        && (red.stage || in_windows(me, d));
+    if !usable {
+        return None;
+    }
+    let block = d.count.saturating_mul(d.elem);
+    let limit = simple_limit(d.coll, nranks, red.simple_bytes);
+    let simple = match d.coll {
+        Coll::AllReduce => block.saturating_mul(nranks) <= limit.saturating_mul(2),
+        _ => block <= limit,
+    };
+    if block <= red.ll_bytes {
+        Some(Exchange::Ll)
+    } else if simple {
+        Some(Exchange::Simple)
+    } else {
+        None
+    }
 }
 
 /// Whether this rank's buffers that `d` uses lie in windows. In a rooted
@@ -168,7 +327,8 @@ fn in_windows(me: usize, d: &CollDesc<'_, Window>) -> bool {
 ///
 /// Before all of these: all_reduce and reduce_scatter (not avg), all_gather,
 /// alltoall and broadcast whose block is at most `FERROCX_CE_LL_BYTES` run
-/// as one LL kernel, windows or not.
+/// as one LL kernel, and up to `FERROCX_CE_SIMPLE_BYTES` as one Simple
+/// kernel, windows or not (`exchange`).
 pub fn route(
     me: usize,
     nranks: usize,
@@ -176,9 +336,9 @@ pub fn route(
     d: &CollDesc<'_, Window>,
 ) -> Result<Route, String> {
     reductions_usable(red, d)?;
-    if ll(me, nranks, red, d) {
+    if let Some(k) = exchange(me, nranks, red, d) {
         return Ok(Route {
-            ll: true,
+            kernel: Some(k),
             ..Route::default()
         });
     }
@@ -224,7 +384,7 @@ pub fn route(
     Ok(Route {
         staged,
         one_shot,
-        ll: false,
+        kernel: None,
     })
 }
 
@@ -264,7 +424,7 @@ pub fn bid_route(
         return Ok((priority, None));
     }
     let route = route(me, nranks, red, d)?;
-    if route.staged || route.ll {
+    if route.staged || route.kernel.is_some() {
         return Ok((priority, Some(route)));
     }
     let block = d
@@ -314,6 +474,7 @@ mod tests {
         stage: true,
         check_calls: false,
         ll_bytes: 0,
+        simple_bytes: 0,
     };
 
     fn win(bytes: u64) -> Window {
@@ -572,7 +733,9 @@ mod tests {
     fn small_blocks_take_the_ll_kernel() {
         let w = win(1 << 20);
         let red = Agreed { ll_bytes: 64, ..ON };
-        let ll = |d: &CollDesc<'_, Window>, red: &Agreed| route(0, 2, red, d).map(|r| r.ll);
+        let ll = |d: &CollDesc<'_, Window>, red: &Agreed| {
+            route(0, 2, red, d).map(|r| r.kernel == Some(Exchange::Ll))
+        };
         for coll in [
             Coll::AllReduce,
             Coll::ReduceScatter,
@@ -588,8 +751,8 @@ mod tests {
             }
             let d = desc(coll, 16, None, None);
             assert_eq!(
-                bid_route(7, 0, 2, &red, &d).map(|(p, r)| (p, r.map(|r| r.ll))),
-                Ok((7, Some(true)))
+                bid_route(7, 0, 2, &red, &d).map(|(p, r)| (p, r.and_then(|r| r.kernel))),
+                Ok((7, Some(Exchange::Ll)))
             );
             assert_ne!(
                 ll(&d, &Agreed { ll_bytes: 0, ..red }),
@@ -601,7 +764,11 @@ mod tests {
                 Ok(true),
                 "{coll:?}: no kernels"
             );
-            assert_ne!(route(0, 17, &red, &d).map(|r| r.ll), Ok(true), "17 ranks");
+            assert_ne!(
+                route(0, 17, &red, &d).map(|r| r.kernel),
+                Ok(Some(Exchange::Ll)),
+                "17 ranks"
+            );
             // Not while capturing; outside windows not without staging (the check's gate).
             let mut cap = desc(coll, 16, None, None);
             cap.capturing = true;
@@ -620,5 +787,143 @@ mod tests {
         for coll in [Coll::Gather, Coll::Scatter] {
             assert_ne!(ll(&desc(coll, 4, None, None), &red), Ok(true), "{coll:?}");
         }
+    }
+
+    /// Above the LL kernel's limit and up to `simple_bytes` (all_reduce:
+    /// block × n ≤ 2 × that), the same collectives take the Simple kernel,
+    /// under the same gates; above it the barrier routes.
+    #[test]
+    fn mid_blocks_take_the_simple_kernel() {
+        let w = win(1 << 20);
+        let red = Agreed {
+            ll_bytes: 64,
+            simple_bytes: 256,
+            ..ON
+        };
+        let k = |n: usize, d: &CollDesc<'_, Window>, red: &Agreed| {
+            route(0, n, red, d).map(|r| r.kernel)
+        };
+        for coll in [
+            Coll::AllReduce,
+            Coll::ReduceScatter,
+            Coll::AllGather,
+            Coll::AllToAll,
+            Coll::Broadcast,
+        ] {
+            for (sw, rw) in [(None, None), (Some(&w), Some(&w))] {
+                assert_eq!(k(2, &desc(coll, 16, sw, rw), &red), Ok(Some(Exchange::Ll)));
+                assert_eq!(
+                    k(2, &desc(coll, 17, sw, rw), &red),
+                    Ok(Some(Exchange::Simple)),
+                    "{coll:?} 68 B"
+                );
+                assert_eq!(
+                    k(2, &desc(coll, 64, sw, rw), &red),
+                    Ok(Some(Exchange::Simple)),
+                    "{coll:?} 256 B"
+                );
+                assert_ne!(
+                    k(2, &desc(coll, 65, sw, rw), &red).ok().flatten(),
+                    Some(Exchange::Simple),
+                    "{coll:?} 260 B"
+                );
+            }
+            // all_reduce scales as one-shot: 4 ranks take half the block.
+            let at4 = |count| k(4, &desc(coll, count, None, None), &red);
+            let (fits, over) = if coll == Coll::AllReduce {
+                (32, 33)
+            } else {
+                (64, 65)
+            };
+            assert_eq!(at4(fits), Ok(Some(Exchange::Simple)), "{coll:?}");
+            assert_ne!(at4(over).ok().flatten(), Some(Exchange::Simple), "{coll:?}");
+            let d = desc(coll, 40, None, None);
+            let off = Agreed {
+                simple_bytes: 0,
+                ..red
+            };
+            assert_ne!(k(2, &d, &off).ok().flatten(), Some(Exchange::Simple), "off");
+            let mut cap = desc(coll, 40, None, None);
+            cap.capturing = true;
+            assert_ne!(
+                k(2, &cap, &red).ok().flatten(),
+                Some(Exchange::Simple),
+                "capturing"
+            );
+            let no_stage = Agreed {
+                stage: false,
+                ..red
+            };
+            assert_ne!(
+                k(2, &d, &no_stage).ok().flatten(),
+                Some(Exchange::Simple),
+                "gate"
+            );
+            assert_eq!(
+                k(2, &desc(coll, 40, Some(&w), Some(&w)), &no_stage),
+                Ok(Some(Exchange::Simple))
+            );
+        }
+        let mut avg = desc(Coll::AllReduce, 40, None, None);
+        avg.op = ferrocx_sdk::abi::FX_OP_AVG;
+        assert_ne!(k(2, &avg, &red).ok().flatten(), Some(Exchange::Simple));
+        for coll in [Coll::Gather, Coll::Scatter] {
+            assert_eq!(k(2, &desc(coll, 40, None, None), &red).ok().flatten(), None);
+        }
+    }
+
+    /// The printed table follows the routes: LL, then Simple up to each
+    /// collective's limit, then the barrier routes or the core.
+    #[test]
+    fn the_table_names_each_route() {
+        let cfg = crate::config::Config::default();
+        let red = Agreed::assumed(&cfg);
+        let sizes = [8, 1 << 20, (1 << 20) + 4, 32 << 20, (32 << 20) + 4, 1 << 30];
+        let t = table(2, &red, &sizes);
+        let row = |name: &str| {
+            t.iter()
+                .find(|(n, _)| n.starts_with(name) && n.ends_with("buffers"))
+                .map(|(_, c)| c.join(" "))
+                .unwrap()
+        };
+        assert_eq!(row("all_gather "), "LL LL Simple Simple Simple core");
+        assert_eq!(row("broadcast "), "LL LL Simple Simple core core");
+        assert_eq!(row("all_reduce "), "LL LL Simple Simple Simple core");
+        assert_eq!(row("gather "), "staged staged staged staged core core");
+        let win = t
+            .iter()
+            .find(|(n, _)| n.starts_with("broadcast ") && n.ends_with("windows"))
+            .map(|(_, c)| c.join(" "))
+            .unwrap();
+        assert_eq!(win, "LL LL Simple Simple windows windows");
+        assert_eq!(t.len(), 14);
+        // Forced: a number replaces the table for every collective.
+        let forced = Agreed {
+            simple_bytes: 1 << 30,
+            ..red
+        };
+        let t = table(2, &forced, &sizes);
+        let bc = t.iter().find(|(n, _)| n.starts_with("broadcast ")).unwrap();
+        assert_eq!(bc.1.join(" "), "LL LL Simple Simple Simple Simple");
+    }
+
+    /// `auto` above 2 ranks: no one-shot all_reduce, broadcast only to 2 MiB
+    /// (the 4-GPU measurements); a number still forces every collective.
+    #[test]
+    fn auto_limits_follow_the_rank_count() {
+        let red = Agreed::assumed(&crate::config::Config::default());
+        let k = |n: usize, coll, bytes: usize| {
+            route(0, n, &red, &desc(coll, bytes / 4, None, None)).map(|r| r.kernel)
+        };
+        let simple = Ok(Some(Exchange::Simple));
+        assert_eq!(k(2, Coll::AllReduce, 8 << 20), simple);
+        assert_ne!(k(4, Coll::AllReduce, 8 << 20), simple);
+        assert_eq!(k(4, Coll::AllReduce, 64 << 10), Ok(Some(Exchange::Ll)));
+        assert_eq!(k(4, Coll::Broadcast, 2 << 20), simple);
+        assert_ne!(k(4, Coll::Broadcast, (2 << 20) + 4), simple);
+        assert_eq!(k(2, Coll::Broadcast, 32 << 20), simple);
+        assert_eq!(k(4, Coll::AllGather, 8 << 20), simple);
+        assert_eq!(simple_limit(Coll::AllReduce, 4, 1 << 30), 1 << 30);
+        assert_eq!(simple_limit(Coll::Gather, 2, crate::config::SIMPLE_AUTO), 0);
     }
 }

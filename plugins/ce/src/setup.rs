@@ -3,7 +3,8 @@
 //!
 //! 1. **Hello**: whether this rank could set up (CUDA, its device, the driver
 //!    entry points, every peer GPU reachable, its flag buffer), the knobs that
-//!    must agree (`FERROCX_CE_PRIORITY`, `_BATCH`, `_BATCH_BYTES`, `_LL_BYTES`) and its flag
+//!    must agree (`FERROCX_CE_PRIORITY`, `_BATCH`, `_BATCH_BYTES`, `_LL_BYTES`,
+//!    `_SIMPLE_BYTES`, `_SIMPLE_SLOT`) and its flag
 //!    buffer's IPC handle. Every rank takes part even when its own setup
 //!    failed, so nobody waits for a rank that returned early; then all ranks
 //!    see the same list and all decide the same ([`agree`]).
@@ -21,7 +22,7 @@ const MAGIC: u32 = 0x4345_0001;
 /// Bytes of the reason text carried.
 const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
-pub const HELLO_BYTES: usize = 4 + 4 + 4 + 4 + 8 + 8 + HANDLE_BYTES + REASON_BYTES;
+pub const HELLO_BYTES: usize = 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + HANDLE_BYTES + REASON_BYTES;
 
 /// One rank's message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +37,10 @@ pub struct Hello {
     pub batch_bytes: u64,
     /// `FERROCX_CE_LL_BYTES` (it sizes the LL areas of every rank's flags).
     pub ll_bytes: u32,
+    /// `FERROCX_CE_SIMPLE_BYTES` (which calls take the Simple kernel).
+    pub simple_bytes: u64,
+    /// `FERROCX_CE_SIMPLE_SLOT` (it sizes the Simple rings).
+    pub simple_slot: u64,
     /// The rank's flag buffer (NONE when it has none).
     pub handle: IpcHandle,
 }
@@ -49,6 +54,8 @@ impl Hello {
             batch: cfg.batch as u64,
             batch_bytes: cfg.batch_bytes as u64,
             ll_bytes: u32::try_from(cfg.ll_bytes).unwrap_or(u32::MAX),
+            simple_bytes: cfg.simple_bytes as u64,
+            simple_slot: cfg.simple_slot as u64,
             handle,
         }
     }
@@ -70,6 +77,8 @@ impl Hello {
         b.extend_from_slice(&self.ll_bytes.to_le_bytes());
         b.extend_from_slice(&self.batch.to_le_bytes());
         b.extend_from_slice(&self.batch_bytes.to_le_bytes());
+        b.extend_from_slice(&self.simple_bytes.to_le_bytes());
+        b.extend_from_slice(&self.simple_slot.to_le_bytes());
         b.extend_from_slice(&self.handle.0);
         let mut reason = [0u8; REASON_BYTES];
         if let Some(why) = &self.failed {
@@ -96,8 +105,8 @@ impl Hello {
             return Err(format!("bad magic {:#x}", u32_at(0)));
         }
         let mut handle = [0u8; HANDLE_BYTES];
-        handle.copy_from_slice(&b[32..32 + HANDLE_BYTES]);
-        let text = &b[32 + HANDLE_BYTES..];
+        handle.copy_from_slice(&b[48..48 + HANDLE_BYTES]);
+        let text = &b[48 + HANDLE_BYTES..];
         let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
         Ok(Hello {
             failed: (u32_at(4) == 0).then(|| String::from_utf8_lossy(&text[..end]).into_owned()),
@@ -105,6 +114,8 @@ impl Hello {
             batch: u64_at(16),
             batch_bytes: u64_at(24),
             ll_bytes: u32_at(12),
+            simple_bytes: u64_at(32),
+            simple_slot: u64_at(40),
             handle: IpcHandle(handle),
         })
     }
@@ -133,11 +144,13 @@ pub fn agree(all: &[Hello]) -> Result<(), String> {
         return Ok(());
     };
     type Knob = (&'static str, fn(&Hello) -> u64);
-    let knobs: [Knob; 4] = [
+    let knobs: [Knob; 6] = [
         ("FERROCX_CE_PRIORITY", |h| h.priority as u64),
         ("FERROCX_CE_BATCH", |h| h.batch),
         ("FERROCX_CE_BATCH_BYTES", |h| h.batch_bytes),
         ("FERROCX_CE_LL_BYTES", |h| h.ll_bytes as u64),
+        ("FERROCX_CE_SIMPLE_BYTES", |h| h.simple_bytes),
+        ("FERROCX_CE_SIMPLE_SLOT", |h| h.simple_slot),
     ];
     for (var, get) in knobs {
         if let Some((r, h)) = all.iter().enumerate().find(|(_, h)| get(h) != get(first)) {
@@ -197,6 +210,15 @@ mod tests {
         );
         let err = agree(&[ok.clone(), ll]).unwrap_err();
         assert!(err.starts_with("FERROCX_CE_LL_BYTES differs"), "{err}");
+        let slot = Hello::ready(
+            &Config {
+                simple_slot: 4096,
+                ..cfg
+            },
+            IpcHandle::NONE,
+        );
+        let err = agree(&[ok.clone(), slot]).unwrap_err();
+        assert!(err.starts_with("FERROCX_CE_SIMPLE_SLOT differs"), "{err}");
         let other = Hello::ready(&Config { batch: 4, ..cfg }, IpcHandle::NONE);
         let err = agree(&[ok.clone(), ok, other]).unwrap_err();
         assert!(

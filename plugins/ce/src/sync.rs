@@ -124,6 +124,9 @@ pub struct FlagLayout {
     /// The largest LL block (`FERROCX_CE_LL_BYTES`, equal on every rank): it
     /// sizes the LL areas.
     pub ll_bytes: usize,
+    /// Bytes per slot of the Simple kernel's rings (`FERROCX_CE_SIMPLE_SLOT`,
+    /// equal on every rank; 0: no Simple region).
+    pub simple_slot: usize,
 }
 
 impl FlagLayout {
@@ -135,10 +138,25 @@ impl FlagLayout {
     /// Bytes of the whole buffer: the four arrays, the note ring
     /// (`crate::notes`: `nranks × RING` notes of `WORDS` words,
     /// writer-major), the LL control words, then the LL region (two parities
-    /// × `nranks` writers × one area: `ferrocx_sdk::kernels::ll`). All of it
-    /// is zeroed before a peer can see it.
+    /// × `nranks` writers × one area: `ferrocx_sdk::kernels::ll`), then the
+    /// Simple region (`ferrocx_sdk::kernels::simple`). All of it is zeroed
+    /// before a peer can see it.
     pub fn bytes(&self) -> usize {
-        self.ll_offset() + 2 * self.nranks * self.ll_area()
+        self.simple_offset() + self.simple_bytes()
+    }
+
+    /// Byte offset of the Simple region (256-byte aligned), after the LL region.
+    pub fn simple_offset(&self) -> usize {
+        (self.ll_offset() + 2 * self.nranks * self.ll_area()).div_ceil(256) * 256
+    }
+
+    /// Bytes of the Simple region (`ferrocx_sdk::kernels::simple`; 0 without).
+    pub fn simple_bytes(&self) -> usize {
+        if self.simple_slot == 0 {
+            return 0;
+        }
+        ferrocx_sdk::kernels::simple::region_bytes(self.nranks, self.simple_slot)
+            .unwrap_or(usize::MAX / 2)
     }
 
     /// Byte offset of the LL kernel's control words (`ll::CTL_WORDS` × 8).
@@ -461,6 +479,7 @@ mod tests {
             let l = FlagLayout {
                 nranks: n,
                 ll_bytes: 256 << 10,
+                simple_slot: 4096,
             };
             assert_eq!(l.stride() % 16, 0);
             assert!(l.stride() >= 4 * n);
@@ -474,7 +493,17 @@ mod tests {
             assert!(l.ll_offset() >= l.ll_table_offset() + 8 * n);
             assert_eq!(l.ll_offset() % 256, 0);
             assert_eq!(l.ll_area(), 512 << 10);
-            assert_eq!(l.bytes(), l.ll_offset() + 2 * n * l.ll_area());
+            // The Simple region after the LL region, aligned.
+            assert!(l.simple_offset() >= l.ll_offset() + 2 * n * l.ll_area());
+            assert_eq!(l.simple_offset() % 256, 0);
+            let simple = ferrocx_sdk::kernels::simple::region_bytes(n, 4096).unwrap();
+            assert_eq!(l.simple_bytes(), simple);
+            assert_eq!(l.bytes(), l.simple_offset() + simple);
+            let none = FlagLayout {
+                simple_slot: 0,
+                ..l
+            };
+            assert_eq!(none.bytes(), none.simple_offset());
             for a in Array::ALL {
                 assert_eq!(l.offset(a, 0) % 16, 0);
                 assert!(l.offset(a, n - 1) + 4 <= l.ring_offset());
@@ -502,7 +531,8 @@ mod tests {
         assert_eq!(
             FlagLayout {
                 nranks: 4,
-                ll_bytes: 0
+                ll_bytes: 0,
+                simple_slot: 0,
             }
             .stride(),
             16
@@ -510,7 +540,8 @@ mod tests {
         assert_eq!(
             FlagLayout {
                 nranks: 5,
-                ll_bytes: 0
+                ll_bytes: 0,
+                simple_slot: 0,
             }
             .stride(),
             32
@@ -518,7 +549,8 @@ mod tests {
         assert_eq!(
             FlagLayout {
                 nranks: 3,
-                ll_bytes: 0
+                ll_bytes: 0,
+                simple_slot: 0,
             }
             .offset(Array::GraphReady, 2),
             2 * 16 + 8

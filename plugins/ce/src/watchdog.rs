@@ -408,7 +408,8 @@ impl Drop for Watchdog {
     }
 }
 
-/// The error of an LL kernel that recorded `code` in its error word.
+/// The error of an exchange kernel (LL or Simple: they share the control
+/// words) that recorded `code` in its error word.
 fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
     let why = if code & 0xffff_ffff == ferrocx_sdk::kernels::ll::ERR_TIMEOUT {
         let peer = match code >> 32 {
@@ -416,14 +417,14 @@ fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
             p => format!("rank {}", p - 1),
         };
         format!(
-            "waited more than FERROCX_TIMEOUT ({}s) for {peer}'s data (a rank that never made the call, or died)",
+            "waited more than FERROCX_TIMEOUT ({}s) for {peer}'s data or room for its own (a rank that never made the call, or died)",
             timeout.as_secs_f64()
         )
     } else {
         format!("failed with code {code}")
     };
     PluginError::timeout(format!(
-        "a ce LL kernel on rank {me} {why}; its output is undefined and the communicator is broken"
+        "a ce exchange kernel (LL or Simple) on rank {me} {why}; its output is undefined and the communicator is broken"
     ))
 }
 

@@ -81,6 +81,7 @@
 pub mod kcache;
 pub mod ll;
 pub mod nvrtc;
+pub mod simple;
 
 use crate::cuda::{self, sys, Context};
 pub use ferrocx_algo::types::{DataType, RedOp};
@@ -425,6 +426,12 @@ fn source(dtype: DataType, kind: Kind) -> String {
     s.push_str(&body.replace("FX_NAME", &name));
     if let Some(ll) = ll_name(dtype, kind) {
         s.push_str(&ll::SOURCE.replace("FX_LL_NAME", &ll));
+        s.push_str(
+            &simple::SOURCE
+                .replace("FX_SP_NAME", &simple_name(dtype, kind).expect("as ll_name"))
+                .replace("FX_SP_SLOTS_ULL", &format!("{}ull", simple::SLOTS))
+                .replace("FX_SP_MAX_RANKS", &ll::MAX_RANKS.to_string()),
+        );
     }
     s
 }
@@ -434,6 +441,13 @@ fn source(dtype: DataType, kind: Kind) -> String {
 #[doc(hidden)]
 pub fn ll_name(dtype: DataType, kind: Kind) -> Option<String> {
     (kind != Kind::Finish).then(|| format!("ferrocx_ll_{}_{}", dtype.name(), kind.name()))
+}
+
+/// The Simple exchange kernel's entry point in the module of `kind` on
+/// `dtype` (beside the LL kernel: [`simple`]).
+#[doc(hidden)]
+pub fn simple_name(dtype: DataType, kind: Kind) -> Option<String> {
+    (kind != Kind::Finish).then(|| format!("ferrocx_simple_{}_{}", dtype.name(), kind.name()))
 }
 
 const REDUCE_KERNEL: &str = r#"
@@ -698,6 +712,10 @@ struct Func {
     ll: sys::CUfunction,
     /// Resident blocks of `BLOCK` threads of it per SM.
     ll_blocks_per_sm: u32,
+    /// The module's Simple exchange kernel (null where it has none).
+    simple: sys::CUfunction,
+    /// Resident blocks of `BLOCK` threads of it per SM.
+    simple_blocks_per_sm: u32,
     /// Resident blocks of `BLOCK` threads per SM.
     blocks_per_sm: u32,
     info: KernelInfo,
@@ -835,7 +853,12 @@ pub fn driver_version() -> i32 {
     })
 }
 
-fn load(image: &Compiled, name: &str, ll: Option<&str>) -> std::result::Result<Func, String> {
+/// `exchange`: the module's LL and Simple kernels' entry points, if it has them.
+fn load(
+    image: &Compiled,
+    name: &str,
+    exchange: Option<(&str, &str)>,
+) -> std::result::Result<Func, String> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
     let mut log = vec![0u8; 8192];
     let mut opts = [
@@ -898,9 +921,9 @@ fn load(image: &Compiled, name: &str, ll: Option<&str>) -> std::result::Result<F
         Ok(func)
     };
     let func = entry(name).map_err(unload)?;
-    let ll = match ll {
-        Some(l) => entry(l).map_err(unload)?,
-        None => std::ptr::null_mut(),
+    let (ll, simple) = match exchange {
+        Some((l, sp)) => (entry(l).map_err(unload)?, entry(sp).map_err(unload)?),
+        None => (std::ptr::null_mut(), std::ptr::null_mut()),
     };
     let attr = |a: sys::CUfunction_attribute| {
         let mut v = 0;
@@ -923,25 +946,33 @@ fn load(image: &Compiled, name: &str, ll: Option<&str>) -> std::result::Result<F
             cuda::name(r)
         )));
     }
-    let mut ll_blocks = 0;
-    if !ll.is_null() {
-        // SAFETY: as above, for the module's LL kernel.
-        let r = unsafe {
-            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut ll_blocks, ll, BLOCK as i32, 0)
-        };
-        if r != sys::CUresult::CUDA_SUCCESS || ll_blocks <= 0 {
-            return Err(unload(format!(
-                "cuOccupancyMaxActiveBlocksPerMultiprocessor(LL kernel of {name}) failed: {} ({ll_blocks} blocks)",
-                cuda::name(r)
-            )));
+    let occupancy = |f: sys::CUfunction, what: &str| -> std::result::Result<u32, String> {
+        if f.is_null() {
+            return Ok(0);
         }
-    }
+        let mut blocks = 0;
+        // SAFETY: as above, for the module's exchange kernel `f`.
+        let r = unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, f, BLOCK as i32, 0)
+        };
+        if r != sys::CUresult::CUDA_SUCCESS || blocks <= 0 {
+            return Err(format!(
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor({what} kernel of {name}) failed: {} ({blocks} blocks)",
+                cuda::name(r)
+            ));
+        }
+        Ok(blocks as u32)
+    };
+    let ll_blocks = occupancy(ll, "LL").map_err(unload)?;
+    let simple_blocks = occupancy(simple, "Simple").map_err(unload)?;
     use sys::CUfunction_attribute as FA;
     Ok(Func {
         module,
         func,
         ll,
-        ll_blocks_per_sm: ll_blocks as u32,
+        ll_blocks_per_sm: ll_blocks,
+        simple,
+        simple_blocks_per_sm: simple_blocks,
         blocks_per_sm: blocks as u32,
         info: KernelInfo {
             name: name.to_string(),
@@ -1117,7 +1148,12 @@ impl Kernels {
         let r = slot.get_or_init(|| {
             let cc = self.cc.0 * 10 + self.cc.1;
             let image = compiled(self.nvrtc, cc, self.image, dtype, kind)?;
-            let f = load(&image, &name, ll_name(dtype, kind).as_deref())?;
+            let exchange = ll_name(dtype, kind).zip(simple_name(dtype, kind));
+            let f = load(
+                &image,
+                &name,
+                exchange.as_ref().map(|(l, sp)| (l.as_str(), sp.as_str())),
+            )?;
             tracing::debug!(
                 kernel = %name,
                 image = %f.info.image,
@@ -1348,6 +1384,99 @@ impl Kernels {
         driver(r, || {
             format!(
                 "cuLaunchKernel(LL kernel of {}, {} bytes per segment, grid {grid}×{BLOCK})",
+                f.info.name, args.seg
+            )
+        })
+    }
+
+    /// Queue the Simple exchange kernel ([`simple`]) on `stream`: a whole
+    /// mid-size collective in chunks through the slot rings, `args` saying
+    /// which (the modes, types and operators of [`ll`](Self::ll)). Its grid
+    /// is a sending and a receiving block per chunk, at most `blocks` of
+    /// each (0: [`simple::TARGET_BLOCKS`]) and one wave. Makes this context
+    /// current on the calling thread.
+    ///
+    /// # Safety
+    /// As [`ll`](Self::ll), with the Simple regions (of `slot` bytes per slot
+    /// on every rank) for the LL regions: every rank of the call launches it
+    /// with the same `nranks`, `mode`, `root`, `seg`, `chunk` and `slot`, in
+    /// the same order as its other Simple calls on these regions.
+    pub unsafe fn simple(
+        &self,
+        dtype: DataType,
+        op: RedOp,
+        args: &simple::SimpleArgs,
+        blocks: usize,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let n = args.nranks as usize;
+        if n == 0 || n > ll::MAX_RANKS || args.rank < 0 || args.rank as usize >= n {
+            return Err(Error::invalid(format!(
+                "Simple kernel: rank {} of {} (at most {} ranks)",
+                args.rank,
+                args.nranks,
+                ll::MAX_RANKS
+            )));
+        }
+        if op == RedOp::Avg && args.mode == ll::MODE_FOLD {
+            return Err(Error::invalid(
+                "Simple kernel: avg folds as sum, then divides: not here",
+            ));
+        }
+        if args.seg == 0
+            || args.chunk == 0
+            || !args.chunk.is_multiple_of(16)
+            || !args.slot.is_multiple_of(16)
+        {
+            return Err(Error::invalid(format!(
+                "Simple kernel: segment {}, chunk {} and slot {} bytes (chunks and slots are multiples of 16)",
+                args.seg, args.chunk, args.slot
+            )));
+        }
+        if args.chunk > args.slot {
+            return Err(Error::invalid(format!(
+                "Simple kernel: chunks of {} bytes do not fit slots of {}",
+                args.chunk, args.slot
+            )));
+        }
+        self.bind()?;
+        let kind = if args.mode == ll::MODE_FOLD {
+            Kind::of(op)
+        } else {
+            Kind::Sum
+        };
+        let f = self.func(dtype, kind)?;
+        if f.simple.is_null() {
+            return Err(Error::Unsupported(format!(
+                "{} has no Simple kernel",
+                f.info.name
+            )));
+        }
+        // As many senders as receivers, all resident (one wave).
+        let wave = (self.sms * f.simple_blocks_per_sm) as u64;
+        if wave < 2 {
+            return Err(Error::Unsupported(format!(
+                "{}: the Simple kernel needs two resident blocks ({wave} fit)",
+                f.info.name
+            )));
+        }
+        let most = if blocks == 0 {
+            simple::TARGET_BLOCKS
+        } else {
+            blocks
+        };
+        let half = args.chunks().clamp(1, (most as u64).min(wave / 2));
+        let grid = (2 * half) as u32;
+        let mut a = *args;
+        let mut params = a.params();
+        // SAFETY: the module's Simple kernel, of this (current) context, whose
+        // one parameter is `fx_sp_args`, laid out as `SimpleArgs` (#[repr(C)]),
+        // passed by a pointer to a copy living through the call; at most one
+        // wave of blocks; the memory and stream contracts are the caller's.
+        let r = unsafe { launch(f.simple, grid, BLOCK, stream, &mut params) };
+        driver(r, || {
+            format!(
+                "cuLaunchKernel(Simple kernel of {}, {} bytes per segment, grid {grid}×{BLOCK})",
                 f.info.name, args.seg
             )
         })

@@ -91,7 +91,7 @@ pub struct Nvrtc {
     err_str: FnErrStr,
     num_archs: Option<FnNumArchs>,
     archs: Option<FnArchs>,
-    /// Compiles are serialized: rare, and older NVRTC versions were not
+    /// Compiles by NVRTC before 12 are serialized: they were not
     /// documented as thread-safe.
     lock: Mutex<()>,
     // Last: the function pointers above point into it (they are never used
@@ -317,7 +317,10 @@ impl Nvrtc {
             .map(|o| nul("an option", o))
             .collect::<Result<Vec<_>, _>>()?;
         let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
-        let _guard = self.lock.lock();
+        // NVRTC 12 and later compile different programs from several threads
+        // at once (a communicator's first compile of every module runs 8 wide);
+        // older ones are serialized, not being documented as thread-safe.
+        let _guard = (self.version.0 < 12).then(|| self.lock.lock());
         let mut prog: Prog = std::ptr::null_mut();
         // SAFETY: valid NUL-terminated strings that outlive the call; no
         // headers (count 0, null arrays); `prog` is a valid out pointer.

@@ -127,8 +127,40 @@ fn collectives(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
         for l in lines {
             println!("{l}");
         }
+        if comm.device().is_some() && plugins.iter().any(|p| p == "ce") {
+            ce_routes(n);
+        }
     }
     Ok(())
+}
+
+/// ce's selection table (`ferrocx_ce::select::table`) for `n` ranks, from
+/// this process's environment, as every rank reading the same would agree.
+fn ce_routes(n: usize) {
+    let cfg = match ferrocx_ce::config::Config::from_lookup(|k| std::env::var(k).ok()) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("\nce routes: {e}");
+            return;
+        }
+    };
+    let sizes = [
+        8usize,
+        64 << 10,
+        1 << 20,
+        4 << 20,
+        32 << 20,
+        64 << 20,
+        256 << 20,
+    ];
+    let red = ferrocx_ce::select::Agreed::assumed(&cfg);
+    println!(
+        "\nce routes on device memory ({n} ranks; block per rank 8 B | 64 KiB | 1 MiB | 4 MiB | 32 MiB | 64 MiB | 256 MiB; \
+         FERROCX_CE_LL_BYTES, _SIMPLE_BYTES, _ONESHOT_BYTES, _SCRATCH_BYTES and _STAGE move the boundaries):"
+    );
+    for (row, cells) in ferrocx_ce::select::table(n, &red, &sizes) {
+        println!("  {row:<23} {}", cells.join(" | "));
+    }
 }
 
 fn info() -> ExitCode {

@@ -1,0 +1,509 @@
+//! The Simple exchange kernel: a mid-size collective in one kernel on the
+//! user's stream, moving its data in chunks through slot rings in the peers'
+//! mapped memory, one flag per chunk (as NCCL's Simple protocol), so the
+//! data crosses NVLink once, pipelined over the blocks, with no barrier,
+//! staging copy or host thread between the ranks. The LL kernel ([`super::ll`])
+//! halves the link's bandwidth (a flag beside every 4 bytes); this one pays
+//! a fence per chunk instead.
+//!
+//! ## Protocol
+//!
+//! Every rank has a *Simple region* in device memory that every peer maps
+//! ([`region_bytes`]): for every writer `w` a ring of [`SLOTS`] slots of
+//! `slot` bytes with one *head* word per slot (written by `w`), for every
+//! reader `r` one *free* word per slot of this rank's ring in `r`'s region
+//! (written by `r`), and this rank's two counters per peer (chunks sent to
+//! it, chunks received from it, over the communicator's life).
+//!
+//! The `g`-th chunk a rank ever sends to `q` goes into slot `g mod SLOTS` of
+//! its ring in `q`'s region: the writer first waits until `q`'s free word of
+//! that slot says chunk `g − SLOTS` was consumed (`≥ g − SLOTS + 1`), writes
+//! the bytes, fences, and sets the head word to `g + 1`; `q` waits for the
+//! head, reads the bytes, fences, and sets the free word to `g + 1`. The
+//! counts are 64-bit and grow from call to call, so no call reuses a slot
+//! before its last reader let go of it, and no head or free word ever
+//! repeats: no parity, no cleaning, no limit on calls.
+//!
+//! A call's segment of `seg` bytes is cut into chunks of `chunk` bytes
+//! ([`chunk_bytes`], the same on every rank for the same `seg`). Half the
+//! grid sends, half receives, so a rank's sends and its folds or copies
+//! overlap: sending block `b` takes chunks `b, b + half, …` and writes each
+//! into every peer's ring; receiving block `b` waits for the same chunks of
+//! every peer and folds or copies them into the output. Every wait points
+//! at a smaller chunk index (a slot's previous use) or at a send of the same
+//! chunk, so with every block resident (one wave, as the LL kernel) the call
+//! always progresses. The last block to finish adds the call's chunks to
+//! the counters.
+//!
+//! Modes are [`super::ll`]'s (fold, gather, broadcast), with the same
+//! arguments. In a broadcast the non-roots send one empty chunk to every
+//! peer, so every rank reads at least one head of every peer in every call
+//! (ce's call notes, written before the first chunk, are then visible to
+//! every peer once its call completed).
+//!
+//! User buffers need only element alignment: 16-byte accesses where the
+//! address allows, 8-byte or single bytes elsewhere; the rings are 16-byte
+//! aligned. Where the output overlaps the input ([`SimpleArgs::overlap`]:
+//! all_reduce and alltoall in place) a sending block *marks* each chunk it
+//! sent to every peer in this rank's own region, and the receiving block
+//! waits for the mark before it writes that chunk's output.
+//!
+//! ## Waiting, timeout, abort
+//!
+//! As the LL kernel: the control words ([`super::ll::CTL_WORDS`]) are
+//! shared — the abort word ends every wait of this and later calls, a wait
+//! past `timeout_ns` records [`super::ll::ERR_TIMEOUT`] with the peer waited
+//! for and raises the abort word; `ctl[1]` counts finished blocks. The call
+//! count (`ctl[0]`) is the LL kernel's alone. Two Simple kernels on one
+//! region must never run at once (callers order them on one stream).
+
+use std::ffi::c_void;
+
+/// Slots of one ring (one per writer in every rank's region).
+pub const SLOTS: usize = 128;
+
+/// Default bytes of one slot: the largest chunk.
+pub const DEFAULT_SLOT: usize = 64 << 10;
+
+/// Chunks are cut so that about this many blocks share a segment.
+pub const TARGET_BLOCKS: usize = 64;
+
+/// The smallest chunk worth a flag (unless the slot is smaller).
+pub const MIN_CHUNK: usize = 4 << 10;
+
+/// Bytes of the words before the data: heads, frees (`nranks × SLOTS`
+/// each), marks (`SLOTS`) and the counters (`2 × nranks`), 256-byte aligned.
+pub fn words_bytes(nranks: usize) -> usize {
+    (((2 * nranks + 1) * SLOTS + 2 * nranks) * 8).div_ceil(256) * 256
+}
+
+/// Bytes of one rank's region at `nranks` ranks with slots of `slot` bytes
+/// (`None` on overflow).
+pub fn region_bytes(nranks: usize, slot: usize) -> Option<usize> {
+    nranks
+        .checked_mul(SLOTS)?
+        .checked_mul(slot)?
+        .checked_add(words_bytes(nranks))
+}
+
+/// The chunk for a segment of `seg` bytes with slots of `slot` bytes (a
+/// multiple of 16): about [`TARGET_BLOCKS`] chunks, each a multiple of 16
+/// bytes, at least [`MIN_CHUNK`] and at most a slot.
+pub fn chunk_bytes(seg: usize, slot: usize) -> usize {
+    let want = seg.div_ceil(TARGET_BLOCKS).next_multiple_of(16);
+    want.max(MIN_CHUNK).min(slot).max(16)
+}
+
+/// Chunks of a segment (at least one: a broadcast's empty chunk).
+pub fn chunks(seg: usize, chunk: usize) -> usize {
+    seg.div_ceil(chunk.max(1)).max(1)
+}
+
+/// The kernel's one parameter, passed by value (`#[repr(C)]`, as the CUDA C
+/// `fx_sp_args` below). The fields shared with [`super::ll::LlArgs`] mean
+/// the same.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimpleArgs {
+    /// Device memory holding `nranks` addresses: rank `r`'s buffer as this
+    /// process reaches it (the LL kernel's table).
+    pub bases: u64,
+    /// Offset of the Simple region in each buffer.
+    pub region_off: u64,
+    /// Offset in each peer's buffer where this rank's note goes (0: none).
+    pub note_off: u64,
+    /// The note's words.
+    pub note: [u32; 4],
+    /// This rank's input.
+    pub input: u64,
+    /// This rank's output.
+    pub output: u64,
+    /// This rank's control words (the LL kernel's).
+    pub ctl: u64,
+    /// Bytes between the input segments for consecutive ranks.
+    pub send_stride: u64,
+    /// Bytes between the output places of consecutive ranks' segments.
+    pub out_stride: u64,
+    /// Data bytes per segment (at least 1).
+    pub seg: u64,
+    /// Bytes per chunk ([`chunk_bytes`]).
+    pub chunk: u64,
+    /// Bytes per slot (a multiple of 16, at least `chunk`).
+    pub slot: u64,
+    /// Longest wait, from the kernel's start.
+    pub timeout_ns: u64,
+    /// This rank.
+    pub rank: i32,
+    /// Ranks.
+    pub nranks: i32,
+    /// [`super::ll::MODE_FOLD`], `MODE_GATHER` or `MODE_BROADCAST`.
+    pub mode: i32,
+    /// The root (broadcast).
+    pub root: i32,
+    /// 1 where the output overlaps the input (in place): a receiving block
+    /// writes a chunk only after this rank sent it (the marks).
+    pub overlap: i32,
+    /// Zero (the C struct's size).
+    pub pad: i32,
+}
+
+impl SimpleArgs {
+    /// Chunks of the segment.
+    pub fn chunks(&self) -> u64 {
+        chunks(self.seg as usize, self.chunk as usize) as u64
+    }
+
+    /// As a kernel parameter list.
+    pub(crate) fn params(&mut self) -> [*mut c_void; 1] {
+        [self as *mut SimpleArgs as *mut c_void]
+    }
+}
+
+/// The CUDA C of the kernel (after `elem_t`, `fx_op` and the LL kernel's
+/// helpers), entry point `FX_SP_NAME`.
+pub const SOURCE: &str = r#"
+struct fx_sp_args {
+    unsigned long long bases, region_off, note_off;
+    unsigned int note[4];
+    unsigned long long input, output, ctl, send_stride, out_stride, seg, chunk, slot, timeout_ns;
+    int rank, nranks, mode, root, overlap, pad;
+};
+
+#define FX_SP_K FX_SP_SLOTS_ULL
+typedef unsigned long long fx_sp_u;
+
+/* Words of a region: heads[w][k], frees[r][k], marks[k], counts (sent[q], received[n + q]). */
+FX_FN fx_sp_u fx_sp_head(fx_sp_u region, int w, fx_sp_u k) { return region + ((fx_sp_u)w * FX_SP_K + k) * 8ull; }
+FX_FN fx_sp_u fx_sp_free(fx_sp_u region, int n, int r, fx_sp_u k) { return region + ((fx_sp_u)(n + r) * FX_SP_K + k) * 8ull; }
+FX_FN fx_sp_u fx_sp_mark(fx_sp_u region, int n, fx_sp_u k) { return region + (2ull * (fx_sp_u)n * FX_SP_K + k) * 8ull; }
+FX_FN fx_sp_u fx_sp_count(fx_sp_u region, int n, int i) { return region + ((2ull * (fx_sp_u)n + 1ull) * FX_SP_K + (fx_sp_u)i) * 8ull; }
+FX_FN fx_sp_u fx_sp_data(fx_sp_u region, int n, fx_sp_u slot, int w, fx_sp_u k) {
+    const fx_sp_u words = (((2ull * (fx_sp_u)n + 1ull) * FX_SP_K + 2ull * (fx_sp_u)n) * 8ull + 255ull) / 256ull * 256ull;
+    return region + words + ((fx_sp_u)w * FX_SP_K + k) * slot;
+}
+
+FX_FN fx_sp_u fx_sp_load(fx_sp_u at) {
+    fx_sp_u v;
+    asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
+    return v;
+}
+
+/* One thread's release or acquire at system scope: after a block barrier it
+   covers the whole block's accesses (the barrier orders them before it). */
+FX_FN void fx_sp_fence() {
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
+FX_FN void fx_sp_store(fx_sp_u at, fx_sp_u v) {
+    asm volatile("st.volatile.global.u64 [%0], %1;" :: "l"(at), "l"(v) : "memory");
+}
+
+/* Wait until the word at `at` is at least `want`; false when aborted or past the deadline. */
+FX_FN bool fx_sp_wait(fx_sp_u at, fx_sp_u want, volatile fx_sp_u* ctl, fx_sp_u deadline, int peer) {
+    unsigned int spins = 0;
+    while (fx_sp_load(at) < want) {
+        if (++spins >= 256u) {
+            spins = 0;
+            if (ctl[2] != 0ull) return false;
+            if (fx_ll_now() > deadline) {
+                ctl[3] = 1ull | ((fx_sp_u)(peer + 1) << 32);
+                ctl[2] = 1ull;
+                __threadfence_system();
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+FX_FN void fx_sp_ld16(fx_sp_u at, fx_sp_u* x, fx_sp_u* y) {
+    /* Around L1: a ring slot is read again in a later lap of the same kernel. */
+    asm volatile("ld.global.cg.v2.u64 {%0,%1}, [%2];" : "=l"(*x), "=l"(*y) : "l"(at) : "memory");
+}
+
+FX_FN void fx_sp_st16(fx_sp_u at, fx_sp_u x, fx_sp_u y) {
+    asm volatile("st.global.v2.u64 [%0], {%1,%2};" :: "l"(at), "l"(x), "l"(y) : "memory");
+}
+
+/* 8-byte line i of a piece of len bytes at p: a ring's (aligned, around L1) or user memory's. */
+FX_FN fx_sp_u fx_sp_get8(fx_sp_u p, fx_sp_u i, fx_sp_u len, bool ring) {
+    if (!ring) return fx_ll_get(p, i, len);
+    fx_sp_u v;
+    asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p + 8ull * i) : "memory");
+    return v;
+}
+
+FX_FN void fx_sp_put8(fx_sp_u p, fx_sp_u i, fx_sp_u len, bool ring, fx_sp_u v) {
+    if (ring) *(fx_sp_u*)(p + 8ull * i) = v;
+    else fx_ll_put(p, i, len, v);
+}
+
+/* The block copies len bytes from src to dst (either may be a ring; a ring
+   takes whole lines). 16-byte accesses, eight in flight per thread, where
+   both are 16-byte aligned; 8-byte lines elsewhere and for the tail. Not
+   inlined: one copy loop per module keeps NVRTC's time down. */
+static __device__ __noinline__ void fx_sp_copy(fx_sp_u dst, bool dring, fx_sp_u src, bool sring, fx_sp_u len) {
+    fx_sp_u done = 0ull;
+    if (((dst | src) & 15ull) == 0ull) {
+        const fx_sp_u units = len / 16ull;
+        fx_sp_u u = threadIdx.x;
+        for (; u + 7ull * blockDim.x < units; u += 8ull * blockDim.x) {
+            fx_sp_u x[8], y[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) fx_sp_ld16(src + 16ull * (u + (fx_sp_u)j * blockDim.x), &x[j], &y[j]);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) fx_sp_st16(dst + 16ull * (u + (fx_sp_u)j * blockDim.x), x[j], y[j]);
+        }
+        for (; u < units; u += blockDim.x) {
+            fx_sp_u x, y;
+            fx_sp_ld16(src + 16ull * u, &x, &y);
+            fx_sp_st16(dst + 16ull * u, x, y);
+        }
+        done = units * 16ull;
+    }
+    const fx_sp_u lines = (len + 7ull) / 8ull;
+    for (fx_sp_u i = done / 8ull + threadIdx.x; i < lines; i += blockDim.x)
+        fx_sp_put8(dst, i, len, dring, fx_sp_get8(src, i, len, sring));
+}
+
+/* The block folds chunk `lo`/`len` of every rank in rank order (its own from
+   `mine`, the peers' from their ring slots `in`) into `out`. Not inlined, as
+   the copy. */
+static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const fx_sp_u* in, int n, int me, fx_sp_u len) {
+    fx_sp_u done = 0ull;
+    if (((out | mine) & 15ull) == 0ull) {
+        const fx_sp_u units = len / 16ull;
+        fx_sp_u u = threadIdx.x;
+        /* Four units per thread, so four loads are in flight per rank. */
+        for (; u + 3ull * blockDim.x < units; u += 4ull * blockDim.x) {
+            fx_sp_u ax[4], ay[4];
+            for (int r = 0; r < n; ++r) {
+                const fx_sp_u p = r == me ? mine : in[r];
+                fx_sp_u x[4], y[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) fx_sp_ld16(p + 16ull * (u + (fx_sp_u)j * blockDim.x), &x[j], &y[j]);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    if (r == 0) { ax[j] = x[j]; ay[j] = y[j]; }
+                    else { ax[j] = fx_ll_op(ax[j], x[j]); ay[j] = fx_ll_op(ay[j], y[j]); }
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) fx_sp_st16(out + 16ull * (u + (fx_sp_u)j * blockDim.x), ax[j], ay[j]);
+        }
+        for (; u < units; u += blockDim.x) {
+            fx_sp_u ax = 0ull, ay = 0ull;
+            for (int r = 0; r < n; ++r) {
+                fx_sp_u x, y;
+                fx_sp_ld16((r == me ? mine : in[r]) + 16ull * u, &x, &y);
+                if (r == 0) { ax = x; ay = y; }
+                else { ax = fx_ll_op(ax, x); ay = fx_ll_op(ay, y); }
+            }
+            fx_sp_st16(out + 16ull * u, ax, ay);
+        }
+        done = units * 16ull;
+    }
+    const fx_sp_u lines = (len + 7ull) / 8ull;
+    for (fx_sp_u i = done / 8ull + threadIdx.x; i < lines; i += blockDim.x) {
+        fx_sp_u acc = 0ull;
+        for (int r = 0; r < n; ++r) {
+            const fx_sp_u v = r == me ? fx_sp_get8(mine, i, len, false) : fx_sp_get8(in[r], i, len, true);
+            acc = r == 0 ? v : fx_ll_op(acc, v);
+        }
+        fx_sp_put8(out, i, len, false, acc);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_args a) {
+    volatile fx_sp_u* ctl = (volatile fx_sp_u*)a.ctl;
+    __shared__ int ok_s;
+    /* Where each peer's current chunk lies in this rank's ring. */
+    __shared__ fx_sp_u in_s[FX_SP_MAX_RANKS];
+    /* The counters, read once: nothing changes them before the last block ends. */
+    __shared__ fx_sp_u sent_s[FX_SP_MAX_RANKS], recv_s[FX_SP_MAX_RANKS];
+    const fx_sp_u deadline = fx_ll_now() + a.timeout_ns;
+    const int n = a.nranks, me = a.rank;
+    const fx_sp_u* bases = (const fx_sp_u*)a.bases;
+    const fx_sp_u own = bases[me] + a.region_off;
+    const fx_sp_u m = (a.seg + a.chunk - 1ull) / a.chunk;
+    const bool bcast = a.mode == 2;
+    /* Chunks rank r sends every peer in this call: a broadcast's non-roots send one empty chunk. */
+#define FX_SP_CHUNKS(r) ((bcast && (r) != a.root) ? 1ull : m)
+    /* Blocks [0, half) send, [half, 2 half) receive. */
+    const fx_sp_u half = gridDim.x / 2u;
+    const bool sender = blockIdx.x < half;
+    const fx_sp_u first = sender ? blockIdx.x : blockIdx.x - half;
+    /* This rank's own sends are marked under the counts to its next rank. */
+    const int q0 = (me + 1) % n;
+    if (blockIdx.x == 0 && threadIdx.x == 0 && a.note_off != 0ull) {
+        for (int q = 0; q < n; ++q) {
+            if (q == me) continue;
+            volatile unsigned int* at = (volatile unsigned int*)(bases[q] + a.note_off);
+            at[0] = a.note[0];
+            at[1] = a.note[1];
+            at[2] = a.note[2];
+            at[3] = a.note[3];
+        }
+        /* Before chunk 0's heads, which this thread writes: a peer that read one has the note. */
+        __threadfence_system();
+    }
+    if (threadIdx.x == 0) {
+        for (int q = 0; q < n; ++q) {
+            sent_s[q] = fx_sp_load(fx_sp_count(own, n, q));
+            recv_s[q] = fx_sp_load(fx_sp_count(own, n, n + q));
+        }
+    }
+    __syncthreads();
+    const fx_sp_u mine = a.input + (fx_sp_u)me * a.send_stride;
+    bool ok = true;
+    if (sender) {
+        const bool data = !bcast || me == a.root;
+        for (fx_sp_u c = first; ok && c < FX_SP_CHUNKS(me) && n > 1; c += half) {
+            const fx_sp_u lo = c * a.chunk;
+            const fx_sp_u len = a.seg - lo < a.chunk ? a.seg - lo : a.chunk;
+            for (int j = 1; j < n; ++j) {
+                const int q = (me + j) % n;
+                const fx_sp_u g = sent_s[q] + c;
+                const fx_sp_u k = g % FX_SP_K;
+                if (threadIdx.x == 0) {
+                    bool good = g < FX_SP_K || fx_sp_wait(fx_sp_free(own, n, q, k), g + 1ull - FX_SP_K, ctl, deadline, q);
+                    if (good) fx_sp_fence();
+                    ok_s = good;
+                }
+                __syncthreads();
+                ok = ok_s != 0;
+                if (!ok) break;
+                const fx_sp_u peer = bases[q] + a.region_off;
+                if (data) fx_sp_copy(fx_sp_data(peer, n, a.slot, me, k), true, a.input + (fx_sp_u)q * a.send_stride + lo, false, len);
+                __syncthreads();
+                if (threadIdx.x == 0) {
+                    fx_sp_fence();
+                    fx_sp_store(fx_sp_head(peer, me, k), g + 1ull);
+                }
+            }
+            /* Every peer has chunk c: a receiver may now write over it in place. */
+            if (ok && a.overlap && threadIdx.x == 0) {
+                const fx_sp_u g = sent_s[q0] + c;
+                fx_sp_store(fx_sp_mark(own, n, g % FX_SP_K), g + 1ull);
+            }
+        }
+    } else {
+        for (fx_sp_u c = first; ok && c < m; c += half) {
+            const fx_sp_u lo = c * a.chunk;
+            const fx_sp_u len = a.seg - lo < a.chunk ? a.seg - lo : a.chunk;
+            /* Wait for chunk c of every peer that sends one (and, in place, for this rank's own send of it). */
+            if (threadIdx.x == 0) {
+                bool good = true;
+                for (int j = 1; good && j < n; ++j) {
+                    const int r = (me + n - j) % n;
+                    if (c >= FX_SP_CHUNKS(r)) continue;
+                    const fx_sp_u g = recv_s[r] + c;
+                    in_s[r] = fx_sp_data(own, n, a.slot, r, g % FX_SP_K);
+                    good = fx_sp_wait(fx_sp_head(own, r, g % FX_SP_K), g + 1ull, ctl, deadline, r);
+                }
+                if (good && a.overlap && n > 1 && c < FX_SP_CHUNKS(me)) {
+                    const fx_sp_u g = sent_s[q0] + c;
+                    good = fx_sp_wait(fx_sp_mark(own, n, g % FX_SP_K), g + 1ull, ctl, deadline, me);
+                }
+                if (good) fx_sp_fence();
+                ok_s = good;
+            }
+            __syncthreads();
+            ok = ok_s != 0;
+            if (!ok) break;
+            if (a.mode == 0) {
+                fx_sp_fold(a.output + lo, mine + lo, in_s, n, me, len);
+            } else if (a.mode == 1) {
+                for (int r = 0; r < n; ++r) {
+                    const fx_sp_u dst = a.output + (fx_sp_u)r * a.out_stride + lo;
+                    if (r == me) {
+                        if (dst != mine + lo) fx_sp_copy(dst, false, mine + lo, false, len);
+                    } else {
+                        fx_sp_copy(dst, false, in_s[r], true, len);
+                    }
+                }
+            } else if (me == a.root) {
+                if (a.output != a.input) fx_sp_copy(a.output + lo, false, a.input + lo, false, len);
+            } else {
+                fx_sp_copy(a.output + lo, false, in_s[a.root], true, len);
+            }
+            /* The reads are done before any writer may reuse the slots. */
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                fx_sp_fence();
+                for (int j = 1; j < n; ++j) {
+                    const int r = (me + n - j) % n;
+                    if (c >= FX_SP_CHUNKS(r)) continue;
+                    const fx_sp_u g = recv_s[r] + c;
+                    fx_sp_store(fx_sp_free(bases[r] + a.region_off, n, me, g % FX_SP_K), g + 1ull);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const fx_sp_u before = atomicAdd((fx_sp_u*)&ctl[1], 1ull);
+        __threadfence();
+        if (before == (fx_sp_u)gridDim.x - 1ull) {
+            ctl[1] = 0ull;
+            for (int q = 0; q < n; ++q) {
+                if (q == me) continue;
+                fx_sp_store(fx_sp_count(own, n, q), sent_s[q] + FX_SP_CHUNKS(me));
+                fx_sp_store(fx_sp_count(own, n, n + q), recv_s[q] + FX_SP_CHUNKS(q));
+            }
+            __threadfence();
+        }
+    }
+#undef FX_SP_CHUNKS
+}
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every segment size maps to chunks of 16-byte multiples that fit a
+    /// slot, cover the segment exactly, and number about TARGET_BLOCKS.
+    #[test]
+    fn chunks_cover_segments_within_slots() {
+        for slot in [16, 1040, 4096, DEFAULT_SLOT] {
+            for seg in (1..70_000).step_by(997).chain([
+                1,
+                15,
+                16,
+                17,
+                MIN_CHUNK * TARGET_BLOCKS - 1,
+                MIN_CHUNK * TARGET_BLOCKS + 1,
+                32 << 20,
+                (32 << 20) + 3,
+            ]) {
+                let c = chunk_bytes(seg, slot);
+                assert!(
+                    c.is_multiple_of(16) && c > 0 && c <= slot,
+                    "seg {seg} slot {slot}: {c}"
+                );
+                assert!(c >= MIN_CHUNK.min(slot), "seg {seg} slot {slot}: {c}");
+                let m = chunks(seg, c);
+                assert!((m - 1) * c < seg && seg <= m * c, "seg {seg}: {m} × {c}");
+                if c < slot && c > MIN_CHUNK {
+                    assert!(m <= TARGET_BLOCKS, "seg {seg}: {m} chunks of {c}");
+                }
+            }
+        }
+        assert_eq!(chunks(0, 64), 1, "a broadcast's empty chunk");
+    }
+
+    #[test]
+    fn regions_hold_the_words_and_every_writers_ring() {
+        for n in 1..=16 {
+            let w = words_bytes(n);
+            assert_eq!(w % 256, 0);
+            assert!(w >= ((2 * n + 1) * SLOTS + 2 * n) * 8);
+            assert_eq!(region_bytes(n, 4096), Some(w + n * SLOTS * 4096));
+        }
+        assert_eq!(region_bytes(usize::MAX / 2, 4096), None);
+        // The C struct: 12 eight-byte fields, four note words, six ints.
+        assert_eq!(std::mem::size_of::<SimpleArgs>(), 12 * 8 + 16 + 6 * 4);
+    }
+}
