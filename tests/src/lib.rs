@@ -35,6 +35,25 @@ impl RankOutput {
 
 /// A free 127.0.0.1 port (bound then released).
 pub fn free_port() -> u16 {
+    // Below Linux's ephemeral range (32768–60999 by default): a port the kernel
+    // handed out for `bind(0)` is free again once the listener closes, and
+    // any rank's own ephemeral sockets (connections, data listeners) may take
+    // it before the bootstrap root binds it ("Address already in use", seen
+    // in CI). Random, so that tests running at once rarely pick alike; checked
+    // free on every address the root listens on.
+    use std::hash::{BuildHasher, Hasher};
+    for attempt in 0u64..1000 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(attempt);
+        h.write_u32(std::process::id());
+        let port = 20_000 + (h.finish() % 12_000) as u16;
+        // One listener at a time (the first, alive, would block the second).
+        let any = std::net::TcpListener::bind(("0.0.0.0", port)).is_ok();
+        let local = any && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if local {
+            return port;
+        }
+    }
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
 }

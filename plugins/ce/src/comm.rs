@@ -195,7 +195,7 @@ enum Work<'a> {
 /// A call for messages: "all_gather of 4096 bytes per rank", ", root 1" where rooted.
 fn what(d: &CollDesc<'_, Window>) -> String {
     let block = d.count * d.elem;
-    let root = if select::coll_kind(d.coll).rooted() {
+    let root = if d.coll.kind().rooted() {
         format!(", root {}", d.root)
     } else {
         String::new()
@@ -221,11 +221,7 @@ impl CeComm {
             nranks,
             ll_bytes: cfg.ll_bytes,
             // No rings where the Simple kernel never runs (equal on every rank).
-            simple_slot: if cfg.simple_bytes > 0 {
-                cfg.simple_slot
-            } else {
-                0
-            },
+            simple_slot: cfg.simple_rings(nranks),
         };
         let local = local_setup(info, layout, cfg.scratch_bytes);
         let hello = match &local {

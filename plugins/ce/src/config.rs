@@ -103,6 +103,19 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Bytes per slot of the Simple kernel's rings at `nranks` ranks, 0 where
+    /// it never runs (`FERROCX_CE_SIMPLE_BYTES=0`, reductions off — the kernel
+    /// lives in their modules — or more ranks than it takes).
+    pub fn simple_rings(&self, nranks: usize) -> usize {
+        let runs =
+            self.simple_bytes > 0 && self.reduce && nranks <= ferrocx_sdk::kernels::ll::MAX_RANKS;
+        if runs {
+            self.simple_slot
+        } else {
+            0
+        }
+    }
+
     /// Read the variables through the core's environment view.
     pub fn from_host(host: &Host) -> PluginResult<Self> {
         Self::from_lookup(|name| host.env(name))
@@ -225,6 +238,20 @@ mod tests {
         );
         // auto: staging unless ce's check alone is off (the core's path checks).
         assert!(with(&[]).unwrap().stage && with(&[]).unwrap().check_calls);
+        // Rings only where the Simple kernel can run.
+        let d = with(&[]).unwrap();
+        assert_eq!(d.simple_rings(2), d.simple_slot);
+        assert_eq!(d.simple_rings(17), 0, "more ranks than the kernel takes");
+        assert_eq!(
+            with(&[("FERROCX_CE_REDUCE", "0")]).unwrap().simple_rings(2),
+            0
+        );
+        assert_eq!(
+            with(&[("FERROCX_CE_SIMPLE_BYTES", "0")])
+                .unwrap()
+                .simple_rings(2),
+            0
+        );
         assert_eq!(with(&[]).unwrap().simple_bytes, SIMPLE_AUTO);
         let auto = with(&[("FERROCX_CE_SIMPLE_BYTES", " Auto ")]).unwrap();
         assert_eq!(auto.simple_bytes, SIMPLE_AUTO);

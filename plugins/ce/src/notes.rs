@@ -27,7 +27,6 @@
 //! differ), is skipped, never reported. Counts are compared modulo 2⁴⁴
 //! elements and roots modulo 2²⁰.
 
-use crate::select::coll_kind;
 use ferrocx_algo::fingerprint::{mismatch_text, Fingerprint};
 use ferrocx_algo::{DataType, RedOp};
 use ferrocx_sdk::collective::Coll;
@@ -64,7 +63,7 @@ impl Call {
     /// The call (the fields a collective ignores are dropped; the rest are
     /// kept to the bits a note has).
     pub fn new(coll: Coll, dtype: i32, op: i32, count: usize, root: usize) -> Self {
-        let kind = coll_kind(coll);
+        let kind = coll.kind();
         Call {
             coll,
             dtype: dtype & 0x1f,
@@ -123,7 +122,7 @@ impl Call {
         match (dtype, op) {
             (Ok(t), Ok(o)) => Fingerprint::of(
                 seq,
-                coll_kind(self.coll),
+                self.coll.kind(),
                 t,
                 o,
                 self.count as usize,

@@ -65,22 +65,6 @@ fn fits(w: &WindowRef<'_, Window>, need: usize, side: &str) -> Result<(), String
     }
 }
 
-/// The core's collective for `c` (which reduce, which are rooted: the
-/// fields a call check compares).
-pub fn coll_kind(c: Coll) -> ferrocx_algo::CollKind {
-    use ferrocx_algo::CollKind as K;
-    match c {
-        Coll::Broadcast => K::Broadcast,
-        Coll::Reduce => K::Reduce,
-        Coll::AllGather => K::AllGather,
-        Coll::ReduceScatter => K::ReduceScatter,
-        Coll::AllReduce => K::AllReduce,
-        Coll::AllToAll => K::AllToAll,
-        Coll::Gather => K::Gather,
-        Coll::Scatter => K::Scatter,
-    }
-}
-
 /// The reduction kernels' type and operator for `d`, or why there are none.
 pub fn kernel_types(d: &CollDesc<'_, Window>) -> Result<(DataType, RedOp), String> {
     let t = u32::try_from(d.dtype).map_err(|_| format!("data type code {}", d.dtype))?;
@@ -270,8 +254,10 @@ pub fn simple_limit(coll: Coll, nranks: usize, simple_bytes: usize) -> usize {
 /// control words and must not overlap, which a graph replayed beside eager
 /// calls (or a graph's forked streams) would make them do. Outside windows
 /// only where staging is allowed, the gate that keeps unchecked calls on the
-/// core's checked path.
-fn exchange(me: usize, nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exchange> {
+/// core's checked path; "in windows" is the receive buffer's, which every
+/// rank of these collectives uses (a broadcast root's send buffer is its
+/// alone: asking for it would split the ranks' routes).
+fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exchange> {
     let kind = match d.coll {
         Coll::AllReduce | Coll::ReduceScatter => d.op != ferrocx_sdk::abi::FX_OP_AVG,
         Coll::AllGather | Coll::AllToAll | Coll::Broadcast => true,
@@ -281,7 +267,7 @@ fn exchange(me: usize, nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) ->
         && kind
         && !d.capturing
         && nranks <= ferrocx_sdk::kernels::ll::MAX_RANKS
-        && (red.stage || in_windows(me, d));
+        && (red.stage || d.recv_win.is_some());
     if !usable {
         return None;
     }
@@ -336,7 +322,7 @@ pub fn route(
     d: &CollDesc<'_, Window>,
 ) -> Result<Route, String> {
     reductions_usable(red, d)?;
-    if let Some(k) = exchange(me, nranks, red, d) {
+    if let Some(k) = exchange(nranks, red, d) {
         return Ok(Route {
             kernel: Some(k),
             ..Route::default()
@@ -925,5 +911,28 @@ mod tests {
         assert_eq!(k(4, Coll::AllGather, 8 << 20), simple);
         assert_eq!(simple_limit(Coll::AllReduce, 4, 1 << 30), 1 << 30);
         assert_eq!(simple_limit(Coll::Gather, 2, crate::config::SIMPLE_AUTO), 0);
+    }
+
+    /// Without staging the exchange kernels need the receive buffer in a
+    /// window; a broadcast root whose send buffer is outside one still routes
+    /// as the non-roots do (asking for both would split the ranks).
+    #[test]
+    fn exchange_gate_asks_every_rank_the_same() {
+        let w = win(1 << 20);
+        let red = Agreed {
+            ll_bytes: 64,
+            simple_bytes: 1 << 20,
+            stage: false,
+            ..ON
+        };
+        for count in [8, 1000] {
+            let mut root = desc(Coll::Broadcast, count, None, Some(&w));
+            root.root = 0;
+            let mut other = desc(Coll::Broadcast, count, Some(&w), Some(&w));
+            other.root = 0;
+            let (a, b) = (route(0, 2, &red, &root), route(1, 2, &red, &other));
+            assert_eq!(a, b, "count {count}");
+            assert!(a.unwrap().kernel.is_some(), "count {count}");
+        }
     }
 }

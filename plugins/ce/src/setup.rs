@@ -18,7 +18,7 @@
 use crate::config::Config;
 use ferrocx_sdk::device::{IpcHandle, HANDLE_BYTES};
 
-const MAGIC: u32 = 0x4345_0001;
+const MAGIC: u32 = 0x4345_0002;
 /// Bytes of the reason text carried.
 const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
@@ -55,7 +55,13 @@ impl Hello {
             batch_bytes: cfg.batch_bytes as u64,
             ll_bytes: u32::try_from(cfg.ll_bytes).unwrap_or(u32::MAX),
             simple_bytes: cfg.simple_bytes as u64,
-            simple_slot: cfg.simple_slot as u64,
+            // Agreed only where the kernel may run: with it off everywhere, the
+            // slot sizes nothing.
+            simple_slot: if cfg.simple_bytes > 0 {
+                cfg.simple_slot as u64
+            } else {
+                0
+            },
             handle,
         }
     }
@@ -219,6 +225,18 @@ mod tests {
         );
         let err = agree(&[ok.clone(), slot]).unwrap_err();
         assert!(err.starts_with("FERROCX_CE_SIMPLE_SLOT differs"), "{err}");
+        // With the kernel off everywhere the slot is not compared.
+        let off = |slot| {
+            Hello::ready(
+                &Config {
+                    simple_bytes: 0,
+                    simple_slot: slot,
+                    ..cfg
+                },
+                IpcHandle::NONE,
+            )
+        };
+        assert_eq!(agree(&[off(4096), off(65536)]), Ok(()));
         let other = Hello::ready(&Config { batch: 4, ..cfg }, IpcHandle::NONE);
         let err = agree(&[ok.clone(), ok, other]).unwrap_err();
         assert!(

@@ -16,8 +16,8 @@ use crate::layout::Layout;
 use crate::setup::{self, Hello};
 use crate::wait::{Backoff, Pause, PEER_CHECK};
 use ferrocx_algo::fingerprint::{mismatch_text, FINGERPRINT_BYTES, MISMATCH};
-use ferrocx_algo::{CollKind, DataType, Fingerprint, RedOp};
-use ferrocx_sdk::collective::{Coll, CollDesc, CommInfo, Oob};
+use ferrocx_algo::{DataType, Fingerprint, RedOp};
+use ferrocx_sdk::collective::{CollDesc, CommInfo, Oob};
 use ferrocx_sdk::region::Region;
 use ferrocx_sdk::MemKind;
 use ferrocx_sdk::{Host, PluginError, PluginResult};
@@ -43,20 +43,6 @@ pub struct ShmComm {
     pids: Vec<i32>,
     oversubscribed: bool,
     broken: Option<PluginError>,
-}
-
-/// The collective as the fingerprint names it.
-fn kind(c: Coll) -> CollKind {
-    match c {
-        Coll::Broadcast => CollKind::Broadcast,
-        Coll::Reduce => CollKind::Reduce,
-        Coll::AllGather => CollKind::AllGather,
-        Coll::ReduceScatter => CollKind::ReduceScatter,
-        Coll::AllReduce => CollKind::AllReduce,
-        Coll::AllToAll => CollKind::AllToAll,
-        Coll::Gather => CollKind::Gather,
-        Coll::Scatter => CollKind::Scatter,
-    }
 }
 
 /// The setup of this rank: its region and slot size, or why it cannot take part.
@@ -206,7 +192,7 @@ impl ShmComm {
             block: total,
             stride: total,
         };
-        let fp = Fingerprint::of(d.seq, kind(d.coll), dtype, op, d.count, d.root, false);
+        let fp = Fingerprint::of(d.seq, d.coll.kind(), dtype, op, d.count, d.root, false);
         let encoded = fp.encode();
         let (send, recv) = if d.in_place {
             whole.in_place(d.recv)

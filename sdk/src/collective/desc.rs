@@ -51,6 +51,22 @@ impl Coll {
         self as i32
     }
 
+    /// The core's collective (which reduce, which are rooted: the fields a
+    /// call check compares).
+    pub fn kind(self) -> ferrocx_algo::CollKind {
+        use ferrocx_algo::CollKind as K;
+        match self {
+            Coll::Broadcast => K::Broadcast,
+            Coll::Reduce => K::Reduce,
+            Coll::AllGather => K::AllGather,
+            Coll::ReduceScatter => K::ReduceScatter,
+            Coll::AllReduce => K::AllReduce,
+            Coll::AllToAll => K::AllToAll,
+            Coll::Gather => K::Gather,
+            Coll::Scatter => K::Scatter,
+        }
+    }
+
     /// NCCL's name, as fxperf prints it.
     pub fn name(self) -> &'static str {
         match self {

@@ -1319,6 +1319,39 @@ impl Kernels {
         })
     }
 
+    /// The module whose exchange kernel (`what`: LL or Simple) runs a call of
+    /// `mode` on `dtype` with `op` (the fold's module, else the sum's: the
+    /// other modes only move bytes), after the checks both kernels share;
+    /// makes this context current.
+    fn exchange_module(
+        &self,
+        what: &str,
+        dtype: DataType,
+        op: RedOp,
+        rank: i32,
+        nranks: i32,
+        mode: i32,
+    ) -> Result<&Func> {
+        if nranks <= 0 || nranks as usize > ll::MAX_RANKS || rank < 0 || rank >= nranks {
+            return Err(Error::invalid(format!(
+                "{what} kernel: rank {rank} of {nranks} (at most {} ranks)",
+                ll::MAX_RANKS
+            )));
+        }
+        if op == RedOp::Avg && mode == ll::MODE_FOLD {
+            return Err(Error::invalid(format!(
+                "{what} kernel: avg folds as sum, then divides: not here"
+            )));
+        }
+        self.bind()?;
+        let kind = if mode == ll::MODE_FOLD {
+            Kind::of(op)
+        } else {
+            Kind::Sum
+        };
+        self.func(dtype, kind)
+    }
+
     /// Queue the LL exchange kernel ([`ll`]) on `stream`: a whole small
     /// collective, `args` saying which. `dtype` and `op` pick the fold
     /// ([`ll::MODE_FOLD`]; `Avg` is not an LL operator: its division is a
@@ -1339,33 +1372,13 @@ impl Kernels {
         args: &ll::LlArgs,
         stream: sys::CUstream,
     ) -> Result<()> {
-        let n = args.nranks as usize;
-        if n == 0 || n > ll::MAX_RANKS || args.rank < 0 || args.rank as usize >= n {
-            return Err(Error::invalid(format!(
-                "LL kernel: rank {} of {} (at most {} ranks)",
-                args.rank,
-                args.nranks,
-                ll::MAX_RANKS
-            )));
-        }
-        if op == RedOp::Avg && args.mode == ll::MODE_FOLD {
-            return Err(Error::invalid(
-                "LL kernel: avg folds as sum, then divides: not here",
-            ));
-        }
         if args.area < args.lines() * ll::LINE as u64 {
             return Err(Error::invalid(format!(
                 "LL kernel: {} bytes per segment do not fit an area of {} bytes",
                 args.seg, args.area
             )));
         }
-        self.bind()?;
-        let kind = if args.mode == ll::MODE_FOLD {
-            Kind::of(op)
-        } else {
-            Kind::Sum
-        };
-        let f = self.func(dtype, kind)?;
+        let f = self.exchange_module("LL", dtype, op, args.rank, args.nranks, args.mode)?;
         if f.ll.is_null() {
             return Err(Error::Unsupported(format!(
                 "{} has no LL kernel",
@@ -1409,20 +1422,6 @@ impl Kernels {
         blocks: usize,
         stream: sys::CUstream,
     ) -> Result<()> {
-        let n = args.nranks as usize;
-        if n == 0 || n > ll::MAX_RANKS || args.rank < 0 || args.rank as usize >= n {
-            return Err(Error::invalid(format!(
-                "Simple kernel: rank {} of {} (at most {} ranks)",
-                args.rank,
-                args.nranks,
-                ll::MAX_RANKS
-            )));
-        }
-        if op == RedOp::Avg && args.mode == ll::MODE_FOLD {
-            return Err(Error::invalid(
-                "Simple kernel: avg folds as sum, then divides: not here",
-            ));
-        }
         if args.seg == 0
             || args.chunk == 0
             || !args.chunk.is_multiple_of(16)
@@ -1439,13 +1438,7 @@ impl Kernels {
                 args.chunk, args.slot
             )));
         }
-        self.bind()?;
-        let kind = if args.mode == ll::MODE_FOLD {
-            Kind::of(op)
-        } else {
-            Kind::Sum
-        };
-        let f = self.func(dtype, kind)?;
+        let f = self.exchange_module("Simple", dtype, op, args.rank, args.nranks, args.mode)?;
         if f.simple.is_null() {
             return Err(Error::Unsupported(format!(
                 "{} has no Simple kernel",

@@ -198,13 +198,16 @@ FX_FN void fx_sp_store(fx_sp_u at, fx_sp_u v) {
     asm volatile("st.volatile.global.u64 [%0], %1;" :: "l"(at), "l"(v) : "memory");
 }
 
-/* Wait until the word at `at` is at least `want`; false when aborted or past the deadline. */
+/* Wait until the word at `at` is at least `want`; false when aborted or past
+   the deadline. A wait for `peer` < 0 (this rank's own send, which itself waits
+   for a peer and records it) gives up without recording anything. */
 FX_FN bool fx_sp_wait(fx_sp_u at, fx_sp_u want, volatile fx_sp_u* ctl, fx_sp_u deadline, int peer) {
     unsigned int spins = 0;
     while (fx_sp_load(at) < want) {
         if (++spins >= 256u) {
             spins = 0;
             if (ctl[2] != 0ull) return false;
+            if (fx_ll_now() > deadline && peer < 0) return false;
             if (fx_ll_now() > deadline) {
                 ctl[3] = 1ull | ((fx_sp_u)(peer + 1) << 32);
                 ctl[2] = 1ull;
@@ -403,7 +406,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                 }
                 if (good && a.overlap && n > 1 && c < FX_SP_CHUNKS(me)) {
                     const fx_sp_u g = sent_s[q0] + c;
-                    good = fx_sp_wait(fx_sp_mark(own, n, g % FX_SP_K), g + 1ull, ctl, deadline, me);
+                    good = fx_sp_wait(fx_sp_mark(own, n, g % FX_SP_K), g + 1ull, ctl, deadline, -1);
                 }
                 if (good) fx_sp_fence();
                 ok_s = good;

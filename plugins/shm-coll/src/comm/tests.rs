@@ -6,6 +6,7 @@
 use super::*;
 use crate::testkit::{expected, Bufs};
 use ferrocx_sdk::abi::FX_TYPE_U32;
+use ferrocx_sdk::collective::Coll;
 use ferrocx_sdk::testing::{host_with_timeout, peer, Rng, ThreadOob};
 use std::sync::atomic::{AtomicU64, Ordering};
 
