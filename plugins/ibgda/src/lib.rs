@@ -31,12 +31,17 @@
 //!   naming the peer and paths when it is unreachable), and honours quiet.
 //! * [`fault`] — fault injection: drop or delay the completions of a chosen path
 //!   after N requests.
+//! * [`moe`] — the MoE all-to-all-v of the example: which bytes each rank puts
+//!   where to dispatch tokens to their experts' ranks and to combine the
+//!   outputs back (DeepEP's shape), from an all-gather of counts.
+//! * `include/ferrocx_ibgda.h` — the device header's first part: the records,
+//!   posting them into a request queue, signal waits (compiled, never run).
 //!
-//! What does not exist yet: the device API header for user kernels, the plugin
+//! What does not exist yet: the device header's completion side, the plugin
 //! ABI table (`ferrocx_devnet_v1`), any verbs or mlx5 object creation (QPs, CQs,
 //! UAR and doorbell mapping, memory registration), the proxy's thread and its
 //! real carriers (ce, net-socket, net-ib), GPU-visible mapping of the queues, the
-//! MoE all-to-all-v example. **None of this crate has run on hardware**: the WQE
+//! MoE example's kernel and benchmark. **None of this crate has run on hardware**: the WQE
 //! layout is checked against the published layout only, and the queues and the
 //! proxy only against an in-memory carrier. `docs/IBGDA.md` says what is tested
 //! and what comes next.
@@ -46,6 +51,7 @@
 
 pub mod fault;
 pub mod health;
+pub mod moe;
 pub mod pairing;
 pub mod proxy;
 pub mod queue;
