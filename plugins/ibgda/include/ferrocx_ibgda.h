@@ -7,9 +7,11 @@
  * the host and compare the bytes with the Rust proxy's decoder,
  * plugins/ibgda/src/queue/record.rs, which documents the layout).
  *
- * Not yet here (docs/IBGDA.md): reading the completion queue on the GPU
- * (quiet that waits, fetch-add results), the windows' handles from the host
- * ABI, and the mlx5 doorbell. Nothing of it has run on a GPU.
+ * The completion side: taking completions (`fxg_cq_poll`, also host C, tested
+ * against the Rust proxy's encoder), waiting for one request's completion,
+ * and a quiet that waits. Not yet here (docs/IBGDA.md): the windows' handles
+ * from the host ABI, the health rules on the GPU, and the mlx5 doorbell.
+ * Nothing of it has run on a GPU.
  */
 #ifndef FERROCX_IBGDA_H
 #define FERROCX_IBGDA_H
@@ -51,6 +53,21 @@ typedef unsigned char fxg_u8;
 #define FXG_RING_ENTRY_BYTES 12
 #define FXG_RING_CONSUMER 64
 #define FXG_RING_HEADER_BYTES 128
+
+/* A completion entry: 32 bytes (plugins/ibgda/src/queue/completion.rs). */
+#define FXG_CQE_BYTES 32
+#define FXG_CQE_REQ_ID 8
+#define FXG_CQE_VALUE 16
+#define FXG_CQE_PEER 24
+#define FXG_CQE_STATUS 28
+#define FXG_CQE_PATHS 29
+
+#define FXG_STATUS_OK 0
+#define FXG_STATUS_PEER_UNREACHABLE 1
+#define FXG_STATUS_BAD_RECORD 2
+#define FXG_STATUS_UNKNOWN_PEER 3
+/* What fxg_wait_completion and fxg_quiet return when they ran out of time. */
+#define FXG_STATUS_TIMEOUT 255
 
 /* Comparisons of fxg_signal_wait_until. */
 #define FXG_CMP_EQ 0
@@ -105,6 +122,58 @@ FXG_FN void fxg_encode_fetch_add(fxg_u8* r, fxg_u32 window, fxg_u64 dst, fxg_u64
 FXG_FN void fxg_encode_quiet(fxg_u8* r) {
     fxg_record_clear(r);
     r[FXG_REC_KIND] = FXG_KIND_QUIET;
+}
+
+/* Little-endian fields of a completion (byte loads: any host). */
+FXG_FN fxg_u64 fxg_get_u64(const volatile fxg_u8* b, fxg_u32 at) {
+    fxg_u64 v = 0;
+    for (fxg_u32 k = 0; k < 8; ++k) v |= (fxg_u64)b[at + k] << (8 * k);
+    return v;
+}
+
+FXG_FN fxg_u32 fxg_get_u32(const volatile fxg_u8* b, fxg_u32 at) {
+    fxg_u32 v = 0;
+    for (fxg_u32 k = 0; k < 4; ++k) v |= (fxg_u32)b[at + k] << (8 * k);
+    return v;
+}
+
+#ifdef FXG_DEVICE
+#define FXG_FENCE() __threadfence_system()
+#else
+#define FXG_FENCE() ((void)0)
+#endif
+
+/* One completion as the proxy wrote it. */
+struct fxg_completion {
+    fxg_u64 req_id;
+    fxg_u64 value;
+    fxg_u32 peer;
+    fxg_u8 status;
+    fxg_u8 paths;
+};
+
+/* Take the next completion of the completion ring `cq`: 1 with `*out` filled
+   once its stamp (index + 1) has landed, else 0 (nothing taken). Then the
+   consumer index moves on, which gives the proxy room. One consumer per ring
+   (a thread that owns the queue's completions). */
+FXG_FN int fxg_cq_poll(fxg_u8* cq, struct fxg_completion* out) {
+    const fxg_u32 slots = fxg_get_u32(cq, FXG_RING_SLOTS);
+    const fxg_u32 entry = fxg_get_u32(cq, FXG_RING_ENTRY_BYTES);
+    /* The indices and the stamp move as whole 8-byte words (a torn index
+       could read as going backwards); both sides are little-endian. */
+    volatile fxg_u64* consumer = (volatile fxg_u64*)(cq + FXG_RING_CONSUMER);
+    const fxg_u64 c = *consumer;
+    const volatile fxg_u8* e = cq + FXG_RING_HEADER_BYTES + (c % slots) * (fxg_u64)entry;
+    if (*(const volatile fxg_u64*)(e + FXG_REC_STAMP) != c + 1ull) return 0;
+    FXG_FENCE(); /* the body after the stamp */
+    out->req_id = fxg_get_u64(e, FXG_CQE_REQ_ID);
+    out->value = fxg_get_u64(e, FXG_CQE_VALUE);
+    out->peer = fxg_get_u32(e, FXG_CQE_PEER);
+    out->status = e[FXG_CQE_STATUS];
+    out->paths = e[FXG_CQE_PATHS];
+    FXG_FENCE(); /* read before the slot is handed back */
+    *consumer = c + 1ull;
+    return 1;
 }
 
 #ifdef FXG_DEVICE
@@ -178,11 +247,46 @@ FXG_FN fxg_u64 fxg_fetch_add(const struct fxg_queue q, fxg_u32 window, fxg_u64 d
     return fxg_post(q, r, timeout_ns);
 }
 
-/* Post a quiet marker (waiting for its completion: not yet here). */
+/* Post a quiet marker; its completion comes after every earlier request's. */
 FXG_FN fxg_u64 fxg_post_quiet(const struct fxg_queue q, fxg_u64 timeout_ns) {
     fxg_u8 r[FXG_RECORD_BYTES];
     fxg_encode_quiet(r);
     return fxg_post(q, r, timeout_ns);
+}
+
+/* Take completions of `cq` until request `id`'s: its status (and `*out`),
+   or FXG_STATUS_TIMEOUT after `timeout_ns`. The completions of other requests
+   taken on the way are dropped, their worst status kept in `*others` (0 when
+   all were OK): wait for a fetch-add's result before a later quiet. */
+FXG_FN int fxg_wait_completion(fxg_u8* cq, fxg_u64 id, struct fxg_completion* out, int* others,
+                               fxg_u64 timeout_ns) {
+    const fxg_u64 start = fxg_now();
+    *others = FXG_STATUS_OK;
+    for (;;) {
+        struct fxg_completion c;
+        if (fxg_cq_poll(cq, &c)) {
+            if (c.req_id == id) {
+                *out = c;
+                return c.status;
+            }
+            if (c.status != FXG_STATUS_OK && *others == FXG_STATUS_OK) *others = c.status;
+        } else if (fxg_now() - start > timeout_ns) {
+            return FXG_STATUS_TIMEOUT;
+        }
+    }
+}
+
+/* Quiet: post a marker and wait until it completed, so every earlier request
+   of the queue has. FXG_STATUS_OK, the first error any of them ended with
+   (the completion names the peer and paths; see docs/IBGDA.md), or
+   FXG_STATUS_TIMEOUT. The caller owns the queue's completions. */
+FXG_FN int fxg_quiet(const struct fxg_queue q, fxg_u8* cq, fxg_u64 timeout_ns) {
+    const fxg_u64 id = fxg_post_quiet(q, timeout_ns);
+    if (id == ~0ull) return FXG_STATUS_TIMEOUT;
+    struct fxg_completion c;
+    int others = FXG_STATUS_OK;
+    const int s = fxg_wait_completion(cq, id, &c, &others, timeout_ns);
+    return others != FXG_STATUS_OK ? others : s;
 }
 
 /* Wait until the signal word compares (FXG_CMP_*) true against `value`: 0, or

@@ -34,10 +34,11 @@
 //! * [`moe`] — the MoE all-to-all-v of the example: which bytes each rank puts
 //!   where to dispatch tokens to their experts' ranks and to combine the
 //!   outputs back (DeepEP's shape), from an all-gather of counts.
-//! * `include/ferrocx_ibgda.h` — the device header's first part: the records,
-//!   posting them into a request queue, signal waits (compiled, never run).
+//! * `include/ferrocx_ibgda.h` — the device header: the records, posting them
+//!   into a request queue, taking completions, waiting for one, quiet, signal
+//!   waits (compiled and host-checked, never run on a GPU).
 //!
-//! What does not exist yet: the device header's completion side, the plugin
+//! What does not exist yet: the GPU-side health rules, the plugin
 //! ABI table (`ferrocx_devnet_v1`), any verbs or mlx5 object creation (QPs, CQs,
 //! UAR and doorbell mapping, memory registration), the proxy's thread and its
 //! real carriers (ce, net-socket, net-ib), GPU-visible mapping of the queues, the

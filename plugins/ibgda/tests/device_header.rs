@@ -3,7 +3,10 @@
 //! whole header, device functions included, compiles with NVRTC. Both skip
 //! with a notice where the compiler is missing. (Nothing here runs a GPU.)
 
-use ferrocx_ibgda::queue::{SignalOp, WorkRecord, RECORD_BYTES};
+use ferrocx_ibgda::health::PeerId;
+use ferrocx_ibgda::queue::{
+    CompletionQueue, CqEntry, CqStatus, PathSet, SignalOp, WorkRecord, RECORD_BYTES,
+};
 
 const HEADER: &str = include_str!("../include/ferrocx_ibgda.h");
 
@@ -90,6 +93,112 @@ fn c_call(r: &WorkRecord) -> String {
     }
 }
 
+/// Build `src` (C99 with the header) into an executable in a fresh temporary
+/// directory and run it with `args`: its stdout, or `None` without a C compiler.
+fn build_and_run(name: &str, src: &str, args: &[&std::path::Path]) -> Option<String> {
+    let dir = std::env::temp_dir().join(format!("fxg-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (c, exe) = (dir.join(format!("{name}.c")), dir.join(name));
+    std::fs::write(&c, src).unwrap();
+    let built = match std::process::Command::new("cc")
+        .args(["-std=c99", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&c)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipping: no C compiler (cc): {e}");
+            return None;
+        }
+    };
+    assert!(
+        built.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let out = std::process::Command::new(&exe)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+/// The header's completion poll, compiled for the host, takes exactly the
+/// completions the proxy published (across the ring's wrap), stops at one
+/// whose stamp has not landed, and leaves the consumer index where the Rust
+/// side reads it.
+#[test]
+fn host_poll_takes_what_the_proxy_published() {
+    let cq = CompletionQueue::new(8).unwrap();
+    let mut mem = vec![0u8; cq.ring().bytes()];
+    cq.ring().init(&mut mem).unwrap();
+    let entry = |i: u64| CqEntry {
+        req_id: 1000 + i * 7,
+        status: [CqStatus::Ok, CqStatus::PeerUnreachable, CqStatus::BadRecord][(i % 3) as usize],
+        peer: PeerId(i as u32 % 5),
+        paths: PathSet((i % 4) as u8),
+        value: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    };
+    // Six published and taken by the Rust model of the GPU side, then seven
+    // more (the ring wraps); the last one's stamp has not landed yet.
+    for i in 0..6 {
+        cq.push(&mut mem, &entry(i)).unwrap();
+        assert!(cq.pop(&mut mem).unwrap().is_some());
+    }
+    for i in 6..13 {
+        cq.push(&mut mem, &entry(i)).unwrap();
+    }
+    let last = cq.ring().offset_of(12);
+    mem[last..last + 8].copy_from_slice(&5u64.to_le_bytes()); // a stale lap's stamp
+    let dir = std::env::temp_dir().join(format!("fxg-cq-data-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (input, output) = (dir.join("cq.bin"), dir.join("cq.out"));
+    std::fs::write(&input, &mem).unwrap();
+    let src = format!(
+        "{HEADER}\n#include <stdio.h>\n#include <stdlib.h>\n\
+         int main(int argc, char** argv) {{\n\
+             (void)argc;\n\
+             static fxg_u64 words[4096];\n\
+             FILE* f = fopen(argv[1], \"rb\");\n\
+             size_t n = fread(words, 1, sizeof words, f);\n\
+             fclose(f);\n\
+             struct fxg_completion c;\n\
+             /* Bounded: a poll that never stops fails the test, not hangs it. */\n\
+             for (int polls = 0; polls < 100 && fxg_cq_poll((fxg_u8*)words, &c); ++polls)\n\
+                 printf(\"%llu %llu %u %u %u\\n\", c.req_id, c.value, c.peer, c.status, c.paths);\n\
+             f = fopen(argv[2], \"wb\");\n\
+             fwrite(words, 1, n, f);\n\
+             fclose(f);\n\
+             return 0;\n\
+         }}\n"
+    );
+    let Some(text) = build_and_run("poll", &src, &[&input, &output]) else {
+        return;
+    };
+    let got: Vec<String> = text.lines().map(str::to_string).collect();
+    let want: Vec<String> = (6..12)
+        .map(|i| {
+            let e = entry(i);
+            format!(
+                "{} {} {} {} {}",
+                e.req_id, e.value, e.peer.0, e.status as u8, e.paths.0
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "entries 6..12 in order, not the unstamped 12th");
+    let after = std::fs::read(&output).unwrap();
+    assert_eq!(after.len(), mem.len());
+    assert_eq!(cq.ring().indices(&after).unwrap(), (13, 12));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn host_encoders_write_what_the_proxy_decodes() {
     let recs = records();
@@ -104,30 +213,9 @@ fn host_encoders_write_what_the_proxy_decodes() {
         );
     }
     src.push_str("    return 0;\n}\n");
-    let dir = std::env::temp_dir().join(format!("fxg-header-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (c, exe) = (dir.join("enc.c"), dir.join("enc"));
-    std::fs::write(&c, &src).unwrap();
-    let built = std::process::Command::new("cc")
-        .args(["-std=c99", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&c)
-        .output();
-    let built = match built {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("skipping: no C compiler (cc): {e}");
-            return;
-        }
+    let Some(text) = build_and_run("enc", &src, &[]) else {
+        return;
     };
-    assert!(
-        built.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let out = std::process::Command::new(&exe).output().unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), recs.len());
     for (r, line) in recs.iter().zip(lines) {
@@ -140,7 +228,6 @@ fn host_encoders_write_what_the_proxy_decodes() {
         }
         assert_eq!(WorkRecord::decode(&bytes).unwrap(), *r);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -154,13 +241,18 @@ fn device_functions_compile_with_nvrtc() {
     };
     let src = format!(
         "{HEADER}\n\
-         extern \"C\" __global__ void fxg_probe(fxg_u8* ring, fxg_u64* claimed, const volatile fxg_u64* sig, fxg_u64* out) {{\n\
+         extern \"C\" __global__ void fxg_probe(fxg_u8* ring, fxg_u64* claimed, fxg_u8* cq, const volatile fxg_u64* sig, fxg_u64* out) {{\n\
              struct fxg_queue q = {{ ring, claimed }};\n\
              out[0] = fxg_put(q, 1u, 64ull, 0ull, 4096u, 1000000ull);\n\
              out[1] = fxg_put_signal(q, 1u, 64ull, 0ull, 4096u, 8ull, 1ull, FXG_SIGNAL_ADD, 1000000ull);\n\
              out[2] = fxg_fetch_add(q, 1u, 16ull, 1ull, 1000000ull);\n\
              out[3] = fxg_post_quiet(q, 1000000ull);\n\
              out[4] = (fxg_u64)fxg_signal_wait_until(sig, FXG_CMP_GE, 1ull, 1000000ull);\n\
+             struct fxg_completion c;\n\
+             int others = 0;\n\
+             out[5] = (fxg_u64)fxg_wait_completion(cq, out[2], &c, &others, 1000000ull);\n\
+             out[6] = c.value + (fxg_u64)others;\n\
+             out[7] = (fxg_u64)fxg_quiet(q, cq, 1000000ull);\n\
          }}\n"
     );
     let ptx = nvrtc
