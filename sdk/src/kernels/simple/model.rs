@@ -1,0 +1,379 @@
+//! The Simple kernel's protocol run on the CPU: every block of every rank a
+//! thread, the regions shared atomics, the same loops as the CUDA source
+//! (credits, heads, frees, marks, counters kept across calls), on 1–5 ranks
+//! with rings of a few slots so that calls lap them. It checks the protocol —
+//! every call's results are NCCL's, no call waits forever, a ring slot is
+//! never overwritten before its reader freed it — not the CUDA translation
+//! (the device tests do that).
+
+use super::SLOTS;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Ring slots in the model (the kernel has [`SLOTS`]): few, so calls lap.
+const K: u64 = 3;
+const _: () = assert!(K < SLOTS as u64);
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Fold,
+    Gather,
+    Broadcast,
+}
+
+/// One rank's region and buffers.
+struct Rank {
+    heads: Vec<AtomicU64>, // [w][k]
+    frees: Vec<AtomicU64>, // [r][k]
+    marks: Vec<AtomicU64>, // [k]
+    sent: Vec<AtomicU64>,
+    recvd: Vec<AtomicU64>,
+    data: Vec<AtomicU8>, // [w][k][slot]
+    /// The user's memory: input and output at their offsets.
+    mem: Vec<AtomicU8>,
+}
+
+struct World {
+    n: usize,
+    slot: usize,
+    ranks: Vec<Rank>,
+}
+
+/// One call's arguments (offsets into each rank's `mem`).
+#[derive(Clone, Copy, Debug)]
+struct Call {
+    mode: Mode,
+    root: usize,
+    seg: usize,
+    chunk: usize,
+    input: usize,
+    output: usize,
+    send_stride: usize,
+    out_stride: usize,
+    overlap: bool,
+}
+
+fn wait(word: &AtomicU64, want: u64, what: &str) {
+    let start = Instant::now();
+    while word.load(Acquire) < want {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "waited 20 s for {what} ≥ {want}: the protocol hangs"
+        );
+        std::thread::yield_now();
+    }
+}
+
+impl World {
+    fn chunks(&self, c: &Call, r: usize) -> usize {
+        let m = c.seg.div_ceil(c.chunk).max(1);
+        if c.mode == Mode::Broadcast && r != c.root {
+            1
+        } else {
+            m
+        }
+    }
+
+    fn sender(&self, me: usize, c: &Call, first: usize, half: usize, sent: &[u64]) {
+        let n = self.n;
+        let data = c.mode != Mode::Broadcast || me == c.root;
+        let mine = &self.ranks[me];
+        let mut ch = first;
+        while ch < self.chunks(c, me) && n > 1 {
+            let lo = ch * c.chunk;
+            let len = c.chunk.min(c.seg - lo.min(c.seg));
+            for j in 1..n {
+                let q = (me + j) % n;
+                let g = sent[q] + ch as u64;
+                let k = g % K;
+                if g >= K {
+                    wait(
+                        &mine.frees[q * K as usize + k as usize],
+                        g + 1 - K,
+                        "a free",
+                    );
+                }
+                let peer = &self.ranks[q];
+                // The slot's last chunk is the one K before (or none): the
+                // credit kept this sender from lapping its reader.
+                let head = &peer.heads[me * K as usize + k as usize];
+                assert_eq!(head.load(Acquire), (g + 1).saturating_sub(K));
+                let base = (me * K as usize + k as usize) * self.slot;
+                if data {
+                    for i in 0..len {
+                        let b = mine.mem[c.input + q * c.send_stride + lo + i].load(Relaxed);
+                        peer.data[base + i].store(b, Relaxed);
+                    }
+                }
+                head.store(g + 1, Release);
+            }
+            if c.overlap {
+                let g = sent[(me + 1) % n] + ch as u64;
+                mine.marks[(g % K) as usize].store(g + 1, Release);
+            }
+            ch += half;
+        }
+    }
+
+    fn receiver(
+        &self,
+        me: usize,
+        c: &Call,
+        first: usize,
+        half: usize,
+        sent: &[u64],
+        recvd: &[u64],
+    ) {
+        let n = self.n;
+        let mine = &self.ranks[me];
+        let m = c.seg.div_ceil(c.chunk).max(1);
+        let mut ch = first;
+        while ch < m {
+            let lo = ch * c.chunk;
+            let len = c.chunk.min(c.seg - lo.min(c.seg));
+            let mut at = vec![usize::MAX; n];
+            for j in 1..n {
+                let r = (me + n - j) % n;
+                if ch >= self.chunks(c, r) {
+                    continue;
+                }
+                let g = recvd[r] + ch as u64;
+                let k = (g % K) as usize;
+                wait(&mine.heads[r * K as usize + k], g + 1, "a head");
+                at[r] = (r * K as usize + k) * self.slot;
+            }
+            if c.overlap && n > 1 && ch < self.chunks(c, me) {
+                let g = sent[(me + 1) % n] + ch as u64;
+                wait(&mine.marks[(g % K) as usize], g + 1, "a mark");
+            }
+            let own = c.input + me * c.send_stride + lo;
+            let get = |r: usize, i: usize| {
+                if r == me {
+                    mine.mem[own + i].load(Relaxed)
+                } else {
+                    mine.data[at[r] + i].load(Relaxed)
+                }
+            };
+            match c.mode {
+                Mode::Fold => {
+                    for i in 0..len {
+                        let v = (0..n).fold(0u8, |a, r| a.wrapping_add(get(r, i)));
+                        mine.mem[c.output + lo + i].store(v, Relaxed);
+                    }
+                }
+                Mode::Gather => {
+                    for r in 0..n {
+                        let dst = c.output + r * c.out_stride + lo;
+                        if r == me && dst == own {
+                            continue;
+                        }
+                        for i in 0..len {
+                            mine.mem[dst + i].store(get(r, i), Relaxed);
+                        }
+                    }
+                }
+                Mode::Broadcast => {
+                    if me != c.root || c.output != c.input {
+                        for i in 0..len {
+                            mine.mem[c.output + lo + i].store(get(c.root, i), Relaxed);
+                        }
+                    }
+                }
+            }
+            for j in 1..n {
+                let r = (me + n - j) % n;
+                if ch >= self.chunks(c, r) {
+                    continue;
+                }
+                let g = recvd[r] + ch as u64;
+                self.ranks[r].frees[me * K as usize + (g % K) as usize].store(g + 1, Release);
+            }
+            ch += half;
+        }
+    }
+
+    /// Every rank's kernel of one call, `halves[r]` senders and as many
+    /// receivers each, all running at once.
+    fn call(self: &Arc<Self>, calls: &[Call], halves: &[usize]) {
+        let mut threads = Vec::new();
+        for me in 0..self.n {
+            let c = calls[me];
+            let sent: Vec<u64> = self.ranks[me]
+                .sent
+                .iter()
+                .map(|a| a.load(Acquire))
+                .collect();
+            let recvd: Vec<u64> = self.ranks[me]
+                .recvd
+                .iter()
+                .map(|a| a.load(Acquire))
+                .collect();
+            let half = halves[me];
+            for b in 0..2 * half {
+                let (w, sent, recvd) = (self.clone(), sent.clone(), recvd.clone());
+                threads.push(std::thread::spawn(move || {
+                    if b < half {
+                        w.sender(me, &c, b, half, &sent);
+                    } else {
+                        w.receiver(me, &c, b - half, half, &sent, &recvd);
+                    }
+                }));
+            }
+        }
+        for t in threads {
+            t.join().expect("a block panicked");
+        }
+        // The last block of each rank adds the call's chunks.
+        for (me, (c, rank)) in calls.iter().zip(&self.ranks).enumerate() {
+            for q in (0..self.n).filter(|&q| q != me) {
+                rank.sent[q].fetch_add(self.chunks(c, me) as u64, AcqRel);
+                rank.recvd[q].fetch_add(self.chunks(c, q) as u64, AcqRel);
+            }
+        }
+    }
+}
+
+fn world(n: usize, slot: usize, mem: usize) -> Arc<World> {
+    let words = |len: usize| (0..len).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
+    let bytes = |len: usize| (0..len).map(|_| AtomicU8::new(0)).collect::<Vec<_>>();
+    Arc::new(World {
+        n,
+        slot,
+        ranks: (0..n)
+            .map(|_| Rank {
+                heads: words(n * K as usize),
+                frees: words(n * K as usize),
+                marks: words(K as usize),
+                sent: words(n),
+                recvd: words(n),
+                data: bytes(n * K as usize * slot),
+                mem: bytes(mem),
+            })
+            .collect(),
+    })
+}
+
+/// The collectives as ce maps them (plugins/ce/src/ll.rs `moves`), on `mem`
+/// laid out as send at 0 and receive at `span`.
+fn moves(coll: &str, me: usize, n: usize, block: usize, in_place: bool, span: usize) -> Call {
+    let (send, recv) = (if in_place { span } else { 0 }, span);
+    let c = |mode, input, output, send_stride, out_stride| Call {
+        mode,
+        root: n - 1,
+        seg: block,
+        chunk: 0,
+        input,
+        output,
+        send_stride,
+        out_stride,
+        overlap: false,
+    };
+    match (coll, in_place) {
+        ("all_reduce", _) => c(Mode::Fold, send, recv, 0, 0),
+        ("reduce_scatter", true) => c(Mode::Fold, recv, recv + me * block, block, 0),
+        ("reduce_scatter", false) => c(Mode::Fold, send, recv, block, 0),
+        ("all_gather", true) => c(Mode::Gather, recv + me * block, recv, 0, block),
+        ("all_gather", false) => c(Mode::Gather, send, recv, 0, block),
+        ("alltoall", _) => c(Mode::Gather, send, recv, block, block),
+        _ => c(Mode::Broadcast, send, recv, 0, 0),
+    }
+}
+
+#[test]
+fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
+    let colls = [
+        "all_reduce",
+        "reduce_scatter",
+        "all_gather",
+        "alltoall",
+        "broadcast",
+    ];
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |m: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    };
+    for n in 1..=5 {
+        let (slot, span) = (32, 4096);
+        let w = world(n, slot, 2 * span);
+        // Many calls on one world: the counters and rings carry over.
+        for round in 0..12 {
+            let coll = colls[round % colls.len()];
+            let in_place = round % 3 == 1;
+            let block = 1 + next(90) as usize;
+            // The same chunk on every rank (it depends on the segment only).
+            let chunk = [16, 32][next(2) as usize].min(slot);
+            let calls: Vec<Call> = (0..n)
+                .map(|me| {
+                    let mut c = moves(coll, me, n, block, in_place, span);
+                    c.chunk = chunk;
+                    c.overlap = in_place && n > 1 && matches!(coll, "all_reduce" | "alltoall");
+                    c
+                })
+                .collect();
+            // Inputs: what each rank holds before the call.
+            let value = |r: usize, i: usize| (r * 37 + i * 11 + round * 5 + 1) as u8;
+            let in_len = match coll {
+                "reduce_scatter" | "alltoall" => n * block,
+                _ => block,
+            };
+            for (r, c) in calls.iter().enumerate() {
+                for i in 0..in_len {
+                    w.ranks[r].mem[c.input + i].store(value(r, i), Relaxed);
+                }
+            }
+            let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
+            w.call(&calls, &halves);
+            let what = format!("{coll} n={n} round={round} block={block} chunk={chunk} in_place={in_place} halves={halves:?}");
+            for (me, rank) in w.ranks.iter().enumerate() {
+                let out = |i: usize| rank.mem[span + i].load(Relaxed);
+                match coll {
+                    "all_reduce" => {
+                        for i in 0..block {
+                            let want = (0..n).fold(0u8, |a, r| a.wrapping_add(value(r, i)));
+                            assert_eq!(out(i), want, "{what} rank {me} byte {i}");
+                        }
+                    }
+                    "reduce_scatter" => {
+                        let at = if in_place { me * block } else { 0 };
+                        for i in 0..block {
+                            let want =
+                                (0..n).fold(0u8, |a, r| a.wrapping_add(value(r, me * block + i)));
+                            assert_eq!(out(at + i), want, "{what} rank {me} byte {i}");
+                        }
+                    }
+                    "all_gather" => {
+                        for r in 0..n {
+                            for i in 0..block {
+                                assert_eq!(
+                                    out(r * block + i),
+                                    value(r, i),
+                                    "{what} rank {me} from {r}"
+                                );
+                            }
+                        }
+                    }
+                    "alltoall" => {
+                        for r in 0..n {
+                            for i in 0..block {
+                                assert_eq!(
+                                    out(r * block + i),
+                                    value(r, me * block + i),
+                                    "{what} rank {me} from {r}"
+                                );
+                            }
+                        }
+                    }
+                    _ => {
+                        for i in 0..block {
+                            assert_eq!(out(i), value(n - 1, i), "{what} rank {me} byte {i}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
