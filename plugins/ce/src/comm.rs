@@ -569,15 +569,7 @@ impl CeComm {
                 Ok(())
             }
             Err(e) => {
-                let e = PluginError::new(
-                    e.code(),
-                    format!(
-                        "ce collective #{} ({what}) on rank {}: {}",
-                        d.seq,
-                        self.rank,
-                        e.message()
-                    ),
-                );
+                let e = self.call_error(d.seq, &what, e);
                 // The peers are in this collective and this rank is not (all of
                 // it): the ranks' barriers no longer line up. Break, and let the
                 // watchdog release what was queued.
@@ -594,7 +586,19 @@ impl CeComm {
         }
     }
 
-    /// A call as one exchange kernel (LL or Simple, `ll.rs`): nothing but the
+    /// `e`, said of call `seq` (`what` it was) on this rank.
+    fn call_error(&self, seq: u64, what: &str, e: PluginError) -> PluginError {
+        PluginError::new(
+            e.code(),
+            format!(
+                "ce collective #{seq} ({what}) on rank {}: {}",
+                self.rank,
+                e.message()
+            ),
+        )
+    }
+
+    /// A call as one exchange kernel (LL or Simple, `kernels::moves`): nothing but the
     /// kernel goes on the stream; the watchdog tracks it like any eager
     /// collective (its release raises the kernels' abort word).
     ///
@@ -646,7 +650,7 @@ impl CeComm {
             .as_ref()
             .ok_or_else(|| PluginError::internal("an exchange call without kernels"))?;
         let (t, o) = select::kernel_types(d).map_err(PluginError::invalid)?;
-        let m = crate::ll::moves(
+        let m = ferrocx_sdk::kernels::moves::moves(
             d.coll,
             self.rank,
             block,
@@ -708,27 +712,13 @@ impl CeComm {
             Exchange::Ll => unsafe { k.ll(t, o, &args, stream) },
             Exchange::Simple => {
                 let slot = layout.simple_slot;
-                let sp = SimpleArgs {
-                    bases: args.bases,
-                    region_off: layout.simple_offset() as u64,
-                    note_off: args.note_off,
-                    note: args.note,
-                    input: args.input,
-                    output: args.output,
-                    ctl: args.ctl,
-                    send_stride: args.send_stride,
-                    out_stride: args.out_stride,
-                    seg: args.seg,
-                    chunk: simple::chunk_bytes(block, slot) as u64,
-                    slot: slot as u64,
-                    timeout_ns: args.timeout_ns,
-                    rank: args.rank,
-                    nranks: args.nranks,
-                    mode: args.mode,
-                    root: args.root,
-                    overlap: m.overlap(self.rank, self.nranks, block, sends) as i32,
-                    pad: 0,
-                };
+                let sp = SimpleArgs::from_ll(
+                    &args,
+                    layout.simple_offset() as u64,
+                    simple::chunk_bytes(block, slot) as u64,
+                    slot as u64,
+                    m.overlap(self.rank, self.nranks, block, sends),
+                );
                 // SAFETY: as above, with the Simple regions (mapped until
                 // comm_destroy, of the agreed slot on every rank) and the same
                 // segment and chunk on every rank.
@@ -736,16 +726,7 @@ impl CeComm {
             }
         };
         if let Err(e) = r {
-            let e = issue::kernel_error(e);
-            return Err(PluginError::new(
-                e.code(),
-                format!(
-                    "ce collective #{} ({what}) on rank {}: {}",
-                    d.seq,
-                    self.rank,
-                    e.message()
-                ),
-            ));
+            return Err(self.call_error(d.seq, &what, issue::kernel_error(e)));
         }
         if kernel == Exchange::Ll {
             self.ll_calls += 1;

@@ -80,6 +80,7 @@
 
 pub mod kcache;
 pub mod ll;
+pub mod moves;
 pub mod nvrtc;
 pub mod simple;
 

@@ -148,6 +148,40 @@ pub struct SimpleArgs {
 }
 
 impl SimpleArgs {
+    /// The Simple kernel's arguments for the call `ll` describes (the fields
+    /// the two kernels share mean the same), its region at `region_off`,
+    /// chunks of `chunk` bytes in slots of `slot`, and whether the output
+    /// overlaps the input.
+    pub fn from_ll(
+        ll: &super::ll::LlArgs,
+        region_off: u64,
+        chunk: u64,
+        slot: u64,
+        overlap: bool,
+    ) -> SimpleArgs {
+        SimpleArgs {
+            bases: ll.bases,
+            region_off,
+            note_off: ll.note_off,
+            note: ll.note,
+            input: ll.input,
+            output: ll.output,
+            ctl: ll.ctl,
+            send_stride: ll.send_stride,
+            out_stride: ll.out_stride,
+            seg: ll.seg,
+            chunk,
+            slot,
+            timeout_ns: ll.timeout_ns,
+            rank: ll.rank,
+            nranks: ll.nranks,
+            mode: ll.mode,
+            root: ll.root,
+            overlap: overlap as i32,
+            pad: 0,
+        }
+    }
+
     /// Chunks of the segment.
     pub fn chunks(&self) -> u64 {
         chunks(self.seg as usize, self.chunk as usize) as u64
@@ -509,6 +543,50 @@ mod tests {
             assert_eq!(region_bytes(n, 4096), Some(w + n * SLOTS * 4096));
         }
         assert_eq!(region_bytes(usize::MAX / 2, 4096), None);
+        // The shared fields carry over from the LL kernel's arguments.
+        let ll = super::super::ll::LlArgs {
+            bases: 1,
+            region_off: 2,
+            note_off: 3,
+            note: [4, 5, 6, 7],
+            input: 8,
+            output: 9,
+            ctl: 10,
+            send_stride: 11,
+            out_stride: 12,
+            seg: 13,
+            area: 14,
+            timeout_ns: 15,
+            rank: 16,
+            nranks: 17,
+            mode: 18,
+            root: 19,
+        };
+        let sp = SimpleArgs::from_ll(&ll, 20, 21, 22, true);
+        assert_eq!(
+            sp,
+            SimpleArgs {
+                bases: 1,
+                region_off: 20,
+                note_off: 3,
+                note: [4, 5, 6, 7],
+                input: 8,
+                output: 9,
+                ctl: 10,
+                send_stride: 11,
+                out_stride: 12,
+                seg: 13,
+                chunk: 21,
+                slot: 22,
+                timeout_ns: 15,
+                rank: 16,
+                nranks: 17,
+                mode: 18,
+                root: 19,
+                overlap: 1,
+                pad: 0,
+            }
+        );
         // The C struct: 12 eight-byte fields, four note words, six ints.
         assert_eq!(std::mem::size_of::<SimpleArgs>(), 12 * 8 + 16 + 6 * 4);
     }

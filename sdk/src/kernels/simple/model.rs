@@ -6,7 +6,9 @@
 //! never overwritten before its reader freed it — not the CUDA translation
 //! (the device tests do that).
 
+use super::super::ll::{MODE_FOLD, MODE_GATHER};
 use super::SLOTS;
+use crate::collective::Coll;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -254,40 +256,40 @@ fn world(n: usize, slot: usize, mem: usize) -> Arc<World> {
     })
 }
 
-/// The collectives as ce maps them (plugins/ce/src/ll.rs `moves`), on `mem`
-/// laid out as send at 0 and receive at `span`.
-fn moves(coll: &str, me: usize, n: usize, block: usize, in_place: bool, span: usize) -> Call {
+/// The call on rank `me` as the plugins map it ([`moves`](super::super::moves::moves),
+/// the real table, and its overlap rule), on `mem` laid out as send at 0 and
+/// receive at `span`.
+fn call_of(coll: Coll, me: usize, n: usize, block: usize, in_place: bool, span: usize) -> Call {
     let (send, recv) = (if in_place { span } else { 0 }, span);
-    let c = |mode, input, output, send_stride, out_stride| Call {
-        mode,
-        root: n - 1,
+    let m = super::super::moves::moves(coll, me, block, in_place, send as u64, recv as u64)
+        .expect("an exchange collective");
+    let root = n - 1;
+    let sends = coll != Coll::Broadcast || me == root;
+    Call {
+        mode: match m.mode {
+            MODE_FOLD => Mode::Fold,
+            MODE_GATHER => Mode::Gather,
+            _ => Mode::Broadcast,
+        },
+        root,
         seg: block,
         chunk: 0,
-        input,
-        output,
-        send_stride,
-        out_stride,
-        overlap: false,
-    };
-    match (coll, in_place) {
-        ("all_reduce", _) => c(Mode::Fold, send, recv, 0, 0),
-        ("reduce_scatter", true) => c(Mode::Fold, recv, recv + me * block, block, 0),
-        ("reduce_scatter", false) => c(Mode::Fold, send, recv, block, 0),
-        ("all_gather", true) => c(Mode::Gather, recv + me * block, recv, 0, block),
-        ("all_gather", false) => c(Mode::Gather, send, recv, 0, block),
-        ("alltoall", _) => c(Mode::Gather, send, recv, block, block),
-        _ => c(Mode::Broadcast, send, recv, 0, 0),
+        input: m.input as usize,
+        output: m.output as usize,
+        send_stride: m.send_stride as usize,
+        out_stride: m.out_stride as usize,
+        overlap: m.overlap(me, n, block, sends),
     }
 }
 
 #[test]
 fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
     let colls = [
-        "all_reduce",
-        "reduce_scatter",
-        "all_gather",
-        "alltoall",
-        "broadcast",
+        Coll::AllReduce,
+        Coll::ReduceScatter,
+        Coll::AllGather,
+        Coll::AllToAll,
+        Coll::Broadcast,
     ];
     let mut seed = 0x2545_f491_4f6c_dd1d_u64;
     let mut next = |m: u64| {
@@ -308,16 +310,15 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
             let chunk = [16, 32][next(2) as usize].min(slot);
             let calls: Vec<Call> = (0..n)
                 .map(|me| {
-                    let mut c = moves(coll, me, n, block, in_place, span);
+                    let mut c = call_of(coll, me, n, block, in_place, span);
                     c.chunk = chunk;
-                    c.overlap = in_place && n > 1 && matches!(coll, "all_reduce" | "alltoall");
                     c
                 })
                 .collect();
             // Inputs: what each rank holds before the call.
             let value = |r: usize, i: usize| (r * 37 + i * 11 + round * 5 + 1) as u8;
             let in_len = match coll {
-                "reduce_scatter" | "alltoall" => n * block,
+                Coll::ReduceScatter | Coll::AllToAll => n * block,
                 _ => block,
             };
             for (r, c) in calls.iter().enumerate() {
@@ -327,17 +328,17 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
             }
             let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
             w.call(&calls, &halves);
-            let what = format!("{coll} n={n} round={round} block={block} chunk={chunk} in_place={in_place} halves={halves:?}");
+            let what = format!("{} n={n} round={round} block={block} chunk={chunk} in_place={in_place} halves={halves:?}", coll.name());
             for (me, rank) in w.ranks.iter().enumerate() {
                 let out = |i: usize| rank.mem[span + i].load(Relaxed);
                 match coll {
-                    "all_reduce" => {
+                    Coll::AllReduce => {
                         for i in 0..block {
                             let want = (0..n).fold(0u8, |a, r| a.wrapping_add(value(r, i)));
                             assert_eq!(out(i), want, "{what} rank {me} byte {i}");
                         }
                     }
-                    "reduce_scatter" => {
+                    Coll::ReduceScatter => {
                         let at = if in_place { me * block } else { 0 };
                         for i in 0..block {
                             let want =
@@ -345,7 +346,7 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
                             assert_eq!(out(at + i), want, "{what} rank {me} byte {i}");
                         }
                     }
-                    "all_gather" => {
+                    Coll::AllGather => {
                         for r in 0..n {
                             for i in 0..block {
                                 assert_eq!(
@@ -356,7 +357,7 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
                             }
                         }
                     }
-                    "alltoall" => {
+                    Coll::AllToAll => {
                         for r in 0..n {
                             for i in 0..block {
                                 assert_eq!(

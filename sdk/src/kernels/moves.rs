@@ -1,8 +1,8 @@
-//! Small calls as one LL kernel (sans-IO): which mode, strides and buffers
-//! the SDK's LL exchange kernel ([`ferrocx_sdk::kernels::ll`]) gets for a
-//! collective. The kernel needs neither windows nor staging — each rank
-//! writes its data into its peers' LL areas and reads its own — so a call
-//! takes it whenever its block is small enough (`select::route`).
+//! A collective as one exchange kernel (sans-IO): which mode, strides and
+//! buffers the LL kernel ([`super::ll`]) and the Simple kernel
+//! ([`super::simple`]) get for it. Neither kernel needs windows or staging —
+//! each rank writes its data into its peers' mapped areas and reads its own —
+//! so a plugin (ce's `select::route`) picks them by size alone.
 //!
 //! | collective | mode | input (rank `me`) | to rank `q` | rank `r`'s data lands at |
 //! |---|---|---|---|---|
@@ -16,8 +16,8 @@
 //! both send and recv, in NCCL's layout; the kernel reads each line before
 //! it writes it.
 
-use ferrocx_sdk::collective::Coll;
-use ferrocx_sdk::kernels::ll::{MODE_BROADCAST, MODE_FOLD, MODE_GATHER};
+use super::ll::{MODE_BROADCAST, MODE_FOLD, MODE_GATHER};
+use crate::collective::Coll;
 
 /// What the kernel moves for one call on one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
