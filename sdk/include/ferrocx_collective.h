@@ -100,6 +100,26 @@
  *                             a stream), with its message for last_error. Once
  *                             broken, launch fails too.
  *   last_error(buf, len)      optional. As in ferrocx_plugin.h (per thread).
+ *   p2p_can_run(comm, desc)   optional (with p2p_launch; both added within
+ *                             v1: a table whose struct_size ends before them
+ *                             has neither). Priority for running the ONE op of
+ *                             `desc` (a send or receive, stream-ordered device
+ *                             memory today; the core asks op by op): 0 =
+ *                             cannot; above FX_COLL_CORE_PRIORITY to be chosen.
+ *                             Decide from that op's own fields (kind, peer,
+ *                             bytes, memory kind, capture flag) and what every
+ *                             rank knows, never from the rest of its group: a
+ *                             send and the receive it meets are asked on two
+ *                             ranks and must get the same answer.
+ *   p2p_launch(comm, desc, stream)
+ *                             optional (with p2p_can_run). Every op of one
+ *                             group that this plugin won, in the order the
+ *                             caller posted them (ops with one peer in one
+ *                             direction meet the peer's in that order). CUDA
+ *                             memory: queue them on `stream` and return. A
+ *                             send meets a receive of exactly its bytes; a
+ *                             difference is the caller's error (report it as
+ *                             "mismatched calls: ..." where it can be seen).
  *
  * OWNERSHIP. The plugin owns ctx, comm and win. The buffers of a descriptor
  * are the caller's and valid until the collective completed (host) or the
@@ -236,6 +256,26 @@ typedef struct fx_coll_desc {
   uint64_t seq;     /* the communicator's collective sequence number, equal on every rank */
 } fx_coll_desc_t;
 
+#define FX_P2P_SEND 0
+#define FX_P2P_RECV 1
+
+/* One send or receive of a point-to-point group. */
+typedef struct fx_p2p_op {
+  int32_t kind;   /* FX_P2P_SEND or FX_P2P_RECV */
+  int32_t peer;   /* the other rank */
+  uint64_t bytes; /* a send meets a receive of exactly as many */
+  void *buf;      /* NULL only when bytes is 0 */
+} fx_p2p_op_t;
+
+/* A group of point-to-point operations. */
+typedef struct fx_p2p_desc {
+  const fx_p2p_op_t *ops; /* nops operations, in the order the caller posted them */
+  uint32_t nops;
+  int32_t mem_kind;       /* FX_MEM_HOST or FX_MEM_CUDA (every op's) */
+  uint32_t flags;         /* FX_COLL_CAPTURING or 0 */
+  uint32_t reserved;      /* 0 */
+} fx_p2p_desc_t;
+
 typedef struct fx_collective_v1 {
   uint32_t abi_version; /* FX_COLL_ABI_VERSION_1 */
   uint32_t struct_size; /* sizeof(fx_collective_v1_t) */
@@ -252,7 +292,13 @@ typedef struct fx_collective_v1 {
   int32_t (*launch)(void *comm, const fx_coll_desc_t *coll, void *stream);
   int32_t (*status)(void *comm);
   size_t (*last_error)(char *buf, size_t len);
+  /* Added within v1 (tables built before end here: see FX_COLLECTIVE_V1_MIN_SIZE). */
+  int32_t (*p2p_can_run)(void *comm, const fx_p2p_desc_t *desc);
+  int32_t (*p2p_launch)(void *comm, const fx_p2p_desc_t *desc, void *stream);
 } fx_collective_v1_t;
+
+/* The smallest struct_size the core accepts: a table without the p2p hooks. */
+#define FX_COLLECTIVE_V1_MIN_SIZE offsetof(fx_collective_v1_t, p2p_can_run)
 
 typedef const fx_collective_v1_t *(*fx_collective_v1_entry_t)(void);
 

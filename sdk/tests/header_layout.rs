@@ -214,7 +214,24 @@ fn expected() -> Expected {
         launch => launch,
         status => status,
         last_error => last_error,
+        p2p_can_run => p2p_can_run,
+        p2p_launch => p2p_launch,
     });
+    layout!(out, structs, "fx_p2p_op_t", FxP2pOp {
+        kind => kind,
+        peer => peer,
+        bytes => bytes,
+        buf => buf,
+    });
+    layout!(out, structs, "fx_p2p_desc_t", FxP2pDesc {
+        ops => ops,
+        nops => nops,
+        mem_kind => mem_kind,
+        flags => flags,
+        reserved => reserved,
+    });
+    konst!(out, names, FX_P2P_SEND, typed);
+    konst!(out, names, FX_P2P_RECV, typed);
 
     konst!(out, names, FX_COLL_ABI_VERSION_1, typed);
     konst!(out, names, FX_COLL_CORE_PRIORITY, typed);
@@ -279,9 +296,10 @@ fn expected() -> Expected {
         c_fmt: "%s",
         rust: FX_COLL_SYMBOL_V1.into(),
     });
+    names.push("FX_COLLECTIVE_V1_MIN_SIZE");
     out.push(Check::num(
         "FX_COLLECTIVE_V1_MIN_SIZE".into(),
-        "sizeof(fx_collective_v1_t)".into(),
+        "FX_COLLECTIVE_V1_MIN_SIZE".into(),
         usize_i128(FX_COLLECTIVE_V1_MIN_SIZE),
     ));
 

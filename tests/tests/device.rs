@@ -323,6 +323,62 @@ fn ce_runs_mid_calls_as_one_simple_kernel() {
     }
 }
 
+/// Device sends and receives through ce's point-to-point kernel: rings,
+/// pairs posted in opposite orders, all-to-all groups and two messages each
+/// way in one group, 0 B to 4 MiB + 16 (above the limit: the core), every
+/// byte and canary checked and every message's runner asserted; at 2 and 4
+/// ranks, with 64 KiB slots and with 1040-byte slots (a 4 MiB message laps
+/// the 128-slot rings many times); then with the kernel off (the core's
+/// path, the same checks).
+#[test]
+fn ce_runs_device_sends_as_one_kernel() {
+    if !gpus() {
+        return;
+    }
+    for (n, slot, expect) in [
+        (2, "64K", "ce"),
+        (2, "1040", "ce"),
+        (4, "64K", "ce"),
+        (2, "64K", "core"),
+    ] {
+        let off = if expect == "core" { "0" } else { "4M" };
+        run_ok_n(
+            n,
+            &["p2p-device", "--expect", expect],
+            &[
+                ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
+                ("FERROCX_CE_SIMPLE_SLOT", slot),
+                ("FERROCX_CE_P2P_BYTES", off),
+            ],
+            Duration::from_secs(600),
+        );
+    }
+}
+
+/// A device send of 4096 bytes meeting a receive of 8192 through ce's
+/// point-to-point kernel: the receiving rank gets `Error::Mismatch` naming
+/// the sender (the chunk headers), not shifted data or a hang.
+#[test]
+fn ce_names_a_send_that_meets_a_receive_of_another_size() {
+    if !gpus() {
+        return;
+    }
+    let outs = run(&["p2p-size-mismatch"], &[], Duration::from_secs(120));
+    assert_all_ok(&outs);
+    let o = &outs[1];
+    // Error::Mismatch names both ranks' calls (its Display orders them).
+    assert!(
+        o.stdout.contains("MISMATCH mismatched calls: ")
+            && o.stdout.contains(
+                "rank 1 called a device receive from rank 0 whose size differs from its send (ce point-to-point)"
+            )
+            && o.stdout.contains("rank 0 called a device send to rank 1 of another size"),
+        "rank 1: {}\n{}",
+        o.stdout,
+        o.stderr
+    );
+}
+
 /// ce's call notes (`FERROCX_CE_CHECK_CALLS`, on by default): rank 0 all-reduces f32, rank
 /// 1 i32 on windows; both get `Error::Mismatch` from `device_error` once the
 /// watchdogs compared the notes, and ce refuses later calls.

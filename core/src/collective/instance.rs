@@ -157,6 +157,36 @@ impl CollectivePlugin {
         self.check("launch", code)
     }
 
+    /// Priority for running the one op of `desc` (0 = cannot, also without
+    /// the p2p hooks or the memory kind's cap).
+    pub fn p2p_can_run(&self, desc: &FxP2pDesc) -> i32 {
+        let Some(f) = self.t().p2p_can_run else {
+            return 0;
+        };
+        if !self.serves(desc.mem_kind) || self.open("p2p_can_run").is_err() {
+            return 0;
+        }
+        // SAFETY: live comm; the descriptor and its ops live across the call.
+        unsafe { f(self.comm, desc) }.max(0)
+    }
+
+    /// Run the ops of `desc` (CUDA: queued on `stream`).
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch), for every op's buffer.
+    pub unsafe fn p2p_launch(&self, desc: &FxP2pDesc, stream: *mut c_void) -> Result<()> {
+        self.open("p2p_launch")?;
+        let f = self.t().p2p_launch.ok_or_else(|| {
+            Error::Unsupported(format!(
+                "collective plugin '{}' has no p2p_launch",
+                self.lib.name
+            ))
+        })?;
+        // SAFETY: the caller's contract; live comm.
+        let code = unsafe { f(self.comm, desc, stream) };
+        self.check("p2p_launch", code)
+    }
+
     /// Whether `launch` checks host-memory calls itself (`FX_COLL_CAP_CHECKS_CALLS`).
     pub fn checks_calls(&self) -> bool {
         self.t().caps & FX_COLL_CAP_CHECKS_CALLS != 0

@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 /// A validated collective table and what keeps it alive.
 pub struct CollectiveLib {
-    table: *const FxCollectiveV1,
+    /// A copy of the plugin's table, its `struct_size` bytes and zeros after
+    /// them: a table built before hooks were added within v1 reads as not
+    /// having them (never reading past what the plugin allocated).
+    table: Box<FxCollectiveV1>,
     _lib: Option<Arc<libloading::Library>>,
     /// Plugin name from the table.
     pub name: String,
@@ -20,17 +23,17 @@ pub struct CollectiveLib {
     pub source: PluginSource,
 }
 
-// SAFETY: the table is immutable static data of the library, which stays
-// loaded while this value lives; the hooks' threading is the ABI's contract.
+// SAFETY: the table is a copy of immutable data whose hooks point into the
+// library, which stays loaded while this value lives; the hooks' threading is
+// the ABI's contract.
 unsafe impl Send for CollectiveLib {}
 // SAFETY: as above.
 unsafe impl Sync for CollectiveLib {}
 
 impl CollectiveLib {
-    /// The raw table (valid while `self` lives).
+    /// The table (valid while `self` lives).
     pub fn table(&self) -> &FxCollectiveV1 {
-        // SAFETY: validated non-null at construction and kept alive by `_lib`.
-        unsafe { &*self.table }
+        &self.table
     }
 
     /// Wrap a built-in table.
@@ -70,8 +73,16 @@ impl CollectiveLib {
         };
         // SAFETY: the caller's contract.
         let (version, name) = unsafe { check_header(table.cast(), &kind, shown)? };
-        // SAFETY: the header check passed: the whole v1 table is readable.
-        let t = unsafe { &*table };
+        // SAFETY: the header check passed: `struct_size` (at least the v1
+        // minimum) bytes are readable; only as many as both sides know are
+        // copied over zeros, and zero bytes are valid for every field (null
+        // hooks are `None`, the name an empty string).
+        let t: Box<FxCollectiveV1> = unsafe {
+            let mut copy = Box::new(std::mem::MaybeUninit::<FxCollectiveV1>::zeroed());
+            let size = ((*table).struct_size as usize).min(std::mem::size_of::<FxCollectiveV1>());
+            std::ptr::copy_nonoverlapping(table.cast::<u8>(), copy.as_mut_ptr().cast::<u8>(), size);
+            Box::from_raw(Box::into_raw(copy).cast::<FxCollectiveV1>())
+        };
         check_hooks(
             &kind,
             &name,
@@ -87,10 +98,14 @@ impl CollectiveLib {
                     "window_deregister (required with window_register)",
                     t.window_register.is_some() && t.window_deregister.is_none(),
                 ),
+                (
+                    "p2p_can_run and p2p_launch (one without the other)",
+                    t.p2p_can_run.is_some() != t.p2p_launch.is_some(),
+                ),
             ],
         )?;
         Ok(CollectiveLib {
-            table,
+            table: t,
             _lib: lib,
             name,
             abi_version: version,

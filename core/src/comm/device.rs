@@ -206,7 +206,7 @@ impl Communicator {
     ) -> Result<()> {
         let op = self.device_p2p(Dir::Send, buf, len, peer)?;
         // SAFETY: the caller's contract.
-        unsafe { self.launch_device(vec![Task::P2p(op)], &[stream.raw_stream()]) }
+        unsafe { self.launch_device_p2p(vec![Task::P2p(op)], vec![stream.raw_stream()]) }
     }
 
     /// Receive `len` bytes from `peer` into device memory, ordered on `stream`.
@@ -222,7 +222,26 @@ impl Communicator {
     ) -> Result<()> {
         let op = self.device_p2p(Dir::Recv, buf, len, peer)?;
         // SAFETY: the caller's contract.
-        unsafe { self.launch_device(vec![Task::P2p(op)], &[stream.raw_stream()]) }
+        unsafe { self.launch_device_p2p(vec![Task::P2p(op)], vec![stream.raw_stream()]) }
+    }
+
+    /// Device tasks with sends or receives: those a collective plugin wins
+    /// go to it, the rest through [`launch_device`](Self::launch_device).
+    ///
+    /// # Safety
+    /// As [`collective_on`](Self::collective_on), for every stream.
+    pub(crate) unsafe fn launch_device_p2p(
+        &self,
+        tasks: Vec<Task>,
+        streams: Vec<RawStream>,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        let (tasks, streams) = unsafe { self.device_p2p_on_plugins(tasks, streams)? };
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_device(tasks, &streams) }
     }
 
     /// Whether some peer's transport takes no device memory (device data to it is

@@ -106,7 +106,7 @@ impl<'a> Group<'a> {
         }
         // SAFETY: every stream and device buffer was given by `*_on` calls whose
         // contracts cover this launch.
-        unsafe { self.comm.launch_device(self.tasks, &self.streams) }
+        unsafe { self.comm.launch_device_p2p(self.tasks, self.streams) }
     }
 
     /// Do this rank's sends to itself now, as copies into their receives, and take

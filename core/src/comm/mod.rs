@@ -5,6 +5,7 @@ mod device;
 mod dispatch;
 mod form;
 mod group;
+mod p2p_route;
 mod shrink;
 mod split;
 mod windows;

@@ -216,6 +216,11 @@ fn sources_compile_with_nvrtc() {
                 Some(sp) => assert!(text.contains(&format!(".entry {sp}(")), "{sp}: {text}"),
                 None => assert!(!text.contains(".entry ferrocx_simple_"), "{name}"),
             }
+            // The point-to-point kernel rides in u8 sum's module alone.
+            match p2p_name(dtype, kind) {
+                Some(p) => assert!(text.contains(&format!(".entry {p}(")), "{p}: {text}"),
+                None => assert!(!text.contains(".entry ferrocx_p2p"), "{name}"),
+            }
             assert!(
                 !text.contains("__local_depot"),
                 "{name} uses local memory:\n{text}"

@@ -5,13 +5,14 @@ use crate::driver::{self, Api};
 use crate::flags::Flags;
 use crate::issue::{self, Xfer};
 use crate::notes;
+use crate::p2p;
 use crate::plan::{self, Batching, Buf, Shape};
 use crate::select::{self, Agreed, Exchange, Window};
 use crate::setup::{self, Hello};
 use crate::sync::{FlagLayout, Mode, Sequencer, Step};
-use crate::watch::Expect;
+use crate::watch::{self, Expect};
 use crate::watchdog::{Reader, Watchdog};
-use ferrocx_sdk::collective::{Coll, CollDesc, CommInfo, Oob, WindowDesc};
+use ferrocx_sdk::collective::{Coll, CollDesc, CommInfo, Oob, P2pDesc, P2pOp, WindowDesc};
 use ferrocx_sdk::cuda::{self, sys, Stream};
 use ferrocx_sdk::device::cuda::CudaDriver;
 use ferrocx_sdk::device::{Device, Driver, Reach};
@@ -40,6 +41,8 @@ pub struct CeComm {
     ll_calls: u64,
     /// Whether an exchange kernel was launched (the watchdog was told).
     exchanged: bool,
+    /// Point-to-point kernels launched (for messages).
+    p2p_calls: u64,
     dev: Arc<dyn Device>,
 }
 
@@ -222,6 +225,7 @@ impl CeComm {
             ll_bytes: cfg.ll_bytes,
             // No rings where the Simple kernel never runs (equal on every rank).
             simple_slot: cfg.simple_rings(nranks),
+            p2p_slot: cfg.p2p_rings(nranks),
         };
         let local = local_setup(info, layout, cfg.scratch_bytes);
         let hello = match &local {
@@ -278,6 +282,7 @@ impl CeComm {
                 red,
                 ll_calls: 0,
                 exchanged: false,
+                p2p_calls: 0,
                 dev,
             }),
             (started, agreed, extras) => {
@@ -736,6 +741,136 @@ impl CeComm {
             unsafe { self.watchdog.track(stream, d.seq, what, Vec::new(), note) }?;
         }
         Ok(())
+    }
+
+    /// Whether ce takes `op` (ce's point-to-point kernel): by the op alone.
+    fn p2p_accepts(&self, op: &P2pOp, d: &P2pDesc) -> Result<(), &'static str> {
+        if self.cfg.priority <= 0 {
+            return Err("FERROCX_CE_PRIORITY=0");
+        }
+        let region =
+            self.kernels.is_some() && self.flags.as_ref().is_some_and(|f| f.layout().p2p_slot > 0);
+        p2p::accepts(
+            op,
+            self.rank,
+            self.nranks,
+            self.cfg.p2p_bytes,
+            region,
+            d.mem == ferrocx_sdk::MemKind::Cuda,
+            d.capturing,
+        )
+    }
+
+    /// `p2p_can_run`: ce's bid for the one op of `d`.
+    pub fn p2p_can_run(&self, d: &P2pDesc) -> i32 {
+        match d.ops.as_slice() {
+            [op] if self.p2p_accepts(op, d).is_ok() => self.cfg.priority,
+            _ => 0,
+        }
+    }
+
+    /// `p2p_launch`: queue the group's sends and receives on `stream`, one
+    /// point-to-point kernel per [`p2p::kernels`] cut.
+    ///
+    /// # Safety
+    /// The ops' buffers are valid device memory until the stream passed them;
+    /// `stream` is a live stream of this rank's device (or null).
+    pub unsafe fn p2p_launch(&mut self, d: &P2pDesc, stream: *mut c_void) -> PluginResult<()> {
+        self.watchdog.status()?;
+        if self.host.aborted() {
+            return Err(PluginError::remote("the communicator was aborted"));
+        }
+        for op in &d.ops {
+            if let Err(why) = self.p2p_accepts(op, d) {
+                return Err(PluginError::invalid(format!(
+                    "ce cannot run this {}: {why}",
+                    p2p::describe(std::slice::from_ref(op))
+                )));
+            }
+        }
+        let _bound = self.dev.bind()?;
+        let stream = stream as sys::CUstream;
+        // SAFETY: the caller's contract.
+        if unsafe { driver::is_capturing(stream) }? {
+            return Err(PluginError::invalid(
+                "ce's point-to-point kernel does not run in a captured stream (the core's path does)",
+            ));
+        }
+        let flags = self
+            .flags
+            .as_ref()
+            .ok_or_else(|| PluginError::internal("no flags"))?;
+        let layout = flags.layout();
+        let base = ferrocx_sdk::kernels::p2p::P2pArgs {
+            bases: flags.ll_table(),
+            region_off: layout.p2p_offset() as u64,
+            ctl: flags.ll_ctl(),
+            slot: layout.p2p_slot as u64,
+            timeout_ns: u64::try_from(self.host.timeout().as_nanos())
+                .unwrap_or(u64::MAX / 4)
+                .min(u64::MAX / 4),
+            rank: self.rank as i32,
+            nranks: self.nranks as i32,
+            send: Default::default(),
+            recv: Default::default(),
+        };
+        for cut in p2p::kernels(&d.ops) {
+            let ops: Vec<P2pOp> = cut.iter().map(|&i| d.ops[i]).collect();
+            let args = p2p::args(&base, &ops, layout.p2p_slot);
+            let n = self.p2p_calls;
+            let what = p2p::describe(&ops);
+            // SAFETY: the caller's contract; the device is bound.
+            let r = unsafe { self.queue_p2p(&args, stream, n, what.clone()) };
+            if let Err(e) = r {
+                // The peers' kernels pair messages by count: the communicator breaks.
+                let e = PluginError::new(
+                    e.code(),
+                    format!(
+                        "ce point-to-point call #{n} ({what}) on rank {}: {}",
+                        self.rank,
+                        e.message()
+                    ),
+                );
+                self.watchdog.break_with(e.clone());
+                return Err(e);
+            }
+            self.p2p_calls += 1;
+        }
+        Ok(())
+    }
+
+    /// One point-to-point kernel on `stream`, ordered after ce's earlier
+    /// calls and tracked by the watchdog like an exchange kernel.
+    ///
+    /// # Safety
+    /// As [`p2p_launch`](Self::p2p_launch); the device is bound.
+    unsafe fn queue_p2p(
+        &mut self,
+        args: &ferrocx_sdk::kernels::p2p::P2pArgs,
+        stream: sys::CUstream,
+        n: u64,
+        what: String,
+    ) -> PluginResult<()> {
+        let k = self
+            .kernels
+            .as_ref()
+            .ok_or_else(|| PluginError::internal("a point-to-point call without kernels"))?;
+        // SAFETY: the caller's contract; the device is bound.
+        unsafe { self.watchdog.order(stream) }?;
+        if !self.exchanged {
+            self.watchdog.ll_launched();
+            self.exchanged = true;
+        }
+        // SAFETY: the ops' buffers per the caller; the regions and control
+        // words are this rank's flag buffer and the peers' as mapped until
+        // comm_destroy; both ends of every message size it alike (the op's
+        // bytes and the agreed slot), and cut their groups alike (p2p::kernels).
+        unsafe { k.p2p(args, self.cfg.simple_blocks, stream) }.map_err(issue::kernel_error)?;
+        // SAFETY: as above.
+        unsafe {
+            self.watchdog
+                .track(stream, watch::P2P_SEQ | n, what, Vec::new(), None)
+        }
     }
 
     /// `comm_destroy`: wait (bounded) for queued collectives, stop the

@@ -13,13 +13,14 @@
 //! | `FERROCX_CE_LL_BYTES` | `1M` | all_reduce and reduce_scatter (not avg), all_gather, alltoall and broadcast whose block is at most this many bytes run as one LL kernel ([`ferrocx_sdk::kernels::ll`]: the data goes into the peers' mapped memory with the flag in it; no barrier, no staging, no windows needed); at most 1 MiB; it sizes the LL areas (2 × nranks × 2 × this bytes of device memory per rank, in the flag buffer); `0`: never. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BYTES` | `auto` | the same collectives whose block is above the LL kernel's limit and at most this many bytes (all_reduce: block × nranks ≤ 2 × this, as one-shot; `auto`: each collective's measured limit at 2 ranks and above, `select::SIMPLE_TABLE`) run as one Simple kernel ([`ferrocx_sdk::kernels::simple`]: chunks through slot rings in the peers' mapped memory, a flag per chunk; no barrier, no staging, no windows needed); `0`: never. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_SLOT` | `64K` | bytes of one slot of the Simple kernel's rings, the largest chunk (a multiple of 16, 16 B–16 MiB); the rings take nranks × 128 × this bytes of device memory per rank (8 MiB at 1 rank of 64K, in the flag buffer, only when `FERROCX_CE_SIMPLE_BYTES` is not 0). Every rank must set the same value |
+//! | `FERROCX_CE_P2P_BYTES` | `4M` | device sends and receives of at most this many bytes (each decided alone, by its size, so both ends agree) run as ce's point-to-point kernel ([`ferrocx_sdk::kernels::p2p`]: the Simple kernel's rings, a region of their own, every chunk headed by its message's size, which the receive checks) on the caller's stream, one kernel per group (more where a group has several messages to one peer the same way); larger ones, and any on a stream being captured, take the core's path. A send may finish before its receive is posted while the peer's ring has room (128 slots: a 4 MiB message takes 64); `0`: never. The rings take nranks × 128 × `FERROCX_CE_SIMPLE_SLOT` bytes of device memory per rank. A send through ce must meet a receive of device memory of exactly its size. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BLOCKS` | `64` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once. This rank's alone (chunks do not depend on it) |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
 //!
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
 //! decide what every rank does (its bid, how many barriers a collective
-//! has), and `FERROCX_CE_LL_BYTES`, `FERROCX_CE_SIMPLE_BYTES` and
-//! `FERROCX_CE_SIMPLE_SLOT` the flag buffers' layout and the kernels' routes, so `comm_init`
+//! has), and `FERROCX_CE_LL_BYTES`, `FERROCX_CE_SIMPLE_BYTES`,
+//! `FERROCX_CE_P2P_BYTES` and `FERROCX_CE_SIMPLE_SLOT` the flag buffers' layout and the kernels' routes, so `comm_init`
 //! checks that every rank read the same values and sits the communicator
 //! out, naming the variable, when they differ.
 //! `FERROCX_CE_REDUCE` and `FERROCX_CE_ONESHOT_BYTES` are agreed the same
@@ -37,6 +38,10 @@ pub const DEFAULT_LL_BYTES: usize = 1 << 20;
 /// `FERROCX_CE_SIMPLE_BYTES=auto` (the default): each collective's measured
 /// limit (`select::SIMPLE_TABLE`).
 pub const SIMPLE_AUTO: usize = usize::MAX;
+/// Default `FERROCX_CE_P2P_BYTES`: half a ring of 64 KiB slots, so a send
+/// finishes before its receive is posted (as the core's path) while a
+/// second one to the same peer is queued behind it.
+pub const DEFAULT_P2P_BYTES: usize = 4 << 20;
 /// Largest `FERROCX_CE_SIMPLE_SLOT`.
 pub const SIMPLE_SLOT_MAX: usize = 16 << 20;
 /// Default copies per batch (NCCL's intra-batch sync frequency).
@@ -75,6 +80,9 @@ pub struct Config {
     pub simple_slot: usize,
     /// `FERROCX_CE_SIMPLE_BLOCKS`: most sending blocks of a Simple kernel.
     pub simple_blocks: usize,
+    /// `FERROCX_CE_P2P_BYTES`: the largest device send/receive run by the
+    /// point-to-point kernel.
+    pub p2p_bytes: usize,
     /// `FERROCX_CE_CHECK_CALLS`: notes on every eager call.
     pub check_calls: bool,
     /// `stage` holds only if ce's check ends up on (auto with the core's check on).
@@ -96,6 +104,7 @@ impl Default for Config {
             simple_bytes: SIMPLE_AUTO,
             simple_slot: ferrocx_sdk::kernels::simple::DEFAULT_SLOT,
             simple_blocks: ferrocx_sdk::kernels::simple::TARGET_BLOCKS,
+            p2p_bytes: DEFAULT_P2P_BYTES,
             check_calls: true,
             stage_needs_check: true,
         }
@@ -109,6 +118,21 @@ impl Config {
     pub fn simple_rings(&self, nranks: usize) -> usize {
         let runs =
             self.simple_bytes > 0 && self.reduce && nranks <= ferrocx_sdk::kernels::ll::MAX_RANKS;
+        if runs {
+            self.simple_slot
+        } else {
+            0
+        }
+    }
+
+    /// Bytes per slot of the point-to-point kernel's rings at `nranks`
+    /// ranks, 0 where it never runs (`FERROCX_CE_P2P_BYTES=0`, reductions
+    /// off — the kernel lives in a reduction module — a single rank, or more
+    /// ranks than it takes).
+    pub fn p2p_rings(&self, nranks: usize) -> usize {
+        let runs = self.p2p_bytes > 0
+            && self.reduce
+            && (2..=ferrocx_sdk::kernels::ll::MAX_RANKS).contains(&nranks);
         if runs {
             self.simple_slot
         } else {
@@ -145,9 +169,10 @@ impl Config {
             )));
         }
         let simple_slot = env::unsigned(&lookup, "FERROCX_CE_SIMPLE_SLOT", d.simple_slot)?;
-        if simple_slot == 0 || !simple_slot.is_multiple_of(16) || simple_slot > SIMPLE_SLOT_MAX {
+        // The point-to-point kernel needs room for a chunk's header.
+        if simple_slot < 32 || !simple_slot.is_multiple_of(16) || simple_slot > SIMPLE_SLOT_MAX {
             return Err(PluginError::invalid(format!(
-                "FERROCX_CE_SIMPLE_SLOT={simple_slot}: a multiple of 16 bytes, from 16 to {SIMPLE_SLOT_MAX}"
+                "FERROCX_CE_SIMPLE_SLOT={simple_slot}: a multiple of 16 bytes, from 32 to {SIMPLE_SLOT_MAX}"
             )));
         }
         Ok(Config {
@@ -170,6 +195,7 @@ impl Config {
                 }
                 b => b,
             },
+            p2p_bytes: env::unsigned(&lookup, "FERROCX_CE_P2P_BYTES", d.p2p_bytes)?,
             batch,
             batch_bytes: env::unsigned(&lookup, "FERROCX_CE_BATCH_BYTES", d.batch_bytes)?,
             memcpy_batch: env::boolean(&lookup, "FERROCX_CE_MEMCPY_BATCH", d.memcpy_batch)?,
@@ -215,6 +241,7 @@ mod tests {
             ("FERROCX_CE_SIMPLE_BYTES", "8M"),
             ("FERROCX_CE_SIMPLE_SLOT", "4K"),
             ("FERROCX_CE_SIMPLE_BLOCKS", "32"),
+            ("FERROCX_CE_P2P_BYTES", "1M"),
         ])
         .unwrap();
         assert_eq!(
@@ -232,6 +259,7 @@ mod tests {
                 simple_bytes: 8 << 20,
                 simple_slot: 4096,
                 simple_blocks: 32,
+                p2p_bytes: 1 << 20,
                 check_calls: true,
                 stage_needs_check: false,
             }
@@ -251,6 +279,25 @@ mod tests {
                 .unwrap()
                 .simple_rings(2),
             0
+        );
+        // The point-to-point rings: on by default, from 2 ranks to 16.
+        assert_eq!(d.p2p_rings(2), d.simple_slot);
+        assert_eq!(d.p2p_rings(1), 0, "no peer to send to");
+        assert_eq!(d.p2p_rings(17), 0);
+        assert_eq!(
+            with(&[("FERROCX_CE_P2P_BYTES", "0")]).unwrap().p2p_rings(2),
+            0
+        );
+        assert_eq!(
+            with(&[("FERROCX_CE_SIMPLE_BYTES", "0")])
+                .unwrap()
+                .p2p_rings(2),
+            d.simple_slot,
+            "independent of the Simple collectives"
+        );
+        assert!(
+            with(&[("FERROCX_CE_SIMPLE_SLOT", "16")]).is_err(),
+            "no room for a header"
         );
         assert_eq!(with(&[]).unwrap().simple_bytes, SIMPLE_AUTO);
         let auto = with(&[("FERROCX_CE_SIMPLE_BYTES", " Auto ")]).unwrap();

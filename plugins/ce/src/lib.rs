@@ -173,6 +173,7 @@ pub mod driver;
 pub mod flags;
 pub mod issue;
 pub mod notes;
+pub mod p2p;
 pub mod plan;
 pub mod select;
 pub mod setup;
@@ -183,7 +184,7 @@ pub mod watch;
 pub mod watchdog;
 
 use ferrocx_sdk::abi::{FX_COLL_CAP_CUDA_MEM, FX_COLL_CAP_GRAPHS, FX_COLL_CAP_WINDOWS};
-use ferrocx_sdk::collective::{CollDesc, Collective, CommInfo, Oob, WindowDesc};
+use ferrocx_sdk::collective::{CollDesc, Collective, CommInfo, Oob, P2pDesc, WindowDesc};
 use ferrocx_sdk::{Host, PluginResult};
 use std::ffi::c_void;
 
@@ -244,6 +245,20 @@ impl Collective for Ce {
     ) -> PluginResult<()> {
         // SAFETY: the same contract, passed on.
         unsafe { comm.launch(coll, stream) }
+    }
+
+    fn p2p_can_run(&self, comm: &CeComm, desc: &P2pDesc) -> i32 {
+        comm.p2p_can_run(desc)
+    }
+
+    unsafe fn p2p_launch(
+        &self,
+        comm: &mut CeComm,
+        desc: &P2pDesc,
+        stream: *mut c_void,
+    ) -> PluginResult<()> {
+        // SAFETY: the same contract, passed on.
+        unsafe { comm.p2p_launch(desc, stream) }
     }
 
     fn status(&self, comm: &CeComm) -> PluginResult<()> {

@@ -4,7 +4,7 @@
 //! 1. **Hello**: whether this rank could set up (CUDA, its device, the driver
 //!    entry points, every peer GPU reachable, its flag buffer), the knobs that
 //!    must agree (`FERROCX_CE_PRIORITY`, `_BATCH`, `_BATCH_BYTES`, `_LL_BYTES`,
-//!    `_SIMPLE_BYTES`, `_SIMPLE_SLOT`) and its flag
+//!    `_SIMPLE_BYTES`, `_SIMPLE_SLOT`, `_P2P_BYTES`) and its flag
 //!    buffer's IPC handle. Every rank takes part even when its own setup
 //!    failed, so nobody waits for a rank that returned early; then all ranks
 //!    see the same list and all decide the same ([`agree`]).
@@ -18,11 +18,11 @@
 use crate::config::Config;
 use ferrocx_sdk::device::{IpcHandle, HANDLE_BYTES};
 
-const MAGIC: u32 = 0x4345_0002;
+const MAGIC: u32 = 0x4345_0003;
 /// Bytes of the reason text carried.
 const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
-pub const HELLO_BYTES: usize = 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + HANDLE_BYTES + REASON_BYTES;
+pub const HELLO_BYTES: usize = 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + HANDLE_BYTES + REASON_BYTES;
 
 /// One rank's message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,8 +39,10 @@ pub struct Hello {
     pub ll_bytes: u32,
     /// `FERROCX_CE_SIMPLE_BYTES` (which calls take the Simple kernel).
     pub simple_bytes: u64,
-    /// `FERROCX_CE_SIMPLE_SLOT` (it sizes the Simple rings).
+    /// `FERROCX_CE_SIMPLE_SLOT` (it sizes the Simple and point-to-point rings).
     pub simple_slot: u64,
+    /// `FERROCX_CE_P2P_BYTES` (which sends and receives take the kernel).
+    pub p2p_bytes: u64,
     /// The rank's flag buffer (NONE when it has none).
     pub handle: IpcHandle,
 }
@@ -57,11 +59,12 @@ impl Hello {
             simple_bytes: cfg.simple_bytes as u64,
             // Agreed only where the kernel may run: with it off everywhere, the
             // slot sizes nothing.
-            simple_slot: if cfg.simple_bytes > 0 {
+            simple_slot: if cfg.simple_bytes > 0 || cfg.p2p_bytes > 0 {
                 cfg.simple_slot as u64
             } else {
                 0
             },
+            p2p_bytes: cfg.p2p_bytes as u64,
             handle,
         }
     }
@@ -85,6 +88,7 @@ impl Hello {
         b.extend_from_slice(&self.batch_bytes.to_le_bytes());
         b.extend_from_slice(&self.simple_bytes.to_le_bytes());
         b.extend_from_slice(&self.simple_slot.to_le_bytes());
+        b.extend_from_slice(&self.p2p_bytes.to_le_bytes());
         b.extend_from_slice(&self.handle.0);
         let mut reason = [0u8; REASON_BYTES];
         if let Some(why) = &self.failed {
@@ -111,8 +115,8 @@ impl Hello {
             return Err(format!("bad magic {:#x}", u32_at(0)));
         }
         let mut handle = [0u8; HANDLE_BYTES];
-        handle.copy_from_slice(&b[48..48 + HANDLE_BYTES]);
-        let text = &b[48 + HANDLE_BYTES..];
+        handle.copy_from_slice(&b[56..56 + HANDLE_BYTES]);
+        let text = &b[56 + HANDLE_BYTES..];
         let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
         Ok(Hello {
             failed: (u32_at(4) == 0).then(|| String::from_utf8_lossy(&text[..end]).into_owned()),
@@ -122,6 +126,7 @@ impl Hello {
             ll_bytes: u32_at(12),
             simple_bytes: u64_at(32),
             simple_slot: u64_at(40),
+            p2p_bytes: u64_at(48),
             handle: IpcHandle(handle),
         })
     }
@@ -150,13 +155,14 @@ pub fn agree(all: &[Hello]) -> Result<(), String> {
         return Ok(());
     };
     type Knob = (&'static str, fn(&Hello) -> u64);
-    let knobs: [Knob; 6] = [
+    let knobs: [Knob; 7] = [
         ("FERROCX_CE_PRIORITY", |h| h.priority as u64),
         ("FERROCX_CE_BATCH", |h| h.batch),
         ("FERROCX_CE_BATCH_BYTES", |h| h.batch_bytes),
         ("FERROCX_CE_LL_BYTES", |h| h.ll_bytes as u64),
         ("FERROCX_CE_SIMPLE_BYTES", |h| h.simple_bytes),
         ("FERROCX_CE_SIMPLE_SLOT", |h| h.simple_slot),
+        ("FERROCX_CE_P2P_BYTES", |h| h.p2p_bytes),
     ];
     for (var, get) in knobs {
         if let Some((r, h)) = all.iter().enumerate().find(|(_, h)| get(h) != get(first)) {
@@ -225,11 +231,12 @@ mod tests {
         );
         let err = agree(&[ok.clone(), slot]).unwrap_err();
         assert!(err.starts_with("FERROCX_CE_SIMPLE_SLOT differs"), "{err}");
-        // With the kernel off everywhere the slot is not compared.
+        // With both ring kernels off everywhere the slot is not compared.
         let off = |slot| {
             Hello::ready(
                 &Config {
                     simple_bytes: 0,
+                    p2p_bytes: 0,
                     simple_slot: slot,
                     ..cfg
                 },
@@ -237,6 +244,15 @@ mod tests {
             )
         };
         assert_eq!(agree(&[off(4096), off(65536)]), Ok(()));
+        let p2p = Hello::ready(
+            &Config {
+                p2p_bytes: 1 << 20,
+                ..cfg
+            },
+            IpcHandle::NONE,
+        );
+        let err = agree(&[ok.clone(), p2p]).unwrap_err();
+        assert!(err.starts_with("FERROCX_CE_P2P_BYTES differs"), "{err}");
         let other = Hello::ready(&Config { batch: 4, ..cfg }, IpcHandle::NONE);
         let err = agree(&[ok.clone(), ok, other]).unwrap_err();
         assert!(

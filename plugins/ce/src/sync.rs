@@ -127,6 +127,9 @@ pub struct FlagLayout {
     /// Bytes per slot of the Simple kernel's rings (`FERROCX_CE_SIMPLE_SLOT`,
     /// equal on every rank; 0: no Simple region).
     pub simple_slot: usize,
+    /// Bytes per slot of the point-to-point kernel's rings (the same
+    /// variable; 0: no point-to-point region).
+    pub p2p_slot: usize,
 }
 
 impl FlagLayout {
@@ -139,10 +142,26 @@ impl FlagLayout {
     /// (`crate::notes`: `nranks × RING` notes of `WORDS` words,
     /// writer-major), the LL control words, then the LL region (two parities
     /// × `nranks` writers × one area: `ferrocx_sdk::kernels::ll`), then the
-    /// Simple region (`ferrocx_sdk::kernels::simple`). All of it is zeroed
-    /// before a peer can see it.
+    /// Simple region (`ferrocx_sdk::kernels::simple`), then the
+    /// point-to-point region (the same layout, `ferrocx_sdk::kernels::p2p`).
+    /// All of it is zeroed before a peer can see it.
     pub fn bytes(&self) -> usize {
-        self.simple_offset() + self.simple_bytes()
+        self.p2p_offset() + self.p2p_bytes()
+    }
+
+    /// Byte offset of the point-to-point region (256-byte aligned), after the
+    /// Simple region.
+    pub fn p2p_offset(&self) -> usize {
+        (self.simple_offset() + self.simple_bytes()).div_ceil(256) * 256
+    }
+
+    /// Bytes of the point-to-point region (0 without).
+    pub fn p2p_bytes(&self) -> usize {
+        if self.p2p_slot == 0 {
+            return 0;
+        }
+        ferrocx_sdk::kernels::simple::region_bytes(self.nranks, self.p2p_slot)
+            .unwrap_or(usize::MAX / 2)
     }
 
     /// Byte offset of the Simple region (256-byte aligned), after the LL region.
@@ -480,6 +499,7 @@ mod tests {
                 nranks: n,
                 ll_bytes: 256 << 10,
                 simple_slot: 4096,
+                p2p_slot: 1040,
             };
             assert_eq!(l.stride() % 16, 0);
             assert!(l.stride() >= 4 * n);
@@ -498,12 +518,19 @@ mod tests {
             assert_eq!(l.simple_offset() % 256, 0);
             let simple = ferrocx_sdk::kernels::simple::region_bytes(n, 4096).unwrap();
             assert_eq!(l.simple_bytes(), simple);
-            assert_eq!(l.bytes(), l.simple_offset() + simple);
+            // The point-to-point region after it, aligned, with its own slot.
+            assert_eq!(l.p2p_offset(), l.simple_offset() + simple);
+            assert_eq!(l.p2p_offset() % 256, 0);
+            let p2p = ferrocx_sdk::kernels::simple::region_bytes(n, 1040).unwrap();
+            assert_eq!(l.p2p_bytes(), p2p);
+            assert_eq!(l.bytes(), l.p2p_offset() + p2p);
             let none = FlagLayout {
                 simple_slot: 0,
+                p2p_slot: 0,
                 ..l
             };
             assert_eq!(none.bytes(), none.simple_offset());
+            assert_eq!(none.p2p_offset(), none.simple_offset());
             for a in Array::ALL {
                 assert_eq!(l.offset(a, 0) % 16, 0);
                 assert!(l.offset(a, n - 1) + 4 <= l.ring_offset());
@@ -533,6 +560,7 @@ mod tests {
                 nranks: 4,
                 ll_bytes: 0,
                 simple_slot: 0,
+                p2p_slot: 0,
             }
             .stride(),
             16
@@ -542,6 +570,7 @@ mod tests {
                 nranks: 5,
                 ll_bytes: 0,
                 simple_slot: 0,
+                p2p_slot: 0,
             }
             .stride(),
             32
@@ -551,6 +580,7 @@ mod tests {
                 nranks: 3,
                 ll_bytes: 0,
                 simple_slot: 0,
+                p2p_slot: 0,
             }
             .offset(Array::GraphReady, 2),
             2 * 16 + 8

@@ -48,6 +48,25 @@ pub struct Entry<E> {
     pub note: Option<(u64, crate::notes::Call)>,
 }
 
+/// The bit that marks an entry's `seq` as a point-to-point kernel's number
+/// (its own count, not the collectives'): such entries carry no note.
+pub const P2P_SEQ: u64 = 1 << 63;
+
+impl<E> Entry<E> {
+    /// "ce collective #7 (alltoall of …)" or "ce point-to-point call #3 (send of …)".
+    pub fn label(&self) -> String {
+        if self.seq & P2P_SEQ != 0 {
+            format!(
+                "ce point-to-point call #{} ({})",
+                self.seq & !P2P_SEQ,
+                self.what
+            )
+        } else {
+            format!("ce collective #{} ({})", self.seq, self.what)
+        }
+    }
+}
+
 /// The pending collectives of one communicator, oldest first.
 #[derive(Debug)]
 pub struct Tracker<E> {
@@ -219,7 +238,7 @@ pub fn verdict<E>(
     read: &Result<Snapshot, String>,
     released: &Result<(), String>,
 ) -> PluginError {
-    let what = format!("ce collective #{} ({})", entry.seq, entry.what);
+    let what = entry.label();
     let tail = match released {
         Ok(()) => "; the stream was released and the communicator is broken".to_string(),
         Err(why) => format!("; releasing the stream failed ({why}); the communicator is broken"),
@@ -261,8 +280,8 @@ pub fn aborted<E>(me: usize, entry: &Entry<E>, released: &Result<(), String>) ->
         Err(why) => format!("releasing the stream failed ({why})"),
     };
     PluginError::remote(format!(
-        "the communicator was aborted while ce collective #{} ({}) was queued on rank {me}: {tail}",
-        entry.seq, entry.what
+        "the communicator was aborted while {} was queued on rank {me}: {tail}",
+        entry.label()
     ))
 }
 

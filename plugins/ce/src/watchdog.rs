@@ -420,11 +420,18 @@ fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
             "waited more than FERROCX_TIMEOUT ({}s) for {peer}'s data or room for its own (a rank that never made the call, or died)",
             timeout.as_secs_f64()
         )
+    } else if code & 0xffff_ffff == ferrocx_sdk::kernels::p2p::ERR_SIZE {
+        // Only the receive sees both sizes: the core's mismatch wording, so
+        // a program can match it (Error::Mismatch).
+        let peer = (code >> 32).saturating_sub(1);
+        return PluginError::remote(format!(
+            "mismatched calls: rank {me} called a device receive from rank {peer} whose size differs from its send (ce point-to-point), rank {peer} called a device send to rank {me} of another size"
+        ));
     } else {
         format!("failed with code {code}")
     };
     PluginError::timeout(format!(
-        "a ce exchange kernel (LL or Simple) on rank {me} {why}; its output is undefined and the communicator is broken"
+        "a ce exchange kernel (LL, Simple or point-to-point) on rank {me} {why}; its output is undefined and the communicator is broken"
     ))
 }
 

@@ -67,6 +67,11 @@ pub const FX_OP_MAX: i32 = 3;
 /// Average.
 pub const FX_OP_AVG: i32 = 4;
 
+/// A send ([`FxP2pOp::kind`]).
+pub const FX_P2P_SEND: i32 = 0;
+/// A receive.
+pub const FX_P2P_RECV: i32 = 1;
+
 /// `send` and `recv` are NCCL's in-place layout.
 pub const FX_COLL_IN_PLACE: u32 = 1 << 0;
 /// `send` lies in `send_win` at `send_offset`.
@@ -182,6 +187,37 @@ pub struct FxCollDesc {
     pub seq: u64,
 }
 
+/// One send or receive of a point-to-point group (`p2p_can_run`,
+/// `p2p_launch`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FxP2pOp {
+    /// [`FX_P2P_SEND`] or [`FX_P2P_RECV`].
+    pub kind: i32,
+    /// The other rank.
+    pub peer: i32,
+    /// Bytes (a send meets a receive of exactly as many).
+    pub bytes: u64,
+    /// The buffer (null only when `bytes` is 0).
+    pub buf: *mut c_void,
+}
+
+/// A group of point-to-point operations.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FxP2pDesc {
+    /// `nops` operations, in the order the caller posted them.
+    pub ops: *const FxP2pOp,
+    /// How many.
+    pub nops: u32,
+    /// `FX_MEM_HOST` or `FX_MEM_CUDA` (every op's).
+    pub mem_kind: i32,
+    /// `FX_COLL_CAPTURING` or 0.
+    pub flags: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
 /// The collective table (ABI v1). The hook-by-hook reference is the C header
 /// `sdk/include/ferrocx_collective.h`; these are summaries.
 #[repr(C)]
@@ -233,10 +269,20 @@ pub struct FxCollectiveV1 {
     pub status: Option<unsafe extern "C" fn(comm: *mut c_void) -> i32>,
     /// The calling thread's last error text (as in the transport ABI). Optional.
     pub last_error: Option<unsafe extern "C" fn(buf: *mut c_char, len: usize) -> usize>,
+    /// Priority for running the one op of `desc` (added within v1: a table
+    /// whose `struct_size` ends before it has neither p2p hook). Optional
+    /// (required with `p2p_launch`).
+    pub p2p_can_run: Option<unsafe extern "C" fn(comm: *mut c_void, desc: *const FxP2pDesc) -> i32>,
+    /// Run the group's ops this plugin accepted (CUDA: queued on `stream`).
+    /// Optional (required with `p2p_can_run`).
+    pub p2p_launch: Option<
+        unsafe extern "C" fn(comm: *mut c_void, desc: *const FxP2pDesc, stream: *mut c_void) -> i32,
+    >,
 }
 
-/// The smallest `struct_size` the core accepts for a v1 collective table.
-pub const FX_COLLECTIVE_V1_MIN_SIZE: usize = std::mem::size_of::<FxCollectiveV1>();
+/// The smallest `struct_size` the core accepts for a v1 collective table:
+/// one built before the point-to-point hooks were added.
+pub const FX_COLLECTIVE_V1_MIN_SIZE: usize = std::mem::offset_of!(FxCollectiveV1, p2p_can_run);
 
 /// Signature of the exported entry point.
 pub type FxCollectiveV1Entry = unsafe extern "C" fn() -> *const FxCollectiveV1;

@@ -4,6 +4,7 @@
 
 use super::desc::{CollDesc, CommInfo, WindowDesc};
 use super::oob::Oob;
+use super::p2p::P2pDesc;
 use super::Collective;
 use crate::abi::*;
 use crate::export::{guard, h_last_error, name_array, null};
@@ -155,6 +156,34 @@ unsafe extern "C" fn h_status<T: Collective>(comm: *mut c_void) -> i32 {
     })
 }
 
+unsafe extern "C" fn h_p2p_can_run<T: Collective>(
+    comm: *mut c_void,
+    desc: *const FxP2pDesc,
+) -> i32 {
+    let mut prio = 0;
+    // A priority, not a code: any failure means "cannot" (0).
+    guard("p2p_can_run", || {
+        let (t, b) = comm_mut::<T>(comm)?;
+        let d = P2pDesc::from_raw(desc.as_ref().ok_or_else(|| null("desc"))?, b.nranks)?;
+        prio = t.p2p_can_run(&b.comm, &d).max(0);
+        Ok(FX_OK)
+    });
+    prio
+}
+
+unsafe extern "C" fn h_p2p_launch<T: Collective>(
+    comm: *mut c_void,
+    desc: *const FxP2pDesc,
+    stream: *mut c_void,
+) -> i32 {
+    guard("p2p_launch", || {
+        let (t, b) = comm_mut::<T>(comm)?;
+        let d = P2pDesc::from_raw(desc.as_ref().ok_or_else(|| null("desc"))?, b.nranks)?;
+        t.p2p_launch(&mut b.comm, &d, stream)?;
+        Ok(FX_OK)
+    })
+}
+
 /// The v1 table for `T`. Usually reached through the macros.
 pub const fn collective_table<T: Collective>() -> FxCollectiveV1 {
     FxCollectiveV1 {
@@ -172,6 +201,8 @@ pub const fn collective_table<T: Collective>() -> FxCollectiveV1 {
         launch: Some(h_launch::<T>),
         status: Some(h_status::<T>),
         last_error: Some(h_last_error),
+        p2p_can_run: Some(h_p2p_can_run::<T>),
+        p2p_launch: Some(h_p2p_launch::<T>),
     }
 }
 

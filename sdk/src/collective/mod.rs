@@ -7,10 +7,12 @@
 mod desc;
 mod export;
 mod oob;
+mod p2p;
 
 pub use desc::{elem_bytes, Coll, CollDesc, CommInfo, WindowDesc, WindowRef};
 pub use export::{builtin_collectives, collective_table, BuiltinCollective};
 pub use oob::Oob;
+pub use p2p::{P2pDesc, P2pDir, P2pOp};
 
 use crate::error::PluginResult;
 use crate::host::Host;
@@ -68,6 +70,28 @@ pub trait Collective: Sized + Send + Sync + 'static {
         coll: &CollDesc<'_, Self::Window>,
         stream: *mut c_void,
     ) -> PluginResult<()>;
+    /// Priority for running the one op of `desc` (a device send or receive
+    /// today): 0 = cannot. Decide from the op alone, as `can_run` from the
+    /// call: the peer is asked about the matching op.
+    fn p2p_can_run(&self, _comm: &Self::Comm, _desc: &P2pDesc) -> i32 {
+        0
+    }
+    /// Run the ops of one group this plugin won (posted order): CUDA memory
+    /// queued on `stream`.
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch), for every op's buffer.
+    unsafe fn p2p_launch(
+        &self,
+        _comm: &mut Self::Comm,
+        _desc: &P2pDesc,
+        _stream: *mut c_void,
+    ) -> PluginResult<()> {
+        Err(crate::PluginError::unsupported(format!(
+            "{} runs no point-to-point operations",
+            Self::NAME
+        )))
+    }
     /// The asynchronous error that broke the communicator, if any.
     fn status(&self, _comm: &Self::Comm) -> PluginResult<()> {
         Ok(())

@@ -82,6 +82,7 @@ pub mod kcache;
 pub mod ll;
 pub mod moves;
 pub mod nvrtc;
+pub mod p2p;
 pub mod simple;
 
 use crate::cuda::{self, sys, Context};
@@ -434,7 +435,22 @@ fn source(dtype: DataType, kind: Kind) -> String {
                 .replace("FX_SP_MAX_RANKS", &ll::MAX_RANKS.to_string()),
         );
     }
+    if let Some(p2p) = p2p_name(dtype, kind) {
+        s.push_str(
+            &p2p::SOURCE
+                .replace("FX_P2P_NAME", &p2p)
+                .replace("FX_P2P_ERR_SIZE", &format!("{}ull", p2p::ERR_SIZE))
+                .replace("FX_SP_MAX_RANKS", &ll::MAX_RANKS.to_string()),
+        );
+    }
     s
+}
+
+/// The point-to-point kernel's entry point ([`p2p`]): it only moves bytes,
+/// so one module has it, `u8` sum's (beside the Simple kernel it builds on).
+#[doc(hidden)]
+pub fn p2p_name(dtype: DataType, kind: Kind) -> Option<String> {
+    (dtype == DataType::U8 && kind == Kind::Sum).then(|| "ferrocx_p2p".to_string())
 }
 
 /// The LL exchange kernel's entry point in the module of `kind` on `dtype`
@@ -717,6 +733,10 @@ struct Func {
     simple: sys::CUfunction,
     /// Resident blocks of `BLOCK` threads of it per SM.
     simple_blocks_per_sm: u32,
+    /// The module's point-to-point kernel (null where it has none).
+    p2p: sys::CUfunction,
+    /// Resident blocks of `BLOCK` threads of it per SM.
+    p2p_blocks_per_sm: u32,
     /// Resident blocks of `BLOCK` threads per SM.
     blocks_per_sm: u32,
     info: KernelInfo,
@@ -801,7 +821,7 @@ pub fn load_source(
     let cc = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? * 10
         + attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let image = compile_source(nvrtc, cc, Image::Auto, src, file)?;
-    let f = load(&image, name, None)?;
+    let f = load(&image, name, None, None)?;
     tracing::debug!(target: "ferrocx::device", kernel = name, image = %f.info.image, "kernel loaded");
     Ok(f.func)
 }
@@ -859,6 +879,7 @@ fn load(
     image: &Compiled,
     name: &str,
     exchange: Option<(&str, &str)>,
+    p2p: Option<&str>,
 ) -> std::result::Result<Func, String> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
     let mut log = vec![0u8; 8192];
@@ -926,6 +947,10 @@ fn load(
         Some((l, sp)) => (entry(l).map_err(unload)?, entry(sp).map_err(unload)?),
         None => (std::ptr::null_mut(), std::ptr::null_mut()),
     };
+    let p2p = match p2p {
+        Some(p) => entry(p).map_err(unload)?,
+        None => std::ptr::null_mut(),
+    };
     let attr = |a: sys::CUfunction_attribute| {
         let mut v = 0;
         // SAFETY: a valid function; valid out pointer.
@@ -966,6 +991,7 @@ fn load(
     };
     let ll_blocks = occupancy(ll, "LL").map_err(unload)?;
     let simple_blocks = occupancy(simple, "Simple").map_err(unload)?;
+    let p2p_blocks = occupancy(p2p, "point-to-point").map_err(unload)?;
     use sys::CUfunction_attribute as FA;
     Ok(Func {
         module,
@@ -974,6 +1000,8 @@ fn load(
         ll_blocks_per_sm: ll_blocks,
         simple,
         simple_blocks_per_sm: simple_blocks,
+        p2p,
+        p2p_blocks_per_sm: p2p_blocks,
         blocks_per_sm: blocks as u32,
         info: KernelInfo {
             name: name.to_string(),
@@ -1154,6 +1182,7 @@ impl Kernels {
                 &image,
                 &name,
                 exchange.as_ref().map(|(l, sp)| (l.as_str(), sp.as_str())),
+                p2p_name(dtype, kind).as_deref(),
             )?;
             tracing::debug!(
                 kernel = %name,
@@ -1472,6 +1501,100 @@ impl Kernels {
             format!(
                 "cuLaunchKernel(Simple kernel of {}, {} bytes per segment, grid {grid}×{BLOCK})",
                 f.info.name, args.seg
+            )
+        })
+    }
+
+    /// Queue the point-to-point kernel ([`p2p`]) on `stream`: this rank's
+    /// sends and receives of one group, at most one each way per peer, `args`
+    /// saying which. Its grid is a sending and a receiving block per chunk of
+    /// the longest message, at most `blocks` of each (0:
+    /// [`simple::TARGET_BLOCKS`]) and one wave. Makes this context current on
+    /// the calling thread.
+    ///
+    /// # Safety
+    /// Every address in `args` is device-accessible memory of this context
+    /// (the regions as mapped here, the user's buffers for the bytes each
+    /// side names), valid until the kernel ends; the peers launch their
+    /// matching messages with the same byte counts and slot, in the same
+    /// order per pair as their other point-to-point kernels on these regions;
+    /// `stream` is a live stream of this context (or null).
+    pub unsafe fn p2p(
+        &self,
+        args: &p2p::P2pArgs,
+        blocks: usize,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        if args.slot <= p2p::HEADER as u64 || !args.slot.is_multiple_of(16) {
+            return Err(Error::invalid(format!(
+                "point-to-point kernel: slots of {} bytes (a multiple of 16, above the {}-byte header)",
+                args.slot,
+                p2p::HEADER
+            )));
+        }
+        let n = args.nranks;
+        if n <= 0 || n as usize > ll::MAX_RANKS || args.rank < 0 || args.rank >= n {
+            return Err(Error::invalid(format!(
+                "point-to-point kernel: rank {} of {n} (at most {} ranks)",
+                args.rank,
+                ll::MAX_RANKS
+            )));
+        }
+        for (what, sides) in [("send", &args.send), ("recv", &args.recv)] {
+            for (r, s) in sides.iter().enumerate() {
+                let bad = if r >= n as usize || r == args.rank as usize {
+                    s.chunks != 0
+                } else {
+                    s.chunks != 0
+                        && (s.chunk == 0
+                            || !s.chunk.is_multiple_of(16)
+                            || s.chunk + p2p::HEADER as u64 > args.slot
+                            || s.chunks
+                                != simple::chunks(s.bytes as usize, s.chunk as usize) as u64
+                            || (s.bytes > 0 && s.ptr == 0))
+                };
+                if bad {
+                    return Err(Error::invalid(format!(
+                        "point-to-point kernel: the {what} side of rank {r} is inconsistent ({s:?}, rank {} of {n}, slot {})",
+                        args.rank, args.slot
+                    )));
+                }
+            }
+        }
+        self.bind()?;
+        let f = self.func(DataType::U8, Kind::Sum)?;
+        if f.p2p.is_null() {
+            return Err(Error::Unsupported(format!(
+                "{} has no point-to-point kernel",
+                f.info.name
+            )));
+        }
+        let wave = (self.sms * f.p2p_blocks_per_sm) as u64;
+        if wave < 2 {
+            return Err(Error::Unsupported(format!(
+                "{}: the point-to-point kernel needs two resident blocks ({wave} fit)",
+                f.info.name
+            )));
+        }
+        let most = if blocks == 0 {
+            simple::TARGET_BLOCKS
+        } else {
+            blocks
+        };
+        let half = args.most_chunks().clamp(1, (most as u64).min(wave / 2));
+        let grid = (2 * half) as u32;
+        let mut a = *args;
+        let mut params = a.params();
+        // SAFETY: the module's point-to-point kernel, of this (current)
+        // context, whose one parameter is `fx_p2p_args`, laid out as `P2pArgs`
+        // (#[repr(C)]), passed by a pointer to a copy living through the call;
+        // at most one wave of blocks; the memory and stream contracts are the
+        // caller's.
+        let r = unsafe { launch(f.p2p, grid, BLOCK, stream, &mut params) };
+        driver(r, || {
+            format!(
+                "cuLaunchKernel(point-to-point kernel, {} chunks at most, grid {grid}×{BLOCK})",
+                args.most_chunks()
             )
         })
     }

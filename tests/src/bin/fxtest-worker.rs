@@ -83,6 +83,24 @@ fn main() -> ExitCode {
         Some("mismatch") => coll::mismatch::run(&args[1]),
         Some("hang") => coll::hang::run(&args[1]),
         Some("ce-hang") => coll::ce_hang::run(),
+        Some("p2p-device") => coll::p2p::run(
+            opt("--expect"),
+            &opt("--sizes").map_or(
+                vec![
+                    0,
+                    1,
+                    13,
+                    4096,
+                    65_520,
+                    65_543,
+                    (1 << 20) + 3,
+                    4 << 20,
+                    (4 << 20) + 16,
+                ],
+                |v| parse_sizes(&v),
+            ),
+        ),
+        Some("p2p-size-mismatch") => coll::p2p::size_mismatch(),
         Some("shrink") => coll::shrink::run(),
         Some("coll-plugin") => coll::plugin::run(
             opt("--expect"),

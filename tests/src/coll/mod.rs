@@ -12,6 +12,7 @@ pub mod hang;
 pub mod matrix;
 pub mod mismatch;
 pub mod mix;
+pub mod p2p;
 pub mod plugin;
 pub mod probe;
 pub mod shrink;

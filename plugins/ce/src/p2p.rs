@@ -1,0 +1,212 @@
+//! Device sends and receives as ce's point-to-point kernel
+//! ([`ferrocx_sdk::kernels::p2p`]), sans-IO: which ops ce takes (each
+//! decided alone, so the two ends of a message always agree), how a group's
+//! ops are cut into kernels (at most one send and one receive per peer in
+//! each), and each kernel's per-peer sides.
+
+use ferrocx_sdk::collective::{P2pDir, P2pOp};
+use ferrocx_sdk::kernels::ll::MAX_RANKS;
+use ferrocx_sdk::kernels::p2p::{P2pArgs, P2pSide};
+
+/// Why ce does not take one op (for logs and tests), or `Ok` when it does.
+pub fn accepts(
+    op: &P2pOp,
+    me: usize,
+    nranks: usize,
+    limit: usize,
+    region: bool,
+    cuda: bool,
+    capturing: bool,
+) -> Result<(), &'static str> {
+    if !region {
+        return Err(
+            "no point-to-point region (FERROCX_CE_P2P_BYTES=0, reductions off or too many ranks)",
+        );
+    }
+    if !cuda {
+        return Err("host memory");
+    }
+    if capturing {
+        // A replayed graph would rerun the kernel with the counts it read at
+        // capture: the core's path handles graphs.
+        return Err("the stream is being captured");
+    }
+    if op.peer == me || op.peer >= nranks || nranks > MAX_RANKS {
+        return Err("not a peer of this communicator");
+    }
+    if op.bytes > limit {
+        return Err("above FERROCX_CE_P2P_BYTES");
+    }
+    Ok(())
+}
+
+/// The kernels of a group: op indices per kernel. The `k`-th op of each
+/// (peer, direction) goes into kernel `k`, so every kernel has at most one
+/// send and one receive per peer, and the messages between two ranks keep
+/// the order they were posted in (the peer cuts its group the same way, or
+/// posts the same messages in later calls: either way its kernels meet
+/// them in that order).
+pub fn kernels(ops: &[P2pOp]) -> Vec<Vec<usize>> {
+    let mut seen: Vec<(usize, P2pDir, usize)> = Vec::new();
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let k = match seen
+            .iter_mut()
+            .find(|(p, d, _)| *p == op.peer && *d == op.dir)
+        {
+            Some((_, _, n)) => {
+                *n += 1;
+                *n - 1
+            }
+            None => {
+                seen.push((op.peer, op.dir, 1));
+                0
+            }
+        };
+        if out.len() <= k {
+            out.push(Vec::new());
+        }
+        out[k].push(i);
+    }
+    out
+}
+
+/// The kernel's arguments for `ops` (one kernel's: at most one each way per
+/// peer), with the shared fields from `base`.
+pub fn args(base: &P2pArgs, ops: &[P2pOp], slot: usize) -> P2pArgs {
+    let mut a = *base;
+    a.send = [P2pSide::default(); MAX_RANKS];
+    a.recv = [P2pSide::default(); MAX_RANKS];
+    for op in ops {
+        let side = P2pSide::new(op.buf, op.bytes, slot);
+        match op.dir {
+            P2pDir::Send => a.send[op.peer] = side,
+            P2pDir::Recv => a.recv[op.peer] = side,
+        }
+    }
+    a
+}
+
+/// What a group of ops is, for messages ("send of 4096 bytes to rank 1").
+pub fn describe(ops: &[P2pOp]) -> String {
+    let one = |op: &P2pOp| match op.dir {
+        P2pDir::Send => format!("send of {} bytes to rank {}", op.bytes, op.peer),
+        P2pDir::Recv => format!("receive of {} bytes from rank {}", op.bytes, op.peer),
+    };
+    match ops {
+        [op] => one(op),
+        [a, b] => format!("{} and {}", one(a), one(b)),
+        _ => format!(
+            "{} sends and {} receives",
+            ops.iter().filter(|o| o.dir == P2pDir::Send).count(),
+            ops.iter().filter(|o| o.dir == P2pDir::Recv).count()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(dir: P2pDir, peer: usize, bytes: usize) -> P2pOp {
+        P2pOp {
+            dir,
+            peer,
+            bytes,
+            buf: 0x1000 * (peer as u64 + 1),
+        }
+    }
+
+    #[test]
+    fn every_op_is_decided_by_itself() {
+        let s = op(P2pDir::Send, 1, 4096);
+        assert_eq!(accepts(&s, 0, 2, 4 << 20, true, true, false), Ok(()));
+        // The same op at its receiving end: the same answer.
+        let r = op(P2pDir::Recv, 0, 4096);
+        assert_eq!(accepts(&r, 1, 2, 4 << 20, true, true, false), Ok(()));
+        assert!(accepts(&s, 0, 2, 4095, true, true, false).is_err());
+        assert_eq!(
+            accepts(&op(P2pDir::Send, 1, 4096), 0, 2, 4096, true, true, false),
+            Ok(())
+        );
+        assert!(accepts(&s, 0, 2, 4 << 20, false, true, false).is_err());
+        assert!(accepts(&s, 0, 2, 4 << 20, true, false, false).is_err());
+        assert!(accepts(&s, 0, 2, 4 << 20, true, true, true).is_err());
+        assert!(accepts(&op(P2pDir::Send, 0, 8), 0, 2, 4096, true, true, false).is_err());
+        assert!(accepts(&op(P2pDir::Send, 2, 8), 0, 2, 4096, true, true, false).is_err());
+        assert_eq!(
+            accepts(&op(P2pDir::Send, 1, 0), 0, 2, 4096, true, true, false),
+            Ok(()),
+            "an empty message is still a message"
+        );
+    }
+
+    #[test]
+    fn kernels_take_one_message_each_way_per_peer_in_posted_order() {
+        use P2pDir::*;
+        let ops = [
+            op(Send, 1, 10),
+            op(Recv, 1, 11),
+            op(Send, 1, 12),
+            op(Send, 2, 13),
+            op(Recv, 2, 14),
+            op(Send, 1, 15),
+            op(Recv, 1, 16),
+        ];
+        let ks = kernels(&ops);
+        assert_eq!(ks, vec![vec![0, 1, 3, 4], vec![2, 6], vec![5]]);
+        for k in &ks {
+            for (x, &i) in k.iter().enumerate() {
+                for &j in &k[x + 1..] {
+                    assert!(
+                        ops[i].peer != ops[j].peer || ops[i].dir != ops[j].dir,
+                        "{k:?}"
+                    );
+                }
+            }
+        }
+        // Per (peer, direction), the kernels meet the messages in posted order.
+        for peer in 0..3 {
+            for dir in [Send, Recv] {
+                let posted: Vec<usize> = (0..ops.len())
+                    .filter(|&i| ops[i].peer == peer && ops[i].dir == dir)
+                    .collect();
+                let run: Vec<usize> = ks
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .filter(|&i| ops[i].peer == peer && ops[i].dir == dir)
+                    .collect();
+                assert_eq!(posted, run);
+            }
+        }
+        assert!(kernels(&[]).is_empty());
+    }
+
+    #[test]
+    fn args_put_each_message_at_its_peer() {
+        use P2pDir::*;
+        let base = P2pArgs {
+            bases: 1,
+            region_off: 2,
+            ctl: 3,
+            slot: 4096,
+            timeout_ns: 5,
+            rank: 0,
+            nranks: 3,
+            send: [P2pSide::new(9, 9, 4096); MAX_RANKS],
+            recv: [P2pSide::new(9, 9, 4096); MAX_RANKS],
+        };
+        let ops = [op(Send, 2, 100_000), op(Recv, 1, 0)];
+        let a = args(&base, &ops, 4096);
+        assert_eq!(a.send[2], P2pSide::new(0x3000, 100_000, 4096));
+        assert_eq!(a.recv[1], P2pSide::new(0x2000, 0, 4096));
+        assert_eq!(a.recv[1].chunks, 1);
+        assert_eq!(a.send[1].chunks + a.recv[2].chunks + a.send[0].chunks, 0);
+        assert_eq!((a.bases, a.region_off, a.ctl, a.nranks), (1, 2, 3, 3));
+        assert_eq!(
+            describe(&ops),
+            "send of 100000 bytes to rank 2 and receive of 0 bytes from rank 1"
+        );
+    }
+}
