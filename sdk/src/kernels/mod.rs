@@ -1475,21 +1475,7 @@ impl Kernels {
                 f.info.name
             )));
         }
-        // As many senders as receivers, all resident (one wave).
-        let wave = (self.sms * f.simple_blocks_per_sm) as u64;
-        if wave < 2 {
-            return Err(Error::Unsupported(format!(
-                "{}: the Simple kernel needs two resident blocks ({wave} fit)",
-                f.info.name
-            )));
-        }
-        let most = if blocks == 0 {
-            simple::TARGET_BLOCKS
-        } else {
-            blocks
-        };
-        let half = args.chunks().clamp(1, (most as u64).min(wave / 2));
-        let grid = (2 * half) as u32;
+        let grid = self.ring_grid("Simple", f, f.simple_blocks_per_sm, args.chunks(), blocks)?;
         let mut a = *args;
         let mut params = a.params();
         // SAFETY: the module's Simple kernel, of this (current) context, whose
@@ -1503,6 +1489,33 @@ impl Kernels {
                 f.info.name, args.seg
             )
         })
+    }
+
+    /// The grid of a ring kernel (Simple, point-to-point): a sending and a
+    /// receiving block per chunk of its longest segment, at most `blocks` of
+    /// each (0: [`simple::TARGET_BLOCKS`]), all resident at once (one wave of
+    /// `per_sm` blocks per SM).
+    fn ring_grid(
+        &self,
+        what: &str,
+        f: &Func,
+        per_sm: u32,
+        chunks: u64,
+        blocks: usize,
+    ) -> Result<u32> {
+        let wave = (self.sms * per_sm) as u64;
+        if wave < 2 {
+            return Err(Error::Unsupported(format!(
+                "{}: the {what} kernel needs two resident blocks ({wave} fit)",
+                f.info.name
+            )));
+        }
+        let most = if blocks == 0 {
+            simple::TARGET_BLOCKS
+        } else {
+            blocks
+        };
+        Ok((2 * chunks.clamp(1, (most as u64).min(wave / 2))) as u32)
     }
 
     /// Queue the point-to-point kernel ([`p2p`]) on `stream`: this rank's
@@ -1569,20 +1582,13 @@ impl Kernels {
                 f.info.name
             )));
         }
-        let wave = (self.sms * f.p2p_blocks_per_sm) as u64;
-        if wave < 2 {
-            return Err(Error::Unsupported(format!(
-                "{}: the point-to-point kernel needs two resident blocks ({wave} fit)",
-                f.info.name
-            )));
-        }
-        let most = if blocks == 0 {
-            simple::TARGET_BLOCKS
-        } else {
-            blocks
-        };
-        let half = args.most_chunks().clamp(1, (most as u64).min(wave / 2));
-        let grid = (2 * half) as u32;
+        let grid = self.ring_grid(
+            "point-to-point",
+            f,
+            f.p2p_blocks_per_sm,
+            args.most_chunks(),
+            blocks,
+        )?;
         let mut a = *args;
         let mut params = a.params();
         // SAFETY: the module's point-to-point kernel, of this (current)
