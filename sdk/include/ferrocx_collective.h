@@ -29,6 +29,8 @@
  *   window_register(comm, desc, &win)        collective: every rank, same order
  *   can_run(comm, coll) -> priority          per call, before launch
  *   launch(comm, coll, stream)               the calls this plugin won
+ *   p2p_can_run(comm, desc) -> priority      optional: per device send/receive
+ *   p2p_launch(comm, desc, stream)           the sends/receives this plugin won
  *   status(comm)                             optional: asynchronous errors
  *   window_deregister(comm, win)             collective
  *   comm_destroy(comm)                       every window deregistered first
@@ -101,25 +103,34 @@
  *                             broken, launch fails too.
  *   last_error(buf, len)      optional. As in ferrocx_plugin.h (per thread).
  *   p2p_can_run(comm, desc)   optional (with p2p_launch; both added within
- *                             v1: a table whose struct_size ends before them
- *                             has neither). Priority for running the ONE op of
- *                             `desc` (a send or receive, stream-ordered device
- *                             memory today; the core asks op by op): 0 =
- *                             cannot; above FX_COLL_CORE_PRIORITY to be chosen.
- *                             Decide from that op's own fields (kind, peer,
- *                             bytes, memory kind, capture flag) and what every
- *                             rank knows, never from the rest of its group: a
- *                             send and the receive it meets are asked on two
- *                             ranks and must get the same answer.
+ *                             v1 in 2026-11: a table built before ends before
+ *                             them, struct_size == FX_COLLECTIVE_V1_MIN_SIZE,
+ *                             and has neither; a table with one of the two is
+ *                             rejected). Priority for running the ONE op of
+ *                             `desc` (nops == 1; stream-ordered device memory
+ *                             today): 0 = cannot; above FX_COLL_CORE_PRIORITY
+ *                             to be chosen (ties go to the core, then to the
+ *                             earlier plugin). Decide from that op's own
+ *                             fields (kind, peer, bytes, memory kind, the
+ *                             FX_COLL_CAPTURING flag) and the communicator
+ *                             alone, never from the rest of its group: a send
+ *                             and the receive it meets are asked on two ranks
+ *                             and must get the same answer, so the two ends of
+ *                             a message always run on the same side.
  *   p2p_launch(comm, desc, stream)
  *                             optional (with p2p_can_run). Every op of one
- *                             group that this plugin won, in the order the
- *                             caller posted them (ops with one peer in one
- *                             direction meet the peer's in that order). CUDA
- *                             memory: queue them on `stream` and return. A
- *                             send meets a receive of exactly its bytes; a
- *                             difference is the caller's error (report it as
- *                             "mismatched calls: ..." where it can be seen).
+ *                             group that this plugin won, in one call, in the
+ *                             order the caller posted them (ops with one peer
+ *                             in one direction meet the peer's in that order).
+ *                             CUDA memory: queue them on `stream` and return at
+ *                             once (the core made `stream` wait for the ops'
+ *                             other streams, and makes those wait for it
+ *                             after). A send meets a receive of exactly its
+ *                             bytes; a difference is the caller's error
+ *                             (report it as "mismatched calls: ..." where it
+ *                             can be seen). Plugins launch in list order, the
+ *                             same on every rank, before the rest of the group
+ *                             takes the core's path.
  *
  * OWNERSHIP. The plugin owns ctx, comm and win. The buffers of a descriptor
  * are the caller's and valid until the collective completed (host) or the
@@ -256,6 +267,7 @@ typedef struct fx_coll_desc {
   uint64_t seq;     /* the communicator's collective sequence number, equal on every rank */
 } fx_coll_desc_t;
 
+/* Point-to-point op kinds (added within v1, 2026-11, with the p2p hooks). */
 #define FX_P2P_SEND 0
 #define FX_P2P_RECV 1
 
@@ -292,12 +304,14 @@ typedef struct fx_collective_v1 {
   int32_t (*launch)(void *comm, const fx_coll_desc_t *coll, void *stream);
   int32_t (*status)(void *comm);
   size_t (*last_error)(char *buf, size_t len);
-  /* Added within v1 (tables built before end here: see FX_COLLECTIVE_V1_MIN_SIZE). */
+  /* Added within v1 (2026-11): tables built before end here, struct_size ==
+   * FX_COLLECTIVE_V1_MIN_SIZE. */
   int32_t (*p2p_can_run)(void *comm, const fx_p2p_desc_t *desc);
   int32_t (*p2p_launch)(void *comm, const fx_p2p_desc_t *desc, void *stream);
 } fx_collective_v1_t;
 
-/* The smallest struct_size the core accepts: a table without the p2p hooks. */
+/* The smallest struct_size the core accepts: a table built before the p2p
+ * hooks were added within v1 (2026-11), which has neither. */
 #define FX_COLLECTIVE_V1_MIN_SIZE offsetof(fx_collective_v1_t, p2p_can_run)
 
 typedef const fx_collective_v1_t *(*fx_collective_v1_entry_t)(void);

@@ -157,6 +157,12 @@ impl CollectivePlugin {
         self.check("launch", code)
     }
 
+    /// Whether the table has the point-to-point hooks (the loader accepts
+    /// both or neither).
+    pub fn has_p2p(&self) -> bool {
+        self.t().p2p_can_run.is_some() && self.t().p2p_launch.is_some()
+    }
+
     /// Priority for running the one op of `desc` (0 = cannot, also without
     /// the p2p hooks or the memory kind's cap).
     pub fn p2p_can_run(&self, desc: &FxP2pDesc) -> i32 {

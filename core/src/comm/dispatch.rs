@@ -270,7 +270,7 @@ pub(crate) fn plugin_error(e: Error, timeout: std::time::Duration) -> Error {
         return e;
     };
     // The SDK's export layer prefixes the hook's name.
-    let text = ["launch: ", "status: "]
+    let text = ["launch: ", "status: ", "p2p_launch: "]
         .iter()
         .find_map(|p| message.strip_prefix(p))
         .unwrap_or(message);
@@ -308,7 +308,7 @@ mod tests {
     fn plugin_errors_map_to_the_core_s() {
         let t = std::time::Duration::from_secs(5);
         let text = "mismatched calls: rank 0 called another collective as op #5 on plugin 'ce', rank 2 called all_reduce of 4000 bytes per rank as op #5 on plugin 'ce'";
-        for hook in ["launch: ", "status: "] {
+        for hook in ["launch: ", "status: ", "p2p_launch: "] {
             match plugin_error(plugin(FX_REMOTE, &format!("{hook}{text}")), t) {
                 Error::Mismatch { rank, peer, .. } => assert_eq!((rank, peer), (0, 2)),
                 e => panic!("{e:?}"),

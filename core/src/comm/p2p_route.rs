@@ -1,45 +1,63 @@
 //! Stream-ordered device sends and receives offered to the collective
-//! plugins (`p2p_can_run`, `p2p_launch`): each op is asked about alone, so
+//! plugins (`p2p_can_run`, `p2p_launch`). Each op is asked about alone, so
 //! the two ends of a message, asked on two ranks, always agree on who runs
-//! it; the ops a plugin won are launched together, one call per plugin and
-//! stream, before the rest of the group goes through the core's path.
+//! it. A group's ops won by a plugin go to one `p2p_launch` per plugin, in
+//! posted order (a group's sends and receives must progress together: split
+//! over launches, two ranks could each wait in a send for the other's later
+//! receive). Plugins launch in their list order, the same on every rank,
+//! and before the rest of the group takes the core's path.
 
 use super::Communicator;
 use crate::collective::Runner;
-use crate::device::RawStream;
+use crate::device::{order, RawStream};
 use crate::error::{Error, Result};
 use crate::plan::Task;
 use crate::plugin::Dir;
 use ferrocx_sdk::abi::*;
+use ferrocx_sdk::cuda::Event;
 use std::ffi::c_void;
 
-/// One plugin launch: the runner's index, the stream, the op indices.
-pub(crate) type Launch<S> = (usize, S, Vec<usize>);
+/// One plugin launch: the runner's index and its op indices, posted order.
+pub(crate) type Launch = (usize, Vec<usize>);
 
-/// Which launches a group's ops make: for each (runner index, stream), the
-/// op indices in posted order, in the order of each pair's first op; the
-/// ops nobody won (and every collective) stay for the core, in order.
-/// `choose(i)` is op `i`'s winner, `None` for the core.
-pub(crate) fn split<S: Copy + PartialEq>(
+/// Which launches a group of `n` tasks makes: per winning plugin, its op
+/// indices in posted order, the launches in plugin order; and the tasks
+/// nobody won (collectives, host ops, declined ops), in order, for the
+/// core. `choose(i)` is task `i`'s winner, `None` for the core.
+pub(crate) fn split(
     n: usize,
-    choose: impl Fn(usize) -> Option<usize>,
-    stream: impl Fn(usize) -> S,
-) -> (Vec<Launch<S>>, Vec<usize>) {
-    let mut launches: Vec<Launch<S>> = Vec::new();
+    mut choose: impl FnMut(usize) -> Option<usize>,
+) -> (Vec<Launch>, Vec<usize>) {
+    let mut launches: Vec<Launch> = Vec::new();
     let mut rest = Vec::new();
     for i in 0..n {
         match choose(i) {
-            Some(p) => {
-                let s = stream(i);
-                match launches.iter_mut().find(|(q, t, _)| *q == p && *t == s) {
-                    Some((_, _, ops)) => ops.push(i),
-                    None => launches.push((p, s, vec![i])),
-                }
-            }
+            Some(p) => match launches.iter_mut().find(|(q, _)| *q == p) {
+                Some((_, ops)) => ops.push(i),
+                None => launches.push((p, vec![i])),
+            },
             None => rest.push(i),
         }
     }
+    launches.sort_by_key(|(p, _)| *p);
     (launches, rest)
+}
+
+/// The stream a launch goes on (its first op's) and the other distinct
+/// streams of its ops, first seen first: the launch stream waits for them
+/// before the launch, and they for it after. `None` for no streams.
+pub(crate) fn join_plan<S: Copy + PartialEq>(
+    streams: impl IntoIterator<Item = S>,
+) -> Option<(S, Vec<S>)> {
+    let mut it = streams.into_iter();
+    let first = it.next()?;
+    let mut others: Vec<S> = Vec::new();
+    for s in it {
+        if s != first && !others.contains(&s) {
+            others.push(s);
+        }
+    }
+    Some((first, others))
 }
 
 fn raw_op(dir: Dir, peer: usize, bytes: usize, buf: usize) -> FxP2pOp {
@@ -55,25 +73,39 @@ fn raw_op(dir: Dir, peer: usize, bytes: usize, buf: usize) -> FxP2pOp {
     }
 }
 
-fn one(op: &FxP2pOp, capturing: bool) -> FxP2pDesc {
-    FxP2pDesc {
-        ops: op,
-        nops: 1,
-        mem_kind: FX_MEM_CUDA,
-        flags: if capturing { FX_COLL_CAPTURING } else { 0 },
-        reserved: 0,
+fn capture_flag(capturing: bool) -> u32 {
+    if capturing {
+        FX_COLL_CAPTURING
+    } else {
+        0
     }
 }
 
+/// The stream of an op ordered on it, as the ABI passes streams.
+fn abi_stream(s: RawStream) -> *mut c_void {
+    s as *mut c_void
+}
+
 impl Communicator {
-    /// The plugin that wins a device send (`send`) or receive of `bytes`
-    /// with `peer` on a stream not being captured, `None` for the core.
+    /// The plugin that wins `op` alone (device memory), `None` for the
+    /// core. The caller holds `coll_serial`.
     fn p2p_winner(&self, op: &FxP2pOp, capturing: bool) -> Option<usize> {
-        let d = one(op, capturing);
+        let d = FxP2pDesc {
+            ops: op,
+            nops: 1,
+            mem_kind: FX_MEM_CUDA,
+            flags: capture_flag(capturing),
+            reserved: 0,
+        };
         match Runner::best(self.colls.plugins().iter().map(|p| p.p2p_can_run(&d))) {
             Runner::Plugin(i) => Some(i),
             Runner::Core => None,
         }
+    }
+
+    /// Whether some collective plugin has the point-to-point hooks.
+    fn any_p2p_plugin(&self) -> bool {
+        self.colls.plugins().iter().any(|p| p.has_p2p())
     }
 
     /// Who would run a device send (`send`) or receive of `bytes` with
@@ -86,9 +118,13 @@ impl Communicator {
                 self.nranks()
             )));
         }
+        if !self.any_p2p_plugin() {
+            return Ok("core".to_string());
+        }
         let dir = if send { Dir::Send } else { Dir::Recv };
         // A non-null address: the plugin is asked about the op's shape only.
         let op = raw_op(dir, peer, bytes, 1);
+        let _serial = self.coll_serial.lock();
         Ok(match self.p2p_winner(&op, false) {
             Some(i) => self.colls.plugins()[i].name().to_string(),
             None => "core".to_string(),
@@ -105,96 +141,250 @@ impl Communicator {
         tasks: Vec<Task>,
         streams: Vec<RawStream>,
     ) -> Result<(Vec<Task>, Vec<RawStream>)> {
-        if self.colls.is_empty() || !tasks.iter().any(|t| matches!(t, Task::P2p(_))) {
+        let device_p2p = |t: &Task| matches!(t, Task::P2p(p) if p.device);
+        if !self.any_p2p_plugin() || !tasks.iter().any(device_p2p) {
             return Ok((tasks, streams));
         }
         self.check_live()?;
         self.device_error()?;
-        let mut capturing = Vec::with_capacity(streams.len());
-        for &s in &streams {
-            capturing.push(crate::device::order::is_capturing(s)?);
-        }
-        let ops: Vec<Option<FxP2pOp>> = tasks
-            .iter()
-            .map(|t| match t {
-                Task::P2p(p) if p.device => Some(raw_op(p.dir, p.peer, p.len, p.ptr)),
-                _ => None,
-            })
-            .collect();
-        let (launches, rest) = split(
-            tasks.len(),
-            |i| {
-                ops[i]
-                    .as_ref()
-                    .and_then(|op| self.p2p_winner(op, capturing[i]))
-            },
-            |i| streams[i],
-        );
-        for (p, stream, idx) in &launches {
-            let group: Vec<FxP2pOp> = idx.iter().map(|&i| ops[i].expect("a p2p op")).collect();
-            let desc = FxP2pDesc {
-                ops: group.as_ptr(),
-                nops: group.len() as u32,
-                mem_kind: FX_MEM_CUDA,
-                flags: if capturing[idx[0]] {
-                    FX_COLL_CAPTURING
-                } else {
-                    0
-                },
-                reserved: 0,
+        // Per task: its raw op and whether its stream is being captured
+        // (asked once per stream).
+        let mut seen: Vec<(RawStream, bool)> = Vec::new();
+        let mut ops: Vec<Option<(FxP2pOp, bool)>> = Vec::with_capacity(tasks.len());
+        for (t, &s) in tasks.iter().zip(&streams) {
+            let Task::P2p(p) = t else {
+                ops.push(None);
+                continue;
             };
-            let plugin = &self.colls.plugins()[*p];
-            // SAFETY: the caller's contract for the buffers and the stream; the
-            // descriptor and its ops live across the call.
-            if let Err(e) = unsafe { plugin.p2p_launch(&desc, *stream as *mut c_void) } {
-                let e = match self.shared.check_peers() {
-                    Err(
-                        cause @ (Error::Mismatch { .. }
-                        | Error::Hang { .. }
-                        | Error::PeerFailed { .. }),
-                    ) => cause,
-                    _ => super::dispatch::plugin_error(e, self.shared.timeout),
-                };
-                return Err(e);
+            if !p.device {
+                ops.push(None);
+                continue;
+            }
+            let capturing = match seen.iter().find(|(q, _)| *q == s) {
+                Some(&(_, c)) => c,
+                None => {
+                    let c = order::is_capturing(s)?;
+                    seen.push((s, c));
+                    c
+                }
+            };
+            ops.push(Some((raw_op(p.dir, p.peer, p.len, p.ptr), capturing)));
+        }
+        {
+            // The plugins' comm hooks are serialized (the ABI's promise), and
+            // the bids and launches of one group stay together.
+            let _serial = self.coll_serial.lock();
+            let (launches, rest) = split(tasks.len(), |i| {
+                ops[i].and_then(|(op, capturing)| self.p2p_winner(&op, capturing))
+            });
+            if launches.is_empty() {
+                return Ok((tasks, streams));
+            }
+            for (p, idx) in &launches {
+                // SAFETY: the caller's contract for every op's buffer and stream.
+                unsafe { self.p2p_launch_on(*p, idx, &ops, &streams)? };
+            }
+            let mut keep = vec![false; tasks.len()];
+            for &i in &rest {
+                keep[i] = true;
+            }
+            let (mut t2, mut s2) = (
+                Vec::with_capacity(rest.len()),
+                Vec::with_capacity(rest.len()),
+            );
+            for ((t, s), k) in tasks.into_iter().zip(streams).zip(keep) {
+                if k {
+                    t2.push(t);
+                    s2.push(s);
+                }
+            }
+            Ok((t2, s2))
+        }
+    }
+
+    /// One plugin's launch of ops `idx` (posted order): on the first op's
+    /// stream, which waits for the ops' other streams first and which they
+    /// wait for after. The caller holds `coll_serial`.
+    ///
+    /// # Safety
+    /// As [`Communicator::collective_on`] for every op's buffer and stream.
+    unsafe fn p2p_launch_on(
+        &self,
+        p: usize,
+        idx: &[usize],
+        ops: &[Option<(FxP2pOp, bool)>],
+        streams: &[RawStream],
+    ) -> Result<()> {
+        let plugin = self.colls.get(p)?;
+        let group: Vec<FxP2pOp> = idx
+            .iter()
+            .filter_map(|&i| ops[i].map(|(op, _)| op))
+            .collect();
+        // The launch stream joins any capture of the others, so the launch is
+        // captured if any op's stream is.
+        let capturing = idx.iter().any(|&i| ops[i].is_some_and(|(_, c)| c));
+        let Some((launch, others)) = join_plan(idx.iter().map(|&i| streams[i])) else {
+            return Ok(());
+        };
+        if !others.is_empty() {
+            self.gpu()?.bind()?;
+            for &s in &others {
+                let e = Event::new().map_err(Error::cuda)?;
+                // SAFETY: a live stream of this device (the caller's contract),
+                // whose context is bound and the event made in.
+                unsafe { e.record(s) }.map_err(Error::cuda)?;
+                // SAFETY: as above, for the launch stream.
+                unsafe { order::wait_event(launch, &e)? };
             }
         }
-        let mut keep = vec![false; tasks.len()];
-        for &i in &rest {
-            keep[i] = true;
+        let desc = FxP2pDesc {
+            ops: group.as_ptr(),
+            nops: group.len() as u32,
+            mem_kind: FX_MEM_CUDA,
+            flags: capture_flag(capturing),
+            reserved: 0,
+        };
+        // SAFETY: the caller's contract for the buffers and the stream; the
+        // descriptor and its ops live across the call.
+        let r = unsafe { plugin.p2p_launch(&desc, abi_stream(launch)) };
+        if let Err(e) = r {
+            return Err(self.p2p_launch_error(e, group.len()));
         }
-        let (mut t2, mut s2) = (
-            Vec::with_capacity(rest.len()),
-            Vec::with_capacity(rest.len()),
-        );
-        for ((t, s), k) in tasks.into_iter().zip(streams).zip(keep) {
-            if k {
-                t2.push(t);
-                s2.push(s);
+        if !others.is_empty() {
+            let e = Event::new().map_err(Error::cuda)?;
+            // SAFETY: as above.
+            unsafe { e.record(launch) }.map_err(Error::cuda)?;
+            for &s in &others {
+                // SAFETY: as above.
+                unsafe { order::wait_event(s, &e)? };
             }
         }
-        Ok((t2, s2))
+        Ok(())
+    }
+
+    /// A failed `p2p_launch` as reported: as a collective plugin's launch
+    /// (`dispatch::run_on_plugin`), with the op count in the plugin's text.
+    fn p2p_launch_error(&self, e: Error, nops: usize) -> Error {
+        // A plugin that failed because another rank gave up reports its own
+        // symptom; the other rank's reason is the cause to report.
+        match self.shared.check_peers() {
+            Err(
+                cause @ (Error::Mismatch { .. } | Error::Hang { .. } | Error::PeerFailed { .. }),
+            ) => cause,
+            _ => with_op_count(super::dispatch::plugin_error(e, self.shared.timeout), nops),
+        }
+    }
+}
+
+/// A plugin error's text with the launch's op count.
+fn with_op_count(e: Error, nops: usize) -> Error {
+    match e {
+        Error::Plugin {
+            plugin,
+            hook,
+            peer,
+            code,
+            message,
+        } => Error::Plugin {
+            plugin,
+            hook,
+            peer,
+            code,
+            message: format!(
+                "{message} (a launch of {nops} point-to-point op{})",
+                if nops == 1 { "" } else { "s" }
+            ),
+        },
+        e => e,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::split;
+    use super::*;
+
+    /// Per op: every plugin's priority (`None`: a collective or host op,
+    /// never offered); the winner as `p2p_winner` picks it.
+    fn chooser(bids: &[Option<Vec<i32>>]) -> impl FnMut(usize) -> Option<usize> + '_ {
+        |i| {
+            bids[i]
+                .as_ref()
+                .and_then(|b| match Runner::best(b.iter().copied()) {
+                    Runner::Plugin(p) => Some(p),
+                    Runner::Core => None,
+                })
+        }
+    }
 
     #[test]
-    fn ops_go_to_their_winner_in_posted_order_per_stream() {
-        // Ops 0..7: winners and streams.
-        let win = [Some(0), None, Some(1), Some(0), None, Some(0), Some(1)];
-        let stream = [10, 10, 10, 11, 10, 10, 10];
-        let (l, rest) = split(7, |i| win[i], |i| stream[i]);
-        assert_eq!(
-            l,
-            vec![(0, 10, vec![0, 5]), (1, 10, vec![2, 6]), (0, 11, vec![3])]
-        );
+    fn ops_go_to_their_winner_in_posted_order_one_launch_per_plugin() {
+        let win = [Some(1), None, Some(0), Some(1), None, Some(0), Some(1)];
+        let (l, rest) = split(7, |i| win[i]);
+        // Plugin order, not first-op order: every rank queues plugins alike.
+        assert_eq!(l, vec![(0, vec![2, 5]), (1, vec![0, 3, 6])]);
         assert_eq!(rest, vec![1, 4]);
-        let (l, rest) = split(3, |_| None, |_| 0);
+    }
+
+    #[test]
+    fn none_accepted_or_nothing_to_split() {
+        let (l, rest) = split(3, |_| None);
         assert!(l.is_empty());
         assert_eq!(rest, vec![0, 1, 2]);
-        let (l, rest) = split(0, |_| Some(0), |_| 0);
+        let (l, rest) = split(0, |_| Some(0));
         assert!(l.is_empty() && rest.is_empty());
+    }
+
+    #[test]
+    fn ties_go_to_the_core_then_the_earlier_plugin() {
+        let core = FX_COLL_CORE_PRIORITY;
+        let bids = [
+            Some(vec![core, core]),         // tie with the core: core
+            Some(vec![core + 5, core + 5]), // tie between plugins: the first
+            Some(vec![0, core + 1]),        // only the second bids
+            Some(vec![0, 0]),               // nobody
+        ];
+        let (l, rest) = split(bids.len(), chooser(&bids));
+        assert_eq!(l, vec![(0, vec![1]), (1, vec![2])]);
+        assert_eq!(rest, vec![0, 3]);
+    }
+
+    #[test]
+    fn collectives_in_a_group_stay_with_the_core_in_order() {
+        let hi = FX_COLL_CORE_PRIORITY + 1;
+        // coll, send (won), coll, recv (declined), recv (won)
+        let bids = [None, Some(vec![hi]), None, Some(vec![0]), Some(vec![hi])];
+        let (l, rest) = split(bids.len(), chooser(&bids));
+        assert_eq!(l, vec![(0, vec![1, 4])]);
+        assert_eq!(rest, vec![0, 2, 3]);
+    }
+
+    #[test]
+    fn a_launch_goes_on_its_first_op_s_stream_and_joins_the_others() {
+        assert_eq!(join_plan::<u8>([]), None);
+        assert_eq!(join_plan([7]), Some((7, vec![])));
+        assert_eq!(join_plan([7, 7, 7]), Some((7, vec![])));
+        assert_eq!(join_plan([7, 3, 7, 9, 3]), Some((7, vec![3, 9])));
+    }
+
+    #[test]
+    fn launch_errors_carry_the_op_count() {
+        let e = |message: &str| Error::Plugin {
+            plugin: "ce".into(),
+            hook: "p2p_launch",
+            peer: None,
+            code: FX_INTERNAL,
+            message: message.into(),
+        };
+        let one = with_op_count(e("p2p_launch: boom"), 1).to_string();
+        assert!(
+            one.contains("'ce'") && one.contains("boom (a launch of 1 point-to-point op)"),
+            "{one}"
+        );
+        let three = with_op_count(e("x"), 3).to_string();
+        assert!(three.contains("3 point-to-point ops"), "{three}");
+        assert!(matches!(
+            with_op_count(Error::invalid("y"), 2),
+            Error::InvalidArgument(m) if m == "y"
+        ));
     }
 }

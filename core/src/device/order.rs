@@ -193,3 +193,15 @@ pub(crate) fn is_capturing(stream: super::RawStream) -> Result<bool> {
     ferrocx_sdk::cuda::check(r, "cuStreamIsCapturing").map_err(crate::Error::cuda)?;
     Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
+
+/// Make `stream` wait for the work `event` captured when it was recorded
+/// (`cuStreamWaitEvent`). The event may be dropped right after: the wait
+/// keeps what the record captured.
+///
+/// # Safety
+/// `stream` must be a live stream (or null) of the event's context.
+pub(crate) unsafe fn wait_event(stream: super::RawStream, event: &cuda::Event) -> Result<()> {
+    // SAFETY: a live event (borrowed); the stream is live by the caller's contract.
+    let r = unsafe { sys::cuStreamWaitEvent(stream, event.raw(), 0) };
+    cuda::check(r, "cuStreamWaitEvent").map_err(Error::cuda)
+}

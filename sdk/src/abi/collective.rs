@@ -67,7 +67,7 @@ pub const FX_OP_MAX: i32 = 3;
 /// Average.
 pub const FX_OP_AVG: i32 = 4;
 
-/// A send ([`FxP2pOp::kind`]).
+/// A send ([`FxP2pOp::kind`]; the op kinds were added within v1, 2026-11).
 pub const FX_P2P_SEND: i32 = 0;
 /// A receive.
 pub const FX_P2P_RECV: i32 = 1;
@@ -269,19 +269,22 @@ pub struct FxCollectiveV1 {
     pub status: Option<unsafe extern "C" fn(comm: *mut c_void) -> i32>,
     /// The calling thread's last error text (as in the transport ABI). Optional.
     pub last_error: Option<unsafe extern "C" fn(buf: *mut c_char, len: usize) -> usize>,
-    /// Priority for running the one op of `desc` (added within v1: a table
-    /// whose `struct_size` ends before it has neither p2p hook). Optional
-    /// (required with `p2p_launch`).
+    /// Priority for running the one op of `desc`, decided from that op and
+    /// the communicator alone (0 = cannot; above [`FX_COLL_CORE_PRIORITY`]
+    /// to be chosen). Added within v1 (2026-11): a table built before has
+    /// `struct_size == FX_COLLECTIVE_V1_MIN_SIZE` and neither p2p hook.
+    /// Optional (required with `p2p_launch`).
     pub p2p_can_run: Option<unsafe extern "C" fn(comm: *mut c_void, desc: *const FxP2pDesc) -> i32>,
-    /// Run the group's ops this plugin accepted (CUDA: queued on `stream`).
-    /// Optional (required with `p2p_can_run`).
+    /// Run the group's ops this plugin won, in posted order (CUDA: queued on
+    /// `stream`, returns at once). Optional (required with `p2p_can_run`).
     pub p2p_launch: Option<
         unsafe extern "C" fn(comm: *mut c_void, desc: *const FxP2pDesc, stream: *mut c_void) -> i32,
     >,
 }
 
 /// The smallest `struct_size` the core accepts for a v1 collective table:
-/// one built before the point-to-point hooks were added.
+/// one built before the point-to-point hooks were added within v1 (2026-11),
+/// the offset of `p2p_can_run`.
 pub const FX_COLLECTIVE_V1_MIN_SIZE: usize = std::mem::offset_of!(FxCollectiveV1, p2p_can_run);
 
 /// Signature of the exported entry point.

@@ -252,3 +252,122 @@ macro_rules! export_collective {
         }
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::P2pDir;
+    use crate::PluginResult;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Without p2p methods: the trait's defaults.
+    struct Plain;
+    /// Bids for sends to rank 1; counts launched ops.
+    struct Sends(AtomicUsize);
+
+    macro_rules! base {
+        () => {
+            type Comm = ();
+            type Window = ();
+            const CAPS: u64 = FX_COLL_CAP_CUDA_MEM;
+            fn init(_: Host) -> PluginResult<Self> {
+                unreachable!("the tests build the comm themselves")
+            }
+            fn comm_init(&self, _: &CommInfo, _: Oob) -> PluginResult<()> {
+                Ok(())
+            }
+            fn can_run(&self, _: &(), _: &CollDesc<'_, ()>) -> i32 {
+                0
+            }
+            unsafe fn launch(
+                &self,
+                _: &mut (),
+                _: &CollDesc<'_, ()>,
+                _: *mut c_void,
+            ) -> PluginResult<()> {
+                Ok(())
+            }
+        };
+    }
+    impl Collective for Plain {
+        const NAME: &'static str = "plain";
+        base!();
+    }
+    impl Collective for Sends {
+        const NAME: &'static str = "sends";
+        base!();
+        fn p2p_can_run(&self, _: &(), d: &P2pDesc) -> i32 {
+            match d.ops.as_slice() {
+                [op] if op.dir == P2pDir::Send && op.peer == 1 => 150,
+                _ => 0,
+            }
+        }
+        unsafe fn p2p_launch(&self, _: &mut (), d: &P2pDesc, _: *mut c_void) -> PluginResult<()> {
+            self.0.fetch_add(d.ops.len(), Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    fn desc(ops: &[FxP2pOp]) -> FxP2pDesc {
+        FxP2pDesc {
+            ops: ops.as_ptr(),
+            nops: ops.len() as u32,
+            mem_kind: FX_MEM_CUDA,
+            flags: 0,
+            reserved: 0,
+        }
+    }
+
+    /// Run `f` with `t`'s table and a comm of 2 ranks made for it.
+    fn with_comm<T: Collective<Comm = ()>>(t: &T, f: impl FnOnce(&FxCollectiveV1, *mut c_void)) {
+        let mut b = CommBox::<T> {
+            ctx: t,
+            nranks: 2,
+            comm: (),
+        };
+        f(&collective_table::<T>(), (&mut b as *mut CommBox<T>).cast());
+    }
+
+    #[test]
+    fn p2p_hooks_bid_launch_and_default_to_unsupported() {
+        let mut buf = [0u8; 8];
+        let p: *mut c_void = buf.as_mut_ptr().cast();
+        let send = |peer| FxP2pOp {
+            kind: FX_P2P_SEND,
+            peer,
+            bytes: 8,
+            buf: p,
+        };
+        let ops = [send(1), send(0)];
+        with_comm(&Plain, |tab, comm| {
+            let (can, launch) = (tab.p2p_can_run.unwrap(), tab.p2p_launch.unwrap());
+            // SAFETY: a comm made for `Plain`; live descriptors.
+            unsafe {
+                assert_eq!(can(comm, &desc(&ops[..1])), 0);
+                assert_eq!(
+                    launch(comm, &desc(&ops), std::ptr::null_mut()),
+                    FX_UNSUPPORTED
+                );
+            }
+        });
+        let s = Sends(AtomicUsize::new(0));
+        with_comm(&s, |tab, comm| {
+            let (can, launch) = (tab.p2p_can_run.unwrap(), tab.p2p_launch.unwrap());
+            let bad = [send(2)];
+            // SAFETY: a comm made for `Sends`; live descriptors (or null).
+            unsafe {
+                assert_eq!(can(comm, &desc(&ops[..1])), 150);
+                assert_eq!(can(comm, &desc(&ops[1..])), 0);
+                // A bad op or descriptor is "cannot", not a code.
+                assert_eq!(can(comm, &desc(&bad)), 0);
+                assert_eq!(can(comm, std::ptr::null()), 0);
+                assert_eq!(launch(comm, &desc(&ops), std::ptr::null_mut()), FX_OK);
+                assert_eq!(
+                    launch(comm, &desc(&bad), std::ptr::null_mut()),
+                    FX_INVALID_ARGUMENT
+                );
+            }
+        });
+        assert_eq!(s.0.load(Ordering::Relaxed), 2);
+    }
+}

@@ -71,8 +71,9 @@ pub trait Collective: Sized + Send + Sync + 'static {
         stream: *mut c_void,
     ) -> PluginResult<()>;
     /// Priority for running the one op of `desc` (a device send or receive
-    /// today): 0 = cannot. Decide from the op alone, as `can_run` from the
-    /// call: the peer is asked about the matching op.
+    /// today): 0 = cannot, above `FX_COLL_CORE_PRIORITY` to be chosen.
+    /// Decide from the op and the communicator alone, never the rest of its
+    /// group: the peer is asked about the matching op and must agree.
     fn p2p_can_run(&self, _comm: &Self::Comm, _desc: &P2pDesc) -> i32 {
         0
     }

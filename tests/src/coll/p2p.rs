@@ -1,9 +1,9 @@
-//! Device sends and receives (`*_on`): rings, pairs posted in opposite
-//! orders, all-to-all groups, several messages to one peer in one group, at
-//! sizes around the point-to-point kernel's chunking and limit; every byte
-//! and every receive buffer's canary tail checked, and (with `expect`) each
-//! message's runner asserted: `ce` up to `FERROCX_CE_P2P_BYTES`, the core
-//! above.
+//! Device sends and receives (`*_on`): rings (on one stream and on two),
+//! pairs posted in opposite orders, all-to-all groups, several messages to
+//! one peer in one group, at sizes around the point-to-point kernel's
+//! chunking and limit; every byte and every receive buffer's canary tail
+//! checked, and (with `expect`) each message's runner asserted: `ce` up to
+//! `FERROCX_CE_P2P_BYTES`, the core above.
 
 use super::device::{sync, DevMem};
 use super::{e2s, CANARY, TAIL};
@@ -60,6 +60,7 @@ pub fn run(expect: Option<String>, sizes: &[usize]) -> Result<String, String> {
     let (me, n) = (comm.rank(), comm.nranks());
     let stream = Stream::new().map_err(|e| e.to_string())?;
     let s = stream.raw();
+    let stream2 = Stream::new().map_err(|e| e.to_string())?;
     let limit = std::env::var("FERROCX_CE_P2P_BYTES")
         .ok()
         .and_then(|v| ferrocx_sdk::env::parse_unsigned(&v))
@@ -103,6 +104,22 @@ pub fn run(expect: Option<String>, sizes: &[usize]) -> Result<String, String> {
             sync(&stream)?;
             comm.device_error().map_err(e2s)?;
             check(&inp, left, me, len, round, "ring")?;
+            msgs += 1;
+
+            // The ring again, receives on a second stream: one plugin launch
+            // on the first op's stream, the other joined before and after.
+            let inp = recv_buf(len)?;
+            let mut g = comm.group_start();
+            // SAFETY: live streams and buffers, synchronized below.
+            unsafe {
+                g.send_on(out.ptr, len, right, s).map_err(e2s)?;
+                g.recv_on(inp.ptr, len, left, stream2.raw()).map_err(e2s)?;
+            }
+            g.group_end().map_err(e2s)?;
+            sync(&stream2)?;
+            sync(&stream)?;
+            comm.device_error().map_err(e2s)?;
+            check(&inp, left, me, len, round, "ring on two streams")?;
             msgs += 1;
 
             // Pairs, not grouped, posted in opposite orders.
