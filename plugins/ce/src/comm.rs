@@ -638,14 +638,50 @@ impl CeComm {
         stream: sys::CUstream,
         kernel: Exchange,
     ) -> PluginResult<()> {
+        let note = self.note(d, mode);
+        match kernel {
+            Exchange::TwoShot => {
+                // The first kernel writes the call's note; the second is
+                // tracked with it (the watchdog checks it once both ran).
+                let (rs, ag) = select::two_shot_parts(self.rank, self.nranks, d);
+                let what = format!("{} (Simple RS+AG)", what(d));
+                // SAFETY: the caller's contract; both parts lie in the call's buffers.
+                unsafe {
+                    self.queue_kernel(&rs, &what, mode, stream, Exchange::Simple, note, None)?;
+                    self.queue_kernel(&ag, &what, mode, stream, Exchange::Simple, None, Some(note))
+                }
+            }
+            k => {
+                let name = if k == Exchange::Ll { "LL" } else { "Simple" };
+                let what = format!("{} ({name})", what(d));
+                // SAFETY: the caller's contract.
+                unsafe { self.queue_kernel(d, &what, mode, stream, k, note, Some(note)) }
+            }
+        }
+    }
+
+    /// One exchange kernel (LL or Simple) for `d` (a call, or a part of
+    /// one) on `stream`: `note` goes into the peers' note rings with its
+    /// first chunk; `track` (with the note to check) has the watchdog track
+    /// it as the call `what`.
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch) for `d`'s buffers; the device is bound.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn queue_kernel(
+        &mut self,
+        d: &CollDesc<'_, Window>,
+        what: &str,
+        mode: Mode,
+        stream: sys::CUstream,
+        kernel: Exchange,
+        note: Option<(u64, notes::Call)>,
+        track: Option<Option<(u64, notes::Call)>>,
+    ) -> PluginResult<()> {
         use ferrocx_sdk::kernels::ll::LlArgs;
         use ferrocx_sdk::kernels::simple::{self, SimpleArgs};
         let block = d.count * d.elem;
-        let name = match kernel {
-            Exchange::Ll => "LL",
-            Exchange::Simple => "Simple",
-        };
-        let what = format!("{} ({name})", what(d));
+        let what = what.to_string();
         let flags = self
             .flags
             .as_ref()
@@ -676,7 +712,6 @@ impl CeComm {
                 )));
             }
         }
-        let note = self.note(d, mode);
         let layout = flags.layout();
         let args = LlArgs {
             bases: flags.ll_table(),
@@ -715,6 +750,11 @@ impl CeComm {
             // kernel alike (select::route) with the same segment, mode, root and
             // area; the stream per the caller.
             Exchange::Ll => unsafe { k.ll(t, o, &args, stream) },
+            Exchange::TwoShot => {
+                return Err(PluginError::internal(
+                    "a two-shot all_reduce is two kernels (queue_exchange)",
+                ))
+            }
             Exchange::Simple => {
                 let slot = layout.simple_slot;
                 let sp = SimpleArgs::from_ll(
@@ -736,7 +776,7 @@ impl CeComm {
         if kernel == Exchange::Ll {
             self.ll_calls += 1;
         }
-        if mode == Mode::Eager {
+        if let (Mode::Eager, Some(note)) = (mode, track) {
             // SAFETY: as above.
             unsafe { self.watchdog.track(stream, d.seq, what, Vec::new(), note) }?;
         }

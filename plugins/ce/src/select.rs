@@ -180,6 +180,7 @@ fn route_name(r: &Route, windows: bool) -> String {
     match (r.kernel, r.staged, r.one_shot) {
         (Some(Exchange::Ll), ..) => "LL".into(),
         (Some(Exchange::Simple), ..) => "Simple".into(),
+        (Some(Exchange::TwoShot), ..) => "Simple RS+AG".into(),
         (None, true, _) => "staged".into(),
         (None, false, true) => "one-shot".into(),
         (None, false, false) if windows => "windows".into(),
@@ -194,6 +195,52 @@ pub enum Exchange {
     Ll,
     /// [`ferrocx_sdk::kernels::simple`]: chunks and a flag per chunk.
     Simple,
+    /// all_reduce above 2 ranks as two Simple kernels: a reduce_scatter
+    /// into this rank's part of the output, then an all_gather in place
+    /// ([`two_shot_parts`]), so each rank sends 2(n−1)/n of its input
+    /// instead of n−1 whole copies.
+    TwoShot,
+}
+
+/// The two calls of a two-shot all_reduce ([`Exchange::TwoShot`]) on rank
+/// `me` of `nranks` (`d.count` a multiple of `nranks`): a reduce_scatter of
+/// `count / nranks` from the input into block `me` of the output (in place
+/// where the all_reduce is, NCCL's in-place reduce_scatter layout), then an
+/// all_gather of that block in place. Neither lies in a window (the
+/// exchange kernels use none).
+pub fn two_shot_parts<'a>(
+    me: usize,
+    nranks: usize,
+    d: &CollDesc<'a, Window>,
+) -> (CollDesc<'a, Window>, CollDesc<'a, Window>) {
+    let part = d.count / nranks;
+    let bytes = part * d.elem;
+    // NCCL lets an all_reduce be in place with the flag unset (send == recv).
+    let in_place = d.in_place || d.send as u64 == d.recv as u64;
+    let mine = d.recv.wrapping_add(me * bytes);
+    let base = |coll, send: *const u8, recv: *mut u8, in_place| CollDesc {
+        coll,
+        dtype: d.dtype,
+        elem: d.elem,
+        op: d.op,
+        root: 0,
+        count: part,
+        mem: d.mem,
+        in_place,
+        capturing: d.capturing,
+        send,
+        recv,
+        send_win: None,
+        recv_win: None,
+        seq: d.seq,
+    };
+    let rs = if in_place {
+        base(Coll::ReduceScatter, d.recv as *const u8, d.recv, true)
+    } else {
+        base(Coll::ReduceScatter, d.send, mine, false)
+    };
+    let ag = base(Coll::AllGather, mine as *const u8, d.recv, true);
+    (rs, ag)
 }
 
 /// How ce runs a call it bids for.
@@ -221,8 +268,10 @@ pub struct Route {
 /// every rank's one-shot all_reduce sends its whole input to every peer and
 /// the broadcast root sends to each peer in turn: 0.40–0.75× NCCL from 2 MiB
 /// (all_reduce) and 0.36–0.58× from 8 MiB (broadcast), so above 2 ranks
-/// all_reduce never takes the kernel and broadcast only to 2 MiB (1.31× NCCL
-/// there). all_gather, reduce_scatter and alltoall keep their 2-rank limits
+/// all_reduce never takes the kernel one-shot (it runs two-shot, as a
+/// reduce_scatter and an all_gather kernel, where the count divides by the
+/// ranks and a part fits their limits: [`Exchange::TwoShot`]) and broadcast
+/// only to 2 MiB (1.31× NCCL there). all_gather, reduce_scatter and alltoall keep their 2-rank limits
 /// (0.8–0.95× NCCL from 8 MiB at 4 ranks; the barrier routes there are not
 /// measured yet).
 pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
@@ -232,6 +281,12 @@ pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
     (Coll::AllToAll, 256 << 20, 256 << 20),
     (Coll::Broadcast, 32 << 20, 2 << 20),
 ];
+
+/// The largest all_reduce run two-shot above 2 ranks under `auto`
+/// ([`Exchange::TwoShot`]). On 4 H200s (`bench/results/2026-11-26-h200x4-twoshot/run2`,
+/// µs, two-shot / ce's routes without the kernel): 2 MiB 50 / 77, 8 MiB
+/// 92 / 212, 16 MiB 131 / 402, 32 MiB 264 / 786, 64 MiB 473 / 420.
+pub const TWO_SHOT_AUTO_BYTES: usize = 32 << 20;
 
 /// The largest block of `coll` the Simple kernel runs on `nranks` ranks at
 /// `simple_bytes` (`FERROCX_CE_SIMPLE_BYTES`: a number, or `auto`:
@@ -277,9 +332,23 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
         Coll::AllReduce => block.saturating_mul(nranks) <= limit.saturating_mul(2),
         _ => block <= limit,
     };
+    // Above 2 ranks an all_reduce too large for one-shot runs two-shot
+    // while its parts fit their own limits (and, under `auto`, up to
+    // TWO_SHOT_AUTO_BYTES); a count the ranks do not divide runs one-shot
+    // there instead (correct, slower; rare at these sizes).
+    let part = block.div_ceil(nranks.max(1));
+    let two_shot = d.coll == Coll::AllReduce
+        && nranks > 2
+        && part <= simple_limit(Coll::ReduceScatter, nranks, red.simple_bytes)
+        && part <= simple_limit(Coll::AllGather, nranks, red.simple_bytes)
+        && (red.simple_bytes != crate::config::SIMPLE_AUTO || block <= TWO_SHOT_AUTO_BYTES);
     if block <= red.ll_bytes {
         Some(Exchange::Ll)
     } else if simple {
+        Some(Exchange::Simple)
+    } else if two_shot && d.count.is_multiple_of(nranks) {
+        Some(Exchange::TwoShot)
+    } else if two_shot {
         Some(Exchange::Simple)
     } else {
         None
@@ -775,6 +844,54 @@ mod tests {
         }
     }
 
+    /// The two calls of a two-shot all_reduce: out of place, the
+    /// reduce_scatter reads the input and writes this rank's block of the
+    /// output; in place (flagged or send == recv) it is NCCL's in-place
+    /// reduce_scatter; the all_gather then spreads that block in place.
+    #[test]
+    fn two_shot_parts_lay_out_as_nccl_in_place() {
+        let (send, mut recv) = (vec![0u8; 4096], vec![0u8; 4096]);
+        let mut d = desc(Coll::AllReduce, 1024, None, None);
+        d.send = send.as_ptr();
+        d.recv = recv.as_mut_ptr();
+        for me in 0..4 {
+            let (rs, ag) = two_shot_parts(me, 4, &d);
+            let mine = d.recv as usize + me * 1024;
+            assert_eq!(
+                (rs.coll, rs.count, rs.in_place),
+                (Coll::ReduceScatter, 256, false)
+            );
+            assert_eq!(
+                (rs.send as usize, rs.recv as usize),
+                (d.send as usize, mine)
+            );
+            assert_eq!(
+                (ag.coll, ag.count, ag.in_place),
+                (Coll::AllGather, 256, true)
+            );
+            assert_eq!(
+                (ag.send as usize, ag.recv as usize),
+                (mine, d.recv as usize)
+            );
+            assert_eq!(
+                (rs.seq, ag.seq, rs.elem, ag.op),
+                (d.seq, d.seq, d.elem, d.op)
+            );
+        }
+        let mut ip = desc(Coll::AllReduce, 1024, None, None);
+        ip.recv = d.recv;
+        ip.send = d.recv as *const u8;
+        for flagged in [false, true] {
+            ip.in_place = flagged;
+            let (rs, _) = two_shot_parts(2, 4, &ip);
+            assert!(rs.in_place);
+            assert_eq!(
+                (rs.send as usize, rs.recv as usize),
+                (d.recv as usize, d.recv as usize)
+            );
+        }
+    }
+
     /// Above the LL kernel's limit and up to `simple_bytes` (all_reduce:
     /// block × n ≤ 2 × that), the same collectives take the Simple kernel,
     /// under the same gates; above it the barrier routes.
@@ -817,12 +934,51 @@ mod tests {
             // all_reduce scales as one-shot: 4 ranks take half the block.
             let at4 = |count| k(4, &desc(coll, count, None, None), &red);
             let (fits, over) = if coll == Coll::AllReduce {
-                (32, 33)
+                (32, 36)
             } else {
                 (64, 65)
             };
             assert_eq!(at4(fits), Ok(Some(Exchange::Simple)), "{coll:?}");
             assert_ne!(at4(over).ok().flatten(), Some(Exchange::Simple), "{coll:?}");
+            if coll == Coll::AllReduce {
+                // Past one-shot: two-shot while the count divides and a
+                // part (count / 4) fits the reduce_scatter and all_gather
+                // limits (256 B: 64 elements of 4 bytes).
+                assert_eq!(at4(36), Ok(Some(Exchange::TwoShot)));
+                assert_eq!(at4(256), Ok(Some(Exchange::TwoShot)));
+                assert_eq!(at4(260).ok().flatten(), None, "a part of 65");
+                assert_eq!(
+                    at4(37),
+                    Ok(Some(Exchange::Simple)),
+                    "37 does not divide: one-shot"
+                );
+                assert_eq!(at4(257).ok().flatten(), None, "a part of 64.25");
+                // Under auto, up to TWO_SHOT_AUTO_BYTES.
+                let auto = Agreed {
+                    simple_bytes: crate::config::SIMPLE_AUTO,
+                    ..red
+                };
+                let at = |bytes: usize| k(4, &desc(coll, bytes / 4, None, None), &auto);
+                assert_eq!(at(TWO_SHOT_AUTO_BYTES), Ok(Some(Exchange::TwoShot)));
+                assert_ne!(
+                    at(TWO_SHOT_AUTO_BYTES + 16).ok().flatten(),
+                    Some(Exchange::TwoShot)
+                );
+                assert_ne!(
+                    k(
+                        2,
+                        &desc(coll, 64, None, None),
+                        &Agreed {
+                            simple_bytes: 100,
+                            ..red
+                        }
+                    )
+                    .ok()
+                    .flatten(),
+                    Some(Exchange::TwoShot),
+                    "2 ranks stay one-shot"
+                );
+            }
             let d = desc(coll, 40, None, None);
             let off = Agreed {
                 simple_bytes: 0,
