@@ -356,8 +356,9 @@ fn ce_runs_device_sends_as_one_kernel() {
 }
 
 /// A device send of 4096 bytes meeting a receive of 8192 through ce's
-/// point-to-point kernel: the receiving rank gets `Error::Mismatch` naming
-/// the sender (the chunk headers), not shifted data or a hang.
+/// point-to-point kernel: both ranks get `Error::Mismatch` naming the other
+/// (the chunk headers; the receiver tells the sender), not shifted data or
+/// a hang.
 #[test]
 fn ce_names_a_send_that_meets_a_receive_of_another_size() {
     if !gpus() {
@@ -374,6 +375,17 @@ fn ce_names_a_send_that_meets_a_receive_of_another_size() {
             )
             && o.stdout.contains("rank 0 called a device send to rank 1 of another size"),
         "rank 1: {}\n{}",
+        o.stdout,
+        o.stderr
+    );
+    let o = &outs[0];
+    assert!(
+        o.stdout.contains("MISMATCH mismatched calls: ")
+            && o.stdout.contains(
+                "rank 0 called a device send to rank 1 whose size differs from its receive (ce point-to-point)"
+            )
+            && o.stdout.contains("rank 1 called a device receive from rank 0 of another size"),
+        "rank 0: {}\n{}",
         o.stdout,
         o.stderr
     );

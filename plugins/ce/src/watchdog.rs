@@ -427,6 +427,11 @@ fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
         return PluginError::remote(format!(
             "mismatched calls: rank {me} called a device receive from rank {peer} whose size differs from its send (ce point-to-point), rank {peer} called a device send to rank {me} of another size"
         ));
+    } else if code & 0xffff_ffff == ferrocx_sdk::kernels::p2p::ERR_SIZE_SENT {
+        let peer = (code >> 32).saturating_sub(1);
+        return PluginError::remote(format!(
+            "mismatched calls: rank {me} called a device send to rank {peer} whose size differs from its receive (ce point-to-point), rank {peer} called a device receive from rank {me} of another size"
+        ));
     } else {
         format!("failed with code {code}")
     };

@@ -439,6 +439,10 @@ fn source(dtype: DataType, kind: Kind) -> String {
         s.push_str(
             &p2p::SOURCE
                 .replace("FX_P2P_NAME", &p2p)
+                .replace(
+                    "FX_P2P_ERR_SIZE_SENT",
+                    &format!("{}ull", p2p::ERR_SIZE_SENT),
+                )
                 .replace("FX_P2P_ERR_SIZE", &format!("{}ull", p2p::ERR_SIZE))
                 .replace("FX_SP_MAX_RANKS", &ll::MAX_RANKS.to_string()),
         );

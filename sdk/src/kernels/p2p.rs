@@ -13,8 +13,10 @@
 //! * every chunk carries a 16-byte header before its data ([`HEADER`]: the
 //!   message's byte count and the chunk's index in it), which the receiver
 //!   compares with its own receive before it uses the data: a send that
-//!   meets a receive of another size fails both with [`ERR_SIZE`] naming the
-//!   sender, instead of shifting every later message of the pair;
+//!   meets a receive of another size fails the receiver with [`ERR_SIZE`]
+//!   naming the sender, and the sender with [`ERR_SIZE_SENT`] naming the
+//!   receiver (written into its control words, which share the regions'
+//!   mapping), instead of shifting every later message of the pair;
 //! * a message of 0 bytes is one empty chunk, so it still matches.
 //!
 //! Sending blocks take chunks `b, b + half, …` of each peer's message in
@@ -31,6 +33,11 @@ pub const HEADER: usize = 16;
 /// `ctl[3]`: a chunk's header did not match the receive (the sender, plus
 /// one, in bits 32–63).
 pub const ERR_SIZE: u64 = 2;
+
+/// `ctl[3]` of the sender, written by the receiver that found [`ERR_SIZE`]
+/// (the receiver, plus one, in bits 32–63), with the sender's abort word:
+/// both ends of the mismatched message fail, not only the one that saw it.
+pub const ERR_SIZE_SENT: u64 = 3;
 
 /// The chunk for a message of `bytes` bytes in slots of `slot` bytes (a
 /// multiple of 16, more than [`HEADER`]): the Simple kernel's sizing with
@@ -194,6 +201,12 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
                         if (bytes != s.bytes || index != c) {
                             ctl[3] = FX_P2P_ERR_SIZE | ((fx_sp_u)(r + 1) << 32);
                             ctl[2] = 1ull;
+                            /* The sender's control words, at the same offset in its buffer:
+                               its error word first, then its abort word. */
+                            volatile fx_sp_u* peer_ctl = (volatile fx_sp_u*)(bases[r] + (a.ctl - bases[me]));
+                            peer_ctl[3] = FX_P2P_ERR_SIZE_SENT | ((fx_sp_u)(me + 1) << 32);
+                            __threadfence_system();
+                            peer_ctl[2] = 1ull;
                             __threadfence_system();
                             good = false;
                         }
