@@ -4,7 +4,9 @@
 //! with rings of a few slots so that calls lap them. It checks the protocol —
 //! every call's results are NCCL's, no call waits forever, a ring slot is
 //! never overwritten before its reader freed it — not the CUDA translation
-//! (the device tests do that).
+//! (the device tests do that). Also here: the two-shot all_reduce as two
+//! calls, and the point-to-point kernel's protocol (per-peer messages, the
+//! size header) on the same rings.
 
 use super::super::ll::{MODE_FOLD, MODE_GATHER};
 use super::SLOTS;
@@ -261,6 +263,19 @@ fn world(n: usize, slot: usize, mem: usize) -> Arc<World> {
 /// receive at `span`.
 fn call_of(coll: Coll, me: usize, n: usize, block: usize, in_place: bool, span: usize) -> Call {
     let (send, recv) = (if in_place { span } else { 0 }, span);
+    call_at(coll, me, n, block, in_place, send, recv)
+}
+
+/// The call on rank `me` with its buffers at offsets `send` and `recv` of `mem`.
+fn call_at(
+    coll: Coll,
+    me: usize,
+    n: usize,
+    block: usize,
+    in_place: bool,
+    send: usize,
+    recv: usize,
+) -> Call {
     let m = super::super::moves::moves(coll, me, block, in_place, send as u64, recv as u64)
         .expect("an exchange collective");
     let root = n - 1;
@@ -377,4 +392,327 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
             }
         }
     }
+}
+
+/// A two-shot all_reduce as ce composes it above 2 ranks (`select::two_shot_parts`):
+/// a reduce_scatter of `block / n` from the input into this rank's part of the
+/// output (NCCL's in-place reduce_scatter when the all_reduce is in place), then
+/// an all_gather of that part in place, one kernel after the other on each rank.
+/// Every rank ends with the whole sum, in and out of place, rings lapped.
+#[test]
+fn two_shot_all_reduce_is_a_reduce_scatter_then_an_all_gather_in_place() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = |m: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    };
+    for n in 3..=5 {
+        let (slot, span) = (32, 4096);
+        let w = world(n, slot, 2 * span);
+        for round in 0..8 {
+            let in_place = round % 2 == 1;
+            let part = 1 + next(30) as usize;
+            let block = n * part;
+            let chunk = [16, 32][next(2) as usize];
+            let value = |r: usize, i: usize| (r * 29 + i * 7 + round * 3 + 1) as u8;
+            let send = if in_place { span } else { 0 };
+            for r in 0..n {
+                for i in 0..block {
+                    w.ranks[r].mem[send + i].store(value(r, i), Relaxed);
+                }
+            }
+            let parts = |coll: Coll| -> Vec<Call> {
+                (0..n)
+                    .map(|me| {
+                        let mine = span + me * part;
+                        let mut c = match coll {
+                            Coll::ReduceScatter if in_place => {
+                                call_at(coll, me, n, part, true, span, span)
+                            }
+                            Coll::ReduceScatter => call_at(coll, me, n, part, false, 0, mine),
+                            _ => call_at(coll, me, n, part, true, mine, span),
+                        };
+                        c.chunk = chunk;
+                        c
+                    })
+                    .collect()
+            };
+            let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
+            w.call(&parts(Coll::ReduceScatter), &halves);
+            w.call(&parts(Coll::AllGather), &halves);
+            for (me, rank) in w.ranks.iter().enumerate() {
+                for i in 0..block {
+                    let want = (0..n).fold(0u8, |a, r| a.wrapping_add(value(r, i)));
+                    assert_eq!(
+                        rank.mem[span + i].load(Relaxed),
+                        want,
+                        "n={n} round={round} in_place={in_place} part={part} rank {me} byte {i}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// One rank's side of a point-to-point kernel: per peer, what it sends
+/// (input offset, bytes) and receives (output offset, bytes), as
+/// [`super::super::p2p::P2pArgs`] holds them.
+#[derive(Clone, Debug, Default)]
+struct P2pCall {
+    send: Vec<Option<(usize, usize)>>,
+    recv: Vec<Option<(usize, usize)>>,
+}
+
+/// The chunk of a message of `bytes` in the model's slots (header room taken
+/// out as the kernel does) and how many chunks (an empty message is one).
+fn p2p_chunks(bytes: usize, slot: usize) -> (usize, usize) {
+    let chunk = super::super::p2p::chunk_bytes(bytes, slot);
+    (chunk, super::chunks(bytes, chunk))
+}
+
+impl World {
+    /// The point-to-point kernel's sending block `first` of `half`: the
+    /// chunks `first, first + half, …` of each peer's message in turn, each
+    /// headed by (bytes, index), after the slot's credit.
+    fn p2p_sender(
+        &self,
+        me: usize,
+        c: &P2pCall,
+        first: usize,
+        half: usize,
+        sent: &[u64],
+        hdr: &[Vec<AtomicU64>],
+    ) {
+        let n = self.n;
+        let mine = &self.ranks[me];
+        for j in 1..n {
+            let q = (me + j) % n;
+            let Some((input, bytes)) = c.send[q] else {
+                continue;
+            };
+            let (chunk, m) = p2p_chunks(bytes, self.slot);
+            let mut ch = first;
+            while ch < m {
+                let lo = ch * chunk;
+                let len = chunk.min(bytes - lo.min(bytes));
+                let g = sent[q] + ch as u64;
+                let k = g % K;
+                if g >= K {
+                    wait(
+                        &mine.frees[q * K as usize + k as usize],
+                        g + 1 - K,
+                        "a p2p free",
+                    );
+                }
+                let peer = &self.ranks[q];
+                let head = &peer.heads[me * K as usize + k as usize];
+                assert_eq!(
+                    head.load(Acquire),
+                    (g + 1).saturating_sub(K),
+                    "a slot lapped"
+                );
+                let slot = me * K as usize + k as usize;
+                hdr[q][2 * slot].store(bytes as u64, Relaxed);
+                hdr[q][2 * slot + 1].store(ch as u64, Relaxed);
+                for i in 0..len {
+                    let b = mine.mem[input + lo + i].load(Relaxed);
+                    peer.data[slot * self.slot + i].store(b, Relaxed);
+                }
+                head.store(g + 1, Release);
+                ch += half;
+            }
+        }
+    }
+
+    /// Its receiving block: waits for each chunk's head, checks the header
+    /// against its own receive (`false` on a mismatch, as the kernel's
+    /// ERR_SIZE), copies, frees.
+    fn p2p_receiver(
+        &self,
+        me: usize,
+        c: &P2pCall,
+        first: usize,
+        half: usize,
+        recvd: &[u64],
+        hdr: &[Vec<AtomicU64>],
+    ) -> bool {
+        let n = self.n;
+        let mine = &self.ranks[me];
+        for j in 1..n {
+            let r = (me + n - j) % n;
+            let Some((output, bytes)) = c.recv[r] else {
+                continue;
+            };
+            let (chunk, m) = p2p_chunks(bytes, self.slot);
+            let mut ch = first;
+            while ch < m {
+                let lo = ch * chunk;
+                let len = chunk.min(bytes - lo.min(bytes));
+                let g = recvd[r] + ch as u64;
+                let k = (g % K) as usize;
+                wait(&mine.heads[r * K as usize + k], g + 1, "a p2p head");
+                let slot = r * K as usize + k;
+                if hdr[me][2 * slot].load(Relaxed) != bytes as u64
+                    || hdr[me][2 * slot + 1].load(Relaxed) != ch as u64
+                {
+                    return false;
+                }
+                for i in 0..len {
+                    let b = mine.data[slot * self.slot + i].load(Relaxed);
+                    mine.mem[output + lo + i].store(b, Relaxed);
+                }
+                self.ranks[r].frees[me * K as usize + k].store(g + 1, Release);
+                ch += half;
+            }
+        }
+        true
+    }
+
+    /// Every rank's point-to-point kernel at once; whether every receive's
+    /// headers matched.
+    fn p2p_call(
+        self: &Arc<Self>,
+        calls: &[P2pCall],
+        halves: &[usize],
+        hdr: &Arc<Vec<Vec<AtomicU64>>>,
+    ) -> bool {
+        let mut threads = Vec::new();
+        for me in 0..self.n {
+            let c = calls[me].clone();
+            let sent: Vec<u64> = self.ranks[me]
+                .sent
+                .iter()
+                .map(|a| a.load(Acquire))
+                .collect();
+            let recvd: Vec<u64> = self.ranks[me]
+                .recvd
+                .iter()
+                .map(|a| a.load(Acquire))
+                .collect();
+            let half = halves[me];
+            for b in 0..2 * half {
+                let (w, c, sent, recvd, hdr) = (
+                    self.clone(),
+                    c.clone(),
+                    sent.clone(),
+                    recvd.clone(),
+                    hdr.clone(),
+                );
+                threads.push(std::thread::spawn(move || {
+                    if b < half {
+                        w.p2p_sender(me, &c, b, half, &sent, &hdr);
+                        true
+                    } else {
+                        w.p2p_receiver(me, &c, b - half, half, &recvd, &hdr)
+                    }
+                }));
+            }
+        }
+        let ok = threads
+            .into_iter()
+            .all(|t| t.join().expect("a block panicked"));
+        for (me, c) in calls.iter().enumerate() {
+            for q in (0..self.n).filter(|&q| q != me) {
+                let add = |side: Option<(usize, usize)>| {
+                    side.map_or(0, |(_, b)| p2p_chunks(b, self.slot).1 as u64)
+                };
+                self.ranks[me].sent[q].fetch_add(add(c.send[q]), AcqRel);
+                self.ranks[me].recvd[q].fetch_add(add(c.recv[q]), AcqRel);
+            }
+        }
+        ok
+    }
+}
+
+/// The point-to-point kernel's protocol: random groups (each rank sends to a
+/// random subset of peers, sizes from 0 to many laps of 3-slot rings), every
+/// received byte checked, counters carried from call to call; then a send
+/// that meets a receive of another size is caught by the header, not read.
+#[test]
+fn p2p_groups_on_2_to_5_ranks_and_a_size_mismatch_caught() {
+    let mut seed = 0x1234_5678_9abc_def1_u64;
+    let mut next = |m: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    };
+    for n in 2..=5 {
+        let (slot, span) = (48, 8192);
+        let w = world(n, slot, 2 * span);
+        let hdr: Arc<Vec<Vec<AtomicU64>>> = Arc::new(
+            (0..n)
+                .map(|_| (0..2 * n * K as usize).map(|_| AtomicU64::new(0)).collect())
+                .collect(),
+        );
+        for round in 0..10 {
+            // Message bytes from each rank to each: present with probability ~2/3.
+            let bytes: Vec<Vec<Option<usize>>> = (0..n)
+                .map(|s| {
+                    (0..n)
+                        .map(|d| (s != d && next(3) > 0).then(|| next(200) as usize))
+                        .collect()
+                })
+                .collect();
+            let value = |s: usize, d: usize, i: usize| (s * 31 + d * 17 + i * 5 + round) as u8;
+            let mut calls = vec![
+                P2pCall {
+                    send: vec![None; n],
+                    recv: vec![None; n]
+                };
+                n
+            ];
+            for s in 0..n {
+                for d in 0..n {
+                    let Some(b) = bytes[s][d] else { continue };
+                    let input = d * 256;
+                    for i in 0..b {
+                        w.ranks[s].mem[input + i].store(value(s, d, i), Relaxed);
+                    }
+                    calls[s].send[d] = Some((input, b));
+                    calls[d].recv[s] = Some((span + s * 256, b));
+                }
+            }
+            let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
+            assert!(
+                w.p2p_call(&calls, &halves, &hdr),
+                "n={n} round={round}: a header mismatched"
+            );
+            for (s, row) in bytes.iter().enumerate() {
+                for (d, b) in row.iter().enumerate() {
+                    let Some(b) = *b else { continue };
+                    for i in 0..b {
+                        assert_eq!(
+                            w.ranks[d].mem[span + s * 256 + i].load(Relaxed),
+                            value(s, d, i),
+                            "n={n} round={round} {s}→{d} byte {i} of {b}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // A send of 40 bytes meets a receive of 80: the first chunk's header says so.
+    let w = world(2, 48, 1024);
+    let hdr: Arc<Vec<Vec<AtomicU64>>> = Arc::new(
+        (0..2)
+            .map(|_| (0..4 * K as usize).map(|_| AtomicU64::new(0)).collect())
+            .collect(),
+    );
+    let calls = vec![
+        P2pCall {
+            send: vec![None, Some((0, 40))],
+            recv: vec![None, None],
+        },
+        P2pCall {
+            send: vec![None, None],
+            recv: vec![Some((512, 80)), None],
+        },
+    ];
+    assert!(
+        !w.p2p_call(&calls, &[1, 1], &hdr),
+        "the mismatch went unseen"
+    );
 }
