@@ -651,6 +651,15 @@ impl CeComm {
                     self.queue_kernel(&ag, &what, mode, stream, Exchange::Simple, None, Some(note))
                 }
             }
+            Exchange::ScatterGather => {
+                let (sc, ag) = select::scatter_gather_parts(self.rank, self.nranks, d);
+                let what = format!("{} (Simple scatter+AG)", what(d));
+                // SAFETY: the caller's contract; both parts lie in the call's buffers.
+                unsafe {
+                    self.queue_kernel(&sc, &what, mode, stream, Exchange::Simple, note, None)?;
+                    self.queue_kernel(&ag, &what, mode, stream, Exchange::Simple, None, Some(note))
+                }
+            }
             k => {
                 let name = if k == Exchange::Ll { "LL" } else { "Simple" };
                 let what = format!("{} ({name})", what(d));
@@ -703,7 +712,9 @@ impl CeComm {
             PluginError::internal(format!("no exchange kernel for {}", d.coll.name()))
         })?;
         let elem = d.elem.max(1) as u64;
-        let sends = d.coll != Coll::Broadcast || d.root == self.rank;
+        // In the rooted ones (broadcast, and the scatter of a scatter +
+        // all_gather broadcast) only the root sends data.
+        let sends = !matches!(d.coll, Coll::Broadcast | Coll::Scatter) || d.root == self.rank;
         for (p, used) in [(m.input, sends), (m.output, true)] {
             if used && (p == 0 || p % elem != 0) {
                 return Err(PluginError::invalid(format!(
@@ -750,9 +761,9 @@ impl CeComm {
             // kernel alike (select::route) with the same segment, mode, root and
             // area; the stream per the caller.
             Exchange::Ll => unsafe { k.ll(t, o, &args, stream) },
-            Exchange::TwoShot => {
+            Exchange::TwoShot | Exchange::ScatterGather => {
                 return Err(PluginError::internal(
-                    "a two-shot all_reduce is two kernels (queue_exchange)",
+                    "a two-shot all_reduce or a scatter + all_gather broadcast is two kernels (queue_exchange)",
                 ))
             }
             Exchange::Simple => {

@@ -181,6 +181,7 @@ fn route_name(r: &Route, windows: bool) -> String {
         (Some(Exchange::Ll), ..) => "LL".into(),
         (Some(Exchange::Simple), ..) => "Simple".into(),
         (Some(Exchange::TwoShot), ..) => "Simple RS+AG".into(),
+        (Some(Exchange::ScatterGather), ..) => "Simple scatter+AG".into(),
         (None, true, _) => "staged".into(),
         (None, false, true) => "one-shot".into(),
         (None, false, false) if windows => "windows".into(),
@@ -200,6 +201,51 @@ pub enum Exchange {
     /// ([`two_shot_parts`]), so each rank sends 2(n−1)/n of its input
     /// instead of n−1 whole copies.
     TwoShot,
+    /// broadcast above 2 ranks as two Simple kernels: a scatter of the
+    /// root's input (part `q` to rank `q`, at its place in the output), then
+    /// an all_gather in place ([`scatter_gather_parts`]), so the root sends
+    /// its input once instead of once per peer.
+    ScatterGather,
+}
+
+/// The two calls of a scatter + all_gather broadcast
+/// ([`Exchange::ScatterGather`]) on rank `me` of `nranks` (`d.count` a
+/// multiple of `nranks`): a scatter of `count / nranks` from the root's
+/// input (its receive buffer in place) into this rank's part of the output,
+/// then an all_gather of that part in place.
+pub fn scatter_gather_parts<'a>(
+    me: usize,
+    nranks: usize,
+    d: &CollDesc<'a, Window>,
+) -> (CollDesc<'a, Window>, CollDesc<'a, Window>) {
+    let part = d.count / nranks;
+    let bytes = part * d.elem;
+    let in_place = d.in_place || d.send as u64 == d.recv as u64;
+    let mine = d.recv.wrapping_add(me * bytes);
+    let base = |coll, root, send: *const u8, recv: *mut u8, in_place| CollDesc {
+        coll,
+        dtype: d.dtype,
+        elem: d.elem,
+        op: d.op,
+        root,
+        count: part,
+        mem: d.mem,
+        in_place,
+        capturing: d.capturing,
+        send,
+        recv,
+        send_win: None,
+        recv_win: None,
+        seq: d.seq,
+    };
+    let input = match (me == d.root, in_place) {
+        (false, _) => std::ptr::null(),
+        (true, true) => d.recv as *const u8,
+        (true, false) => d.send,
+    };
+    let scatter = base(Coll::Scatter, d.root, input, mine, false);
+    let ag = base(Coll::AllGather, 0, mine as *const u8, d.recv, true);
+    (scatter, ag)
 }
 
 /// The two calls of a two-shot all_reduce ([`Exchange::TwoShot`]) on rank
@@ -288,6 +334,13 @@ pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
 /// 92 / 212, 16 MiB 131 / 402, 32 MiB 264 / 786, 64 MiB 473 / 420.
 pub const TWO_SHOT_AUTO_BYTES: usize = 32 << 20;
 
+/// The largest broadcast run as scatter + all_gather above 2 ranks under
+/// `auto` ([`Exchange::ScatterGather`]). On 4 H200s
+/// (`bench/results/2026-11-26-h200x4-twoshot/run4`, µs, scatter + all_gather
+/// / ce's routes without the kernels): 4 MiB 54 / 64, 8 MiB 71 / 96, 16 MiB
+/// 106 / 165, 32 MiB 208 / 305, 64 MiB 379 / 328, 128 MiB 730 / 482.
+pub const SCATTER_AUTO_BYTES: usize = 32 << 20;
+
 /// The largest block of `coll` the Simple kernel runs on `nranks` ranks at
 /// `simple_bytes` (`FERROCX_CE_SIMPLE_BYTES`: a number, or `auto`:
 /// [`SIMPLE_TABLE`]).
@@ -342,13 +395,23 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
         && part <= simple_limit(Coll::ReduceScatter, nranks, red.simple_bytes)
         && part <= simple_limit(Coll::AllGather, nranks, red.simple_bytes)
         && (red.simple_bytes != crate::config::SIMPLE_AUTO || block <= TWO_SHOT_AUTO_BYTES);
+    // Likewise a broadcast above its one-shot limit: scatter + all_gather
+    // while a part fits the all_gather limit (and, under `auto`, up to
+    // SCATTER_AUTO_BYTES).
+    let scatter = d.coll == Coll::Broadcast
+        && nranks > 2
+        && part <= simple_limit(Coll::AllGather, nranks, red.simple_bytes)
+        && (red.simple_bytes != crate::config::SIMPLE_AUTO || block <= SCATTER_AUTO_BYTES);
+    let divides = d.count.is_multiple_of(nranks);
     if block <= red.ll_bytes {
         Some(Exchange::Ll)
     } else if simple {
         Some(Exchange::Simple)
-    } else if two_shot && d.count.is_multiple_of(nranks) {
+    } else if two_shot && divides {
         Some(Exchange::TwoShot)
-    } else if two_shot {
+    } else if scatter && divides {
+        Some(Exchange::ScatterGather)
+    } else if two_shot || scatter {
         Some(Exchange::Simple)
     } else {
         None
@@ -892,6 +955,47 @@ mod tests {
         }
     }
 
+    /// The scatter + all_gather broadcast: the root scatters its input
+    /// (its receive buffer in place), every rank receives its part at its
+    /// place in the output, then gathers in place.
+    #[test]
+    fn scatter_gather_parts_place_each_part() {
+        let (send, mut recv) = (vec![0u8; 4096], vec![0u8; 4096]);
+        for in_place in [false, true] {
+            for me in 0..4 {
+                let mut d = desc(Coll::Broadcast, 1024, None, None);
+                d.root = 2;
+                d.recv = recv.as_mut_ptr();
+                d.send = if in_place {
+                    d.recv as *const u8
+                } else {
+                    send.as_ptr()
+                };
+                let (sc, ag) = scatter_gather_parts(me, 4, &d);
+                let mine = d.recv as usize + me * 1024;
+                assert_eq!(
+                    (sc.coll, sc.root, sc.count, sc.in_place),
+                    (Coll::Scatter, 2, 256, false)
+                );
+                assert_eq!(sc.recv as usize, mine);
+                let input = match (me, in_place) {
+                    (2, true) => d.recv as usize,
+                    (2, false) => d.send as usize,
+                    _ => 0,
+                };
+                assert_eq!(sc.send as usize, input);
+                assert_eq!(
+                    (ag.coll, ag.count, ag.in_place),
+                    (Coll::AllGather, 256, true)
+                );
+                assert_eq!(
+                    (ag.send as usize, ag.recv as usize),
+                    (mine, d.recv as usize)
+                );
+            }
+        }
+    }
+
     /// Above the LL kernel's limit and up to `simple_bytes` (all_reduce:
     /// block × n ≤ 2 × that), the same collectives take the Simple kernel,
     /// under the same gates; above it the barrier routes.
@@ -933,13 +1037,26 @@ mod tests {
             }
             // all_reduce scales as one-shot: 4 ranks take half the block.
             let at4 = |count| k(4, &desc(coll, count, None, None), &red);
-            let (fits, over) = if coll == Coll::AllReduce {
-                (32, 36)
-            } else {
-                (64, 65)
+            let (fits, over) = match coll {
+                Coll::AllReduce => (32, 36),
+                Coll::Broadcast => (64, 68),
+                _ => (64, 65),
             };
             assert_eq!(at4(fits), Ok(Some(Exchange::Simple)), "{coll:?}");
             assert_ne!(at4(over).ok().flatten(), Some(Exchange::Simple), "{coll:?}");
+            if coll == Coll::Broadcast {
+                // Past one-shot: scatter + all_gather while the count
+                // divides and a part fits the all_gather limit.
+                assert_eq!(at4(68), Ok(Some(Exchange::ScatterGather)));
+                assert_eq!(at4(256), Ok(Some(Exchange::ScatterGather)));
+                assert_eq!(at4(69), Ok(Some(Exchange::Simple)), "one-shot");
+                assert_eq!(at4(260).ok().flatten(), None, "a part of 65");
+                assert_ne!(
+                    k(2, &desc(coll, 68, None, None), &red).ok().flatten(),
+                    Some(Exchange::ScatterGather),
+                    "2 ranks"
+                );
+            }
             if coll == Coll::AllReduce {
                 // Past one-shot: two-shot while the count divides and a
                 // part (count / 4) fits the reduce_scatter and all_gather
@@ -1049,8 +1166,9 @@ mod tests {
         assert_eq!(bc.1.join(" "), "LL LL Simple Simple Simple Simple");
     }
 
-    /// `auto` above 2 ranks: no one-shot all_reduce, broadcast only to 2 MiB
-    /// (the 4-GPU measurements); a number still forces every collective.
+    /// `auto` above 2 ranks: no one-shot all_reduce (two-shot instead),
+    /// one-shot broadcast only to 2 MiB (scatter + all_gather above; the
+    /// 4-GPU measurements); a number still forces every collective.
     #[test]
     fn auto_limits_follow_the_rank_count() {
         let red = Agreed::assumed(&crate::config::Config::default());
@@ -1062,7 +1180,19 @@ mod tests {
         assert_ne!(k(4, Coll::AllReduce, 8 << 20), simple);
         assert_eq!(k(4, Coll::AllReduce, 64 << 10), Ok(Some(Exchange::Ll)));
         assert_eq!(k(4, Coll::Broadcast, 2 << 20), simple);
-        assert_ne!(k(4, Coll::Broadcast, (2 << 20) + 4), simple);
+        assert_eq!(
+            k(4, Coll::Broadcast, (2 << 20) + 16),
+            Ok(Some(Exchange::ScatterGather))
+        );
+        assert_eq!(k(4, Coll::AllReduce, 8 << 20), Ok(Some(Exchange::TwoShot)));
+        assert_eq!(
+            k(4, Coll::Broadcast, SCATTER_AUTO_BYTES),
+            Ok(Some(Exchange::ScatterGather))
+        );
+        assert_ne!(
+            k(4, Coll::Broadcast, SCATTER_AUTO_BYTES + 16),
+            Ok(Some(Exchange::ScatterGather))
+        );
         assert_eq!(k(2, Coll::Broadcast, 32 << 20), simple);
         assert_eq!(k(4, Coll::AllGather, 8 << 20), simple);
         assert_eq!(simple_limit(Coll::AllReduce, 4, 1 << 30), 1 << 30);

@@ -96,6 +96,11 @@ pub fn moves(
         Coll::AllGather => m(MODE_GATHER, send, recv, 0, b),
         Coll::AllToAll => m(MODE_GATHER, send, recv, b, b),
         Coll::Broadcast => m(MODE_BROADCAST, send, recv, 0, 0),
+        // The root's block q goes to rank q: a broadcast whose root sends
+        // each peer its own segment. In place, NCCL's layout (the buffer
+        // holds every block; this rank's is at recv + me·block).
+        Coll::Scatter if in_place => m(MODE_BROADCAST, recv, recv + own, b, 0),
+        Coll::Scatter => m(MODE_BROADCAST, send, recv, b, 0),
         _ => return None,
     })
 }
@@ -113,12 +118,12 @@ mod tests {
         let mut mem = vec![0u8; n * SPAN];
         let inputs = |r: usize, i: usize| (r * 31 + i * 7 + 1) as u8;
         let in_len = match coll {
-            Coll::ReduceScatter | Coll::AllToAll => n * block,
+            Coll::ReduceScatter | Coll::AllToAll | Coll::Scatter => n * block,
             _ => block,
         };
         let recv_len = match coll {
             Coll::AllGather | Coll::AllToAll => n * block,
-            Coll::ReduceScatter if in_place => n * block,
+            Coll::ReduceScatter | Coll::Scatter if in_place => n * block,
             _ => block,
         };
         let mv: Vec<Moves> = (0..n)
@@ -205,6 +210,18 @@ mod tests {
                         assert_eq!(a2a[me], exchanged, "{what}");
                         let rooted: Vec<u8> = (0..block).map(|i| inputs(root, i)).collect();
                         assert_eq!(bc[me], rooted, "{what}");
+                        // Scatter: the root's block `me`, at this rank's place.
+                        let sc = run(Coll::Scatter, n, block, in_place, root);
+                        let got = if in_place {
+                            &sc[me][me * block..(me + 1) * block]
+                        } else {
+                            &sc[me][..]
+                        };
+                        let part: Vec<u8> =
+                            (0..block).map(|i| inputs(root, me * block + i)).collect();
+                        if me == root || !in_place {
+                            assert_eq!(got, &part[..], "scatter {what}");
+                        }
                     }
                 }
             }
@@ -245,7 +262,7 @@ mod tests {
 
     #[test]
     fn only_the_kernels_collectives() {
-        for c in [Coll::Gather, Coll::Scatter, Coll::Reduce] {
+        for c in [Coll::Gather, Coll::Reduce] {
             assert_eq!(moves(c, 0, 8, false, 1, 2), None);
         }
     }

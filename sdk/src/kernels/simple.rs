@@ -36,7 +36,8 @@
 //! the counters.
 //!
 //! Modes are [`super::ll`]'s (fold, gather, broadcast), with the same
-//! arguments. In a broadcast the non-roots send one empty chunk to every
+//! arguments. A broadcast with a `send_stride` is a scatter: the root sends
+//! segment `q` of its input to rank `q` (and keeps segment `root`). In a broadcast the non-roots send one empty chunk to every
 //! peer, so every rank reads at least one head of every peer in every call
 //! (ce's call notes, written before the first chunk, are then visible to
 //! every peer once its call completed).
@@ -460,7 +461,8 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                     }
                 }
             } else if (me == a.root) {
-                if (a.output != a.input) fx_sp_copy(a.output + lo, false, a.input + lo, false, len);
+                /* The root's own segment (its whole input in a broadcast; segment `root` of it in a scatter). */
+                if (a.output != mine) fx_sp_copy(a.output + lo, false, mine + lo, false, len);
             } else {
                 fx_sp_copy(a.output + lo, false, in_s[a.root], true, len);
             }

@@ -178,7 +178,7 @@ impl World {
                     }
                 }
                 Mode::Broadcast => {
-                    if me != c.root || c.output != c.input {
+                    if me != c.root || c.output != own - lo {
                         for i in 0..len {
                             mine.mem[c.output + lo + i].store(get(c.root, i), Relaxed);
                         }
@@ -715,4 +715,68 @@ fn p2p_groups_on_2_to_5_ranks_and_a_size_mismatch_caught() {
         !w.p2p_call(&calls, &[1, 1], &hdr),
         "the mismatch went unseen"
     );
+}
+
+/// A broadcast above 2 ranks as ce composes it for large blocks: a scatter
+/// (the Simple kernel's broadcast mode with a send stride: the root sends
+/// part `q` of its input to rank `q`, each rank writes it at its place in the
+/// output, the root keeps its own) then an all_gather in place. Every rank
+/// ends with the root's whole input, the root in and out of place.
+#[test]
+fn scatter_then_all_gather_is_a_broadcast() {
+    let mut seed = 0x5851_f42d_4c95_7f2d_u64;
+    let mut next = |m: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    };
+    for n in 3..=5 {
+        let (slot, span) = (32, 4096);
+        let w = world(n, slot, 2 * span);
+        for round in 0..8 {
+            let root = (round + n) % n;
+            let in_place = round % 2 == 1;
+            let part = 1 + next(30) as usize;
+            let block = n * part;
+            let chunk = [16, 32][next(2) as usize];
+            let value = |i: usize| (i * 13 + round * 7 + 3) as u8;
+            let send = if in_place { span } else { 0 };
+            for i in 0..block {
+                w.ranks[root].mem[send + i].store(value(i), Relaxed);
+            }
+            let scatter: Vec<Call> = (0..n)
+                .map(|me| Call {
+                    mode: Mode::Broadcast,
+                    root,
+                    seg: part,
+                    chunk,
+                    input: if me == root { send } else { 0 },
+                    output: span + me * part,
+                    send_stride: part,
+                    out_stride: 0,
+                    overlap: false,
+                })
+                .collect();
+            let gather: Vec<Call> = (0..n)
+                .map(|me| {
+                    let mut c = call_at(Coll::AllGather, me, n, part, true, span + me * part, span);
+                    c.chunk = chunk;
+                    c
+                })
+                .collect();
+            let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
+            w.call(&scatter, &halves);
+            w.call(&gather, &halves);
+            for (me, rank) in w.ranks.iter().enumerate() {
+                for i in 0..block {
+                    assert_eq!(
+                        rank.mem[span + i].load(Relaxed),
+                        value(i),
+                        "n={n} round={round} root={root} in_place={in_place} part={part} rank {me} byte {i}"
+                    );
+                }
+            }
+        }
+    }
 }
