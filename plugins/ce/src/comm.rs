@@ -639,33 +639,25 @@ impl CeComm {
         kernel: Exchange,
     ) -> PluginResult<()> {
         let note = self.note(d, mode);
-        match kernel {
-            Exchange::TwoShot => {
-                // The first kernel writes the call's note; the second is
-                // tracked with it (the watchdog checks it once both ran).
-                let (rs, ag) = select::two_shot_parts(self.rank, self.nranks, d);
-                let what = format!("{} (Simple RS+AG)", what(d));
-                // SAFETY: the caller's contract; both parts lie in the call's buffers.
-                unsafe {
-                    self.queue_kernel(&rs, &what, mode, stream, Exchange::Simple, note, None)?;
-                    self.queue_kernel(&ag, &what, mode, stream, Exchange::Simple, None, Some(note))
-                }
-            }
-            Exchange::ScatterGather => {
-                let (sc, ag) = select::scatter_gather_parts(self.rank, self.nranks, d);
-                let what = format!("{} (Simple scatter+AG)", what(d));
-                // SAFETY: the caller's contract; both parts lie in the call's buffers.
-                unsafe {
-                    self.queue_kernel(&sc, &what, mode, stream, Exchange::Simple, note, None)?;
-                    self.queue_kernel(&ag, &what, mode, stream, Exchange::Simple, None, Some(note))
-                }
-            }
-            k => {
-                let name = if k == Exchange::Ll { "LL" } else { "Simple" };
-                let what = format!("{} ({name})", what(d));
-                // SAFETY: the caller's contract.
-                unsafe { self.queue_kernel(d, &what, mode, stream, k, note, Some(note)) }
-            }
+        let what = format!("{} ({})", what(d), kernel.name());
+        match kernel.parts(self.rank, self.nranks, d) {
+            // Two kernels: the first writes the call's note; the second is
+            // tracked with it (the watchdog checks it once both ran).
+            // SAFETY: the caller's contract; both parts lie in the call's buffers.
+            Some((first, second)) => unsafe {
+                self.queue_kernel(&first, &what, mode, stream, Exchange::Simple, note, None)?;
+                self.queue_kernel(
+                    &second,
+                    &what,
+                    mode,
+                    stream,
+                    Exchange::Simple,
+                    None,
+                    Some(note),
+                )
+            },
+            // SAFETY: the caller's contract.
+            None => unsafe { self.queue_kernel(d, &what, mode, stream, kernel, note, Some(note)) },
         }
     }
 

@@ -178,10 +178,7 @@ pub fn table(nranks: usize, red: &Agreed, sizes: &[usize]) -> Vec<(String, Vec<S
 /// A route in a few words.
 fn route_name(r: &Route, windows: bool) -> String {
     match (r.kernel, r.staged, r.one_shot) {
-        (Some(Exchange::Ll), ..) => "LL".into(),
-        (Some(Exchange::Simple), ..) => "Simple".into(),
-        (Some(Exchange::TwoShot), ..) => "Simple RS+AG".into(),
-        (Some(Exchange::ScatterGather), ..) => "Simple scatter+AG".into(),
+        (Some(k), ..) => k.name().into(),
         (None, true, _) => "staged".into(),
         (None, false, true) => "one-shot".into(),
         (None, false, false) if windows => "windows".into(),
@@ -208,6 +205,34 @@ pub enum Exchange {
     ScatterGather,
 }
 
+impl Exchange {
+    /// The route in a few words (fxinfo's table, the watchdog's messages).
+    pub fn name(self) -> &'static str {
+        match self {
+            Exchange::Ll => "LL",
+            Exchange::Simple => "Simple",
+            Exchange::TwoShot => "Simple RS+AG",
+            Exchange::ScatterGather => "Simple scatter+AG",
+        }
+    }
+
+    /// The two Simple calls `d` runs as on rank `me` of `nranks`, for the
+    /// routes made of two ([`TwoShot`](Self::TwoShot),
+    /// [`ScatterGather`](Self::ScatterGather)); `None` for one kernel.
+    pub fn parts<'a>(
+        self,
+        me: usize,
+        nranks: usize,
+        d: &CollDesc<'a, Window>,
+    ) -> Option<(CollDesc<'a, Window>, CollDesc<'a, Window>)> {
+        match self {
+            Exchange::TwoShot => Some(two_shot_parts(me, nranks, d)),
+            Exchange::ScatterGather => Some(scatter_gather_parts(me, nranks, d)),
+            Exchange::Ll | Exchange::Simple => None,
+        }
+    }
+}
+
 /// The two calls of a scatter + all_gather broadcast
 /// ([`Exchange::ScatterGather`]) on rank `me` of `nranks` (`d.count` a
 /// multiple of `nranks`): a scatter of `count / nranks` from the root's
@@ -218,33 +243,24 @@ pub fn scatter_gather_parts<'a>(
     nranks: usize,
     d: &CollDesc<'a, Window>,
 ) -> (CollDesc<'a, Window>, CollDesc<'a, Window>) {
-    let part = d.count / nranks;
-    let bytes = part * d.elem;
+    let count = d.count / nranks;
     let in_place = d.in_place || d.send as u64 == d.recv as u64;
-    let mine = d.recv.wrapping_add(me * bytes);
-    let base = |coll, root, send: *const u8, recv: *mut u8, in_place| CollDesc {
-        coll,
-        dtype: d.dtype,
-        elem: d.elem,
-        op: d.op,
-        root,
-        count: part,
-        mem: d.mem,
-        in_place,
-        capturing: d.capturing,
-        send,
-        recv,
-        send_win: None,
-        recv_win: None,
-        seq: d.seq,
-    };
+    let mine = d.recv.wrapping_add(me * count * d.elem);
     let input = match (me == d.root, in_place) {
         (false, _) => std::ptr::null(),
         (true, true) => d.recv as *const u8,
         (true, false) => d.send,
     };
-    let scatter = base(Coll::Scatter, d.root, input, mine, false);
-    let ag = base(Coll::AllGather, 0, mine as *const u8, d.recv, true);
+    let scatter = part(d, Coll::Scatter, d.root, count, input, mine, false);
+    let ag = part(
+        d,
+        Coll::AllGather,
+        0,
+        count,
+        mine as *const u8,
+        d.recv,
+        true,
+    );
     (scatter, ag)
 }
 
@@ -259,18 +275,54 @@ pub fn two_shot_parts<'a>(
     nranks: usize,
     d: &CollDesc<'a, Window>,
 ) -> (CollDesc<'a, Window>, CollDesc<'a, Window>) {
-    let part = d.count / nranks;
-    let bytes = part * d.elem;
+    let count = d.count / nranks;
     // NCCL lets an all_reduce be in place with the flag unset (send == recv).
     let in_place = d.in_place || d.send as u64 == d.recv as u64;
-    let mine = d.recv.wrapping_add(me * bytes);
-    let base = |coll, send: *const u8, recv: *mut u8, in_place| CollDesc {
+    let mine = d.recv.wrapping_add(me * count * d.elem);
+    let rs = if in_place {
+        part(
+            d,
+            Coll::ReduceScatter,
+            0,
+            count,
+            d.recv as *const u8,
+            d.recv,
+            true,
+        )
+    } else {
+        part(d, Coll::ReduceScatter, 0, count, d.send, mine, false)
+    };
+    let ag = part(
+        d,
+        Coll::AllGather,
+        0,
+        count,
+        mine as *const u8,
+        d.recv,
+        true,
+    );
+    (rs, ag)
+}
+
+/// One of the two calls a call `d` is run as: `count` elements of `coll`
+/// on the given buffers, with `d`'s type, operator, memory, capture flag and
+/// sequence number, in no window (the exchange kernels use none).
+fn part<'a>(
+    d: &CollDesc<'a, Window>,
+    coll: Coll,
+    root: usize,
+    count: usize,
+    send: *const u8,
+    recv: *mut u8,
+    in_place: bool,
+) -> CollDesc<'a, Window> {
+    CollDesc {
         coll,
         dtype: d.dtype,
         elem: d.elem,
         op: d.op,
-        root: 0,
-        count: part,
+        root,
+        count,
         mem: d.mem,
         in_place,
         capturing: d.capturing,
@@ -279,14 +331,7 @@ pub fn two_shot_parts<'a>(
         send_win: None,
         recv_win: None,
         seq: d.seq,
-    };
-    let rs = if in_place {
-        base(Coll::ReduceScatter, d.recv as *const u8, d.recv, true)
-    } else {
-        base(Coll::ReduceScatter, d.send, mine, false)
-    };
-    let ag = base(Coll::AllGather, mine as *const u8, d.recv, true);
-    (rs, ag)
+    }
 }
 
 /// How ce runs a call it bids for.
