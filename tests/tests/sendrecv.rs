@@ -116,3 +116,63 @@ fn groups_in_different_orders_do_not_deadlock() {
         assert_all_ok(&outs);
     }
 }
+
+/// Host messages of at most 4 KiB run on shm-coll's point-to-point rings,
+/// larger ones on the core's shm transport, in one group, asynchronous groups
+/// and blocking calls mixed across ranks; every byte checked (with the call
+/// check on, and off on 3 ranks).
+#[test]
+fn small_host_messages_run_on_shm_coll_beside_the_core() {
+    for (n, check) in [(2, "1"), (3, "1"), (4, "1"), (3, "0")] {
+        let outs = ferrocx_tests::run_passing(
+            WORKER,
+            n,
+            &["host-p2p", "30", "shm-coll"],
+            &[("FERROCX_TIMEOUT", "30"), ("FERROCX_CHECK_CALLS", check)],
+            LIMIT,
+        );
+        for o in &outs {
+            assert!(
+                o.stdout.contains("(shm-coll)"),
+                "rank {}: {}",
+                o.rank,
+                o.stdout
+            );
+        }
+    }
+}
+
+/// `FERROCX_SHM_COLL_P2P_BYTES=0` leaves every message to the core.
+#[test]
+fn without_the_rings_every_message_takes_the_core() {
+    ferrocx_tests::run_passing(
+        WORKER,
+        3,
+        &["host-p2p", "9", "core"],
+        &[
+            ("FERROCX_TIMEOUT", "30"),
+            ("FERROCX_SHM_COLL_P2P_BYTES", "0"),
+        ],
+        LIMIT,
+    );
+}
+
+/// A small receive of another size than its send fails alone, as on the
+/// core's path, and the next message still pairs with the next receive.
+#[test]
+fn a_small_receive_of_another_size_fails_alone() {
+    let outs = ferrocx_tests::run_passing(
+        WORKER,
+        2,
+        &["host-p2p-size"],
+        &[("FERROCX_TIMEOUT", "30")],
+        LIMIT,
+    );
+    assert!(
+        outs[1].stdout.contains(
+            "SIZE mismatched sizes: rank 0 sent 100 bytes but rank 1 posted a receive of 50 bytes"
+        ),
+        "{}",
+        outs[1].stdout
+    );
+}

@@ -473,6 +473,23 @@ impl Communicator {
     fn launch(&self, mut tasks: Vec<Task>, driving: bool) -> Result<Request> {
         self.check_live()?;
         self.number_p2p(&mut tasks);
+        match self.host_p2p_on_plugins(tasks, driving)? {
+            Ok(done) => Ok(done),
+            Err(tasks) => self.launch_core(tasks, driving),
+        }
+    }
+
+    /// Plan `tasks` (numbered) on the core's path, connect what they need, start them.
+    fn launch_core(&self, tasks: Vec<Task>, driving: bool) -> Result<Request> {
+        let (plans, label) = self.plan_core(tasks)?;
+        self.start_plans(plans, label, driving)
+    }
+
+    /// The core's plans for `tasks` (numbered), and the label of the call.
+    pub(super) fn plan_core(
+        &self,
+        tasks: Vec<Task>,
+    ) -> Result<(Vec<crate::plan::Plan>, crate::plan::Label)> {
         let label = crate::plan::label(&tasks);
         let plans = crate::plan::plan(
             tasks,
@@ -484,6 +501,16 @@ impl Communicator {
             false,
             false,
         )?;
+        Ok((plans, label))
+    }
+
+    /// Connect what `plans` need, queue them, return their request.
+    pub(super) fn start_plans(
+        &self,
+        plans: Vec<crate::plan::Plan>,
+        label: crate::plan::Label,
+        driving: bool,
+    ) -> Result<Request> {
         let done = self.submit_plans(plans, driving, label)?;
         Ok(Request::new(self.engine.clone(), done, driving))
     }
@@ -554,20 +581,23 @@ impl Communicator {
         }
     }
 
-    /// Before making connections a call needs beyond its checks' ring, run the
-    /// checks alone (over the ring's connections, made first): ranks that disagree
-    /// about the call would otherwise wait for connections the others never make.
-    /// Returns the connections still to make. The checks then leave the plans: each
-    /// rank sends and receives one fingerprint per call (a rank whose connections
-    /// all exist checks inside the call, and its neighbours' early checks pair
-    /// with that).
+    /// Before making connections a call needs beyond its first check's ring, run
+    /// that check alone (over the ring's connections, made first): ranks that
+    /// disagree about the call would otherwise wait for connections the others
+    /// never make. Returns the connections still to make. The check then leaves
+    /// its plan: each rank sends and receives one fingerprint per call (a rank
+    /// whose connections all exist checks inside the call, and its neighbours'
+    /// early check pairs with that). Later collectives of a group keep their
+    /// checks inside the call.
     fn check_before_connecting(
         &self,
         plans: &mut [crate::plan::Plan],
         missing: Vec<(usize, usize, Dir)>,
     ) -> Result<Vec<(usize, usize, Dir)>> {
+        // The first plan's first check: later ones stay in their calls
+        // (`Plan::first_check_only` says why).
         let mut ring = Vec::new();
-        for p in plans.iter() {
+        if let Some(p) = plans.first() {
             p.check_needs(&mut ring);
         }
         if ring.is_empty() || missing.iter().all(|m| ring.contains(m)) {
@@ -577,7 +607,11 @@ impl Communicator {
         if !first.is_empty() {
             self.connect(first)?;
         }
-        let pre: Vec<_> = plans.iter().filter_map(|p| p.checks_only()).collect();
+        let pre: Vec<_> = plans
+            .iter()
+            .take(1)
+            .filter_map(|p| p.first_check_only())
+            .collect();
         let done = match self.engine.submit(pre, true)? {
             Submitted::Queued(done) => done,
             Submitted::Missing(_, still) => {
@@ -587,7 +621,9 @@ impl Communicator {
             }
         };
         Request::new(self.engine.clone(), done, true).wait()?;
-        plans.iter_mut().for_each(|p| p.drop_checks());
+        if let Some(p) = plans.first_mut() {
+            p.drop_first_check();
+        }
         Ok(rest)
     }
 

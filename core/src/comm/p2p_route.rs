@@ -1,24 +1,34 @@
-//! Stream-ordered device sends and receives offered to the collective
-//! plugins (`p2p_can_run`, `p2p_launch`). Each op is asked about alone, so
-//! the two ends of a message, asked on two ranks, always agree on who runs
-//! it. A group's ops won by a plugin go to one `p2p_launch` per plugin, in
-//! posted order (a group's sends and receives must progress together: split
-//! over launches, two ranks could each wait in a send for the other's later
-//! receive). Plugins launch in their list order, the same on every rank,
-//! and before the rest of the group takes the core's path.
+//! Sends and receives offered to the collective plugins (`p2p_can_run`,
+//! `p2p_launch`): stream-ordered device ops, and host-memory ops (`shm-coll`
+//! takes the small ones on one host). Each op is asked about alone, so the
+//! two ends of a message, asked on two ranks, always agree on who runs it —
+//! whether either end is blocking or not. A group's ops won by a plugin go
+//! to one `p2p_launch` per plugin, in posted order (a group's sends and
+//! receives must progress together: split over launches, two ranks could
+//! each wait in a send for the other's later receive). Plugins launch in
+//! their list order, the same on every rank. Device: before the rest of the
+//! group takes the core's path. Host: the rest is queued on the core's
+//! engine first (the progress thread drives it), then the plugins run theirs
+//! to completion on the calling thread.
 
 use super::Communicator;
 use crate::collective::Runner;
 use crate::device::{order, RawStream};
+use crate::engine::Request;
 use crate::error::{Error, Result};
 use crate::plan::Task;
 use crate::plugin::Dir;
+use ferrocx_algo::Fingerprint;
 use ferrocx_sdk::abi::*;
 use ferrocx_sdk::cuda::Event;
+use smallvec::SmallVec;
 use std::ffi::c_void;
 
 /// One plugin launch: the runner's index and its op indices, posted order.
-pub(crate) type Launch = (usize, Vec<usize>);
+pub(crate) type Launch = (usize, Indices);
+
+/// Op indices (inline for a call's usual handful: no allocation per call).
+pub(crate) type Indices = SmallVec<[usize; 4]>;
 
 /// Which launches a group of `n` tasks makes: per winning plugin, its op
 /// indices in posted order, the launches in plugin order; and the tasks
@@ -27,14 +37,14 @@ pub(crate) type Launch = (usize, Vec<usize>);
 pub(crate) fn split(
     n: usize,
     mut choose: impl FnMut(usize) -> Option<usize>,
-) -> (Vec<Launch>, Vec<usize>) {
-    let mut launches: Vec<Launch> = Vec::new();
-    let mut rest = Vec::new();
+) -> (SmallVec<[Launch; 1]>, Indices) {
+    let mut launches: SmallVec<[Launch; 1]> = SmallVec::new();
+    let mut rest = Indices::new();
     for i in 0..n {
         match choose(i) {
             Some(p) => match launches.iter_mut().find(|(q, _)| *q == p) {
                 Some((_, ops)) => ops.push(i),
-                None => launches.push((p, vec![i])),
+                None => launches.push((p, smallvec::smallvec![i])),
             },
             None => rest.push(i),
         }
@@ -87,13 +97,13 @@ fn abi_stream(s: RawStream) -> *mut c_void {
 }
 
 impl Communicator {
-    /// The plugin that wins `op` alone (device memory), `None` for the
+    /// The plugin that wins `op` alone on `mem` memory, `None` for the
     /// core. The caller holds `coll_serial`.
-    fn p2p_winner(&self, op: &FxP2pOp, capturing: bool) -> Option<usize> {
+    fn p2p_winner(&self, op: &FxP2pOp, mem: i32, capturing: bool) -> Option<usize> {
         let d = FxP2pDesc {
             ops: op,
             nops: 1,
-            mem_kind: FX_MEM_CUDA,
+            mem_kind: mem,
             flags: capture_flag(capturing),
             reserved: 0,
         };
@@ -125,10 +135,151 @@ impl Communicator {
         // A non-null address: the plugin is asked about the op's shape only.
         let op = raw_op(dir, peer, bytes, 1);
         let _serial = self.coll_serial.lock();
-        Ok(match self.p2p_winner(&op, false) {
+        Ok(match self.p2p_winner(&op, FX_MEM_CUDA, false) {
             Some(i) => self.colls.plugins()[i].name().to_string(),
             None => "core".to_string(),
         })
+    }
+
+    /// Who would run a host-memory send (`send`) or receive of `bytes` with
+    /// `peer`: a collective plugin's name, or `"core"`.
+    pub fn host_p2p_runner(&self, send: bool, bytes: usize, peer: usize) -> Result<String> {
+        self.check_peer(peer, if send { "send" } else { "recv" })?;
+        if !self.any_p2p_plugin() {
+            return Ok("core".to_string());
+        }
+        let dir = if send { Dir::Send } else { Dir::Recv };
+        let op = raw_op(dir, peer, bytes, 1);
+        let _serial = self.coll_serial.lock();
+        Ok(match self.p2p_winner(&op, FX_MEM_HOST, false) {
+            Some(i) => self.colls.plugins()[i].name().to_string(),
+            None => "core".to_string(),
+        })
+    }
+
+    /// Run the host sends and receives of `tasks` that a collective plugin
+    /// wins: the rest first queued on the engine (not driven by this thread),
+    /// then the plugins' ops to completion here. `Err(tasks)` when no plugin
+    /// wins any (the caller plans them all); otherwise the request of the
+    /// rest, or a finished one.
+    pub(super) fn host_p2p_on_plugins(
+        &self,
+        tasks: Vec<Task>,
+        driving: bool,
+    ) -> Result<std::result::Result<Request, Vec<Task>>> {
+        let host_p2p = |t: &Task| matches!(t, Task::P2p(p) if !p.device);
+        if !tasks.iter().any(host_p2p) || !self.any_p2p_plugin() {
+            return Ok(Err(tasks));
+        }
+        let ops: SmallVec<[Option<FxP2pOp>; 4]> = tasks
+            .iter()
+            .map(|t| match t {
+                Task::P2p(p) if !p.device => Some(raw_op(p.dir, p.peer, p.len, p.ptr)),
+                _ => None,
+            })
+            .collect();
+        let (launches, rest) = {
+            let _serial = self.coll_serial.lock();
+            split(tasks.len(), |i| {
+                ops[i].and_then(|op| self.p2p_winner(&op, FX_MEM_HOST, false))
+            })
+        };
+        if launches.is_empty() {
+            return Ok(Err(tasks));
+        }
+        // Status reports name a launch by its first op.
+        let firsts: SmallVec<[Fingerprint; 1]> = launches
+            .iter()
+            .map(|(_, idx)| tasks[idx[0]].fingerprint())
+            .collect();
+        let run_plugins = || {
+            for ((p, idx), first) in launches.iter().zip(&firsts) {
+                self.p2p_host_on(*p, idx, &ops, first)?;
+            }
+            Ok(())
+        };
+        let (result, core) = if rest.is_empty() {
+            (run_plugins(), None)
+        } else {
+            let mut keep = vec![false; tasks.len()];
+            for &i in &rest {
+                keep[i] = true;
+            }
+            let rest: Vec<Task> = tasks
+                .into_iter()
+                .zip(keep)
+                .filter_map(|(t, k)| k.then_some(t))
+                .collect();
+            let (plans, label) = self.plan_core(rest)?;
+            if self.engine.connected(&plans) {
+                let core = self.start_plans(plans, label, false)?;
+                (run_plugins(), Some(core))
+            } else {
+                // Making connections waits for the peers, which may first wait
+                // for this group's plugin ops: both at once.
+                std::thread::scope(|s| {
+                    let core = s.spawn(|| self.start_plans(plans, label, false));
+                    let r = run_plugins();
+                    let core = core.join().unwrap_or_else(|_| {
+                        Err(Error::Io(
+                            "connecting for a group's core part panicked".into(),
+                        ))
+                    });
+                    match core {
+                        Ok(req) => (r, Some(req)),
+                        Err(e) => (r.and(Err(e)), None),
+                    }
+                })
+            }
+        };
+        match (result, core) {
+            (Ok(()), None) => Ok(Ok(Request::finished(self.engine.clone()))),
+            (Ok(()), Some(req)) if !driving => Ok(Ok(req)),
+            (Ok(()), Some(req)) => req
+                .wait()
+                .map(|()| Ok(Request::finished(self.engine.clone()))),
+            // The rest still runs (dropping its request waits for it).
+            (Err(e), _) => Err(e),
+        }
+    }
+
+    /// One plugin's ops `idx` (posted order) on host memory, run to completion.
+    fn p2p_host_on(
+        &self,
+        p: usize,
+        idx: &[usize],
+        ops: &[Option<FxP2pOp>],
+        first: &Fingerprint,
+    ) -> Result<()> {
+        let group: SmallVec<[FxP2pOp; 4]> = idx.iter().filter_map(|&i| ops[i]).collect();
+        let desc = FxP2pDesc {
+            ops: group.as_ptr(),
+            nops: group.len() as u32,
+            mem_kind: FX_MEM_HOST,
+            flags: 0,
+            reserved: 0,
+        };
+        let _serial = self.coll_serial.lock();
+        self.check_live()?;
+        let plugin = self.colls.get(p)?;
+        let status = &self.shared.status;
+        // This thread blocks in the plugin: recorded lock-free, as waiting.
+        status.plugin_begin(first, p);
+        // SAFETY: host buffers the group borrows (or raw ones under the caller's
+        // contract), valid until this returns; the descriptor lives across the call.
+        let r = unsafe { plugin.p2p_launch(&desc, std::ptr::null_mut()) };
+        status.plugin_end(r.is_ok());
+        let Err(e) = r else {
+            return Ok(());
+        };
+        // A receive of another size fails alone, as on the core's path; the
+        // rest leaves the ranks out of step: the communicator breaks.
+        if let Some(text) = size_error(&e) {
+            return Err(Error::InvalidArgument(text));
+        }
+        Err(self
+            .engine
+            .break_with(self.p2p_launch_error(e, group.len())))
     }
 
     /// Launch the device sends and receives of `tasks` that a collective
@@ -175,7 +326,7 @@ impl Communicator {
             // the bids and launches of one group stay together.
             let _serial = self.coll_serial.lock();
             let (launches, rest) = split(tasks.len(), |i| {
-                ops[i].and_then(|(op, capturing)| self.p2p_winner(&op, capturing))
+                ops[i].and_then(|(op, capturing)| self.p2p_winner(&op, FX_MEM_CUDA, capturing))
             });
             if launches.is_empty() {
                 return Ok((tasks, streams));
@@ -276,6 +427,17 @@ impl Communicator {
     }
 }
 
+/// A plugin's "mismatched sizes" error (a receive met a send of another
+/// size), without the hook's prefix.
+fn size_error(e: &Error) -> Option<String> {
+    let Error::Plugin { code, message, .. } = e else {
+        return None;
+    };
+    let text = message.strip_prefix("p2p_launch: ").unwrap_or(message);
+    (*code == FX_INVALID_ARGUMENT && text.starts_with("mismatched sizes: "))
+        .then(|| text.to_string())
+}
+
 /// A plugin error's text with the launch's op count.
 fn with_op_count(e: Error, nops: usize) -> Error {
     match e {
@@ -303,6 +465,10 @@ fn with_op_count(e: Error, nops: usize) -> Error {
 mod tests {
     use super::*;
 
+    fn plain(l: &[Launch]) -> Vec<(usize, Vec<usize>)> {
+        l.iter().map(|(p, ops)| (*p, ops.to_vec())).collect()
+    }
+
     /// Per op: every plugin's priority (`None`: a collective or host op,
     /// never offered); the winner as `p2p_winner` picks it.
     fn chooser(bids: &[Option<Vec<i32>>]) -> impl FnMut(usize) -> Option<usize> + '_ {
@@ -321,15 +487,15 @@ mod tests {
         let win = [Some(1), None, Some(0), Some(1), None, Some(0), Some(1)];
         let (l, rest) = split(7, |i| win[i]);
         // Plugin order, not first-op order: every rank queues plugins alike.
-        assert_eq!(l, vec![(0, vec![2, 5]), (1, vec![0, 3, 6])]);
-        assert_eq!(rest, vec![1, 4]);
+        assert_eq!(plain(&l), vec![(0, vec![2, 5]), (1, vec![0, 3, 6])]);
+        assert_eq!(rest.to_vec(), vec![1, 4]);
     }
 
     #[test]
     fn none_accepted_or_nothing_to_split() {
         let (l, rest) = split(3, |_| None);
         assert!(l.is_empty());
-        assert_eq!(rest, vec![0, 1, 2]);
+        assert_eq!(rest.to_vec(), vec![0, 1, 2]);
         let (l, rest) = split(0, |_| Some(0));
         assert!(l.is_empty() && rest.is_empty());
     }
@@ -344,8 +510,8 @@ mod tests {
             Some(vec![0, 0]),               // nobody
         ];
         let (l, rest) = split(bids.len(), chooser(&bids));
-        assert_eq!(l, vec![(0, vec![1]), (1, vec![2])]);
-        assert_eq!(rest, vec![0, 3]);
+        assert_eq!(plain(&l), vec![(0, vec![1]), (1, vec![2])]);
+        assert_eq!(rest.to_vec(), vec![0, 3]);
     }
 
     #[test]
@@ -354,8 +520,8 @@ mod tests {
         // coll, send (won), coll, recv (declined), recv (won)
         let bids = [None, Some(vec![hi]), None, Some(vec![0]), Some(vec![hi])];
         let (l, rest) = split(bids.len(), chooser(&bids));
-        assert_eq!(l, vec![(0, vec![1, 4])]);
-        assert_eq!(rest, vec![0, 2, 3]);
+        assert_eq!(plain(&l), vec![(0, vec![1, 4])]);
+        assert_eq!(rest.to_vec(), vec![0, 2, 3]);
     }
 
     #[test]

@@ -329,6 +329,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether every connection `plans` use exists (then [`submit`](Self::submit)
+    /// queues them without connecting).
+    pub fn connected(&self, plans: &[Plan]) -> bool {
+        let st = self.state.lock();
+        let nranks = self.shared.nranks;
+        plans.iter().all(|p| {
+            p.all_needs(|(c, peer, d)| st.conns[Self::slot_of(nranks, c, peer, d)].is_some())
+        })
+    }
+
     /// Queue plans; they run in order after everything submitted before.
     /// With `driving`, the caller promises to [`wait`](Self::wait) with
     /// `registered = true` and drive progress itself; otherwise the progress

@@ -54,7 +54,7 @@ impl Check {
     }
 
     /// The same check, not started (a check run ahead of the call: see
-    /// [`Plan::checks_only`](super::Plan::checks_only)).
+    /// [`Plan::first_check_only`](super::Plan::first_check_only)).
     pub fn again(&self) -> Self {
         Check::new(self.mine, self.rank, self.nranks).expect("made for several ranks")
     }

@@ -200,17 +200,28 @@ impl Plan {
         })
     }
 
-    /// A plan of this plan's call checks alone. Run before connecting what the
-    /// plan needs: ranks that disagree about a call (a root, a peer) may wait
-    /// forever for connections the other side never makes.
-    pub fn checks_only(&self) -> Option<Plan> {
+    /// A plan of this plan's first call check alone. Run before connecting
+    /// what the plan needs: ranks that disagree about a call (a root, a peer)
+    /// may wait forever for connections the other side never makes.
+    ///
+    /// Only the first: it is the first message of the plan on its channel on
+    /// every rank, whether that rank checks ahead or (its connections all made)
+    /// inside the call. A later collective's check follows an earlier one's
+    /// data on a shared channel: sent ahead by one rank and in order by its
+    /// neighbour, it would meet that data (a group of several collectives,
+    /// seen once small sends left the core's connections for shm-coll).
+    pub fn first_check_only(&self) -> Option<Plan> {
+        let (r, c) = self.first_check()?;
         let mut p = Plan::new();
-        for r in self.runners.iter().flatten() {
-            if let Some(c) = &r.check {
-                p.add(check_runner(r.channel, r.nranks, c.again()));
-            }
-        }
-        (p.left > 0).then_some(p)
+        p.add(check_runner(r.channel, r.nranks, c.again()));
+        Some(p)
+    }
+
+    fn first_check(&self) -> Option<(&Runner, &Check)> {
+        self.runners
+            .iter()
+            .flatten()
+            .find_map(|r| r.check.as_ref().map(|c| (r, c)))
     }
 
     /// A plan of one call check alone (on channel 0), for a call the core does not
@@ -221,19 +232,22 @@ impl Plan {
         Some(p)
     }
 
-    /// Forget the call checks (they ran ahead: [`checks_only`](Self::checks_only)).
-    pub fn drop_checks(&mut self) {
-        for r in self.runners.iter_mut().flatten() {
+    /// Forget the first call check (it ran ahead: [`first_check_only`](Self::first_check_only)).
+    pub fn drop_first_check(&mut self) {
+        if let Some(r) = self
+            .runners
+            .iter_mut()
+            .flatten()
+            .find(|r| r.check.is_some())
+        {
             r.check = None;
         }
     }
 
-    /// The (channel, peer, dir) connections the plan's call checks use.
+    /// The (channel, peer, dir) connections the plan's first call check uses.
     pub fn check_needs(&self, out: &mut Vec<(usize, usize, Dir)>) {
-        for r in self.runners.iter().flatten() {
-            if let Some(c) = &r.check {
-                out.extend(c.needs().map(|(peer, dir)| (r.channel, peer, dir)));
-            }
+        if let Some((r, c)) = self.first_check() {
+            out.extend(c.needs().map(|(peer, dir)| (r.channel, peer, dir)));
         }
     }
 

@@ -116,21 +116,8 @@ impl Arena {
         len: usize,
     ) {
         debug_assert!(len <= self.layout.bytes);
-        let s = self.slot(to, self.me, parity);
-        // SAFETY: the slot is ours to write (caller's contract) and holds the head
-        // and `layout.bytes` of payload.
-        unsafe {
-            if len > 0 {
-                std::ptr::copy_nonoverlapping(data, s.add(HEAD), len);
-            }
-            std::ptr::copy_nonoverlapping(
-                fingerprint.as_ptr(),
-                s.add(layout::FINGERPRINT),
-                FINGERPRINT_BYTES,
-            );
-            s.add(layout::LEN).cast::<u32>().write(len as u32);
-        }
-        self.flag(s).store(flag, Ordering::Release);
+        // SAFETY: the caller's contract; the slot holds `layout.bytes` of payload.
+        unsafe { write_slot(self.slot(to, self.me, parity), flag, fingerprint, data, len) }
     }
 
     /// The flag of `from`'s slot `parity` here (acquire).
@@ -146,20 +133,84 @@ impl Arena {
         from: usize,
         parity: usize,
     ) -> ([u8; FINGERPRINT_BYTES], usize, *const u8) {
-        let s = self.slot(self.me, from, parity);
-        let mut fp = [0u8; FINGERPRINT_BYTES];
-        // SAFETY: the writer finished before its release store of the flag,
-        // which the caller observed with acquire.
-        let len = unsafe {
-            std::ptr::copy_nonoverlapping(
-                s.add(layout::FINGERPRINT),
-                fp.as_mut_ptr(),
-                FINGERPRINT_BYTES,
-            );
-            s.add(layout::LEN).cast::<u32>().read() as usize
-        };
-        // SAFETY: inside the slot.
-        (fp, len, unsafe { s.add(HEAD) }.cast_const())
+        // SAFETY: the caller saw the flag (acquire) of this slot.
+        unsafe { read_slot(self.slot(self.me, from, parity)) }
+    }
+
+    /// Sender `from`'s point-to-point slot for its message `number` in `owner`'s region.
+    fn p2p_slot(&self, owner: usize, from: usize, number: u64) -> *mut u8 {
+        // SAFETY: inside every region (layout.len() checked at mapping).
+        unsafe { self.bases[owner].add(self.layout.p2p_slot(from, number)) }
+    }
+
+    fn credit_word(&self, owner: usize, from: usize) -> &AtomicU64 {
+        // SAFETY: a 64-byte aligned word inside the region, accessed atomically only.
+        unsafe {
+            &*self.bases[owner]
+                .add(self.layout.credit(from))
+                .cast::<AtomicU64>()
+        }
+    }
+
+    /// Write this rank's point-to-point message `number` to `to`, made after
+    /// `epoch` collective exchanges with it (flag `number + 1`, written last).
+    ///
+    /// # Safety
+    /// `data` readable for `len` ≤ the layout's `p2p_bytes`; `to` took message
+    /// `number − P2P_SLOTS` ([`credits`](Self::credits)).
+    pub unsafe fn p2p_post(
+        &self,
+        to: usize,
+        number: u64,
+        epoch: u32,
+        fingerprint: &[u8; FINGERPRINT_BYTES],
+        data: *const u8,
+        len: usize,
+    ) {
+        debug_assert!(len <= self.layout.p2p_bytes);
+        let s = self.p2p_slot(to, self.me, number);
+        // SAFETY: the caller's contract; the slot holds `p2p_bytes` of payload
+        // and its head the epoch word (written before the flag's release).
+        unsafe {
+            s.add(layout::EPOCH).cast::<u32>().write(epoch);
+            write_slot(s, number + 1, fingerprint, data, len)
+        }
+    }
+
+    /// Whether `from`'s point-to-point message `number` is here (acquire).
+    pub fn p2p_arrived(&self, from: usize, number: u64) -> bool {
+        self.flag(self.p2p_slot(self.me, from, number))
+            .load(Ordering::Acquire)
+            == number + 1
+    }
+
+    /// `from`'s point-to-point message `number`: fingerprint, length,
+    /// payload and epoch. Valid once [`p2p_arrived`](Self::p2p_arrived) said
+    /// so, until it is credited.
+    pub fn p2p_message(
+        &self,
+        from: usize,
+        number: u64,
+    ) -> ([u8; FINGERPRINT_BYTES], usize, *const u8, u32) {
+        let s = self.p2p_slot(self.me, from, number);
+        // SAFETY: the caller saw the flag (acquire) of this slot; the epoch
+        // word lies in its head.
+        unsafe {
+            let (fp, len, data) = read_slot(s);
+            (fp, len, data, s.add(layout::EPOCH).cast::<u32>().read())
+        }
+    }
+
+    /// How many of this rank's messages `to` has taken.
+    pub fn credits(&self, to: usize) -> u64 {
+        self.credit_word(self.me, to).load(Ordering::Acquire)
+    }
+
+    /// Tell `from` this rank took its first `taken` messages (release: `from`
+    /// may overwrite their slots).
+    pub fn credit(&self, from: usize, taken: u64) {
+        self.credit_word(from, self.me)
+            .store(taken, Ordering::Release);
     }
 
     /// A block of memory no peer writes: this rank's slot in its own region.
@@ -206,5 +257,52 @@ impl Arena {
         };
         let end = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
         Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+    }
+}
+
+/// Write a message into a slot: payload, fingerprint, length, then the flag
+/// (release: a reader that sees the flag sees the rest).
+///
+/// # Safety
+/// `s` is a mapped, 64-byte aligned slot this rank may write, with room for
+/// `len` bytes of payload; `data` is readable for `len`.
+unsafe fn write_slot(
+    s: *mut u8,
+    flag: u64,
+    fingerprint: &[u8; FINGERPRINT_BYTES],
+    data: *const u8,
+    len: usize,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if len > 0 {
+            std::ptr::copy_nonoverlapping(data, s.add(HEAD), len);
+        }
+        std::ptr::copy_nonoverlapping(
+            fingerprint.as_ptr(),
+            s.add(layout::FINGERPRINT),
+            FINGERPRINT_BYTES,
+        );
+        s.add(layout::LEN).cast::<u32>().write(len as u32);
+        (*s.cast::<AtomicU64>()).store(flag, Ordering::Release);
+    }
+}
+
+/// A slot's fingerprint, length and payload address.
+///
+/// # Safety
+/// `s` is a mapped slot whose flag the caller observed (acquire).
+unsafe fn read_slot(s: *mut u8) -> ([u8; FINGERPRINT_BYTES], usize, *const u8) {
+    let mut fp = [0u8; FINGERPRINT_BYTES];
+    // SAFETY: the writer finished before its release store of the flag,
+    // which the caller observed with acquire; everything lies in the slot.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            s.add(layout::FINGERPRINT),
+            fp.as_mut_ptr(),
+            FINGERPRINT_BYTES,
+        );
+        let len = s.add(layout::LEN).cast::<u32>().read() as usize;
+        (fp, len, s.add(HEAD).cast_const())
     }
 }

@@ -40,13 +40,27 @@ pub struct ShmComm {
     arena: Arena,
     /// Exchanges so far with each peer.
     exchanges: Vec<u64>,
+    /// The largest point-to-point message (0: none).
+    p2p_bytes: usize,
+    /// Point-to-point messages sent to each peer so far.
+    sent: Vec<u64>,
+    /// Point-to-point messages taken from each peer so far.
+    taken: Vec<u64>,
+    /// Each peer's credits as last read: the credit word is read again only
+    /// when these show a full ring (a read of a line the peer writes costs a
+    /// cache-line transfer; one per ring instead of one per send).
+    credits_seen: Vec<u64>,
     pids: Vec<i32>,
     oversubscribed: bool,
     broken: Option<PluginError>,
 }
 
 /// The setup of this rank: its region and slot size, or why it cannot take part.
-fn local_setup(info: &CommInfo, cfg: &Config, name: &str) -> Result<(Region, usize), String> {
+fn local_setup(
+    info: &CommInfo,
+    cfg: &Config,
+    name: &str,
+) -> Result<(Region, usize, usize), String> {
     if !cfg.enabled() {
         return Err("disabled (FERROCX_SHM_COLL_PRIORITY, _BYTES or _MAX_RANKS is 0)".into());
     }
@@ -65,9 +79,10 @@ fn local_setup(info: &CommInfo, cfg: &Config, name: &str) -> Result<(Region, usi
             cfg.bytes, info.nranks, cfg.memory
         )
     })?;
-    let region = Arena::create(name, &Layout::new(info.nranks, bytes))
+    let p2p = cfg.p2p_slot_bytes(info.nranks);
+    let region = Arena::create(name, &Layout::new(info.nranks, bytes, p2p))
         .map_err(|e| format!("cannot create {name}: {e}"))?;
-    Ok((region, bytes))
+    Ok((region, bytes, p2p))
 }
 
 /// CPUs the ranks can share: the host's online CPUs (not this process's
@@ -110,13 +125,14 @@ impl ShmComm {
             bytes: mine.as_ref().map_or(0, |m| m.1) as u64,
             max_block: cfg.max_block(info.nranks) as u64,
             max_ranks: cfg.max_ranks as u64,
+            p2p_bytes: mine.as_ref().map_or(0, |m| m.2) as u64,
             name: name.clone(),
         };
         let all = oob.all_gather(&hello.encode())?;
         let hellos: Vec<_> = all.iter().map(|b| Hello::decode(b)).collect();
         let agreed = setup::agree(&hellos).map_err(PluginError::unsupported)?;
-        let (mine, _) = mine.map_err(PluginError::internal)?;
-        let layout = Layout::new(info.nranks, agreed.bytes);
+        let (mine, _, _) = mine.map_err(PluginError::internal)?;
+        let layout = Layout::new(info.nranks, agreed.bytes, agreed.p2p_bytes);
         let arena = Arena::new(info.rank, layout, mine, |r| {
             let name = &hellos[r].as_ref().expect("agreed").name;
             Region::open(name, Some(layout.len()))
@@ -138,6 +154,10 @@ impl ShmComm {
             max_block: agreed.max_block,
             arena,
             exchanges: vec![0; info.nranks],
+            p2p_bytes: agreed.p2p_bytes,
+            sent: vec![0; info.nranks],
+            taken: vec![0; info.nranks],
+            credits_seen: vec![0; info.nranks],
             pids: info.peers.iter().map(|p| p.pid).collect(),
             oversubscribed: info.nranks > host_cpus(),
             broken: None,
@@ -199,6 +219,11 @@ impl ShmComm {
         } else {
             (d.send, d.recv)
         };
+        if let Err(e) = self.before_collective(&fp) {
+            self.arena.mark_broken(e.message());
+            self.broken = Some(e.clone());
+            return Err(e);
+        }
         // A block larger than a slot goes through in chunks, one exchange each
         // (the slot is a multiple of 64 bytes: every chunk starts on an element).
         for (at, len) in exchange::chunks(total, self.bytes) {
@@ -250,20 +275,38 @@ impl CallWire<'_> {
         PluginError::invalid(mismatch_text(me, &self.fp.to_string(), peer, &theirs))
     }
 
-    /// Between polls: stop for an abort, a peer that gave up or died, or the timeout.
+    /// Between polls: [`ShmComm::check_wait`], and a send of `peer` made
+    /// before this call (the calls differ).
     fn check(
         &mut self,
         peer: usize,
         last_pid_check: &mut Option<Instant>,
     ) -> PluginResult<Duration> {
-        let c = self.comm;
-        if c.host.aborted() {
+        if let Some(theirs) = self.comm.sent_before_exchange(peer) {
+            return Err(self.mismatch(peer, &theirs));
+        }
+        self.comm
+            .check_wait(peer, &self.fp, &mut self.began, last_pid_check)
+    }
+}
+
+impl ShmComm {
+    /// Between polls of a wait for `peer` in `what` (this rank's call):
+    /// stop for an abort, a peer that gave up or died, or the timeout.
+    /// `began`: when the wait began polling past its spin phase.
+    pub(crate) fn check_wait(
+        &self,
+        peer: usize,
+        what: &Fingerprint,
+        began: &mut Option<Instant>,
+        last_pid_check: &mut Option<Instant>,
+    ) -> PluginResult<Duration> {
+        if self.host.aborted() {
             return Err(PluginError::remote(format!(
-                "stopped waiting for rank {peer} in {}: the communicator broke or was aborted",
-                self.fp
+                "stopped waiting for rank {peer} in {what}: the communicator broke or was aborted"
             )));
         }
-        if let Some(why) = c.arena.broken(peer) {
+        if let Some(why) = self.arena.broken(peer) {
             // The peer's own words: a mismatch it saw is reported as such.
             return Err(if why.starts_with(MISMATCH) {
                 PluginError::invalid(why)
@@ -272,32 +315,48 @@ impl CallWire<'_> {
             });
         }
         let now = Instant::now();
-        let began = *self.began.get_or_insert(now);
+        let began = *began.get_or_insert(now);
         let waited = now - began;
         let last = *last_pid_check.get_or_insert(now);
         if now.duration_since(last) >= PEER_CHECK {
             *last_pid_check = Some(now);
             // The region's liveness lock, else (no OFD locks) the pid.
-            let alive = c
+            let alive = self
                 .arena
                 .holder_alive(peer)
-                .unwrap_or_else(|| ferrocx_sdk::proc::pid_alive(c.pids[peer]));
+                .unwrap_or_else(|| ferrocx_sdk::proc::pid_alive(self.pids[peer]));
             if !alive {
                 return Err(PluginError::remote(format!(
-                    "rank {peer} (pid {}) died during {}",
-                    c.pids[peer], self.fp
+                    "rank {peer} (pid {}) died during {what}",
+                    self.pids[peer]
                 )));
             }
         }
-        let limit = c.host.timeout();
+        let limit = self.host.timeout();
         if waited >= limit {
             return Err(PluginError::timeout(format!(
-                "rank {peer} never sent its part of {} (waited {:.1}s)",
-                self.fp,
+                "rank {peer} never sent its part of {what} (waited {:.1}s)",
                 waited.as_secs_f64()
             )));
         }
         Ok(waited)
+    }
+
+    /// The fingerprint of a send `peer` made to this rank before its next
+    /// collective exchange with it, not taken yet: in the order of calls
+    /// between the two ranks, this rank's collective meets that send. `None`
+    /// when there is none (or the check is off).
+    pub(crate) fn sent_before_exchange(&self, peer: usize) -> Option<[u8; FINGERPRINT_BYTES]> {
+        if self.p2p_bytes == 0 || !self.check {
+            return None;
+        }
+        let n = self.taken[peer];
+        if !self.arena.p2p_arrived(peer, n) {
+            return None;
+        }
+        let (fp, _, _, epoch) = self.arena.p2p_message(peer, n);
+        // A send made after the exchange this rank waits for is a later call's.
+        (epoch == self.exchanges[peer] as u32).then_some(fp)
     }
 }
 
@@ -334,6 +393,9 @@ impl Wire for CallWire<'_> {
                 }
             }
         }
+        if let Some(theirs) = c.sent_before_exchange(peer) {
+            return Err(self.mismatch(peer, &theirs));
+        }
         let (fp, got, data) = c.arena.message(peer, parity);
         if c.check && fp != self.encoded {
             return Err(self.mismatch(peer, &fp));
@@ -352,5 +414,6 @@ impl Wire for CallWire<'_> {
     }
 }
 
+mod p2p;
 #[cfg(test)]
 mod tests;

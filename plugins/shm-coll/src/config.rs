@@ -6,11 +6,13 @@
 //! | `FERROCX_SHM_COLL_BYTES` | `64K` | the largest message between two ranks it takes: a call runs on shm-coll when each rank's block (`count` × element size) is at most this; also the size of each mailbox slot (0 = never) |
 //! | `FERROCX_SHM_COLL_MAX_BYTES` | `256K` | the largest block it bids for, moved through the slots in chunks; above 4 ranks it shrinks as 4 / ranks (every rank reads and reduces every rank's block), never below a slot |
 //! | `FERROCX_SHM_COLL_MEMORY` | `16M` | shared memory a communicator's mailboxes may take in all (2 × ranks² slots): with many ranks the slot, and so the largest block, shrinks to fit |
+//! | `FERROCX_SHM_COLL_P2P_BYTES` | `4K` | the largest host-memory send or receive it takes (through a ring of 8 slots of this size per pair and direction, besides the collectives' slots; 0 = none, at most 64K) |
 //! | `FERROCX_SHM_COLL_MAX_RANKS` | `16` | the most ranks a communicator may have for shm-coll to take part (every rank writes to every peer in a call) |
 //! | `FERROCX_CHECK_CALLS` | `1` | the core's call check: `0` skips comparing call fingerprints |
 //!
 //! Every rank must decide alike, so `comm_init` takes the smallest
-//! `FERROCX_SHM_COLL_BYTES` and priority of all ranks (`setup`).
+//! `FERROCX_SHM_COLL_BYTES`, `FERROCX_SHM_COLL_P2P_BYTES` and priority of all
+//! ranks (`setup`).
 
 use ferrocx_sdk::abi::FX_COLL_CORE_PRIORITY;
 use ferrocx_sdk::{env, Host, PluginError, PluginResult};
@@ -33,6 +35,12 @@ pub const MIN_SLOT: usize = 64;
 pub const DEFAULT_MAX_RANKS: usize = 16;
 /// Largest accepted `FERROCX_SHM_COLL_BYTES`: slots are mapped by every rank.
 pub const MAX_BYTES: usize = 1 << 20;
+/// Default largest point-to-point message: Open MPI's shared-memory eager
+/// limit is of this order, and above it the core's path (single copy by CMA
+/// from 16 KiB) already beats Open MPI on the dev VM (docs/BENCH.md).
+pub const DEFAULT_P2P_BYTES: usize = 4 << 10;
+/// Largest accepted `FERROCX_SHM_COLL_P2P_BYTES`.
+pub const MAX_P2P_BYTES: usize = 64 << 10;
 
 /// Effective configuration of one plugin context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +53,8 @@ pub struct Config {
     pub max_bytes: usize,
     /// `FERROCX_SHM_COLL_MEMORY`.
     pub memory: usize,
+    /// `FERROCX_SHM_COLL_P2P_BYTES` (0 = no point-to-point).
+    pub p2p_bytes: usize,
     /// `FERROCX_SHM_COLL_MAX_RANKS`.
     pub max_ranks: usize,
     /// `FERROCX_CHECK_CALLS`: compare call fingerprints.
@@ -58,6 +68,7 @@ impl Default for Config {
             bytes: DEFAULT_BYTES,
             max_bytes: DEFAULT_MAX_BYTES,
             memory: DEFAULT_MEMORY,
+            p2p_bytes: DEFAULT_P2P_BYTES,
             max_ranks: DEFAULT_MAX_RANKS,
             check: true,
         }
@@ -80,9 +91,16 @@ impl Config {
                 "FERROCX_SHM_COLL_BYTES={bytes} is too large (at most {MAX_BYTES}: larger calls are the core's)"
             )));
         }
+        let p2p_bytes = env::unsigned(&lookup, "FERROCX_SHM_COLL_P2P_BYTES", d.p2p_bytes)?;
+        if p2p_bytes > MAX_P2P_BYTES {
+            return Err(PluginError::invalid(format!(
+                "FERROCX_SHM_COLL_P2P_BYTES={p2p_bytes} is too large (at most {MAX_P2P_BYTES}: larger messages are the core's)"
+            )));
+        }
         Ok(Config {
             priority,
             bytes,
+            p2p_bytes,
             max_bytes: env::unsigned(&lookup, "FERROCX_SHM_COLL_MAX_BYTES", d.max_bytes)?,
             memory: env::unsigned(&lookup, "FERROCX_SHM_COLL_MEMORY", d.memory)?,
             max_ranks: env::unsigned(&lookup, "FERROCX_SHM_COLL_MAX_RANKS", d.max_ranks)?,
@@ -93,6 +111,14 @@ impl Config {
     /// Whether this configuration takes part at all.
     pub fn enabled(&self) -> bool {
         self.priority > 0 && self.bytes > 0 && self.max_ranks > 0
+    }
+
+    /// The largest point-to-point message for `nranks` ranks: `p2p_bytes`,
+    /// shrunk so that the rings (`P2P_SLOTS` × nranks² slots) fit `memory`
+    /// too; 0 for none.
+    pub fn p2p_slot_bytes(&self, nranks: usize) -> usize {
+        let slots = crate::layout::P2P_SLOTS * nranks.max(1) * nranks.max(1);
+        self.p2p_bytes.min(self.memory / slots)
     }
 
     /// The slot for `nranks` ranks: `bytes`, shrunk so that the 2 × nranks²
@@ -131,6 +157,7 @@ mod tests {
             ("FERROCX_SHM_COLL_MEMORY", "1M"),
             ("FERROCX_SHM_COLL_MAX_RANKS", "8"),
             ("FERROCX_CHECK_CALLS", "0"),
+            ("FERROCX_SHM_COLL_P2P_BYTES", "0"),
         ])
         .unwrap();
         assert_eq!(
@@ -141,6 +168,7 @@ mod tests {
                 max_bytes: 8192,
                 memory: 1 << 20,
                 max_ranks: 8,
+                p2p_bytes: 0,
                 check: false
             }
         );
@@ -154,6 +182,12 @@ mod tests {
         assert_eq!(c.slot_bytes(16), Some(2048));
         assert_eq!(d.max_block(2), 256 << 10);
         assert_eq!(d.max_block(16), 64 << 10);
+        // Point-to-point messages: shrunk to fit, 0 stays 0.
+        assert_eq!(d.p2p_slot_bytes(2), 4096);
+        assert_eq!(d.p2p_slot_bytes(1000), 2);
+        assert_eq!(c.p2p_slot_bytes(2), 0);
+        let odd = with(&[("FERROCX_SHM_COLL_P2P_BYTES", "100")]).unwrap();
+        assert_eq!(odd.p2p_slot_bytes(2), 100);
         // Slots are whole cache lines, at least one.
         assert_eq!(
             with(&[("FERROCX_SHM_COLL_BYTES", "100")])
@@ -176,6 +210,7 @@ mod tests {
                 ("FERROCX_SHM_COLL_BYTES", "lots"),
                 ("FERROCX_SHM_COLL_MAX_RANKS", "x"),
                 ("FERROCX_SHM_COLL_MEMORY", "lots"),
+                ("FERROCX_SHM_COLL_P2P_BYTES", "128K"),
                 ("FERROCX_CHECK_CALLS", "maybe"),
             ],
         );

@@ -13,6 +13,14 @@
 //! only after reading the peer's message `m − 1`, which the peer wrote only
 //! after it had finished with message `m − 2` — the one in the slot being
 //! overwritten.
+//!
+//! After the collective slots come the point-to-point rings (when
+//! `FERROCX_SHM_COLL_P2P_BYTES` is not 0): [`P2P_SLOTS`] slots per sender, of
+//! the same head format (the send's fingerprint in place of the call's), then
+//! one credit word per peer, each on its own cache line: the number of this
+//! rank's messages that peer has taken, written by the peer. Sends are
+//! one-way, unlike a collective's exchange, so a sender needs those credits to
+//! know a slot is free again.
 
 /// Bytes of the region's header.
 pub const HEADER: usize = 1024;
@@ -28,13 +36,20 @@ pub const HEAD: usize = 48;
 pub const FINGERPRINT: usize = 8;
 /// Offset of the payload length (`u32`) in a slot.
 pub const LEN: usize = 40;
-/// Region magic (`FXSC` v1) at offset 0.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"FXSC\x01\0\0\0");
+/// Offset, in a point-to-point slot, of the sender's count of collective
+/// exchanges with the receiver when it sent (`u32`, wrapping): which of the
+/// two ranks' collectives the send came before.
+pub const EPOCH: usize = 44;
+/// Region magic (`FXSC` v2: point-to-point rings) at offset 0.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"FXSC\x02\0\0\0");
+/// Point-to-point slots per sender: that many sends to one peer complete
+/// before it takes any.
+pub const P2P_SLOTS: usize = 8;
 
 // The header's and the head's fields do not overlap.
 const _: () = assert!(REASON + REASON_BYTES <= HEADER && BROKEN + 8 <= REASON);
 const _: () = assert!(FINGERPRINT + ferrocx_algo::fingerprint::FINGERPRINT_BYTES <= LEN);
-const _: () = assert!(LEN + 4 <= HEAD && HEAD.is_multiple_of(16));
+const _: () = assert!(LEN + 4 <= EPOCH && EPOCH + 4 <= HEAD && HEAD.is_multiple_of(16));
 
 /// The layout every rank computes alike from the agreed slot size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,21 +60,46 @@ pub struct Layout {
     pub bytes: usize,
     /// Distance between slots (head + payload, rounded to a cache line).
     pub stride: usize,
+    /// Largest point-to-point message (0: no rings).
+    pub p2p_bytes: usize,
+    /// Distance between point-to-point slots.
+    pub p2p_stride: usize,
+}
+
+fn stride(bytes: usize) -> usize {
+    (HEAD + bytes).div_ceil(64) * 64
 }
 
 impl Layout {
-    /// `nranks` ranks, payloads of at most `bytes`.
-    pub fn new(nranks: usize, bytes: usize) -> Self {
+    /// `nranks` ranks, payloads of at most `bytes`, point-to-point messages
+    /// of at most `p2p_bytes` (0: none).
+    pub fn new(nranks: usize, bytes: usize, p2p_bytes: usize) -> Self {
         Layout {
             nranks,
             bytes,
-            stride: (HEAD + bytes).div_ceil(64) * 64,
+            stride: stride(bytes),
+            p2p_bytes,
+            p2p_stride: if p2p_bytes == 0 { 0 } else { stride(p2p_bytes) },
         }
+    }
+
+    /// Where the point-to-point rings begin.
+    fn rings(&self) -> usize {
+        HEADER + self.nranks * 2 * self.stride
+    }
+
+    /// Where the credit words begin.
+    fn credits(&self) -> usize {
+        self.rings() + self.nranks * P2P_SLOTS * self.p2p_stride
     }
 
     /// Bytes of a region.
     pub fn len(&self) -> usize {
-        HEADER + self.nranks * 2 * self.stride
+        if self.p2p_bytes == 0 {
+            self.rings()
+        } else {
+            self.credits() + self.nranks * 64
+        }
     }
 
     /// Whether the region is empty (never: it has a header).
@@ -72,6 +112,20 @@ impl Layout {
         debug_assert!(from < self.nranks && parity < 2);
         HEADER + (from * 2 + parity) * self.stride
     }
+
+    /// Offset of sender `from`'s point-to-point slot for its message `number`.
+    pub fn p2p_slot(&self, from: usize, number: u64) -> usize {
+        debug_assert!(from < self.nranks && self.p2p_bytes > 0);
+        let i = (number % P2P_SLOTS as u64) as usize;
+        self.rings() + (from * P2P_SLOTS + i) * self.p2p_stride
+    }
+
+    /// Offset of the credit word peer `from` writes (how many of this
+    /// region's owner's messages it took).
+    pub fn credit(&self, from: usize) -> usize {
+        debug_assert!(from < self.nranks && self.p2p_bytes > 0);
+        self.credits() + from * 64
+    }
 }
 
 #[cfg(test)]
@@ -81,7 +135,7 @@ mod tests {
     #[test]
     fn slots_are_aligned_disjoint_and_inside() {
         for (n, bytes) in [(1, 0), (2, 8), (3, 16), (5, 4000), (16, 16 << 10)] {
-            let l = Layout::new(n, bytes);
+            let l = Layout::new(n, bytes, 0);
             let mut last_end = HEADER;
             for from in 0..n {
                 for parity in 0..2 {
@@ -93,6 +147,35 @@ mod tests {
                 }
             }
             assert!(last_end <= l.len());
+            assert_eq!(l.len(), last_end.div_ceil(64) * 64, "no rings, no credits");
+        }
+    }
+
+    #[test]
+    fn rings_and_credits_follow_the_slots_aligned_and_disjoint() {
+        for (n, bytes, p2p) in [(2, 64, 16), (3, 4000, 4096), (5, 64, 100)] {
+            let l = Layout::new(n, bytes, p2p);
+            // Every span: (start, end); none overlaps another or leaves the region.
+            let mut spans = vec![(0, HEADER)];
+            for from in 0..n {
+                for parity in 0..2 {
+                    spans.push((l.slot(from, parity), l.slot(from, parity) + HEAD + bytes));
+                }
+                for m in 0..P2P_SLOTS as u64 {
+                    let at = l.p2p_slot(from, m);
+                    assert_eq!(at % 64, 0);
+                    assert_eq!(at, l.p2p_slot(from, m + P2P_SLOTS as u64), "a ring");
+                    spans.push((at, at + HEAD + p2p));
+                }
+                let c = l.credit(from);
+                assert_eq!(c % 64, 0, "a credit word has its own cache line");
+                spans.push((c, c + 64));
+            }
+            spans.sort_unstable();
+            for w in spans.windows(2) {
+                assert!(w[0].1 <= w[1].0, "{w:?} overlap");
+            }
+            assert!(spans.last().unwrap().1 <= l.len());
         }
     }
 }

@@ -56,13 +56,14 @@ pub mod comm;
 pub mod config;
 pub mod exchange;
 pub mod layout;
+pub mod ring;
 pub mod setup;
 #[cfg(test)]
 mod testkit;
 pub mod wait;
 
 use ferrocx_sdk::abi::{FX_COLL_CAP_CHECKS_CALLS, FX_COLL_CAP_HOST_MEM};
-use ferrocx_sdk::collective::{CollDesc, Collective, CommInfo, Oob};
+use ferrocx_sdk::collective::{CollDesc, Collective, CommInfo, Oob, P2pDesc};
 use ferrocx_sdk::sweep::{sweep_stale, SHM_DIR};
 use ferrocx_sdk::{Host, PluginResult};
 use std::ffi::c_void;
@@ -111,6 +112,20 @@ impl Collective for ShmColl {
     ) -> PluginResult<()> {
         // SAFETY: the same contract, passed on.
         unsafe { comm.launch(coll) }
+    }
+
+    fn p2p_can_run(&self, comm: &ShmComm, desc: &P2pDesc) -> i32 {
+        comm.p2p_can_run(desc)
+    }
+
+    unsafe fn p2p_launch(
+        &self,
+        comm: &mut ShmComm,
+        desc: &P2pDesc,
+        _stream: *mut c_void,
+    ) -> PluginResult<()> {
+        // SAFETY: the same contract, passed on.
+        unsafe { comm.p2p_launch(desc) }
     }
 
     fn status(&self, comm: &ShmComm) -> PluginResult<()> {

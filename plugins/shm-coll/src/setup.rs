@@ -15,7 +15,7 @@ pub const NAME_BYTES: usize = 96;
 /// Bytes of a reason carried.
 pub const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
-pub const HELLO_BYTES: usize = 4 + 4 + 8 + 8 + 8 + NAME_BYTES + REASON_BYTES;
+pub const HELLO_BYTES: usize = 4 + 4 + 8 + 8 + 8 + 8 + NAME_BYTES + REASON_BYTES;
 /// Bytes of an encoded [`opened`] status.
 pub const OPENED_BYTES: usize = 4 + REASON_BYTES;
 
@@ -32,6 +32,8 @@ pub struct Hello {
     pub max_block: u64,
     /// `FERROCX_SHM_COLL_MAX_RANKS`.
     pub max_ranks: u64,
+    /// The largest point-to-point message its region was made for (0: none).
+    pub p2p_bytes: u64,
     /// Its region's name.
     pub name: String,
 }
@@ -45,6 +47,8 @@ pub struct Agreed {
     pub bytes: usize,
     /// The largest block bid for (at least a slot).
     pub max_block: usize,
+    /// The largest point-to-point message taken (0: none).
+    pub p2p_bytes: usize,
 }
 
 fn put_text(b: &mut Vec<u8>, text: &str, len: usize) {
@@ -76,6 +80,7 @@ impl Hello {
         b.extend_from_slice(&self.bytes.to_le_bytes());
         b.extend_from_slice(&self.max_block.to_le_bytes());
         b.extend_from_slice(&self.max_ranks.to_le_bytes());
+        b.extend_from_slice(&self.p2p_bytes.to_le_bytes());
         put_text(&mut b, &self.name, NAME_BYTES);
         put_text(&mut b, self.failed.as_deref().unwrap_or(""), REASON_BYTES);
         b
@@ -87,14 +92,15 @@ impl Hello {
             return None;
         }
         let ok = u32::from_le_bytes(word(b, 0)) == 1;
-        let reason = text(&b[32 + NAME_BYTES..]);
+        let reason = text(&b[40 + NAME_BYTES..]);
         Some(Hello {
             failed: (!ok).then_some(reason),
             priority: i32::from_le_bytes(word(b, 4)),
             bytes: u64::from_le_bytes(word(b, 8)),
             max_block: u64::from_le_bytes(word(b, 16)),
             max_ranks: u64::from_le_bytes(word(b, 24)),
-            name: text(&b[32..32 + NAME_BYTES]),
+            p2p_bytes: u64::from_le_bytes(word(b, 32)),
+            name: text(&b[40..40 + NAME_BYTES]),
         })
     }
 }
@@ -105,6 +111,7 @@ pub fn agree(hellos: &[Option<Hello>]) -> Result<Agreed, String> {
     let mut priority = i32::MAX;
     let mut bytes = u64::MAX;
     let mut max_block = u64::MAX;
+    let mut p2p_bytes = u64::MAX;
     for (r, h) in hellos.iter().enumerate() {
         let Some(h) = h else {
             return Err(format!("rank {r} sent a garbled hello"));
@@ -127,11 +134,13 @@ pub fn agree(hellos: &[Option<Hello>]) -> Result<Agreed, String> {
         priority = priority.min(h.priority);
         bytes = bytes.min(h.bytes);
         max_block = max_block.min(h.max_block);
+        p2p_bytes = p2p_bytes.min(h.p2p_bytes);
     }
     Ok(Agreed {
         priority,
         bytes: bytes as usize,
         max_block: max_block.max(bytes) as usize,
+        p2p_bytes: p2p_bytes as usize,
     })
 }
 
@@ -167,6 +176,7 @@ mod tests {
             bytes,
             max_block: 4 * bytes,
             max_ranks: 16,
+            p2p_bytes: bytes / 2,
             name: "/ferrocx-shmcoll-12-ab-0".into(),
         }
     }
@@ -196,7 +206,8 @@ mod tests {
             Ok(Agreed {
                 priority: 120,
                 bytes: 4096,
-                max_block: 16384
+                max_block: 16384,
+                p2p_bytes: 2048
             })
         );
         let mut bad = all.clone();

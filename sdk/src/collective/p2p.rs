@@ -4,6 +4,7 @@
 use crate::abi::{FxP2pDesc, FxP2pOp, FX_COLL_CAPTURING, FX_P2P_RECV, FX_P2P_SEND};
 use crate::error::{PluginError, PluginResult};
 use crate::transport::MemKind;
+use smallvec::SmallVec;
 
 /// Which way an op moves data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,12 +31,49 @@ pub struct P2pOp {
 /// A group of ops, in the order the caller posted them.
 #[derive(Debug, Clone)]
 pub struct P2pDesc {
-    /// The ops.
-    pub ops: Vec<P2pOp>,
+    /// The ops (inline up to 4: a call's usual handful allocates nothing).
+    pub ops: SmallVec<[P2pOp; 4]>,
     /// Every op's memory kind.
     pub mem: MemKind,
     /// The stream is being captured into a CUDA graph.
     pub capturing: bool,
+}
+
+impl P2pOp {
+    /// One raw op of a communicator of `nranks` ranks, if it is sound.
+    #[inline]
+    fn from_raw(o: &FxP2pOp, nranks: usize) -> Option<P2pOp> {
+        let dir = match o.kind {
+            FX_P2P_SEND => P2pDir::Send,
+            FX_P2P_RECV => P2pDir::Recv,
+            _ => return None,
+        };
+        let peer = usize::try_from(o.peer).ok().filter(|&p| p < nranks)?;
+        let bytes = usize::try_from(o.bytes).ok()?;
+        if bytes > 0 && o.buf.is_null() {
+            return None;
+        }
+        Some(P2pOp {
+            dir,
+            peer,
+            bytes,
+            buf: o.buf as u64,
+        })
+    }
+
+    /// What is wrong with a raw op [`from_raw`](Self::from_raw) refused.
+    #[cold]
+    fn why_bad(o: &FxP2pOp, nranks: usize) -> String {
+        if o.kind != FX_P2P_SEND && o.kind != FX_P2P_RECV {
+            format!("unknown kind {}", o.kind)
+        } else if usize::try_from(o.peer).map_or(true, |p| p >= nranks) {
+            format!("peer {} out of 0..{nranks}", o.peer)
+        } else if usize::try_from(o.bytes).is_err() {
+            format!("{} bytes exceed the address space", o.bytes)
+        } else {
+            format!("a null buffer of {} bytes", o.bytes)
+        }
+    }
 }
 
 impl P2pDesc {
@@ -56,34 +94,21 @@ impl P2pDesc {
             // SAFETY: the caller's contract.
             unsafe { std::slice::from_raw_parts(raw.ops, raw.nops as usize) }
         };
-        let ops = raw_ops
-            .iter()
-            .enumerate()
-            .map(|(i, o)| {
-                let bad =
-                    |why: String| PluginError::invalid(format!("point-to-point op {i}: {why}"));
-                let dir = match o.kind {
-                    FX_P2P_SEND => P2pDir::Send,
-                    FX_P2P_RECV => P2pDir::Recv,
-                    k => return Err(bad(format!("unknown kind {k}"))),
-                };
-                let peer = usize::try_from(o.peer)
-                    .ok()
-                    .filter(|&p| p < nranks)
-                    .ok_or_else(|| bad(format!("peer {} out of 0..{nranks}", o.peer)))?;
-                let bytes = usize::try_from(o.bytes)
-                    .map_err(|_| bad(format!("{} bytes exceed the address space", o.bytes)))?;
-                if bytes > 0 && o.buf.is_null() {
-                    return Err(bad(format!("a null buffer of {bytes} bytes")));
+        // A plain loop into inline storage: this runs on every call, twice
+        // per op (the bid, the launch), and iterator adapters through
+        // `Result` cost more than the small copies they make.
+        let mut ops = SmallVec::with_capacity(raw_ops.len());
+        for (i, o) in raw_ops.iter().enumerate() {
+            match P2pOp::from_raw(o, nranks) {
+                Some(op) => ops.push(op),
+                None => {
+                    let why = P2pOp::why_bad(o, nranks);
+                    return Err(PluginError::invalid(format!(
+                        "point-to-point op {i}: {why}"
+                    )));
                 }
-                Ok(P2pOp {
-                    dir,
-                    peer,
-                    bytes,
-                    buf: o.buf as u64,
-                })
-            })
-            .collect::<PluginResult<Vec<_>>>()?;
+            }
+        }
         Ok(P2pDesc {
             ops,
             mem: MemKind::from_raw(raw.mem_kind)?,

@@ -1,0 +1,280 @@
+//! Host-memory sends and receives through the point-to-point rings
+//! ([`crate::ring`] says who writes what when): the bid and a group, run to
+//! completion by the calling thread.
+//!
+//! Every message carries the send's fingerprint (its number among this
+//! plugin's sends to that peer, its size) and the sender's count of
+//! collective exchanges with the receiver. A receive of another size fails
+//! alone, as on the core's path (the message is taken, the communicator stays
+//! usable). A receive that finds the peer's next collective message instead,
+//! or a collective that finds a send made before it, is a mismatch of calls:
+//! it breaks the comm, and peers waiting read why.
+
+use super::ShmComm;
+use crate::ring;
+use crate::wait::{Backoff, Pause};
+use ferrocx_algo::fingerprint::{mismatch_text, Pairing, FINGERPRINT_BYTES};
+use ferrocx_algo::Fingerprint;
+use ferrocx_sdk::collective::{P2pDesc, P2pDir, P2pOp};
+use ferrocx_sdk::{MemKind, PluginError, PluginResult};
+use smallvec::SmallVec;
+use std::time::{Duration, Instant};
+
+impl ShmComm {
+    /// The bid for one op: host memory, another rank, at most a slot.
+    pub fn p2p_can_run(&self, d: &P2pDesc) -> i32 {
+        let ok = d.mem == MemKind::Host
+            && self.p2p_bytes > 0
+            && d.ops.len() == 1
+            && d.ops.iter().all(|o| self.takes(o));
+        if ok {
+            self.priority
+        } else {
+            0
+        }
+    }
+
+    fn takes(&self, o: &P2pOp) -> bool {
+        o.peer != self.rank && o.bytes <= self.p2p_bytes
+    }
+
+    /// Run a group of host-memory sends and receives to completion.
+    ///
+    /// # Safety
+    /// Every op's buffer is valid for its bytes (readable for a send,
+    /// writable and unaliased for a receive) during the call.
+    pub unsafe fn p2p_launch(&mut self, d: &P2pDesc) -> PluginResult<()> {
+        self.status()?;
+        if let Some((i, o)) = d
+            .ops
+            .iter()
+            .enumerate()
+            .find(|(_, o)| d.mem != MemKind::Host || !self.takes(o))
+        {
+            return Err(PluginError::invalid(format!(
+                "shm-coll cannot run point-to-point op {i} ({:?} of {} bytes with rank {} on {:?} memory; it takes host memory, another rank, at most {} bytes)",
+                o.dir, o.bytes, o.peer, d.mem, self.p2p_bytes
+            )));
+        }
+        // SAFETY: the caller's contract, forwarded.
+        match unsafe { self.run_group(&d.ops) } {
+            Ok(None) => Ok(()),
+            Ok(Some(size)) => Err(size),
+            Err(e) => {
+                self.arena.mark_broken(e.message());
+                self.broken = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Move every op; `Ok(Some(e))` when a receive met a send of another
+    /// size (reported after the rest of the group ran), `Err` for what
+    /// breaks the comm.
+    ///
+    /// # Safety
+    /// As [`p2p_launch`](Self::p2p_launch).
+    unsafe fn run_group(&mut self, ops: &[P2pOp]) -> PluginResult<Option<PluginError>> {
+        let numbers = ring::numbers(ops, &self.sent, &self.taken);
+        let mut done: SmallVec<[bool; 4]> = smallvec::smallvec![false; ops.len()];
+        let mut left = ops.len();
+        let mut size_error = None;
+        let mut backoff = Backoff::new(self.oversubscribed);
+        let (mut began, mut last_pid_check) = (None, None);
+        let mut waited = Duration::ZERO;
+        loop {
+            for (i, o) in ops.iter().enumerate() {
+                if done[i] {
+                    continue;
+                }
+                let n = numbers[i];
+                // SAFETY: the caller's contract for the op's buffer.
+                let moved = unsafe {
+                    match o.dir {
+                        P2pDir::Send => self.try_send(o, n),
+                        P2pDir::Recv => self.try_recv(o, n, &mut size_error)?,
+                    }
+                };
+                if moved {
+                    done[i] = true;
+                    left -= 1;
+                }
+            }
+            if left == 0 {
+                return Ok(size_error);
+            }
+            if backoff.polled() {
+                // The first op still waiting names the peer waited for.
+                let i = done.iter().position(|&d| !d).expect("left > 0");
+                waited = self.check_p2p(&ops[i], numbers[i], &mut began, &mut last_pid_check)?;
+            }
+            match backoff.pause(waited) {
+                Pause::Spin => std::hint::spin_loop(),
+                Pause::Yield => std::thread::yield_now(),
+                Pause::Sleep(d) => std::thread::sleep(d),
+            }
+        }
+    }
+
+    /// Write send `n` if it is the next to its peer and the ring has room.
+    ///
+    /// # Safety
+    /// `o.buf` readable for `o.bytes`.
+    unsafe fn try_send(&mut self, o: &P2pOp, n: u64) -> bool {
+        let p = o.peer;
+        if !ring::is_next(n, self.sent[p]) {
+            return false;
+        }
+        if !ring::room(n, self.credits_seen[p]) {
+            self.credits_seen[p] = self.arena.credits(p);
+            if !ring::room(n, self.credits_seen[p]) {
+                return false;
+            }
+        }
+        let fp = Fingerprint::send(n, p, o.bytes).encode();
+        // SAFETY: the caller's contract for the buffer (bytes ≤ the slot, checked
+        // by `takes`); the peer took message n − P2P_SLOTS (`room`).
+        unsafe {
+            self.arena.p2p_post(
+                p,
+                n,
+                self.exchanges[p] as u32,
+                &fp,
+                o.buf as *const u8,
+                o.bytes,
+            )
+        };
+        self.sent[p] += 1;
+        true
+    }
+
+    /// Take receive `n` if it is the next from its peer and its message is
+    /// here: copy it (same size) or record the size error, then credit it.
+    ///
+    /// # Safety
+    /// `o.buf` writable and unaliased for `o.bytes`.
+    unsafe fn try_recv(
+        &mut self,
+        o: &P2pOp,
+        n: u64,
+        size_error: &mut Option<PluginError>,
+    ) -> PluginResult<bool> {
+        let p = o.peer;
+        if !ring::is_next(n, self.taken[p]) || !self.arena.p2p_arrived(p, n) {
+            return Ok(false);
+        }
+        let (theirs, len, data, _) = self.arena.p2p_message(p, n);
+        let mine = Fingerprint::recv(n, p, o.bytes);
+        let pairing = match Fingerprint::decode(&theirs) {
+            Ok(f) if self.check => mine.pairing(self.rank, &f),
+            Ok(_) if len == o.bytes => Pairing::Agrees,
+            Ok(_) => Pairing::Size(len as u64),
+            Err(_) => Pairing::Differs,
+        };
+        match pairing {
+            Pairing::Agrees if len > 0 => {
+                // SAFETY: the message is whole (its flag seen with acquire) and
+                // stays until credited below; the receive holds `len` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(data, o.buf as *mut u8, len) };
+            }
+            Pairing::Agrees => {}
+            Pairing::Size(got) => {
+                size_error.get_or_insert_with(|| {
+                    PluginError::invalid(format!(
+                        "mismatched sizes: rank {p} sent {got} bytes but rank {} posted a receive of {} bytes",
+                        self.rank, o.bytes
+                    ))
+                });
+            }
+            Pairing::Differs => return Err(self.p2p_mismatch(p, &mine, &theirs)),
+        }
+        self.taken[p] += 1;
+        self.arena.credit(p, self.taken[p]);
+        Ok(true)
+    }
+
+    /// Between polls of a group waiting on `o` (message `n`): the common
+    /// checks, and for a receive, the peer's next collective message found
+    /// where its send was expected.
+    fn check_p2p(
+        &self,
+        o: &P2pOp,
+        n: u64,
+        began: &mut Option<Instant>,
+        last_pid_check: &mut Option<Instant>,
+    ) -> PluginResult<Duration> {
+        let p = o.peer;
+        let mine = match o.dir {
+            P2pDir::Send => Fingerprint::send(n, p, o.bytes),
+            P2pDir::Recv => Fingerprint::recv(n, p, o.bytes),
+        };
+        if o.dir == P2pDir::Recv && self.check {
+            let m = self.exchanges[p];
+            let parity = (m % 2) as usize;
+            // The collective message first: a send made before it would be
+            // visible once it is (release order), so none was.
+            if self.arena.arrived(p, parity) == m + 1 && !self.arena.p2p_arrived(p, n) {
+                let (theirs, _, _) = self.arena.message(p, parity);
+                return Err(self.p2p_mismatch(p, &mine, &theirs));
+            }
+        }
+        self.check_wait(p, &mine, began, last_pid_check)
+    }
+
+    /// Before a collective (`what`) posts anything, with the call check on:
+    /// no peer's send waits untaken here, and every send of this rank was
+    /// taken — in the order of calls between two ranks, a send made before
+    /// a collective is received before it. Otherwise the calls differ; as no
+    /// message of this collective left yet, every rank waiting for one fails
+    /// with this rank's reason instead of completing.
+    pub(crate) fn before_collective(&mut self, what: &Fingerprint) -> PluginResult<()> {
+        if !self.check || self.p2p_bytes == 0 {
+            return Ok(());
+        }
+        for p in 0..self.nranks {
+            if let Some(theirs) = self.sent_before_exchange(p) {
+                return Err(self.p2p_mismatch(p, what, &theirs));
+            }
+        }
+        let mut backoff = Backoff::new(self.oversubscribed);
+        let (mut began, mut last_pid_check) = (None, None);
+        let mut waited = Duration::ZERO;
+        loop {
+            let mut waiting = None;
+            for p in 0..self.nranks {
+                if self.credits_seen[p] < self.sent[p] {
+                    self.credits_seen[p] = self.arena.credits(p);
+                    if self.credits_seen[p] < self.sent[p] {
+                        waiting = Some(p);
+                        break;
+                    }
+                }
+            }
+            let Some(p) = waiting else {
+                return Ok(());
+            };
+            if backoff.polled() {
+                waited = self.check_wait(p, what, &mut began, &mut last_pid_check)?;
+            }
+            match backoff.pause(waited) {
+                Pause::Spin => std::hint::spin_loop(),
+                Pause::Yield => std::thread::yield_now(),
+                Pause::Sleep(d) => std::thread::sleep(d),
+            }
+        }
+    }
+
+    /// The mismatch of this rank's `mine` with what `peer` wrote instead.
+    fn p2p_mismatch(
+        &self,
+        peer: usize,
+        mine: &Fingerprint,
+        theirs: &[u8; FINGERPRINT_BYTES],
+    ) -> PluginError {
+        let theirs = match Fingerprint::decode(theirs) {
+            Ok(f) => f.to_string(),
+            Err(g) => format!("something unreadable ({})", g.0),
+        };
+        PluginError::invalid(mismatch_text(self.rank, &mine.to_string(), peer, &theirs))
+    }
+}

@@ -1,0 +1,205 @@
+//! Host-memory sends and receives that a collective plugin takes (`shm-coll`
+//! takes those of at most `FERROCX_SHM_COLL_P2P_BYTES`, 4 KiB by default, on
+//! one host) mixed with those the core's transports carry.
+//!
+//! `host-p2p ROUNDS EXPECT`: every rank draws the same random messages per
+//! round (sizes on both sides of the limit, every pair of ranks, runs of more
+//! small messages to one peer than a ring holds) and moves them as one group,
+//! as an asynchronous group (`launch`, then `wait`), or one blocking call per
+//! message in the common order — each rank picking its own way, so the two
+//! ends of a message are often posted differently; every byte is checked. `EXPECT` is who must run
+//! a 4 KiB message, as `Communicator::host_p2p_runner` says (`shm-coll` or
+//! `core`), so the test knows which path it ran.
+//!
+//! `host-p2p-size`: a receive of another size fails alone with the core's
+//! wording, and the communicator stays usable.
+
+use super::{e2s, hash};
+use ferrocx::{Communicator, Error};
+
+/// Sizes drawn: around the default limit, empty, a cache line, one larger
+/// message for the core.
+const SIZES: &[usize] = &[0, 1, 8, 63, 64, 100, 4095, 4096, 4097, 20000];
+
+/// One message: from, to, bytes.
+type Msg = (usize, usize, usize);
+
+fn byte(round: u64, k: usize, i: usize) -> u8 {
+    hash(&[round, k as u64, i as u64]) as u8
+}
+
+/// Round `round`'s messages, the same on every rank.
+fn messages(round: u64, n: usize) -> Vec<Msg> {
+    let mut out = Vec::new();
+    let count = 1 + (hash(&[round, 1]) % 24) as usize;
+    for k in 0..count {
+        let h = hash(&[round, 2, k as u64]);
+        let from = (h % n as u64) as usize;
+        let to = (from + 1 + ((h >> 8) % (n as u64 - 1)) as usize) % n;
+        out.push((from, to, SIZES[((h >> 16) % SIZES.len() as u64) as usize]));
+    }
+    // Every third round, more small messages to one peer than a ring holds.
+    if round % 3 == 2 {
+        for _ in 0..20 {
+            out.push((0, 1, 8));
+        }
+    }
+    out
+}
+
+/// How a round posts its operations.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    /// Every op of the rank in one group.
+    Group,
+    /// Every op of the rank in one group started with `launch`, then waited on.
+    Async,
+    /// One blocking send or receive per message, in the messages' order.
+    Blocking,
+}
+
+pub fn run(rounds: u64, expect: &str) -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    if n < 2 {
+        return Err("needs 2 ranks or more".into());
+    }
+    // The path a 4 KiB message takes, and that sizes above the limit never
+    // take a plugin.
+    let peer = (me + 1) % n;
+    let small = comm.host_p2p_runner(true, 4096, peer).map_err(e2s)?;
+    if small != expect {
+        return Err(format!("a 4 KiB send runs on {small}, expected {expect}"));
+    }
+    let large = comm.host_p2p_runner(false, 4097, peer).map_err(e2s)?;
+    if large != "core" {
+        return Err(format!(
+            "a 4097-byte receive runs on {large}, expected the core"
+        ));
+    }
+    let mut moved = [0usize; 2]; // messages at most 4 KiB, larger
+    for round in 0..rounds {
+        let msgs = messages(round, n);
+        let mode =
+            [Mode::Group, Mode::Async, Mode::Blocking][(hash(&[round, 3, me as u64]) % 3) as usize];
+        let sends: Vec<(usize, Vec<u8>)> = msgs
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.0 == me)
+            .map(|(k, &(_, _, b))| (k, (0..b).map(|i| byte(round, k, i)).collect()))
+            .collect();
+        let mut recvs: Vec<(usize, Vec<u8>)> = msgs
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.1 == me)
+            .map(|(k, &(_, _, b))| (k, vec![0xA5; b]))
+            .collect();
+        let to = |k: usize| msgs[k].1;
+        let from = |k: usize| msgs[k].0;
+        let fail = |e: Error| format!("round {round} ({mode:?}): {e}");
+        match mode {
+            Mode::Group => {
+                let mut g = comm.group_start();
+                for (k, s) in &sends {
+                    g.send(s, to(*k)).map_err(fail)?;
+                }
+                for (k, r) in recvs.iter_mut() {
+                    g.recv(r, from(*k)).map_err(fail)?;
+                }
+                g.group_end().map_err(fail)?;
+            }
+            Mode::Async => {
+                let mut g = comm.group_start();
+                for (k, r) in recvs.iter_mut() {
+                    g.recv(r, from(*k)).map_err(fail)?;
+                }
+                for (k, s) in &sends {
+                    g.send(s, to(*k)).map_err(fail)?;
+                }
+                // SAFETY: the buffers outlive the request, waited on here.
+                let req = unsafe { g.launch() }.map_err(fail)?;
+                req.wait().map_err(fail)?;
+            }
+            Mode::Blocking => {
+                let (mut si, mut ri) = (0, 0);
+                for &(f, t, _) in &msgs {
+                    if f == me {
+                        comm.send(&sends[si].1, t).map_err(fail)?;
+                        si += 1;
+                    }
+                    if t == me {
+                        comm.recv(&mut recvs[ri].1, f).map_err(fail)?;
+                        ri += 1;
+                    }
+                }
+            }
+        }
+        for (k, r) in &recvs {
+            if let Some(i) = (0..r.len()).find(|&i| r[i] != byte(round, *k, i)) {
+                return Err(format!(
+                    "round {round} ({mode:?}): message {k} ({} bytes from rank {}) wrong at byte {i}",
+                    r.len(),
+                    from(*k)
+                ));
+            }
+            moved[usize::from(r.len() > 4096)] += 1;
+        }
+    }
+    // The plugin's path and the core's met collectives in between: one more
+    // all-reduce checks the communicator is whole.
+    let mut x = vec![1u32; 4];
+    let send = x.clone();
+    comm.all_reduce(&send, &mut x, ferrocx::RedOp::Sum)
+        .map_err(e2s)?;
+    if x != vec![n as u32; 4] {
+        return Err(format!("all_reduce after the rounds: {x:?}"));
+    }
+    comm.destroy().map_err(e2s)?;
+    Ok(format!(
+        "{rounds} rounds: received {} messages of at most 4 KiB ({small}) and {} larger (core), every byte right",
+        moved[0], moved[1]
+    ))
+}
+
+pub fn size_mismatch() -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let me = comm.rank();
+    let runner = comm
+        .host_p2p_runner(me == 0, 100, 1 - me.min(1))
+        .map_err(e2s)?;
+    if runner != "shm-coll" {
+        return Err(format!(
+            "a 100-byte message runs on {runner}, expected shm-coll"
+        ));
+    }
+    let r = match me {
+        0 => comm.send(&[7u8; 100], 1),
+        1 => comm.recv(&mut [0u8; 50], 0),
+        _ => Ok(()),
+    };
+    let what = match (me, r) {
+        (1, Err(Error::InvalidArgument(m)))
+            if m == "mismatched sizes: rank 0 sent 100 bytes but rank 1 posted a receive of 50 bytes" =>
+        {
+            m
+        }
+        (1, r) => return Err(format!("rank 1 expected the size error, got {r:?}")),
+        (_, Ok(())) => "sent".to_string(),
+        (_, Err(e)) => return Err(format!("rank {me}: {e}")),
+    };
+    // Still usable: the next message pairs with the next receive.
+    match me {
+        0 => comm.send(&[9u8; 64], 1).map_err(e2s)?,
+        1 => {
+            let mut b = [0u8; 64];
+            comm.recv(&mut b, 0).map_err(e2s)?;
+            if b != [9u8; 64] {
+                return Err(format!("the message after the error: {b:?}"));
+            }
+        }
+        _ => {}
+    }
+    comm.barrier().map_err(e2s)?;
+    comm.destroy().map_err(e2s)?;
+    Ok(format!("SIZE {what}"))
+}
