@@ -9,7 +9,8 @@
 #
 # Settings (environment):
 #   REPEAT  rounds (default 3)           NPS    rank counts (default "2 4")
-#   COLLS   collectives (default: all_reduce all_gather reduce_scatter alltoall broadcast)
+#   COLLS   collectives (default: all_reduce all_gather reduce_scatter alltoall broadcast;
+#           sendrecv runs bench/mpi/sendrecv.c on the Open MPI side)
 #   SIZES   size sweep (default "-b 8 -e 64M -f 4": 13 sizes; -f 2 doubles the runtime)
 #   ITERS   iterations (default "-n 20 -w 5")
 #   OUT     result directory (default bench/results/<date>-compare-colls)
@@ -51,8 +52,10 @@ for r in $(seq 1 "$REPEAT"); do
     MPIRUN=(mpirun --allow-run-as-root -np "$np" "${MPIBIND[@]}" --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism cma)
     for c in $COLLS; do
       echo "== round $r/$REPEAT, $np ranks, $c" >&2
+      if [ "$c" = sendrecv ]; then OMPI=("$HERE/build/sendrecv"); else OMPI=("$HERE/build/colls"); fi
+      OARG=(); [ "$c" = sendrecv ] || OARG=("$c")
       # shellcheck disable=SC2086
-      "${MPIRUN[@]}" "$HERE/build/colls" $SIZES $ITERS -c 1 "$c" > "$OUT/ompi.$c.np$np.$r" || echo "!! ompi $c np$np round $r failed ($?)" >&2
+      "${MPIRUN[@]}" "${OMPI[@]}" $SIZES $ITERS -c 1 "${OARG[@]}" > "$OUT/ompi.$c.np$np.$r" || echo "!! ompi $c np$np round $r failed ($?)" >&2
       # shellcheck disable=SC2086
       "$FX" --np "$np" "${FXBIND[@]}" $SIZES $ITERS -c 1 "$c" > "$OUT/fx.$c.np$np.$r" || echo "!! fxperf $c np$np round $r failed ($?)" >&2
     done

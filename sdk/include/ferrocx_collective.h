@@ -107,8 +107,9 @@
  *                             them, struct_size == FX_COLLECTIVE_V1_MIN_SIZE,
  *                             and has neither; a table with one of the two is
  *                             rejected). Priority for running the ONE op of
- *                             `desc` (nops == 1; stream-ordered device memory
- *                             today): 0 = cannot; above FX_COLL_CORE_PRIORITY
+ *                             `desc` (nops == 1; stream-ordered device memory,
+ *                             and host memory whether the caller blocks or
+ *                             not): 0 = cannot; above FX_COLL_CORE_PRIORITY
  *                             to be chosen (ties go to the core, then to the
  *                             earlier plugin). Decide from that op's own
  *                             fields (kind, peer, bytes, memory kind, the
@@ -116,7 +117,9 @@
  *                             alone, never from the rest of its group: a send
  *                             and the receive it meets are asked on two ranks
  *                             and must get the same answer, so the two ends of
- *                             a message always run on the same side.
+ *                             a message always run on the same side. For host
+ *                             memory the core remembers the answer per (kind,
+ *                             peer, bytes) for the communicator's life.
  *   p2p_launch(comm, desc, stream)
  *                             optional (with p2p_can_run). Every op of one
  *                             group that this plugin won, in one call, in the
@@ -125,12 +128,20 @@
  *                             CUDA memory: queue them on `stream` and return at
  *                             once (the core made `stream` wait for the ops'
  *                             other streams, and makes those wait for it
- *                             after). A send meets a receive of exactly its
- *                             bytes; a difference is the caller's error
- *                             (report it as "mismatched calls: ..." where it
- *                             can be seen). Plugins launch in list order, the
- *                             same on every rank, before the rest of the group
- *                             takes the core's path.
+ *                             after). Host memory (stream NULL): complete
+ *                             them all before returning, progressing them
+ *                             together, bounded like launch; a send may
+ *                             complete before its receive is posted. A
+ *                             receive that meets a send of another size:
+ *                             FX_INVALID_ARGUMENT, "mismatched sizes: ..."
+ *                             (the communicator stays usable). CUDA memory:
+ *                             a send meets a receive of exactly its bytes; a
+ *                             difference is the caller's error (report it as
+ *                             "mismatched calls: ..." where it can be seen).
+ *                             Plugins launch in list order, the same on every
+ *                             rank: device ops before the rest of the group
+ *                             takes the core's path; host ops after the core
+ *                             queued the rest on its engine.
  *
  * OWNERSHIP. The plugin owns ctx, comm and win. The buffers of a descriptor
  * are the caller's and valid until the collective completed (host) or the

@@ -70,23 +70,20 @@ fn missing_peer_times_out_naming_the_root() {
     );
 }
 
-fn silent_peer(phase: &str, needle: &str) {
+/// The core's transports carry the 64-byte message (shm-coll's rings would
+/// take it: `silent_peer_times_out_on_shm_coll_s_rings`).
+const CORE_P2P: (&str, &str) = ("FERROCX_SHM_COLL_P2P_BYTES", "0");
+
+fn silent_peer(phase: &str, env: &[(&str, &str)], needles: &[&str]) {
     let start = Instant::now();
-    let outs = run_ranks(
-        WORKER,
-        2,
-        &["stall", phase],
-        &[("FERROCX_TIMEOUT", "2")],
-        Duration::from_secs(30),
-    );
+    let mut env = env.to_vec();
+    env.push(("FERROCX_TIMEOUT", "2"));
+    let outs = run_ranks(WORKER, 2, &["stall", phase], &env, Duration::from_secs(30));
     assert!(outs[0].ok(), "{:?}", outs[0]);
     let text = &outs[0].stdout;
-    assert!(
-        text.contains("timed out after 2.0s waiting for rank 1")
-            && text.contains(needle)
-            && text.contains("rank 0 waits in receive of 64 bytes from rank 1"),
-        "{text}"
-    );
+    for n in needles {
+        assert!(text.contains(n), "{n:?} in {text}");
+    }
     assert!(
         start.elapsed() < Duration::from_secs(20),
         "took {:?}",
@@ -94,16 +91,44 @@ fn silent_peer(phase: &str, needle: &str) {
     );
 }
 
+/// What a core transport's timeout says.
+const CORE_WAIT: [&str; 2] = [
+    "timed out after 2.0s waiting for rank 1",
+    "rank 0 waits in receive of 64 bytes from rank 1",
+];
+
 #[test]
 fn silent_peer_times_out_during_connection_setup() {
-    silent_peer("setup", "connection setup");
+    silent_peer(
+        "setup",
+        &[CORE_P2P],
+        &[CORE_WAIT[0], CORE_WAIT[1], "connection setup"],
+    );
 }
 
 #[test]
 fn silent_peer_times_out_on_an_established_connection() {
     // The wait that expires is the call check's 32 bytes before the data; the
     // report names the call.
-    silent_peer("data", "from rank 1 via shm");
+    silent_peer(
+        "data",
+        &[CORE_P2P],
+        &[CORE_WAIT[0], CORE_WAIT[1], "from rank 1 via shm"],
+    );
+}
+
+/// The same message on shm-coll's rings: the plugin's wait names the receive.
+#[test]
+fn silent_peer_times_out_on_shm_coll_s_rings() {
+    silent_peer(
+        "data",
+        &[],
+        &[
+            "timed out after 2.0s: plugin 'shm-coll' p2p_launch failed with TIMEOUT",
+            "rank 1 never sent its part of receive of 64 bytes from rank 1 (its receive #1 from that rank)",
+            "rank 0 failed in receive of 64 bytes from rank 1 (its receive #1 from that rank) on plugin 'shm-coll'",
+        ],
+    );
 }
 
 #[test]

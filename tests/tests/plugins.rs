@@ -213,6 +213,8 @@ fn ranks_that_disagree_on_a_transport_fail_with_both_sides_named() {
         &[
             ("FXTEST_SHM_DISABLE_ON_RANK", "1"),
             ("FERROCX_TIMEOUT", "10"),
+            // The message must take a transport, not shm-coll's rings.
+            ("FERROCX_SHM_COLL_P2P_BYTES", "0"),
         ],
         Duration::from_secs(30),
     );
@@ -250,6 +252,8 @@ fn a_failed_setup_is_reported_to_the_peer_without_waiting_for_the_timeout() {
             ("FERROCX_PLUGINS", &so_s),
             ("FERROCX_TRANSPORTS", "failsetup"),
             ("FERROCX_TIMEOUT", "30"),
+            // The message must take a transport, not shm-coll's rings.
+            ("FERROCX_SHM_COLL_P2P_BYTES", "0"),
         ],
         Duration::from_secs(60),
     );

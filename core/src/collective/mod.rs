@@ -8,6 +8,7 @@
 //! context and comm, `oob` gives plugins the bootstrap's collectives for
 //! setup, and [`Collectives`] is a communicator's set of them.
 
+pub mod bids;
 pub mod instance;
 pub mod library;
 mod oob;

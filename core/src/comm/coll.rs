@@ -90,7 +90,7 @@ impl Communicator {
         )? {
             return Ok(());
         }
-        self.run_tasks(vec![t.into()])
+        self.run_tasks(smallvec::smallvec![t.into()])
     }
 
     /// Offer a host-memory call to the collective plugins (see `dispatch`).
@@ -125,7 +125,7 @@ impl Communicator {
         if self.host_on_plugin(spec, t.seq, b.0 as u64, b.0 as u64, true)? {
             return Ok(());
         }
-        self.run_tasks(vec![t.into()])
+        self.run_tasks(smallvec::smallvec![t.into()])
     }
 
     /// Start a collective on raw pointers and return at once; the
@@ -149,9 +149,9 @@ impl Communicator {
             in_place,
         )?;
         if self.host_on_plugin(spec, t.seq, send.0 as u64, recv.0 as u64, in_place)? {
-            return Ok(Request::finished(self.engine.clone()));
+            return Ok(Request::finished());
         }
-        self.start_tasks(vec![t.into()])
+        self.start_tasks(smallvec::smallvec![t.into()])
     }
 
     /// Sum (or `op`) of every rank's `send` into every rank's `recv` (same length).

@@ -4,7 +4,7 @@
 use super::Communicator;
 use crate::engine::Request;
 use crate::error::Result;
-use crate::plan::Task;
+use crate::plan::{Task, Tasks};
 use crate::plugin::Dir;
 use std::marker::PhantomData;
 
@@ -26,7 +26,7 @@ use std::marker::PhantomData;
 #[must_use = "a group does nothing until group_end()"]
 pub struct Group<'a> {
     pub(super) comm: &'a Communicator,
-    pub(super) tasks: Vec<Task>,
+    pub(super) tasks: Tasks,
     /// One per device operation: the streams a device group is ordered on.
     pub(super) streams: Vec<crate::device::RawStream>,
     _bufs: PhantomData<&'a mut [u8]>,
@@ -36,7 +36,7 @@ impl<'a> Group<'a> {
     pub(super) fn new(comm: &'a Communicator) -> Self {
         Group {
             comm,
-            tasks: Vec::new(),
+            tasks: Tasks::new(),
             streams: Vec::new(),
             _bufs: PhantomData,
         }
@@ -106,7 +106,10 @@ impl<'a> Group<'a> {
         }
         // SAFETY: every stream and device buffer was given by `*_on` calls whose
         // contracts cover this launch.
-        unsafe { self.comm.launch_device_p2p(self.tasks, self.streams) }
+        unsafe {
+            self.comm
+                .launch_device_p2p(self.tasks.into_vec(), self.streams)
+        }
     }
 
     /// Do this rank's sends to itself now, as copies into their receives, and take

@@ -17,7 +17,7 @@ use crate::collective::Collectives;
 use crate::config;
 use crate::engine::{Engine, EngineStats, Request, Submitted};
 use crate::error::{Error, Result};
-use crate::plan::{CollSpec, P2pTask, PlanConfig, ScheduleCache, Task};
+use crate::plan::{CollSpec, P2pTask, PlanConfig, ScheduleCache, Task, Tasks};
 use crate::plugin::{Dir, PluginInstance, PluginReport, Registry, TransportFilter};
 use crate::proxy::{connect, ProgressThread, ServiceThread};
 use crate::registration::{RegHandle, Registrations};
@@ -76,8 +76,9 @@ pub struct Communicator {
     staging: std::sync::OnceLock<bool>,
     /// Collective plugins taking part in this communicator's calls.
     colls: Collectives,
-    /// Serializes the hooks of the collective plugins' comms (the ABI's promise).
-    coll_serial: Mutex<()>,
+    /// Serializes the hooks of the collective plugins' comms (the ABI's
+    /// promise); holds the host point-to-point bids they gave.
+    coll_serial: Mutex<crate::collective::bids::HostP2p>,
     /// Collective calls so far (equal on every rank).
     coll_seq: AtomicU64,
     /// Symmetric windows.
@@ -345,7 +346,7 @@ impl Communicator {
             device_ops: Mutex::new(Vec::new()),
             staging: std::sync::OnceLock::new(),
             colls,
-            coll_serial: Mutex::new(()),
+            coll_serial: Mutex::new(crate::collective::bids::HostP2p::new(cfg.nranks)),
             coll_seq: AtomicU64::new(0),
             windows: crate::window::WindowTable::default(),
             splits: AtomicU64::new(0),
@@ -461,26 +462,26 @@ impl Communicator {
     }
 
     /// Plan `tasks`, connect what they need, run them, wait.
-    pub(crate) fn run_tasks(&self, tasks: Vec<Task>) -> Result<()> {
+    pub(crate) fn run_tasks(&self, tasks: Tasks) -> Result<()> {
         self.launch(tasks, true)?.wait()
     }
 
     /// Plan `tasks`, connect what they need, start them.
-    pub(crate) fn start_tasks(&self, tasks: Vec<Task>) -> Result<Request> {
+    pub(crate) fn start_tasks(&self, tasks: Tasks) -> Result<Request> {
         self.launch(tasks, false)
     }
 
-    fn launch(&self, mut tasks: Vec<Task>, driving: bool) -> Result<Request> {
+    fn launch(&self, tasks: Tasks, driving: bool) -> Result<Request> {
         self.check_live()?;
-        self.number_p2p(&mut tasks);
         match self.host_p2p_on_plugins(tasks, driving)? {
-            Ok(done) => Ok(done),
-            Err(tasks) => self.launch_core(tasks, driving),
+            p2p_route::HostRoute::Done(req) => Ok(req),
+            p2p_route::HostRoute::Core(tasks) => self.launch_core(tasks.into_vec(), driving),
         }
     }
 
     /// Plan `tasks` (numbered) on the core's path, connect what they need, start them.
-    fn launch_core(&self, tasks: Vec<Task>, driving: bool) -> Result<Request> {
+    fn launch_core(&self, mut tasks: Vec<Task>, driving: bool) -> Result<Request> {
+        self.number_p2p(&mut tasks);
         let (plans, label) = self.plan_core(tasks)?;
         self.start_plans(plans, label, driving)
     }
@@ -517,7 +518,7 @@ impl Communicator {
 
     /// Give each send (receive) its number among this rank's sends to (receives
     /// from) its peer, in posting order: what its call check compares.
-    fn number_p2p(&self, tasks: &mut [Task]) {
+    pub(super) fn number_p2p(&self, tasks: &mut [Task]) {
         if !tasks.iter().any(|t| matches!(t, Task::P2p(_))) {
             return; // collectives only: no lock
         }
@@ -722,7 +723,7 @@ impl Communicator {
             0,
         );
         let t = self.coll_task(&spec, (0, 0), (0, 0), false)?;
-        self.run_tasks(vec![t.into()])
+        self.run_tasks(smallvec::smallvec![t.into()])
     }
 
     /// Wait until every rank reaches this point, out of band over the bootstrap

@@ -12,11 +12,12 @@
 //! to completion on the calling thread.
 
 use super::Communicator;
+use crate::collective::bids::BidKey;
 use crate::collective::Runner;
 use crate::device::{order, RawStream};
 use crate::engine::Request;
 use crate::error::{Error, Result};
-use crate::plan::Task;
+use crate::plan::{Task, Tasks};
 use crate::plugin::Dir;
 use ferrocx_algo::Fingerprint;
 use ferrocx_sdk::abi::*;
@@ -51,6 +52,14 @@ pub(crate) fn split(
     }
     launches.sort_by_key(|(p, _)| *p);
     (launches, rest)
+}
+
+/// Where a call's host sends and receives went.
+pub(super) enum HostRoute {
+    /// Plugins ran some; the request of the rest (or a finished one).
+    Done(Request),
+    /// No plugin took any: every task, for the core.
+    Core(Tasks),
 }
 
 /// The stream a launch goes on (its first op's) and the other distinct
@@ -157,19 +166,24 @@ impl Communicator {
         })
     }
 
-    /// Run the host sends and receives of `tasks` that a collective plugin
-    /// wins: the rest first queued on the engine (not driven by this thread),
-    /// then the plugins' ops to completion here. `Err(tasks)` when no plugin
+    /// Run the host sends and receives of `tasks` (not numbered yet) that a
+    /// collective plugin wins: the rest first numbered and queued on the
+    /// engine (not driven by this thread), then the plugins' ops to
+    /// completion here. `HostRoute::Core` when no plugin
     /// wins any (the caller plans them all); otherwise the request of the
     /// rest, or a finished one.
-    pub(super) fn host_p2p_on_plugins(
-        &self,
-        tasks: Vec<Task>,
-        driving: bool,
-    ) -> Result<std::result::Result<Request, Vec<Task>>> {
+    pub(super) fn host_p2p_on_plugins(&self, tasks: Tasks, driving: bool) -> Result<HostRoute> {
         let host_p2p = |t: &Task| matches!(t, Task::P2p(p) if !p.device);
         if !tasks.iter().any(host_p2p) || !self.any_p2p_plugin() {
-            return Ok(Err(tasks));
+            return Ok(HostRoute::Core(tasks));
+        }
+        // A broken or aborted communicator, a dead peer: refused as on the
+        // core's path (the plugin might still find its peers' messages).
+        if self.shared.stop.load(std::sync::atomic::Ordering::Acquire) != 0 {
+            self.shared
+                .check_peers()
+                .map_err(|e| self.engine.break_with(e))?;
+            self.engine.usable()?;
         }
         let ops: SmallVec<[Option<FxP2pOp>; 4]> = tasks
             .iter()
@@ -178,72 +192,94 @@ impl Communicator {
                 _ => None,
             })
             .collect();
-        let (launches, rest) = {
-            let _serial = self.coll_serial.lock();
-            split(tasks.len(), |i| {
-                ops[i].and_then(|op| self.p2p_winner(&op, FX_MEM_HOST, false))
-            })
-        };
+        // One lock for the bids, the numbers and (with nothing for the core)
+        // the launches: the plugins' hooks are serialized anyway.
+        let mut serial = self.coll_serial.lock();
+        let (launches, rest) = split(tasks.len(), |i| {
+            let op = ops[i]?;
+            let key = BidKey {
+                send: op.kind == FX_P2P_SEND,
+                peer: op.peer as usize,
+                bytes: op.bytes as usize,
+            };
+            serial
+                .bids
+                .winner(key, || self.p2p_winner(&op, FX_MEM_HOST, false))
+        });
         if launches.is_empty() {
-            return Ok(Err(tasks));
+            return Ok(HostRoute::Core(tasks));
         }
-        // Status reports name a launch by its first op.
+        // Status reports name a launch by its first op, numbered among the
+        // plugins' sends to (receives from) its peer, as the plugin counts.
+        let mut tasks = tasks;
+        for (_, idx) in &launches {
+            for &i in idx {
+                if let Task::P2p(p) = &mut tasks[i] {
+                    p.seq = serial.next_seq(p.peer, p.dir == Dir::Send);
+                }
+            }
+        }
         let firsts: SmallVec<[Fingerprint; 1]> = launches
             .iter()
             .map(|(_, idx)| tasks[idx[0]].fingerprint())
             .collect();
+        if rest.is_empty() {
+            for ((p, idx), first) in launches.iter().zip(&firsts) {
+                self.p2p_host_on(*p, idx, &ops, first)?;
+            }
+            drop(serial);
+            return Ok(HostRoute::Done(Request::finished()));
+        }
+        drop(serial);
         let run_plugins = || {
+            let _serial = self.coll_serial.lock();
             for ((p, idx), first) in launches.iter().zip(&firsts) {
                 self.p2p_host_on(*p, idx, &ops, first)?;
             }
             Ok(())
         };
-        let (result, core) = if rest.is_empty() {
-            (run_plugins(), None)
+        let mut keep = vec![false; tasks.len()];
+        for &i in &rest {
+            keep[i] = true;
+        }
+        let mut rest: Vec<Task> = tasks
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(t, k)| k.then_some(t))
+            .collect();
+        self.number_p2p(&mut rest);
+        let (plans, label) = self.plan_core(rest)?;
+        let (result, core) = if self.engine.connected(&plans) {
+            let core = self.start_plans(plans, label, false)?;
+            (run_plugins(), Some(core))
         } else {
-            let mut keep = vec![false; tasks.len()];
-            for &i in &rest {
-                keep[i] = true;
-            }
-            let rest: Vec<Task> = tasks
-                .into_iter()
-                .zip(keep)
-                .filter_map(|(t, k)| k.then_some(t))
-                .collect();
-            let (plans, label) = self.plan_core(rest)?;
-            if self.engine.connected(&plans) {
-                let core = self.start_plans(plans, label, false)?;
-                (run_plugins(), Some(core))
-            } else {
-                // Making connections waits for the peers, which may first wait
-                // for this group's plugin ops: both at once.
-                std::thread::scope(|s| {
-                    let core = s.spawn(|| self.start_plans(plans, label, false));
-                    let r = run_plugins();
-                    let core = core.join().unwrap_or_else(|_| {
-                        Err(Error::Io(
-                            "connecting for a group's core part panicked".into(),
-                        ))
-                    });
-                    match core {
-                        Ok(req) => (r, Some(req)),
-                        Err(e) => (r.and(Err(e)), None),
-                    }
-                })
-            }
+            // Making connections waits for the peers, which may first wait
+            // for this group's plugin ops: both at once.
+            std::thread::scope(|s| {
+                let core = s.spawn(|| self.start_plans(plans, label, false));
+                let r = run_plugins();
+                let core = core.join().unwrap_or_else(|_| {
+                    Err(Error::Io(
+                        "connecting for a group's core part panicked".into(),
+                    ))
+                });
+                match core {
+                    Ok(req) => (r, Some(req)),
+                    Err(e) => (r.and(Err(e)), None),
+                }
+            })
         };
         match (result, core) {
-            (Ok(()), None) => Ok(Ok(Request::finished(self.engine.clone()))),
-            (Ok(()), Some(req)) if !driving => Ok(Ok(req)),
-            (Ok(()), Some(req)) => req
-                .wait()
-                .map(|()| Ok(Request::finished(self.engine.clone()))),
+            (Ok(()), None) => Ok(HostRoute::Done(Request::finished())),
+            (Ok(()), Some(req)) if !driving => Ok(HostRoute::Done(req)),
+            (Ok(()), Some(req)) => req.wait().map(|()| HostRoute::Done(Request::finished())),
             // The rest still runs (dropping its request waits for it).
             (Err(e), _) => Err(e),
         }
     }
 
-    /// One plugin's ops `idx` (posted order) on host memory, run to completion.
+    /// One plugin's ops `idx` (posted order) on host memory, run to
+    /// completion. The caller holds `coll_serial`.
     fn p2p_host_on(
         &self,
         p: usize,
@@ -259,7 +295,6 @@ impl Communicator {
             flags: 0,
             reserved: 0,
         };
-        let _serial = self.coll_serial.lock();
         self.check_live()?;
         let plugin = self.colls.get(p)?;
         let status = &self.shared.status;

@@ -12,8 +12,14 @@ use std::sync::Arc;
 /// only logged).
 #[must_use = "a request must be waited on (dropping it waits)"]
 pub struct Request {
+    /// `None` once waited on, or for work that finished before the request
+    /// was made (no reference counting on that path: small calls make many).
+    pending: Option<Pending>,
+}
+
+struct Pending {
     engine: Arc<Engine>,
-    done: Option<Arc<StageDone>>,
+    done: Arc<StageDone>,
     /// `submit` already counted the creator as driving progress.
     registered: bool,
 }
@@ -21,38 +27,36 @@ pub struct Request {
 impl Request {
     pub(crate) fn new(engine: Arc<Engine>, done: Arc<StageDone>, registered: bool) -> Self {
         Request {
-            engine,
-            done: Some(done),
-            registered,
+            pending: Some(Pending {
+                engine,
+                done,
+                registered,
+            }),
         }
     }
 
     /// A request for work that already finished (a collective plugin ran it).
-    pub(crate) fn finished(engine: Arc<Engine>) -> Self {
-        Request {
-            engine,
-            done: None,
-            registered: false,
-        }
+    pub(crate) fn finished() -> Self {
+        Request { pending: None }
     }
 
     /// Block until done (driving progress while there is some).
     pub fn wait(mut self) -> Result<()> {
-        match self.done.take() {
-            Some(d) => self.engine.wait(&d, self.registered),
+        match self.pending.take() {
+            Some(p) => p.engine.wait(&p.done, p.registered),
             None => Ok(()),
         }
     }
 
     /// Whether it is done; its error if it failed.
     pub fn test(&self) -> Result<bool> {
-        match &self.done {
-            Some(d) if d.is_done() => match d.error() {
+        match &self.pending {
+            Some(p) if p.done.is_done() => match p.done.error() {
                 Some(e) => Err(e),
                 None => Ok(true),
             },
-            Some(_) => {
-                self.engine.poke();
+            Some(p) => {
+                p.engine.poke();
                 Ok(false)
             }
             None => Ok(true),
@@ -62,8 +66,8 @@ impl Request {
 
 impl Drop for Request {
     fn drop(&mut self) {
-        if let Some(d) = self.done.take() {
-            if let Err(e) = self.engine.wait(&d, self.registered) {
+        if let Some(p) = self.pending.take() {
+            if let Err(e) = p.engine.wait(&p.done, p.registered) {
                 tracing::warn!(target: "ferrocx::comm", "request dropped without wait failed: {e}");
             }
         }

@@ -24,5 +24,5 @@ pub(crate) use local::copy_host;
 pub(crate) use planner::{plan, Plan, PlanConfig, PlanDevice};
 pub(crate) use runner::{Post, Poster, ScratchBuf, Step};
 pub use spec::CollSpec;
-pub(crate) use task::{label, CollTask, Label, P2pTask, Task};
+pub(crate) use task::{label, CollTask, Label, P2pTask, Task, Tasks};
 pub(crate) use to_self::self_pairs;

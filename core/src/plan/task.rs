@@ -48,6 +48,10 @@ pub(crate) struct P2pTask {
     pub seq: u64,
 }
 
+/// A call's operations: a group's handful inline (a small send or receive
+/// allocates nothing on its way to a plugin).
+pub(crate) type Tasks = smallvec::SmallVec<[Task; 2]>;
+
 /// What a group holds.
 #[derive(Debug, Clone)]
 pub(crate) enum Task {

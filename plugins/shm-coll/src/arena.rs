@@ -153,28 +153,25 @@ impl Arena {
     }
 
     /// Write this rank's point-to-point message `number` to `to`, made after
-    /// `epoch` collective exchanges with it (flag `number + 1`, written last).
+    /// `epoch` collective exchanges with it: payload, length, epoch, then the
+    /// flag `number + 1` (release: a reader that sees it sees the rest).
     ///
     /// # Safety
     /// `data` readable for `len` ≤ the layout's `p2p_bytes`; `to` took message
     /// `number − P2P_SLOTS` ([`credits`](Self::credits)).
-    pub unsafe fn p2p_post(
-        &self,
-        to: usize,
-        number: u64,
-        epoch: u32,
-        fingerprint: &[u8; FINGERPRINT_BYTES],
-        data: *const u8,
-        len: usize,
-    ) {
+    pub unsafe fn p2p_post(&self, to: usize, number: u64, epoch: u32, data: *const u8, len: usize) {
         debug_assert!(len <= self.layout.p2p_bytes);
         let s = self.p2p_slot(to, self.me, number);
-        // SAFETY: the caller's contract; the slot holds `p2p_bytes` of payload
-        // and its head the epoch word (written before the flag's release).
+        // SAFETY: the slot is ours to write (caller's contract), 64-byte aligned,
+        // with a 16-byte head and `p2p_bytes` of payload.
         unsafe {
+            if len > 0 {
+                std::ptr::copy_nonoverlapping(data, s.add(layout::P2P_HEAD), len);
+            }
+            s.add(layout::P2P_LEN).cast::<u32>().write(len as u32);
             s.add(layout::EPOCH).cast::<u32>().write(epoch);
-            write_slot(s, number + 1, fingerprint, data, len)
         }
+        self.flag(s).store(number + 1, Ordering::Release);
     }
 
     /// Whether `from`'s point-to-point message `number` is here (acquire).
@@ -184,20 +181,18 @@ impl Arena {
             == number + 1
     }
 
-    /// `from`'s point-to-point message `number`: fingerprint, length,
-    /// payload and epoch. Valid once [`p2p_arrived`](Self::p2p_arrived) said
-    /// so, until it is credited.
-    pub fn p2p_message(
-        &self,
-        from: usize,
-        number: u64,
-    ) -> ([u8; FINGERPRINT_BYTES], usize, *const u8, u32) {
+    /// `from`'s point-to-point message `number`: length, payload, epoch.
+    /// Valid once [`p2p_arrived`](Self::p2p_arrived) said so, until it is credited.
+    pub fn p2p_message(&self, from: usize, number: u64) -> (usize, *const u8, u32) {
         let s = self.p2p_slot(self.me, from, number);
-        // SAFETY: the caller saw the flag (acquire) of this slot; the epoch
-        // word lies in its head.
+        // SAFETY: the writer finished before its release store of the flag, which
+        // the caller observed with acquire; everything lies in the slot.
         unsafe {
-            let (fp, len, data) = read_slot(s);
-            (fp, len, data, s.add(layout::EPOCH).cast::<u32>().read())
+            (
+                s.add(layout::P2P_LEN).cast::<u32>().read() as usize,
+                s.add(layout::P2P_HEAD).cast_const(),
+                s.add(layout::EPOCH).cast::<u32>().read(),
+            )
         }
     }
 

@@ -15,12 +15,15 @@
 //! overwritten.
 //!
 //! After the collective slots come the point-to-point rings (when
-//! `FERROCX_SHM_COLL_P2P_BYTES` is not 0): [`P2P_SLOTS`] slots per sender, of
-//! the same head format (the send's fingerprint in place of the call's), then
-//! one credit word per peer, each on its own cache line: the number of this
-//! rank's messages that peer has taken, written by the peer. Sends are
-//! one-way, unlike a collective's exchange, so a sender needs those credits to
-//! know a slot is free again.
+//! `FERROCX_SHM_COLL_P2P_BYTES` is not 0): [`P2P_SLOTS`] slots per sender, each
+//! a 16-byte head — the flag (message number + 1, written last), the length,
+//! the sender's count of collective exchanges with the receiver — then the
+//! payload, so a message of up to 48 bytes travels in the flag's cache line.
+//! The send's fingerprint is implied, not carried: the ring says who sent it
+//! to whom and its number, the head its size. Then one credit word per peer,
+//! each on its own cache line: the number of this rank's messages that peer
+//! has taken, written by the peer. Sends are one-way, unlike a collective's
+//! exchange, so a sender needs those credits to know a slot is free again.
 
 /// Bytes of the region's header.
 pub const HEADER: usize = 1024;
@@ -36,10 +39,14 @@ pub const HEAD: usize = 48;
 pub const FINGERPRINT: usize = 8;
 /// Offset of the payload length (`u32`) in a slot.
 pub const LEN: usize = 40;
+/// Bytes of a point-to-point slot's head; the payload follows.
+pub const P2P_HEAD: usize = 16;
+/// Offset of the payload length (`u32`) in a point-to-point slot.
+pub const P2P_LEN: usize = 8;
 /// Offset, in a point-to-point slot, of the sender's count of collective
 /// exchanges with the receiver when it sent (`u32`, wrapping): which of the
 /// two ranks' collectives the send came before.
-pub const EPOCH: usize = 44;
+pub const EPOCH: usize = 12;
 /// Region magic (`FXSC` v2: point-to-point rings) at offset 0.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FXSC\x02\0\0\0");
 /// Point-to-point slots per sender: that many sends to one peer complete
@@ -49,7 +56,8 @@ pub const P2P_SLOTS: usize = 8;
 // The header's and the head's fields do not overlap.
 const _: () = assert!(REASON + REASON_BYTES <= HEADER && BROKEN + 8 <= REASON);
 const _: () = assert!(FINGERPRINT + ferrocx_algo::fingerprint::FINGERPRINT_BYTES <= LEN);
-const _: () = assert!(LEN + 4 <= EPOCH && EPOCH + 4 <= HEAD && HEAD.is_multiple_of(16));
+const _: () = assert!(LEN + 4 <= HEAD && HEAD.is_multiple_of(16));
+const _: () = assert!(P2P_LEN + 4 <= EPOCH && EPOCH + 4 <= P2P_HEAD && P2P_HEAD.is_multiple_of(16));
 
 /// The layout every rank computes alike from the agreed slot size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,8 +74,8 @@ pub struct Layout {
     pub p2p_stride: usize,
 }
 
-fn stride(bytes: usize) -> usize {
-    (HEAD + bytes).div_ceil(64) * 64
+fn stride(head: usize, bytes: usize) -> usize {
+    (head + bytes).div_ceil(64) * 64
 }
 
 impl Layout {
@@ -77,9 +85,13 @@ impl Layout {
         Layout {
             nranks,
             bytes,
-            stride: stride(bytes),
+            stride: stride(HEAD, bytes),
             p2p_bytes,
-            p2p_stride: if p2p_bytes == 0 { 0 } else { stride(p2p_bytes) },
+            p2p_stride: if p2p_bytes == 0 {
+                0
+            } else {
+                stride(P2P_HEAD, p2p_bytes)
+            },
         }
     }
 
@@ -165,7 +177,8 @@ mod tests {
                     let at = l.p2p_slot(from, m);
                     assert_eq!(at % 64, 0);
                     assert_eq!(at, l.p2p_slot(from, m + P2P_SLOTS as u64), "a ring");
-                    spans.push((at, at + HEAD + p2p));
+                    assert_eq!((at + P2P_HEAD) % 16, 0, "payload 16-byte aligned");
+                    spans.push((at, at + P2P_HEAD + p2p));
                 }
                 let c = l.credit(from);
                 assert_eq!(c % 64, 0, "a credit word has its own cache line");

@@ -70,15 +70,18 @@ pub trait Collective: Sized + Send + Sync + 'static {
         coll: &CollDesc<'_, Self::Window>,
         stream: *mut c_void,
     ) -> PluginResult<()>;
-    /// Priority for running the one op of `desc` (a device send or receive
-    /// today): 0 = cannot, above `FX_COLL_CORE_PRIORITY` to be chosen.
+    /// Priority for running the one op of `desc` (a device send or receive,
+    /// or a host one, blocking or not): 0 = cannot, above
+    /// `FX_COLL_CORE_PRIORITY` to be chosen.
     /// Decide from the op and the communicator alone, never the rest of its
     /// group: the peer is asked about the matching op and must agree.
     fn p2p_can_run(&self, _comm: &Self::Comm, _desc: &P2pDesc) -> i32 {
         0
     }
     /// Run the ops of one group this plugin won (posted order): CUDA memory
-    /// queued on `stream`.
+    /// queued on `stream`; host memory (`stream` null) to completion, a
+    /// receive of another size than its send failing with
+    /// `PluginError::invalid("mismatched sizes: …")`.
     ///
     /// # Safety
     /// As [`launch`](Self::launch), for every op's buffer.

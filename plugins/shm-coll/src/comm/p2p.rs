@@ -2,9 +2,10 @@
 //! ([`crate::ring`] says who writes what when): the bid and a group, run to
 //! completion by the calling thread.
 //!
-//! Every message carries the send's fingerprint (its number among this
-//! plugin's sends to that peer, its size) and the sender's count of
-//! collective exchanges with the receiver. A receive of another size fails
+//! Every message carries its size and the sender's count of collective
+//! exchanges with the receiver; the ring implies the rest of the send's
+//! fingerprint (who sent it to whom, its number among this plugin's sends to
+//! that peer). A receive of another size fails
 //! alone, as on the core's path (the message is taken, the communicator stays
 //! usable). A receive that finds the peer's next collective message instead,
 //! or a collective that finds a send made before it, is a mismatch of calls:
@@ -13,7 +14,7 @@
 use super::ShmComm;
 use crate::ring;
 use crate::wait::{Backoff, Pause};
-use ferrocx_algo::fingerprint::{mismatch_text, Pairing, FINGERPRINT_BYTES};
+use ferrocx_algo::fingerprint::{mismatch_text, FINGERPRINT_BYTES};
 use ferrocx_algo::Fingerprint;
 use ferrocx_sdk::collective::{P2pDesc, P2pDir, P2pOp};
 use ferrocx_sdk::{MemKind, PluginError, PluginResult};
@@ -92,7 +93,7 @@ impl ShmComm {
                 let moved = unsafe {
                     match o.dir {
                         P2pDir::Send => self.try_send(o, n),
-                        P2pDir::Recv => self.try_recv(o, n, &mut size_error)?,
+                        P2pDir::Recv => self.try_recv(o, n, &mut size_error),
                     }
                 };
                 if moved {
@@ -131,18 +132,11 @@ impl ShmComm {
                 return false;
             }
         }
-        let fp = Fingerprint::send(n, p, o.bytes).encode();
         // SAFETY: the caller's contract for the buffer (bytes ≤ the slot, checked
         // by `takes`); the peer took message n − P2P_SLOTS (`room`).
         unsafe {
-            self.arena.p2p_post(
-                p,
-                n,
-                self.exchanges[p] as u32,
-                &fp,
-                o.buf as *const u8,
-                o.bytes,
-            )
+            self.arena
+                .p2p_post(p, n, self.exchanges[p] as u32, o.buf as *const u8, o.bytes)
         };
         self.sent[p] += 1;
         true
@@ -153,44 +147,30 @@ impl ShmComm {
     ///
     /// # Safety
     /// `o.buf` writable and unaliased for `o.bytes`.
-    unsafe fn try_recv(
-        &mut self,
-        o: &P2pOp,
-        n: u64,
-        size_error: &mut Option<PluginError>,
-    ) -> PluginResult<bool> {
+    unsafe fn try_recv(&mut self, o: &P2pOp, n: u64, size_error: &mut Option<PluginError>) -> bool {
         let p = o.peer;
         if !ring::is_next(n, self.taken[p]) || !self.arena.p2p_arrived(p, n) {
-            return Ok(false);
+            return false;
         }
-        let (theirs, len, data, _) = self.arena.p2p_message(p, n);
-        let mine = Fingerprint::recv(n, p, o.bytes);
-        let pairing = match Fingerprint::decode(&theirs) {
-            Ok(f) if self.check => mine.pairing(self.rank, &f),
-            Ok(_) if len == o.bytes => Pairing::Agrees,
-            Ok(_) => Pairing::Size(len as u64),
-            Err(_) => Pairing::Differs,
-        };
-        match pairing {
-            Pairing::Agrees if len > 0 => {
+        // The ring says who sent it and its number: only the size can differ.
+        let (len, data, _) = self.arena.p2p_message(p, n);
+        if len == o.bytes {
+            if len > 0 {
                 // SAFETY: the message is whole (its flag seen with acquire) and
                 // stays until credited below; the receive holds `len` bytes.
                 unsafe { std::ptr::copy_nonoverlapping(data, o.buf as *mut u8, len) };
             }
-            Pairing::Agrees => {}
-            Pairing::Size(got) => {
-                size_error.get_or_insert_with(|| {
-                    PluginError::invalid(format!(
-                        "mismatched sizes: rank {p} sent {got} bytes but rank {} posted a receive of {} bytes",
-                        self.rank, o.bytes
-                    ))
-                });
-            }
-            Pairing::Differs => return Err(self.p2p_mismatch(p, &mine, &theirs)),
+        } else {
+            size_error.get_or_insert_with(|| {
+                PluginError::invalid(format!(
+                    "mismatched sizes: rank {p} sent {len} bytes but rank {} posted a receive of {} bytes",
+                    self.rank, o.bytes
+                ))
+            });
         }
         self.taken[p] += 1;
         self.arena.credit(p, self.taken[p]);
-        Ok(true)
+        true
     }
 
     /// Between polls of a group waiting on `o` (message `n`): the common
