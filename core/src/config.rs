@@ -303,6 +303,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "shm-coll: /dev/shm bytes a communicator's mailboxes may take",
     ),
     (
+        "FERROCX_SHM_COLL_P2P_BYTES",
+        "4096",
+        "shm-coll: largest host send/receive it takes (rings of 8 slots per pair; 0: none)",
+    ),
+    (
         "FERROCX_SHM_COLL_MAX_RANKS",
         "16",
         "shm-coll takes part only up to this many ranks",
