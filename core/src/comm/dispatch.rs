@@ -82,7 +82,10 @@ impl Communicator {
         if !self.plan_cfg.check_calls {
             return Ok(());
         }
-        let Some(plan) = crate::plan::Plan::check_alone(fp, self.rank(), self.nranks()) else {
+        // Host memory: on the host channels.
+        let channel = self.plan_cfg.host_channel_base;
+        let Some(plan) = crate::plan::Plan::check_alone(fp, self.rank(), self.nranks(), channel)
+        else {
             return Ok(());
         };
         let done = self.submit_plans(vec![plan], true, label)?;

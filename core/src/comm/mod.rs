@@ -259,7 +259,7 @@ impl Communicator {
         bytes[..4].copy_from_slice(&mine[0].to_le_bytes());
         bytes[4..].copy_from_slice(&mine[1].to_le_bytes());
         let devices = bootstrap.all_gather(&bytes)?;
-        let peer_info = bootstrap
+        let peer_info: Vec<ferrocx_sdk::abi::FxPeerInfo> = bootstrap
             .peers()
             .iter()
             .zip(&devices)
@@ -274,6 +274,14 @@ impl Communicator {
                 p
             })
             .collect();
+        let mut plan_cfg = PlanConfig::from_env()?;
+        // Every rank sees every rank's device: all decide alike.
+        let host_channels = if peer_info.iter().any(|p| p.cuda_device >= 0) {
+            plan_cfg.nchannels
+        } else {
+            0
+        };
+        plan_cfg.host_channel_base = host_channels;
         let shared = Arc::new(CommShared {
             rank: cfg.rank,
             nranks: cfg.nranks,
@@ -291,6 +299,7 @@ impl Communicator {
             abort,
             stop: Default::default(),
             status: Default::default(),
+            host_channels,
         });
         let status = shared.status.clone();
         shared
@@ -309,9 +318,12 @@ impl Communicator {
                 r.skipped = Some(why);
             }
         }
-        let plan_cfg = PlanConfig::from_env()?;
         let regs = Arc::new(Registrations::default());
-        let engine = Engine::new(shared.clone(), regs.clone(), plan_cfg.nchannels);
+        let engine = Engine::new(
+            shared.clone(),
+            regs.clone(),
+            plan_cfg.nchannels + host_channels,
+        );
         let weak = Arc::downgrade(&engine);
         shared.bootstrap.set_event_hook(Box::new(move || {
             if let Some(e) = weak.upgrade() {
@@ -443,8 +455,18 @@ impl Communicator {
         self.make_op(dir, ptr, len, peer)
     }
 
-    /// Which transport this rank would use to send to `peer` (already connected or not).
+    /// Which transport this rank would use to send host memory to `peer`
+    /// (already connected or not) on the core's path.
     pub fn transport_to(&self, peer: usize) -> Result<String> {
+        self.transport_for(peer, false)
+    }
+
+    /// The same for device memory (`send_on` and device collectives the core runs).
+    pub fn device_transport_to(&self, peer: usize) -> Result<String> {
+        self.transport_for(peer, true)
+    }
+
+    fn transport_for(&self, peer: usize, device: bool) -> Result<String> {
         self.check_live()?;
         self.check_peer(peer, "send")?;
         if peer == self.rank() {
@@ -452,12 +474,13 @@ impl Communicator {
                 "rank {peer} is this rank: its sends to itself are local copies, over no transport"
             )));
         }
-        if let Some(t) = self.engine.transport_of(peer, Dir::Send) {
+        let channel = if device { 0 } else { self.shared.host_channels };
+        if let Some(t) = self.engine.transport_of(peer, Dir::Send, channel) {
             return Ok(t);
         }
         self.shared
             .candidates()
-            .choose(peer)
+            .choose_for(peer, self.shared.host_channel(channel))
             .map(|p| p.name().to_string())
     }
 

@@ -307,12 +307,12 @@ impl Engine {
         }
     }
 
-    /// Name of the transport used for (peer, dir) on channel 0, if connected.
-    pub fn transport_of(&self, peer: usize, dir: Dir) -> Option<String> {
+    /// Name of the transport used for (peer, dir) on `channel`, if connected.
+    pub fn transport_of(&self, peer: usize, dir: Dir, channel: usize) -> Option<String> {
         self.state
             .lock()
             .conns
-            .get(Self::slot_of(self.shared.nranks, 0, peer, dir))?
+            .get(Self::slot_of(self.shared.nranks, channel, peer, dir))?
             .as_ref()
             .map(|c| c.conn.plugin.name().to_string())
     }

@@ -46,6 +46,9 @@ pub(crate) struct PlanConfig {
     pub algo: Option<Algo>,
     /// Check every collective's call against the neighbours' (`FERROCX_CHECK_CALLS`).
     pub check_calls: bool,
+    /// Added to the channel of host-memory runners (`CommShared::host_channels`):
+    /// 0, or `nchannels` where host and device work keep apart.
+    pub host_channel_base: usize,
 }
 
 impl PlanConfig {
@@ -72,6 +75,7 @@ impl PlanConfig {
                 .max(1),
             algo,
             check_calls: config::env_bool("FERROCX_CHECK_CALLS", true)?,
+            host_channel_base: 0,
         })
     }
 }
@@ -224,11 +228,16 @@ impl Plan {
             .find_map(|r| r.check.as_ref().map(|c| (r, c)))
     }
 
-    /// A plan of one call check alone (on channel 0), for a call the core does not
-    /// run itself (a collective plugin runs it); `None` for a single rank.
-    pub fn check_alone(fp: ferrocx_algo::Fingerprint, rank: usize, nranks: usize) -> Option<Plan> {
+    /// A plan of one call check alone (on `channel`), for a call the core does
+    /// not run itself (a collective plugin runs it); `None` for a single rank.
+    pub fn check_alone(
+        fp: ferrocx_algo::Fingerprint,
+        rank: usize,
+        nranks: usize,
+        channel: usize,
+    ) -> Option<Plan> {
         let mut p = Plan::new();
-        p.add(check_runner(0, nranks, Check::new(fp, rank, nranks)?));
+        p.add(check_runner(channel, nranks, Check::new(fp, rank, nranks)?));
         Some(p)
     }
 
@@ -456,7 +465,7 @@ pub(crate) fn plan(
                 .then(|| Check::new(t.fingerprint(), rank, nranks))
                 .flatten();
             let r = Runner::new(
-                ch,
+                ch + if t.device { 0 } else { cfg.host_channel_base },
                 sched,
                 bases,
                 t.dtype,
@@ -519,7 +528,7 @@ pub(crate) fn plan(
                 scratch: 0,
             });
             let r = Runner::new(
-                ch,
+                ch + if device { 0 } else { cfg.host_channel_base },
                 sched,
                 Bases::absolute(),
                 DataType::U8,

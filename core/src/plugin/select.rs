@@ -123,6 +123,26 @@ pub fn choose(filter: &TransportFilter, candidates: &[(String, i32)]) -> Option<
     .map(|(i, _)| i)
 }
 
+/// For a connection that carries host memory only: when a transport that
+/// moves host memory itself can reach the peer (score > 0, allowed by the
+/// filter), the device transports (`device(i)`: p2p, whose host path goes
+/// through a device FIFO) drop out; otherwise nothing changes.
+pub fn prefer_host_transports(
+    filter: &TransportFilter,
+    scores: &mut [(String, i32)],
+    device: impl Fn(usize) -> bool,
+) {
+    let host_reaches =
+        (0..scores.len()).any(|i| !device(i) && scores[i].1 > 0 && filter.allows(&scores[i].0));
+    if host_reaches {
+        for (i, s) in scores.iter_mut().enumerate() {
+            if device(i) {
+                s.1 = 0;
+            }
+        }
+    }
+}
+
 /// What choosing a transport between this rank and a peer looks at.
 pub struct Candidates<'a> {
     /// This rank.
@@ -141,12 +161,25 @@ impl Candidates<'_> {
     /// The sending side's choice for this rank → `peer`, logged at info with
     /// every candidate's score.
     pub fn choose(&self, peer: usize) -> Result<Arc<PluginInstance>> {
+        self.choose_for(peer, false)
+    }
+
+    /// [`choose`](Self::choose) for connections that carry host memory only
+    /// (`host_memory`): a transport that moves host memory itself (shm, not
+    /// p2p's device FIFO) wins over device transports when one can reach the
+    /// peer and the filter allows it.
+    pub fn choose_for(&self, peer: usize, host_memory: bool) -> Result<Arc<PluginInstance>> {
         let (me, them) = (&self.infos[self.me], &self.infos[peer]);
-        let scores: Vec<(String, i32)> = self
+        let mut scores: Vec<(String, i32)> = self
             .plugins
             .iter()
             .map(|p| (p.name().to_string(), p.can_connect(me, them)))
             .collect();
+        if host_memory {
+            prefer_host_transports(self.filter, &mut scores, |i| {
+                self.plugins[i].takes_device_memory()
+            });
+        }
         let shown = scores
             .iter()
             .map(|(n, s)| format!("{n}={s}"))
@@ -154,7 +187,8 @@ impl Candidates<'_> {
             .join(", ");
         match choose(self.filter, &scores) {
             Some(i) => {
-                tracing::info!(target: "ferrocx::select", "rank {} -> rank {peer}: transport {} (scores: {shown})", self.me, scores[i].0);
+                let what = if host_memory { " for host memory" } else { "" };
+                tracing::info!(target: "ferrocx::select", "rank {} -> rank {peer}{what}: transport {} (scores: {shown})", self.me, scores[i].0);
                 Ok(self.plugins[i].clone())
             }
             None => Err(Error::NoTransport {
@@ -228,6 +262,23 @@ mod tests {
         let e = TransportFilter::parse("^").unwrap_err().to_string();
         assert!(e.contains("FERROCX_TRANSPORTS"), "{e}");
         assert!(TransportFilter::parse("a,^b").is_err());
+    }
+
+    #[test]
+    fn host_memory_prefers_a_host_transport_that_reaches() {
+        let all = NameFilter::All;
+        let device = |i: usize| i == 0; // p2p first
+        let mut s = c(&[("p2p", 200), ("shm", 100), ("net-socket", 10)]);
+        prefer_host_transports(&all, &mut s, device);
+        assert_eq!(choose(&all, &s), Some(1), "shm for host memory");
+        // No host transport reaches (or the filter leaves none): p2p stays.
+        let mut s = c(&[("p2p", 200), ("shm", 0)]);
+        prefer_host_transports(&all, &mut s, device);
+        assert_eq!(choose(&all, &s), Some(0));
+        let only_p2p = TransportFilter::parse("p2p").unwrap();
+        let mut s = c(&[("p2p", 200), ("shm", 100)]);
+        prefer_host_transports(&only_p2p, &mut s, device);
+        assert_eq!(choose(&only_p2p, &s), Some(0));
     }
 
     #[test]

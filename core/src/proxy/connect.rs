@@ -168,7 +168,7 @@ pub(crate) fn establish(
         let channel = channel as u32;
         let opened = shared
             .candidates()
-            .choose(peer)
+            .choose_for(peer, shared.host_channel(channel as usize))
             .and_then(|p| open_end(shared, &p, peer, Dir::Send, channel).map(|(c, b)| (p, c, b)));
         let (plugin, conn, blob) = match opened {
             Ok(x) => x,

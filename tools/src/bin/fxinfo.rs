@@ -235,8 +235,13 @@ fn info() -> ExitCode {
             if p == comm.rank() {
                 "-".to_string()
             } else {
-                comm.transport_to(p)
-                    .unwrap_or_else(|e| format!("none ({e})"))
+                let host = comm
+                    .transport_to(p)
+                    .unwrap_or_else(|e| format!("none ({e})"));
+                match comm.device_transport_to(p) {
+                    Ok(d) if d != host => format!("{host} (host memory), {d} (device memory)"),
+                    _ => host,
+                }
             }
         })
         .collect();

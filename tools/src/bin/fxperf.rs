@@ -82,7 +82,12 @@ fn run(a: &args::PerfArgs) -> ferrocx::Result<bool> {
     let lead = comm.rank() == 0;
     if lead {
         let transport = if n > 1 {
-            comm.transport_to(1).unwrap_or_else(|e| format!("? ({e})"))
+            let t = if a.cuda {
+                comm.device_transport_to(1)
+            } else {
+                comm.transport_to(1)
+            };
+            t.unwrap_or_else(|e| format!("? ({e})"))
         } else {
             "none (1 rank)".into()
         };
