@@ -63,7 +63,8 @@
 //!
 //! Host buffers (pinned or pageable) work too, through unified addressing,
 //! always by the FIFO: correct but slower than the shm transport, which the
-//! core prefers for host buffers.
+//! core uses for host buffers when it reaches the peer (host memory has its
+//! own channels where ranks have GPUs: `docs/ARCHITECTURE.md`, Connections).
 //!
 //! ## Failures, waits and threads
 //!
