@@ -131,12 +131,17 @@ impl Communicator {
     /// `peer` (on a stream not being captured): a collective plugin's name,
     /// or `"core"`.
     pub fn device_p2p_runner(&self, send: bool, bytes: usize, peer: usize) -> Result<String> {
-        if peer >= self.nranks() {
-            return Err(Error::invalid(format!(
-                "peer {peer} out of range 0..{}",
-                self.nranks()
-            )));
-        }
+        self.p2p_runner(FX_MEM_CUDA, send, bytes, peer)
+    }
+
+    /// Who would run a host-memory send (`send`) or receive of `bytes` with
+    /// `peer`: a collective plugin's name, or `"core"`.
+    pub fn host_p2p_runner(&self, send: bool, bytes: usize, peer: usize) -> Result<String> {
+        self.p2p_runner(FX_MEM_HOST, send, bytes, peer)
+    }
+
+    fn p2p_runner(&self, mem: i32, send: bool, bytes: usize, peer: usize) -> Result<String> {
+        self.check_peer(peer, if send { "send" } else { "recv" })?;
         if !self.any_p2p_plugin() {
             return Ok("core".to_string());
         }
@@ -144,23 +149,7 @@ impl Communicator {
         // A non-null address: the plugin is asked about the op's shape only.
         let op = raw_op(dir, peer, bytes, 1);
         let _serial = self.coll_serial.lock();
-        Ok(match self.p2p_winner(&op, FX_MEM_CUDA, false) {
-            Some(i) => self.colls.plugins()[i].name().to_string(),
-            None => "core".to_string(),
-        })
-    }
-
-    /// Who would run a host-memory send (`send`) or receive of `bytes` with
-    /// `peer`: a collective plugin's name, or `"core"`.
-    pub fn host_p2p_runner(&self, send: bool, bytes: usize, peer: usize) -> Result<String> {
-        self.check_peer(peer, if send { "send" } else { "recv" })?;
-        if !self.any_p2p_plugin() {
-            return Ok("core".to_string());
-        }
-        let dir = if send { Dir::Send } else { Dir::Recv };
-        let op = raw_op(dir, peer, bytes, 1);
-        let _serial = self.coll_serial.lock();
-        Ok(match self.p2p_winner(&op, FX_MEM_HOST, false) {
+        Ok(match self.p2p_winner(&op, mem, false) {
             Some(i) => self.colls.plugins()[i].name().to_string(),
             None => "core".to_string(),
         })

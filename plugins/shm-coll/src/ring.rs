@@ -91,13 +91,8 @@ mod tests {
     /// nobody waits forever while the other has ops left.
     #[test]
     fn random_groups_on_two_ranks_always_finish() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = ferrocx_sdk::testing::Rng::new(7);
+        let mut rnd = |n: u64| rng.below(n);
         for _ in 0..200 {
             // Two ranks; message k of rank a to rank b carries (a, k).
             let msgs = 1 + rnd(3 * P2P_SLOTS as u64) as usize;
