@@ -166,14 +166,6 @@ impl Communicator {
         if !tasks.iter().any(host_p2p) || !self.any_p2p_plugin() {
             return Ok(HostRoute::Core(tasks));
         }
-        // A broken or aborted communicator, a dead peer: refused as on the
-        // core's path (the plugin might still find its peers' messages).
-        if self.shared.stop.load(std::sync::atomic::Ordering::Acquire) != 0 {
-            self.shared
-                .check_peers()
-                .map_err(|e| self.engine.break_with(e))?;
-            self.engine.usable()?;
-        }
         let ops: SmallVec<[Option<FxP2pOp>; 4]> = tasks
             .iter()
             .map(|t| match t {
@@ -197,6 +189,16 @@ impl Communicator {
         });
         if launches.is_empty() {
             return Ok(HostRoute::Core(tasks));
+        }
+        // A broken or aborted communicator, a dead peer: refused as on the
+        // core's path (the plugin might still find its peers' messages). Only
+        // for ops a plugin runs: the core's path reads what its peers sent
+        // first (a refused connection's reason before the abort that follows).
+        if self.shared.stop.load(std::sync::atomic::Ordering::Acquire) != 0 {
+            self.shared
+                .check_peers()
+                .map_err(|e| self.engine.break_with(e))?;
+            self.engine.usable()?;
         }
         // Status reports name a launch by its first op, numbered among the
         // plugins' sends to (receives from) its peer, as the plugin counts.

@@ -165,9 +165,11 @@ impl Candidates<'_> {
     }
 
     /// [`choose`](Self::choose) for connections that carry host memory only
-    /// (`host_memory`): a transport that moves host memory itself (shm, not
-    /// p2p's device FIFO) wins over device transports when one can reach the
-    /// peer and the filter allows it.
+    /// (`host_memory`): to a peer on this host, a transport that moves host
+    /// memory itself (shm, not p2p's device FIFO) wins over device transports
+    /// when one can reach the peer and the filter allows it. Across hosts the
+    /// choice stays (a network transport that also takes device memory moves
+    /// host memory as well).
     pub fn choose_for(&self, peer: usize, host_memory: bool) -> Result<Arc<PluginInstance>> {
         let (me, them) = (&self.infos[self.me], &self.infos[peer]);
         let mut scores: Vec<(String, i32)> = self
@@ -175,7 +177,7 @@ impl Candidates<'_> {
             .iter()
             .map(|p| (p.name().to_string(), p.can_connect(me, them)))
             .collect();
-        if host_memory {
+        if host_memory && me.host_hash == them.host_hash {
             prefer_host_transports(self.filter, &mut scores, |i| {
                 self.plugins[i].takes_device_memory()
             });
