@@ -201,13 +201,23 @@ pub fn run_commands(cmds: Vec<Command>, limit: Duration) -> Vec<RankOutput> {
 /// with an error naming rank 1 within `FERROCX_TIMEOUT` = `timeout_s`
 /// (`env` adds variables, e.g. the transport). Returns the outputs.
 pub fn killed_rank_is_named(worker: &str, env: &[(&str, &str)], timeout_s: u64) -> Vec<RankOutput> {
+    killed_rank_is_named_at(worker, "8388608", env, timeout_s)
+}
+
+/// [`killed_rank_is_named`] over messages of `bytes`.
+pub fn killed_rank_is_named_at(
+    worker: &str,
+    bytes: &str,
+    env: &[(&str, &str)],
+    timeout_s: u64,
+) -> Vec<RankOutput> {
     let timeout = timeout_s.to_string();
     let mut vars: Vec<(&str, &str)> = env.to_vec();
     vars.push(("FERROCX_TIMEOUT", &timeout));
     let start = std::time::Instant::now();
     let args = [
         "ring-loop",
-        "8388608",
+        bytes,
         "--victim",
         "1",
         "--kill-after-ms",

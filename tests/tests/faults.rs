@@ -1,7 +1,9 @@
 //! Faults and bad input with real processes: a rank killed mid-transfer,
 //! misuse of the API, a peer that never shows up.
 
-use ferrocx_tests::{assert_all_ok, killed_rank_is_named, run_ranks, shm_leftovers};
+use ferrocx_tests::{
+    assert_all_ok, killed_rank_is_named, killed_rank_is_named_at, run_ranks, shm_leftovers,
+};
 use std::time::{Duration, Instant};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_fxtest-worker");
@@ -15,6 +17,16 @@ fn killed_rank_is_named_by_survivors_within_the_timeout() {
         Vec::<String>::new(),
         "shared memory left behind after a crash"
     );
+}
+
+/// The same with 64-byte messages, which shm-coll's rings carry: the
+/// survivors' waits in the plugin see the dead rank's region lock go.
+#[test]
+fn killed_rank_is_named_on_shm_coll_s_rings() {
+    let outs = killed_rank_is_named_at(WORKER, "64", &[], 20);
+    for o in outs.iter().filter(|o| o.rank != 1) {
+        assert!(o.stdout.contains("rank 1"), "{}", o.stdout);
+    }
 }
 
 #[test]
