@@ -131,6 +131,43 @@ fn collectives(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
             ce_routes(n);
         }
     }
+    p2p_routes(comm, lead)
+}
+
+/// Who runs a send to the next rank, per size and memory kind (the same
+/// answer its receive gets on the peer).
+fn p2p_routes(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
+    if comm.nranks() < 2 {
+        return Ok(());
+    }
+    let peer = (comm.rank() + 1) % comm.nranks();
+    let sizes = [8usize, 4096, 4097, 64 << 10, 4 << 20, 4 << 20 | 1];
+    let mut rows = vec![("host", true)];
+    if comm.device().is_some() {
+        rows.push(("cuda", false));
+    }
+    let mut lines = Vec::new();
+    for (mem, host) in rows {
+        let cells = sizes
+            .iter()
+            .map(|&b| {
+                let who = if host {
+                    comm.host_p2p_runner(true, b, peer)
+                } else {
+                    comm.device_p2p_runner(true, b, peer)
+                };
+                who.unwrap_or_else(|e| format!("? ({e})"))
+            })
+            .collect::<Vec<_>>();
+        lines.push(format!("  send {mem:<4} {}", cells.join(" | ")));
+    }
+    if lead {
+        println!("
+point-to-point (who runs a send, per size 8 B | 4 KiB | 4 KiB+1 | 64 KiB | 4 MiB | 4 MiB+1; the core: its transports above):");
+        for l in lines {
+            println!("{l}");
+        }
+    }
     Ok(())
 }
 
