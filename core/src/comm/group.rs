@@ -168,6 +168,14 @@ impl<'a> Group<'a> {
 
     /// Start the group and return without waiting.
     ///
+    /// A communicator's operations complete in the order they were started
+    /// (as NCCL's on a stream): a later call waits for this group, so a
+    /// receive started here and the send that would meet it on the peer must
+    /// not depend on a later call of this rank (start both in one group
+    /// instead). Sends and receives a collective plugin runs on host memory
+    /// (small ones on shm-coll) complete before this returns; the rest of the
+    /// group runs on after it.
+    ///
     /// # Safety
     /// Every buffer added to the group must stay valid (and unaliased where
     /// written) until the [`Request`] reports completion. Dropping the request
