@@ -233,6 +233,15 @@ impl Exchange {
     }
 }
 
+/// What both two-call routes start from: the count of a block, whether the
+/// call is in place (NCCL lets one be with the flag unset: send == recv),
+/// and where rank `me`'s block of the output lies.
+fn own_block(me: usize, nranks: usize, d: &CollDesc<'_, Window>) -> (usize, bool, *mut u8) {
+    let count = d.count / nranks;
+    let in_place = d.in_place || d.send as u64 == d.recv as u64;
+    (count, in_place, d.recv.wrapping_add(me * count * d.elem))
+}
+
 /// The two calls of a scatter + all_gather broadcast
 /// ([`Exchange::ScatterGather`]) on rank `me` of `nranks` (`d.count` a
 /// multiple of `nranks`): a scatter of `count / nranks` from the root's
@@ -243,9 +252,7 @@ pub fn scatter_gather_parts<'a>(
     nranks: usize,
     d: &CollDesc<'a, Window>,
 ) -> (CollDesc<'a, Window>, CollDesc<'a, Window>) {
-    let count = d.count / nranks;
-    let in_place = d.in_place || d.send as u64 == d.recv as u64;
-    let mine = d.recv.wrapping_add(me * count * d.elem);
+    let (count, in_place, mine) = own_block(me, nranks, d);
     let input = match (me == d.root, in_place) {
         (false, _) => std::ptr::null(),
         (true, true) => d.recv as *const u8,
@@ -275,10 +282,7 @@ pub fn two_shot_parts<'a>(
     nranks: usize,
     d: &CollDesc<'a, Window>,
 ) -> (CollDesc<'a, Window>, CollDesc<'a, Window>) {
-    let count = d.count / nranks;
-    // NCCL lets an all_reduce be in place with the flag unset (send == recv).
-    let in_place = d.in_place || d.send as u64 == d.recv as u64;
-    let mine = d.recv.wrapping_add(me * count * d.elem);
+    let (count, in_place, mine) = own_block(me, nranks, d);
     let rs = if in_place {
         part(
             d,

@@ -267,12 +267,7 @@ struct CallWire<'a> {
 impl CallWire<'_> {
     /// The error for a message whose fingerprint differs from this call's.
     fn mismatch(&self, peer: usize, theirs: &[u8; FINGERPRINT_BYTES]) -> PluginError {
-        let me = self.comm.rank;
-        let theirs = match Fingerprint::decode(theirs) {
-            Ok(f) => f.to_string(),
-            Err(g) => format!("something unreadable ({})", g.0),
-        };
-        PluginError::invalid(mismatch_text(me, &self.fp.to_string(), peer, &theirs))
+        self.comm.mismatch(peer, &self.fp, theirs)
     }
 
     /// Between polls: [`ShmComm::check_wait`], and a send of `peer` made
@@ -291,6 +286,21 @@ impl CallWire<'_> {
 }
 
 impl ShmComm {
+    /// The mismatch of this rank's call `mine` with what `peer` wrote instead
+    /// (a collective's fingerprint, or the one a pending send implies).
+    pub(crate) fn mismatch(
+        &self,
+        peer: usize,
+        mine: &Fingerprint,
+        theirs: &[u8; FINGERPRINT_BYTES],
+    ) -> PluginError {
+        let theirs = match Fingerprint::decode(theirs) {
+            Ok(f) => f.to_string(),
+            Err(g) => format!("something unreadable ({})", g.0),
+        };
+        PluginError::invalid(mismatch_text(self.rank, &mine.to_string(), peer, &theirs))
+    }
+
     /// Between polls of a wait for `peer` in `what` (this rank's call):
     /// stop for an abort, a peer that gave up or died, or the timeout.
     /// `began`: when the wait began polling past its spin phase.
@@ -387,11 +397,7 @@ impl Wire for CallWire<'_> {
                 if backoff.polled() {
                     waited = self.check(peer, &mut last_pid_check)?;
                 }
-                match backoff.pause(waited) {
-                    Pause::Spin => std::hint::spin_loop(),
-                    Pause::Yield => std::thread::yield_now(),
-                    Pause::Sleep(d) => std::thread::sleep(d),
-                }
+                pause(backoff.pause(waited));
             }
         }
         if let Some(theirs) = c.sent_before_exchange(peer) {
@@ -412,6 +418,15 @@ impl Wire for CallWire<'_> {
 
     fn scratch(&mut self) -> *mut u8 {
         self.comm.arena.scratch()
+    }
+}
+
+/// Act on a wait's [`Pause`].
+fn pause(p: Pause) {
+    match p {
+        Pause::Spin => std::hint::spin_loop(),
+        Pause::Yield => std::thread::yield_now(),
+        Pause::Sleep(d) => std::thread::sleep(d),
     }
 }
 

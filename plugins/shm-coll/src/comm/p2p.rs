@@ -13,8 +13,7 @@
 
 use super::ShmComm;
 use crate::ring;
-use crate::wait::{Backoff, Pause};
-use ferrocx_algo::fingerprint::{mismatch_text, FINGERPRINT_BYTES};
+use crate::wait::Backoff;
 use ferrocx_algo::Fingerprint;
 use ferrocx_sdk::collective::{P2pDesc, P2pDir, P2pOp};
 use ferrocx_sdk::{MemKind, PluginError, PluginResult};
@@ -109,11 +108,7 @@ impl ShmComm {
                 let i = done.iter().position(|&d| !d).expect("left > 0");
                 waited = self.check_p2p(&ops[i], numbers[i], &mut began, &mut last_pid_check)?;
             }
-            match backoff.pause(waited) {
-                Pause::Spin => std::hint::spin_loop(),
-                Pause::Yield => std::thread::yield_now(),
-                Pause::Sleep(d) => std::thread::sleep(d),
-            }
+            super::pause(backoff.pause(waited));
         }
     }
 
@@ -195,7 +190,7 @@ impl ShmComm {
             // visible once it is (release order), so none was.
             if self.arena.arrived(p, parity) == m + 1 && !self.arena.p2p_arrived(p, n) {
                 let (theirs, _, _) = self.arena.message(p, parity);
-                return Err(self.p2p_mismatch(p, &mine, &theirs));
+                return Err(self.mismatch(p, &mine, &theirs));
             }
         }
         self.check_wait(p, &mine, began, last_pid_check)
@@ -213,7 +208,7 @@ impl ShmComm {
         }
         for p in 0..self.nranks {
             if let Some(theirs) = self.sent_before_exchange(p) {
-                return Err(self.p2p_mismatch(p, what, &theirs));
+                return Err(self.mismatch(p, what, &theirs));
             }
         }
         let mut backoff = Backoff::new(self.oversubscribed);
@@ -236,25 +231,7 @@ impl ShmComm {
             if backoff.polled() {
                 waited = self.check_wait(p, what, &mut began, &mut last_pid_check)?;
             }
-            match backoff.pause(waited) {
-                Pause::Spin => std::hint::spin_loop(),
-                Pause::Yield => std::thread::yield_now(),
-                Pause::Sleep(d) => std::thread::sleep(d),
-            }
+            super::pause(backoff.pause(waited));
         }
-    }
-
-    /// The mismatch of this rank's `mine` with what `peer` wrote instead.
-    fn p2p_mismatch(
-        &self,
-        peer: usize,
-        mine: &Fingerprint,
-        theirs: &[u8; FINGERPRINT_BYTES],
-    ) -> PluginError {
-        let theirs = match Fingerprint::decode(theirs) {
-            Ok(f) => f.to_string(),
-            Err(g) => format!("something unreadable ({})", g.0),
-        };
-        PluginError::invalid(mismatch_text(self.rank, &mine.to_string(), peer, &theirs))
     }
 }

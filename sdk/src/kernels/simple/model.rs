@@ -306,13 +306,8 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
         Coll::AllToAll,
         Coll::Broadcast,
     ];
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = |m: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % m
-    };
+    let mut rng = crate::testing::Rng::new(0x2545_f491_4f6c_dd1d);
+    let mut next = |m: u64| rng.below(m);
     for n in 1..=5 {
         let (slot, span) = (32, 4096);
         let w = world(n, slot, 2 * span);
@@ -401,13 +396,8 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
 /// Every rank ends with the whole sum, in and out of place, rings lapped.
 #[test]
 fn two_shot_all_reduce_is_a_reduce_scatter_then_an_all_gather_in_place() {
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = |m: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % m
-    };
+    let mut rng = crate::testing::Rng::new(0x9e37_79b9_7f4a_7c15);
+    let mut next = |m: u64| rng.below(m);
     for n in 3..=5 {
         let (slot, span) = (32, 4096);
         let w = world(n, slot, 2 * span);
@@ -632,13 +622,8 @@ impl World {
 /// that meets a receive of another size is caught by the header, not read.
 #[test]
 fn p2p_groups_on_2_to_5_ranks_and_a_size_mismatch_caught() {
-    let mut seed = 0x1234_5678_9abc_def1_u64;
-    let mut next = |m: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % m
-    };
+    let mut rng = crate::testing::Rng::new(0x1234_5678_9abc_def1);
+    let mut next = |m: u64| rng.below(m);
     for n in 2..=5 {
         let (slot, span) = (48, 8192);
         let w = world(n, slot, 2 * span);
@@ -724,13 +709,8 @@ fn p2p_groups_on_2_to_5_ranks_and_a_size_mismatch_caught() {
 /// ends with the root's whole input, the root in and out of place.
 #[test]
 fn scatter_then_all_gather_is_a_broadcast() {
-    let mut seed = 0x5851_f42d_4c95_7f2d_u64;
-    let mut next = |m: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % m
-    };
+    let mut rng = crate::testing::Rng::new(0x5851_f42d_4c95_7f2d);
+    let mut next = |m: u64| rng.below(m);
     for n in 3..=5 {
         let (slot, span) = (32, 4096);
         let w = world(n, slot, 2 * span);
