@@ -24,6 +24,7 @@ pub mod collective;
 mod comm;
 pub mod config;
 pub mod device;
+pub mod devnet;
 mod engine;
 mod error;
 pub mod log;
@@ -50,6 +51,8 @@ pub use types::{Bf16, DataType, Element, RedOp, F16, F8E4M3, F8E5M2};
 
 #[cfg(feature = "builtin-ce")]
 use ferrocx_ce as _;
+#[cfg(feature = "builtin-ibgda")]
+use ferrocx_ibgda_host as _;
 #[cfg(feature = "builtin-net-socket")]
 use ferrocx_net_socket as _;
 #[cfg(feature = "builtin-p2p")]

@@ -31,6 +31,7 @@ pub mod copy;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
+pub mod devnet;
 pub mod env;
 mod error;
 mod export;

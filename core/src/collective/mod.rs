@@ -16,6 +16,7 @@ pub mod select;
 
 pub use instance::CollectivePlugin;
 pub use library::CollectiveLib;
+pub(crate) use oob::OobTable;
 pub use select::{Choice, Runner};
 
 use crate::algo::CollKind;

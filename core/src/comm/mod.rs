@@ -91,6 +91,8 @@ pub struct Communicator {
     p2p_seq: Mutex<Vec<[u64; 2]>>,
     /// The job secret this communicator was made with; its splits use it too.
     secret: Option<JobSecret>,
+    /// Device-networking plugins found (opened only by `devnet_open`).
+    devnet_libs: Vec<Arc<crate::devnet::DevnetLib>>,
 }
 
 /// This rank's GPU: `FERROCX_DEVICE`, else the local rank modulo the device count;
@@ -360,6 +362,7 @@ impl Communicator {
             colls,
             coll_serial: Mutex::new(crate::collective::bids::HostP2p::new(cfg.nranks)),
             coll_seq: AtomicU64::new(0),
+            devnet_libs: registry.devnets.clone(),
             windows: crate::window::WindowTable::default(),
             splits: AtomicU64::new(0),
             shrinks: AtomicU64::new(0),

@@ -85,3 +85,50 @@ impl Communicator {
         Ok(self.choose(&call))
     }
 }
+
+impl Communicator {
+    /// Open the device-networking plugin on this communicator (collective):
+    /// `FERROCX_DEVNET` names it, else the first found (the built-in `ibgda`).
+    /// Kernels then post puts, signals and fetch-adds through the plugin's
+    /// device header, with [`DevNet::device_view`](crate::devnet::DevNet::device_view)
+    /// as their handle. `Error::Unsupported` says why a plugin cannot serve
+    /// this communicator (no GPU, a peer on another host for the proxy handler).
+    pub fn devnet_open(&self) -> Result<crate::devnet::DevNet> {
+        self.check_live()?;
+        let want = crate::devnet::chosen_from_env();
+        let lib = match &want {
+            Some(name) => self.devnet_libs.iter().find(|l| &l.name == name),
+            None => self.devnet_libs.first(),
+        };
+        let Some(lib) = lib else {
+            let found: Vec<&str> = self.devnet_libs.iter().map(|l| l.name.as_str()).collect();
+            return Err(Error::Unsupported(format!(
+                "no device-networking plugin{} is loaded (loaded: {})",
+                want.map(|w| format!(" named '{w}' (FERROCX_DEVNET)"))
+                    .unwrap_or_default(),
+                if found.is_empty() {
+                    "none".into()
+                } else {
+                    found.join(", ")
+                }
+            )));
+        };
+        crate::devnet::DevNet::open(lib.clone(), &self.shared)
+    }
+
+    /// Offer window `w` to an open device-networking plugin (collective): the
+    /// number kernels name it by. Deregister it there
+    /// ([`DevNet::window_deregister`](crate::devnet::DevNet::window_deregister))
+    /// before the window itself.
+    pub fn devnet_window_register(&self, dn: &crate::devnet::DevNet, w: &Window) -> Result<u32> {
+        self.check_live()?;
+        let entry = self.windows.entry(w).ok_or_else(|| {
+            Error::invalid(format!(
+                "devnet_window_register: window at {:#x} ({} B) is not registered",
+                w.base(),
+                w.bytes()
+            ))
+        })?;
+        dn.register(entry)
+    }
+}

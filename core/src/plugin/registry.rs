@@ -5,6 +5,7 @@
 use super::library::{open_library, PluginLib, PluginSource};
 use crate::collective::CollectiveLib;
 use crate::config::env_bool;
+use crate::devnet::DevnetLib;
 use crate::error::Result;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,6 +31,8 @@ pub struct Registry {
     pub plugins: Vec<Arc<PluginLib>>,
     /// Loaded, validated collective plugins (same rule).
     pub collectives: Vec<Arc<CollectiveLib>>,
+    /// Loaded, validated device-networking plugins (same rule).
+    pub devnets: Vec<Arc<DevnetLib>>,
     /// One entry per candidate, loaded or not.
     pub report: Vec<PluginReport>,
 }
@@ -76,6 +79,7 @@ impl Registry {
         let mut reg = Registry {
             plugins: Vec::new(),
             collectives: Vec::new(),
+            devnets: Vec::new(),
             report: Vec::new(),
         };
         if builtins {
@@ -88,6 +92,12 @@ impl Registry {
             for table in ferrocx_sdk::collective::builtin_collectives() {
                 match CollectiveLib::builtin(table) {
                     Ok(p) => reg.add_collective(p),
+                    Err(e) => reg.skip(table.name_str(), PluginSource::Builtin, e.to_string()),
+                }
+            }
+            for table in ferrocx_sdk::devnet::builtin_devnets() {
+                match DevnetLib::builtin(table) {
+                    Ok(p) => reg.add_devnet(p),
                     Err(e) => reg.skip(table.name_str(), PluginSource::Builtin, e.to_string()),
                 }
             }
@@ -105,20 +115,27 @@ impl Registry {
             let loaded = open_library(&path).and_then(|lib| {
                 let t = PluginLib::from_library(&lib, &path);
                 let c = CollectiveLib::from_library(&lib, &path);
-                if t.is_none() && c.is_none() {
+                let d = DevnetLib::from_library(&lib, &path);
+                if t.is_none() && c.is_none() && d.is_none() {
                     return Err(crate::Error::PluginLoad {
                         path: path.display().to_string(),
                         message: format!(
-                            "no symbol '{}' or '{}': not a ferrocx plugin (or built for another ABI)",
+                            "no symbol '{}', '{}' or '{}': not a ferrocx plugin (or built for another ABI)",
                             ferrocx_sdk::abi::FX_SYMBOL_V1,
-                            ferrocx_sdk::abi::FX_COLL_SYMBOL_V1
+                            ferrocx_sdk::abi::FX_COLL_SYMBOL_V1,
+                            ferrocx_sdk::abi::FX_DEVNET_SYMBOL_V1
                         ),
                     });
                 }
-                Ok((t, c))
+                Ok((t, c, d))
             });
             match loaded {
-                Ok((t, c)) => {
+                Ok((t, c, d)) => {
+                    match d {
+                        Some(Ok(p)) => reg.add_devnet(p),
+                        Some(Err(e)) => reg.skip_file(&path, e),
+                        None => {}
+                    }
                     match t {
                         Some(Ok(p)) => reg.add(p),
                         Some(Err(e)) => reg.skip_file(&path, e),
@@ -156,6 +173,20 @@ impl Registry {
             &mut self.collectives,
             &mut self.report,
             "collective",
+            p,
+            name,
+            abi,
+            source,
+            |q| (&q.name, &q.source),
+        );
+    }
+
+    fn add_devnet(&mut self, p: DevnetLib) {
+        let (name, abi, source) = (p.name.clone(), p.abi_version, p.source.clone());
+        add_entry(
+            &mut self.devnets,
+            &mut self.report,
+            "devnet",
             p,
             name,
             abi,

@@ -57,6 +57,10 @@ pub(crate) struct Entry {
     pub handles: Vec<Option<usize>>,
     /// Handles to give back at deregistration (also those not usable by all).
     owned: Vec<Option<usize>>,
+    /// Rank r's window mapped into this process (0 where not mapped).
+    pub peer_bases: Vec<u64>,
+    /// Rank r's window address in its own process.
+    pub peer_addrs: Vec<u64>,
     _mappings: Vec<Arc<Mapping>>,
 }
 
@@ -251,6 +255,8 @@ impl WindowTable {
             mem: local.mem,
             handles,
             owned,
+            peer_bases,
+            peer_addrs,
             _mappings: mappings,
         });
         tracing::debug!(target: "ferrocx::window", "window #{id}: {} B of {} memory at {:#x}", e.bytes, kind_name(e.mem), e.base);
@@ -327,6 +333,11 @@ impl WindowTable {
             .iter()
             .find(|e| ptr >= e.base && ptr - e.base + len as u64 <= e.bytes as u64)
             .map(|e| (e.clone(), ptr - e.base))
+    }
+
+    /// The entry of a registered window.
+    pub(crate) fn entry(&self, w: &Window) -> Option<Arc<Entry>> {
+        self.list.read().iter().find(|e| e.id == w.id).cloned()
     }
 
     /// Windows registered now (leak checks).

@@ -9,9 +9,10 @@
  *
  * The completion side: taking completions (`fxg_cq_poll`, also host C, tested
  * against the Rust proxy's encoder), waiting for one request's completion,
- * and a quiet that waits. Not yet here (docs/IBGDA.md): the windows' handles
- * from the host ABI, the health rules on the GPU, and the mlx5 doorbell.
- * Nothing of it has run on a GPU.
+ * and a quiet that waits. The view (`struct fxg_view`) a kernel gets from
+ * the host side (`device_view`): its queues to every peer and its signal
+ * words. Not yet here (docs/IBGDA.md): the health rules on the GPU (the proxy
+ * handler keeps them on the host) and the mlx5 doorbell.
  */
 #ifndef FERROCX_IBGDA_H
 #define FERROCX_IBGDA_H
@@ -47,7 +48,10 @@ typedef unsigned char fxg_u8;
 #define FXG_SIGNAL_SET 0
 #define FXG_SIGNAL_ADD 1
 
-/* A ring: a 128-byte header, then the entries. */
+/* A ring: a 128-byte header, then the entries. The producer index is kept by
+   a completion ring's producer (the proxy) only: GPU producers do not keep a
+   request ring's (atomics on host memory across PCIe are not portable), and
+   consumers go by stamps. */
 #define FXG_RING_PRODUCER 0
 #define FXG_RING_SLOTS 8
 #define FXG_RING_ENTRY_BYTES 12
@@ -99,7 +103,7 @@ FXG_FN void fxg_encode_put(fxg_u8* r, fxg_u32 window, fxg_u64 dst, fxg_u64 src, 
 }
 
 /* A put, then (once its data is visible) `op` (FXG_SIGNAL_SET or _ADD) with
-   `value` on the 8-byte signal word at `signal` of the peer's window. */
+   `value` on the 8-byte word at byte `signal` of the peer's signal words. */
 FXG_FN void fxg_encode_put_signal(fxg_u8* r, fxg_u32 window, fxg_u64 dst, fxg_u64 src, fxg_u32 bytes,
                                   fxg_u64 signal, fxg_u64 value, fxg_u32 op) {
     fxg_encode_put(r, window, dst, src, bytes);
@@ -109,7 +113,9 @@ FXG_FN void fxg_encode_put_signal(fxg_u8* r, fxg_u32 window, fxg_u64 dst, fxg_u6
     fxg_put_u64(r, FXG_REC_VALUE, value);
 }
 
-/* Atomic fetch-add of `add` on the 8-byte word at `dst` of the peer's window. */
+/* Atomic fetch-add of `add` on the 8-byte word at `dst` of `window` at the
+   peer (FXG_SIGNALS: its signal words, the only atomic target of the proxy
+   handler). */
 FXG_FN void fxg_encode_fetch_add(fxg_u8* r, fxg_u32 window, fxg_u64 dst, fxg_u64 add) {
     fxg_record_clear(r);
     r[FXG_REC_KIND] = FXG_KIND_FETCH_ADD;
@@ -176,14 +182,82 @@ FXG_FN int fxg_cq_poll(fxg_u8* cq, struct fxg_completion* out) {
     return 1;
 }
 
+/* ---- The view a kernel takes (the host ABI's device_view) ----------------
+ *
+ * `fxg_view` is what `DevNet::device_view` (Rust) / the devnet table's
+ * device_view hook returns for this rank: a device address the kernel takes
+ * as a parameter. It says where this rank's queues to every peer are and
+ * where its own signal words are. Written once by the plugin's host side
+ * (plugins/ibgda/host/src/view.rs); a kernel only reads it.
+ *
+ * Windows: a put names a window by the number devnet window registration
+ * gave it (0, 1, ... in registration order, the same on every rank) and
+ * offsets in it (src in this rank's window, dst in the peer's). Signals and
+ * fetch-adds act on the peer's SIGNAL WORDS (`FERROCX_IBGDA_SIGNAL_BYTES`
+ * per rank, 64 KiB by default; offsets in bytes, 8-aligned): a put_signal's
+ * `signal` offset and a fetch_add's `dst` with window FXG_SIGNALS. A kernel
+ * reads its own signal words through `fxg_signals(view)`.
+ *
+ * Data a put brought is visible once its signal is: after
+ * fxg_signal_wait_until returns, read it with volatile (or .cv) loads if
+ * this kernel may have cached those lines before. */
+#define FXG_VIEW_MAGIC 0x56475846u /* "FXGV" */
+#define FXG_VIEW_HEADER_BYTES 64
+#define FXG_VIEW_PEER_BYTES 32
+/* The window number that names the signal words (fetch-adds act there). */
+#define FXG_SIGNALS 0xffffffffu
+
+struct fxg_view {
+    fxg_u32 magic;   /* FXG_VIEW_MAGIC */
+    fxg_u32 version; /* 1 */
+    fxg_u32 rank;
+    fxg_u32 nranks;
+    fxg_u64* signals;     /* this rank's signal words (mapped host memory) */
+    fxg_u64 signal_bytes;
+    fxg_u64 reserved[4];
+    /* then nranks entries of struct fxg_peer (this rank's own is zero) */
+};
+
+struct fxg_peer {
+    fxg_u8* sq;       /* the request ring to this peer */
+    fxg_u64* claimed; /* its producers' claim counter (device memory) */
+    fxg_u8* cq;       /* its completion ring */
+    fxg_u64 reserved;
+};
+
+FXG_FN const struct fxg_peer* fxg_peer_of(const struct fxg_view* v, fxg_u32 peer) {
+    return (const struct fxg_peer*)((const fxg_u8*)v + FXG_VIEW_HEADER_BYTES) + peer;
+}
+
+/* This rank's signal words. */
+FXG_FN volatile fxg_u64* fxg_signals(const struct fxg_view* v) {
+    return (volatile fxg_u64*)v->signals;
+}
+
+/* The completion ring of this rank's queue to `peer` (one consumer: the
+   thread that owns the queue's completions). */
+FXG_FN fxg_u8* fxg_cq_to(const struct fxg_view* v, fxg_u32 peer) {
+    return fxg_peer_of(v, peer)->cq;
+}
+
 #ifdef FXG_DEVICE
 
 /* One request queue as a GPU thread sees it: the ring (GPU-visible memory the
-   proxy reads) and a claim counter in device memory that only producers touch. */
+   proxy reads) and a claim counter in device memory that only producers touch
+   (it stands for the producer index, which the ring does not keep). */
 struct fxg_queue {
     fxg_u8* ring;
     fxg_u64* claimed;
 };
+
+/* This rank's request queue to `peer`. */
+FXG_FN struct fxg_queue fxg_queue_to(const struct fxg_view* v, fxg_u32 peer) {
+    const struct fxg_peer* p = fxg_peer_of(v, peer);
+    struct fxg_queue q;
+    q.ring = p->sq;
+    q.claimed = p->claimed;
+    return q;
+}
 
 FXG_FN fxg_u64 fxg_now() {
     fxg_u64 t;
@@ -192,11 +266,13 @@ FXG_FN fxg_u64 fxg_now() {
 }
 
 /* Post the record `r` (64 bytes; its stamp bytes are ignored): claim the next
-   index while the ring has room, write the body, fence, write the stamp (what
-   makes it visible to the consumer), then raise the producer index. Returns
-   the request's index (its id in completions), or ~0 when the ring stayed full
-   for `timeout_ns` (nothing was claimed: the queue stays usable). Any thread
-   may call it; several at once take different indices. */
+   index while the ring has room, write the body, fence, write the stamp. The
+   stamp publishes the entry: the ring's producer index is not touched (the
+   proxy takes entry c once its stamp says c + 1), so the ring needs no
+   atomics, only whole 8-byte stores. Returns the request's index (its id in
+   completions), or ~0 when the ring stayed full for `timeout_ns` (nothing was
+   claimed: the queue stays usable). Any thread may call it; several at once
+   take different indices. */
 FXG_FN fxg_u64 fxg_post(const struct fxg_queue q, const fxg_u8* r, fxg_u64 timeout_ns) {
     const fxg_u32 slots = *(volatile const fxg_u32*)(q.ring + FXG_RING_SLOTS);
     const fxg_u32 entry = *(volatile const fxg_u32*)(q.ring + FXG_RING_ENTRY_BYTES);
@@ -221,8 +297,6 @@ FXG_FN fxg_u64 fxg_post(const struct fxg_queue q, const fxg_u8* r, fxg_u64 timeo
     }
     __threadfence_system();
     *(volatile fxg_u64*)(e + FXG_REC_STAMP) = i + 1ull;
-    __threadfence_system();
-    atomicMax((fxg_u64*)(q.ring + FXG_RING_PRODUCER), i + 1ull);
     return i;
 }
 

@@ -1,7 +1,12 @@
 //! Fault injection: drop or delay the completions of a chosen path after N
 //! requests (issue 20, item 4). A carrier asks [`FaultInjector::on_post`] for
 //! each request it carries and obeys the answer; the fake carrier of the tests
-//! does, and the real ones can wrap themselves in it for demos.
+//! does, and the real ones can wrap themselves in it for demos. The plans can
+//! come from text ([`parse_plans`], the syntax of [`FAULT_ENV`]).
+
+mod spec;
+
+pub use spec::{parse_plans, FAULT_ENV};
 
 use crate::health::{Path, PeerId};
 use std::collections::BTreeMap;

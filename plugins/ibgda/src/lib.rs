@@ -24,13 +24,17 @@
 //!   put with signal set/add, fetch-add, quiet/fence records of 64 bytes) and the
 //!   completion queue written back (request id, status, peer, paths, fetched
 //!   value): explicit little-endian layouts, stamped entries so a half-written
-//!   one is never taken, full-queue refusal, laps of wrap; over plain byte slices.
+//!   one is never taken (a request ring is consumed by stamps alone: the GPU
+//!   keeps no producer index), full-queue refusal, laps of wrap; over any
+//!   [`queue::QueueMemory`] (plain bytes in tests, pinned host memory a GPU
+//!   writes in the plugin), touched only as whole 8-byte words.
 //! * [`proxy`] — the proxy NIC handler's logic: consumes the queues, routes each
 //!   request through [`health::Sender`], posts to a [`proxy::Carrier`] (the
 //!   transport, later), writes exactly one completion per request (an error
-//!   naming the peer and paths when it is unreachable), and honours quiet.
+//!   naming the peer and paths when it is unreachable; a bad-record one for what
+//!   the carrier says it can never carry), and honours quiet.
 //! * [`fault`] — fault injection: drop or delay the completions of a chosen path
-//!   after N requests.
+//!   after N requests; plans parsed from text (`FERROCX_IBGDA_FAULT`).
 //! * [`moe`] — the MoE all-to-all-v of the example: which bytes each rank puts
 //!   where to dispatch tokens to their experts' ranks and to combine the
 //!   outputs back (DeepEP's shape), from an all-gather of counts.
@@ -41,10 +45,12 @@
 //! What does not exist yet: the GPU-side health rules, the plugin
 //! ABI table (`ferrocx_devnet_v1`), any verbs or mlx5 object creation (QPs, CQs,
 //! UAR and doorbell mapping, memory registration), the proxy's thread and its
-//! real carriers (ce, net-socket, net-ib), GPU-visible mapping of the queues, the
-//! MoE example's kernel and benchmark. **None of this crate has run on hardware**: the WQE
+//! real carriers (ce, net-socket, net-ib), GPU-visible mapping of the queues
+//! (here only the [`queue::QueueMemory`] seam it plugs into), the MoE example's
+//! kernel and benchmark. **None of this crate has run on hardware**: the WQE
 //! layout is checked against the published layout only, and the queues and the
-//! proxy only against an in-memory carrier. `docs/IBGDA.md` says what is tested
+//! proxy only against an in-memory carrier and a producer thread on atomic
+//! words. `docs/IBGDA.md` says what is tested
 //! and what comes next.
 
 #![forbid(unsafe_code)]

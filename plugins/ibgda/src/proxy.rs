@@ -12,12 +12,19 @@
 //!
 //! * every request taken from a queue gets exactly one completion entry:
 //!   [`CqStatus::Ok`], or an error naming the peer and the failed paths
-//!   (unreachable peer), or [`CqStatus::BadRecord`]; a dead peer therefore ends
-//!   in errors within the health machine's bound (two timeouts), never a hang;
+//!   (unreachable peer), or [`CqStatus::BadRecord`] (bytes that do not decode,
+//!   or a request the carrier's [`Carrier::check`] refuses: never posted, no
+//!   path blamed); a dead peer therefore ends in errors within the health
+//!   machine's bound (two timeouts), never a hang;
 //! * a request is taken only while its completion queue has room for its
 //!   completion, so back-pressure reaches the GPU as a full request queue;
 //! * a [`WorkRecord::Quiet`] marker completes once every earlier request of its
 //!   queue has, and holds back the requests after it until then (fence).
+//!
+//! The queues live in memory the caller gives ([`Proxy::add_queue_in`]: pinned
+//! host memory the GPU writes) or the proxy allocates ([`Proxy::add_queue`]);
+//! a request queue is taken by its stamps alone (the GPU keeps no producer
+//! index there).
 //!
 //! The queues are per (peer, path) because the mlx5 handler needs one per QP;
 //! under the proxy the health lives here, so whichever queue a record comes from,
@@ -39,7 +46,7 @@ use crate::health::{
     Sender, Seq, UnknownCompletion,
 };
 use crate::queue::{
-    CompletionQueue, CqEntry, CqStatus, PathSet, QueueError, RequestQueue, WorkRecord,
+    CompletionQueue, CqEntry, CqStatus, PathSet, QueueError, QueueMemory, RequestQueue, WorkRecord,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -90,7 +97,7 @@ impl Default for ProxyConfig {
 pub enum ProxyError {
     /// The health timing cannot work.
     Config(ConfigError),
-    /// A queue size is not valid.
+    /// A queue size is not valid, or memory given for a queue is not its size.
     Queue(QueueError),
     /// `take_per_poll` is zero: nothing would ever be taken.
     ZeroTakePerPoll,
@@ -111,11 +118,16 @@ impl fmt::Display for ProxyError {
 
 impl std::error::Error for ProxyError {}
 
+// The host side runs the proxy on a thread of its own.
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Proxy>()
+};
+
 /// One queue pair's memory and the proxy's bookkeeping for it.
-#[derive(Debug)]
 struct QueueState {
-    sq: Vec<u8>,
-    cq: Vec<u8>,
+    sq: Box<dyn QueueMemory + Send>,
+    cq: Box<dyn QueueMemory + Send>,
     /// Request ids taken and not yet given a completion.
     outstanding: BTreeSet<u64>,
     /// A quiet marker waiting for `outstanding` to empty; nothing is taken
@@ -127,6 +139,20 @@ struct QueueState {
     backlog: VecDeque<CqEntry>,
     /// Set when the memory proved inconsistent; the queue is not used again.
     broken: bool,
+}
+
+impl fmt::Debug for QueueState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueState")
+            .field("sq_bytes", &self.sq.len_bytes())
+            .field("cq_bytes", &self.cq.len_bytes())
+            .field("outstanding", &self.outstanding)
+            .field("quiet", &self.quiet)
+            .field("error_since_quiet", &self.error_since_quiet)
+            .field("backlog", &self.backlog)
+            .field("broken", &self.broken)
+            .finish()
+    }
 }
 
 /// A request handed to the sender, remembered until it resolves.
@@ -174,19 +200,43 @@ impl Proxy {
         })
     }
 
-    /// Adds the queue pair `id` (memory set up empty); the first queue to a peer
-    /// also sets up the peer's paths in the health machine.
+    /// Adds the queue pair `id` in memory of its own (set up empty); the first
+    /// queue to a peer also sets up the peer's paths in the health machine.
     pub fn add_queue(&mut self, id: QueueId, peer_has_backup: bool) -> Result<(), ProxyError> {
+        let sq = vec![0u8; self.sq.ring().bytes()];
+        let cq = vec![0u8; self.cq.ring().bytes()];
+        self.add_queue_in(id, peer_has_backup, Box::new(sq), Box::new(cq))
+    }
+
+    /// Adds the queue pair `id` in the memory given (the GPU-visible memory the
+    /// GPU side maps), which must be [`Ring::bytes`](crate::queue::Ring::bytes)
+    /// long for [`request_queue`](Self::request_queue) and
+    /// [`completion_queue`](Self::completion_queue); both rings are set up
+    /// empty. The first queue to a peer also sets up the peer's paths.
+    pub fn add_queue_in(
+        &mut self,
+        id: QueueId,
+        peer_has_backup: bool,
+        mut sq: Box<dyn QueueMemory + Send>,
+        mut cq: Box<dyn QueueMemory + Send>,
+    ) -> Result<(), ProxyError> {
         if self.queues.contains_key(&id) {
             return Err(ProxyError::DuplicateQueue(id));
         }
+        // Both lengths before writing either: a refusal leaves the memory as given.
+        for (mem, ring) in [(&sq, self.sq.ring()), (&cq, self.cq.ring())] {
+            if mem.len_bytes() != ring.bytes() {
+                return Err(ProxyError::Queue(QueueError::WrongLength {
+                    expected: ring.bytes(),
+                    got: mem.len_bytes(),
+                }));
+            }
+        }
+        self.sq.ring().init(&mut *sq).map_err(ProxyError::Queue)?;
+        self.cq.ring().init(&mut *cq).map_err(ProxyError::Queue)?;
         if self.peers.insert(id.peer) {
             self.sender.add_peer(id.peer, peer_has_backup);
         }
-        let mut sq = vec![0; self.sq.ring().bytes()];
-        let mut cq = vec![0; self.cq.ring().bytes()];
-        self.sq.ring().init(&mut sq).map_err(ProxyError::Queue)?;
-        self.cq.ring().init(&mut cq).map_err(ProxyError::Queue)?;
         self.queues.insert(
             id,
             QueueState {
@@ -214,10 +264,12 @@ impl Proxy {
 
     /// The shared memory of queue `id`: (request queue, completion queue). The GPU
     /// side's view, for tests; in the plugin this is mapped GPU-visible memory.
-    pub fn memory_mut(&mut self, id: QueueId) -> Option<(&mut [u8], &mut [u8])> {
-        self.queues
-            .get_mut(&id)
-            .map(|q| (q.sq.as_mut_slice(), q.cq.as_mut_slice()))
+    pub fn memory_mut(
+        &mut self,
+        id: QueueId,
+    ) -> Option<(&mut dyn QueueMemory, &mut dyn QueueMemory)> {
+        let q = self.queues.get_mut(&id)?;
+        Some((&mut *q.sq, &mut *q.cq))
     }
 
     /// One round of the proxy loop at `now`: fails over what timed out, takes
@@ -307,7 +359,7 @@ impl Proxy {
         };
         let mut out = Vec::new();
         while !q.broken && q.quiet.is_none() && out.len() < max {
-            let unread = match cq.ring().used(&q.cq) {
+            let unread = match cq.ring().used(&*q.cq) {
                 Ok(n) => n,
                 Err(error) => {
                     broken(q, &mut self.events, id, true, error);
@@ -320,7 +372,7 @@ impl Proxy {
             if unread + owed >= u64::from(cq_slots) {
                 break;
             }
-            match sq.pop(&mut q.sq) {
+            match sq.pop(&mut *q.sq) {
                 Ok(None) => break,
                 Ok(Some((req_id, Ok(WorkRecord::Quiet)))) => {
                     q.outstanding.insert(req_id);
@@ -375,6 +427,21 @@ impl Proxy {
             WorkRecord::FetchAdd { dst, add, .. } => Op::FetchAdd { dst, add },
             WorkRecord::Quiet => return,
         };
+        if let Err(why) = carrier.check(id.peer, &work) {
+            self.events.push_back(ProxyEvent::Rejected {
+                queue: id,
+                req_id,
+                why,
+            });
+            let e = CqEntry {
+                req_id,
+                status: CqStatus::BadRecord,
+                peer: id.peer,
+                paths: PathSet::NONE,
+                value: 0,
+            };
+            return self.finish(id, req_id, e);
+        }
         match self.sender.post(id.peer, op, now) {
             Ok(seq) => {
                 self.pending.insert(
@@ -497,7 +564,7 @@ impl Proxy {
             if q.broken {
                 return;
             }
-            match cq.push(&mut q.cq, e) {
+            match cq.push(&mut *q.cq, e) {
                 Ok(_) => {
                     q.backlog.pop_front();
                 }

@@ -1,11 +1,14 @@
 //! The work queue a GPU thread writes and a host proxy thread consumes, and the
 //! completion queue the proxy writes back: byte layouts and ring arithmetic over
-//! plain byte slices, sans-IO.
+//! any [`QueueMemory`], sans-IO.
 //!
 //! One request queue (and its completion queue) exists per (rank, peer, path): the
-//! mlx5 handler needs one per QP, and the proxy handler reads the same format. The
-//! memory is modelled as `&mut [u8]` (in the plugin it is GPU-visible host memory
-//! mapped on both sides), so both sides' logic is testable without `unsafe`.
+//! mlx5 handler needs one per QP, and the proxy handler reads the same format. A
+//! ring lives in [`QueueMemory`]: in the plugin, pinned host memory a GPU writes
+//! concurrently; in the tests, plain byte slices. The ring is touched only as
+//! whole little-endian 8-byte words (a GPU's stores and the host's loads of one
+//! aligned word are not torn), with acquire loads and release stores where the
+//! memory is shared, so both sides' logic is testable without `unsafe`.
 //!
 //! # Layout (every integer little-endian)
 //!
@@ -13,30 +16,39 @@
 //!
 //! | offset | field | written by |
 //! |---|---|---|
-//! | [`PRODUCER_INDEX`] (0) | u64 producer index: entries ever published | producer |
+//! | [`PRODUCER_INDEX`] (0) | u64 producer index: entries ever published | a completion ring's producer (not the GPU on a request ring) |
 //! | [`RING_SLOTS`] (8) | u32 slot count (power of two) | [`Ring::init`] |
 //! | [`RING_ENTRY_BYTES`] (12) | u32 entry size | [`Ring::init`] |
 //! | [`CONSUMER_INDEX`] (64) | u64 consumer index: entries ever taken | consumer |
 //!
-//! The two indices sit on separate 64-byte lines because each side writes only
-//! its own and polls the other's. Entry `i` lives in slot `i mod slots`. Its
-//! first 8 bytes ([`ENTRY_STAMP`]) hold `i + 1`, written **last**, after a fence
-//! on the producer side: the consumer takes entry `i` only when the stamp says
-//! `i + 1`, so a record still being written (stale stamp of the previous lap, or
-//! zero in fresh memory) is never consumed even if the producer index, which
-//! travels separately over the bus, arrived first. The indices are u64 and never
-//! wrap (584 years at one entry per nanosecond); slots wrap every lap.
+//! Slot count and entry size form the one word at 8. The two indices sit on
+//! separate 64-byte lines because each side writes only its own and polls the
+//! other's. Entry `i` lives in slot `i mod slots`. Its first 8 bytes
+//! ([`ENTRY_STAMP`]) hold `i + 1`, written **last**, after the body (a fence on
+//! the GPU, a release store here): consumers go by stamps, taking entry `i`
+//! only when the stamp says `i + 1`, so a record still being written (stale
+//! stamp of the previous lap, or zero in fresh memory) is never consumed. The
+//! indices are u64 and never wrap (584 years at one entry per nanosecond);
+//! slots wrap every lap.
+//!
+//! The request ring's producer index is **not maintained by the GPU** (atomics
+//! on host memory across PCIe are not portable; GPU threads claim indices on a
+//! counter in device memory): its consumer ([`RequestQueue::pop`],
+//! [`Ring::pop_stamped`]) reads only the stamp at its own consumer index. A
+//! completion ring's producer (the proxy) keeps its producer index, which
+//! [`CompletionQueue::pop`] also checks.
 //!
 //! Full: the producer refuses when `producer - consumer == slots`
-//! ([`QueueError::Full`]). The proxy additionally takes a request only when the
-//! completion queue has room for its completion, so completions never pile up
-//! unboundedly.
+//! ([`QueueError::Full`]; on the GPU, its claim counter stands for the producer
+//! index). The proxy additionally takes a request only when the completion
+//! queue has room for its completion, so completions never pile up unboundedly.
 //!
 //! * [`record`]: request entries ([`WorkRecord`], [`RECORD_BYTES`] = 64);
 //! * [`completion`]: completion entries ([`CqEntry`], [`CQE_BYTES`] = 32).
 
 pub mod completion;
 mod error;
+mod memory;
 pub mod record;
 mod ring;
 
@@ -45,16 +57,20 @@ mod tests;
 
 pub use completion::{CompletionQueue, CqEntry, CqStatus, PathSet, CQE_BYTES};
 pub use error::{DecodeError, QueueError};
+pub use memory::QueueMemory;
 pub use record::{RequestQueue, SignalOp, WorkRecord, RECORD_BYTES};
 pub use ring::Ring;
 
 /// Bytes of a ring's header; entries start here.
 pub const HEADER_BYTES: usize = 128;
-/// u64 at 0: the producer index (entries published so far).
+/// u64 at 0: the producer index (entries published so far; not kept on a
+/// request ring by the GPU).
 pub const PRODUCER_INDEX: usize = 0;
-/// u32 at 8: the slot count, written at setup so both sides can check the layout.
+/// u32 at 8: the slot count, written at setup so both sides can check the layout
+/// (the low half of the word at 8).
 pub const RING_SLOTS: usize = 8;
-/// u32 at 12: the entry size in bytes, written at setup.
+/// u32 at 12: the entry size in bytes, written at setup (the high half of the
+/// word at 8).
 pub const RING_ENTRY_BYTES: usize = 12;
 /// u64 at 64: the consumer index (entries taken so far), on its own cache line.
 pub const CONSUMER_INDEX: usize = 64;

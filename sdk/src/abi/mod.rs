@@ -12,7 +12,9 @@ use std::ffi::{c_char, c_void};
 use std::sync::atomic::AtomicU32;
 
 pub mod collective;
+pub mod devnet;
 pub use collective::*;
+pub use devnet::*;
 
 /// ABI version of [`FxTransportV1`] and [`FxHostV1`].
 pub const FX_ABI_VERSION_1: u32 = 1;

@@ -101,6 +101,13 @@ fn main() -> ExitCode {
             ),
         ),
         Some("p2p-size-mismatch") => coll::p2p::size_mismatch(),
+        Some("devnet-ring") => coll::devnet::ring(
+            args[1].parse().expect("rounds"),
+            args[2].parse().expect("count"),
+            args[3].parse().expect("chunk"),
+            args.iter().any(|a| a == "--faults"),
+        ),
+        Some("devnet-killed") => coll::devnet::killed(),
         Some("host-p2p") => coll::host_p2p::run(args[1].parse().expect("rounds"), &args[2]),
         Some("host-p2p-size") => coll::host_p2p::size_mismatch(),
         Some("shrink") => coll::shrink::run(),

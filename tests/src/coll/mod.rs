@@ -8,6 +8,7 @@
 pub mod bad;
 pub mod ce_hang;
 pub mod device;
+pub mod devnet;
 pub mod hang;
 pub mod host_p2p;
 pub mod matrix;

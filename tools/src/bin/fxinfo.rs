@@ -131,7 +131,25 @@ fn collectives(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
             ce_routes(n);
         }
     }
-    p2p_routes(comm, lead)
+    p2p_routes(comm, lead)?;
+    devnet(comm, lead)
+}
+
+/// Which device-networking handler kernels would get, and why (collective:
+/// every rank opens and closes it).
+fn devnet(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
+    let line = match comm.devnet_open() {
+        Ok(dn) => {
+            let d = format!("{}: {}", dn.name(), dn.describe());
+            dn.close()?;
+            d
+        }
+        Err(e) => format!("not available: {e}"),
+    };
+    if lead {
+        println!("\ndevice networking (kernels posting puts and signals, Communicator::devnet_open):\n  {line}");
+    }
+    Ok(())
 }
 
 /// Who runs a send to the next rank, per size and memory kind (the same

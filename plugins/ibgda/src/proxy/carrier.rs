@@ -41,4 +41,17 @@ impl std::error::Error for Refused {}
 pub trait Carrier {
     /// Starts carrying `req` to `peer` on `path`.
     fn post(&mut self, peer: PeerId, path: Path, req: &CarrierRequest) -> Result<(), Refused>;
+
+    /// Whether `work` can be carried to `peer` at all (windows and offsets in
+    /// bounds...). An `Err` completes the request at once with
+    /// [`CqStatus::BadRecord`](crate::queue::CqStatus::BadRecord) and a
+    /// [`ProxyEvent::Rejected { queue, req_id, why }`](super::ProxyEvent::Rejected),
+    /// without posting it or touching path health.
+    ///
+    /// Asked once per request, before its first post: a request no path could
+    /// carry is the GPU's mistake, not a path fault, and must not fail over.
+    fn check(&self, peer: PeerId, work: &WorkRecord) -> Result<(), String> {
+        let _ = (peer, work);
+        Ok(())
+    }
 }

@@ -3,10 +3,11 @@
 use super::QueueId;
 use crate::health::{Path, PathFault, PeerError, PeerId, Seq, UnknownCompletion};
 use crate::queue::{DecodeError, QueueError};
+use std::fmt;
 use std::time::Duration;
 
 /// Something the host side should know, in the order it happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProxyEvent {
     /// `path` to `peer` was marked bad; its traffic moves to the other path.
     PathDown {
@@ -50,6 +51,17 @@ pub enum ProxyEvent {
         /// What was wrong.
         error: DecodeError,
     },
+    /// The carrier refused a record as one it can never carry
+    /// ([`super::Carrier::check`]); it got a
+    /// [`crate::queue::CqStatus::BadRecord`] completion and was never posted.
+    Rejected {
+        /// Its queue.
+        queue: QueueId,
+        /// Its request id.
+        req_id: u64,
+        /// The carrier's reason.
+        why: String,
+    },
     /// A queue's memory is inconsistent; the proxy stopped using it.
     QueueBroken {
         /// The queue.
@@ -62,4 +74,54 @@ pub enum ProxyEvent {
     /// The health machine did not recognize a completion the proxy gave it (a
     /// carrier bug, never a path fault).
     StrayCompletion(UnknownCompletion),
+}
+
+impl fmt::Display for ProxyEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProxyEvent::PathDown { peer, path, why } => {
+                write!(f, "{path} to {peer} is down: {why}")
+            }
+            ProxyEvent::Failover {
+                peer,
+                seq,
+                to,
+                attempt,
+            } => write!(
+                f,
+                "{seq} to {peer} posted again on the {to} (attempt {attempt})"
+            ),
+            ProxyEvent::PathRestored {
+                peer,
+                path,
+                down_for,
+            } => write!(f, "{path} to {peer} is back after {down_for:?}"),
+            ProxyEvent::PeerUnreachable(e) => write!(f, "{e}"),
+            ProxyEvent::BadRecord {
+                queue,
+                req_id,
+                error,
+            } => write!(
+                f,
+                "{queue}: request {req_id} is not a valid record: {error}"
+            ),
+            ProxyEvent::Rejected { queue, req_id, why } => {
+                write!(f, "{queue}: request {req_id} cannot be carried: {why}")
+            }
+            ProxyEvent::QueueBroken {
+                queue,
+                completion_queue,
+                error,
+            } => write!(
+                f,
+                "{queue}: {} no longer used: {error}",
+                if *completion_queue {
+                    "completion queue"
+                } else {
+                    "request queue"
+                }
+            ),
+            ProxyEvent::StrayCompletion(e) => write!(f, "{e}"),
+        }
+    }
 }

@@ -86,11 +86,13 @@ enum Ev {
 
 /// The fake transport: each hop takes 1..=`lat_us` µs; completions of the
 /// requests a [`crate::fault::FaultPlan`] hits are dropped or delayed; a peer in
-/// `dead` neither applies nor answers anything; a path in `refuse` refuses posts.
+/// `dead` neither applies nor answers anything; a path in `refuse` refuses posts;
+/// with `max_bytes`, [`Carrier::check`] rejects longer puts.
 pub(super) struct FakeCarrier {
     pub faults: FaultInjector,
     pub dead: BTreeSet<PeerId>,
     pub refuse: BTreeSet<(PeerId, Path)>,
+    pub max_bytes: Option<u32>,
     /// Every post: (time, peer, path, seq, attempt).
     pub posts: Vec<(Nanos, PeerId, Path, Seq, u32)>,
     lat_us: u64,
@@ -106,6 +108,7 @@ impl FakeCarrier {
             faults,
             dead: BTreeSet::new(),
             refuse: BTreeSet::new(),
+            max_bytes: None,
             posts: Vec::new(),
             lat_us,
             rng: Rng::new(seed),
@@ -199,6 +202,17 @@ impl Carrier for FakeCarrier {
             },
         );
         Ok(())
+    }
+
+    fn check(&self, _peer: PeerId, work: &WorkRecord) -> Result<(), String> {
+        match (*work, self.max_bytes) {
+            (WorkRecord::Put { bytes, .. } | WorkRecord::PutSignal { bytes, .. }, Some(max))
+                if bytes > max =>
+            {
+                Err(format!("a put of {bytes} bytes exceeds {max}"))
+            }
+            _ => Ok(()),
+        }
     }
 }
 

@@ -7,6 +7,8 @@ use crate::rng::Rng;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
+mod shared_memory;
+
 const T: Duration = Duration::from_millis(1);
 const W: Duration = Duration::from_millis(3);
 const P1: PeerId = PeerId(1);
@@ -656,6 +658,23 @@ fn bad_records_get_error_completions_and_refused_posts_fail_over() {
             ..
         }
     )));
+    // What the host side logs names the queue, the request and the reason.
+    let shown: Vec<String> = w.events.iter().map(|(_, e)| e.to_string()).collect();
+    assert!(
+        shown.contains(
+            &"queue to peer 1 on the primary path: request 1 is not a valid record: \
+              fetch-add target offset 3 is not 8-byte aligned"
+                .to_string()
+        ),
+        "{shown:?}"
+    );
+    assert!(
+        shown
+            .iter()
+            .any(|e| e.starts_with("primary path to peer 1 is down: ")
+                && e.ends_with("completed with error status 0x5a")),
+        "{shown:?}"
+    );
 }
 
 #[test]
@@ -688,4 +707,134 @@ fn setup_mistakes_are_refused_with_the_reason() {
         p.add_queue(q(P1), true),
         Err(ProxyError::DuplicateQueue(q(P1)))
     );
+    // Memory given for a queue must be its ring's size; a refusal adds nothing.
+    let (sb, cb) = (
+        p.request_queue().ring().bytes(),
+        p.completion_queue().ring().bytes(),
+    );
+    let q2 = q(P2);
+    for (s, c, expected, got) in [(sb + 8, cb, sb, sb + 8), (sb, cb - 8, cb, cb - 8)] {
+        assert_eq!(
+            p.add_queue_in(q2, false, Box::new(vec![0u8; s]), Box::new(vec![0u8; c])),
+            Err(ProxyError::Queue(crate::queue::QueueError::WrongLength {
+                expected,
+                got
+            }))
+        );
+    }
+    assert!(p.memory_mut(q2).is_none());
+    assert_eq!(
+        p.add_queue_in(
+            q(P1),
+            true,
+            Box::new(vec![0u8; sb]),
+            Box::new(vec![0u8; cb])
+        ),
+        Err(ProxyError::DuplicateQueue(q(P1)))
+    );
+    // Given memory is set up empty, whatever it held.
+    p.add_queue_in(
+        q2,
+        false,
+        Box::new(vec![0xeeu8; sb]),
+        Box::new(vec![0xeeu8; cb]),
+    )
+    .expect("right sizes");
+    let (sr, cr) = (p.request_queue().ring(), p.completion_queue().ring());
+    let (sq, cq) = p.memory_mut(q2).expect("added");
+    assert_eq!((sr.indices(sq), cr.indices(cq)), (Ok((0, 0)), Ok((0, 0))));
+    assert_eq!(sq.load(sr.offset_of(0)), 0, "stamps zeroed");
+}
+
+#[test]
+fn records_the_carrier_cannot_carry_complete_as_bad_without_touching_path_health() {
+    let mut w = world(&[(q(P1), true)], 8, 8, Vec::new(), 5);
+    w.carrier.max_bytes = Some(64);
+    let put = |dst, bytes| WorkRecord::Put {
+        window: 7,
+        dst,
+        src: 0,
+        bytes,
+    };
+    let recs = [
+        put(0, 8),
+        put(64, 100),
+        WorkRecord::FetchAdd {
+            window: 7,
+            dst: FADD_WORD,
+            add: 5,
+        },
+        WorkRecord::PutSignal {
+            window: 7,
+            dst: 256,
+            src: 0,
+            bytes: 65,
+            signal: SIG_ADD,
+            value: 1,
+            op: SignalOp::Add,
+        },
+        WorkRecord::Quiet,
+        put(512, 64),
+        WorkRecord::Quiet,
+    ];
+    w.todo
+        .insert(q(P1), recs.iter().map(|&r| (Nanos(0), r)).collect());
+    assert!(w.run(None, Nanos(0).after(Duration::from_secs(1))));
+    check(&w, false);
+    let mut got: Vec<_> = w.cqes[&q(P1)]
+        .iter()
+        .map(|(_, e)| (e.req_id, e.status, e.paths))
+        .collect();
+    got.sort_unstable_by_key(|x| x.0);
+    let (ok, bad) = (
+        (CqStatus::Ok, PathSet::of(Path::Primary)),
+        (CqStatus::BadRecord, PathSet::NONE),
+    );
+    assert_eq!(
+        got,
+        [
+            (0, ok.0, ok.1),
+            (1, bad.0, bad.1),
+            (2, ok.0, ok.1),
+            (3, bad.0, bad.1),
+            // The quiet reports the first error since the last one.
+            (4, bad.0, bad.1),
+            (5, ok.0, ok.1),
+            (6, CqStatus::Ok, PathSet::NONE),
+        ]
+    );
+    // Never posted, nothing written; the others each posted once on the primary.
+    let dest = &w.dests[&P1];
+    assert!(dest.writes[64..164].iter().all(|&n| n == 0));
+    assert!(dest.writes[256..321].iter().all(|&n| n == 0));
+    assert_eq!(dest.word(SIG_ADD), 0);
+    assert_eq!(dest.word(FADD_WORD), 5);
+    assert_eq!(w.carrier.posts.len(), 3);
+    assert!(w
+        .carrier
+        .posts
+        .iter()
+        .all(|p| p.2 == Path::Primary && p.4 == 0));
+    // Two rejections and no other event: no path went down.
+    let events: Vec<_> = w.events.iter().map(|(_, e)| e.clone()).collect();
+    assert_eq!(
+        events,
+        [
+            ProxyEvent::Rejected {
+                queue: q(P1),
+                req_id: 1,
+                why: "a put of 100 bytes exceeds 64".into()
+            },
+            ProxyEvent::Rejected {
+                queue: q(P1),
+                req_id: 3,
+                why: "a put of 65 bytes exceeds 64".into()
+            },
+        ]
+    );
+    assert_eq!(
+        events[0].to_string(),
+        "queue to peer 1 on the primary path: request 1 cannot be carried: a put of 100 bytes exceeds 64"
+    );
+    assert_eq!(w.proxy.sender().stats().reposted, 0);
 }

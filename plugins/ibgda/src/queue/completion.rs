@@ -10,7 +10,7 @@
 //! | [`CQE_PATHS`] (29) | u8 [`PathSet`]: the path that carried it, or the paths that failed |
 //! | 30 | 2 bytes reserved, zero |
 
-use super::{get_u32, get_u64, put_u32, put_u64, DecodeError, QueueError, Ring};
+use super::{get_u32, get_u64, put_u32, put_u64, DecodeError, QueueError, QueueMemory, Ring};
 use crate::health::{Path, PeerId};
 
 /// Bytes of one completion entry (a multiple of 16).
@@ -144,15 +144,20 @@ impl CompletionQueue {
 
     /// Proxy side: publishes `e`; refused with [`QueueError::Full`] while the GPU
     /// has not read enough.
-    pub fn push(&self, mem: &mut [u8], e: &CqEntry) -> Result<u64, QueueError> {
+    pub fn push(
+        &self,
+        mem: &mut (impl QueueMemory + ?Sized),
+        e: &CqEntry,
+    ) -> Result<u64, QueueError> {
         self.ring.push(mem, &e.encode())
     }
 
-    /// GPU side: takes the next completion, if one is visible.
+    /// GPU side (the Rust model of it): takes the next completion, if one is
+    /// published and its stamp visible.
     #[allow(clippy::type_complexity)]
     pub fn pop(
         &self,
-        mem: &mut [u8],
+        mem: &mut (impl QueueMemory + ?Sized),
     ) -> Result<Option<(u64, Result<CqEntry, DecodeError>)>, QueueError> {
         let mut b = [0u8; CQE_BYTES];
         Ok(self

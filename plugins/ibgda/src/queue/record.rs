@@ -15,7 +15,7 @@
 //! | [`REC_VALUE`] (48) | u64 signal value, or the fetch-add addend |
 //! | 56 | 8 bytes reserved, zero |
 
-use super::{get_u32, get_u64, put_u32, put_u64, DecodeError, QueueError, Ring};
+use super::{get_u32, get_u64, put_u32, put_u64, DecodeError, QueueError, QueueMemory, Ring};
 
 /// Bytes of one request entry (a multiple of 16: one 64-byte line).
 pub const RECORD_BYTES: usize = 64;
@@ -227,23 +227,30 @@ impl RequestQueue {
         self.ring
     }
 
-    /// GPU side: publishes `rec`; returns its request id (its index in the ring).
-    pub fn push(&self, mem: &mut [u8], rec: &WorkRecord) -> Result<u64, QueueError> {
+    /// GPU side (the Rust model of it): publishes `rec`; returns its request id
+    /// (its index in the ring). It keeps the ring's producer index as its claim
+    /// counter; the consumer never reads it.
+    pub fn push(
+        &self,
+        mem: &mut (impl QueueMemory + ?Sized),
+        rec: &WorkRecord,
+    ) -> Result<u64, QueueError> {
         self.ring.push(mem, &rec.encode())
     }
 
-    /// Proxy side: takes the next record, if one is visible. The outer error is
+    /// Proxy side: takes the next record once its stamp has landed, whatever
+    /// the producer index says ([`Ring::pop_stamped`]). The outer error is
     /// about the ring; the inner one about this record's bytes (it is taken
     /// either way, so one bad record cannot block the queue).
     #[allow(clippy::type_complexity)]
     pub fn pop(
         &self,
-        mem: &mut [u8],
+        mem: &mut (impl QueueMemory + ?Sized),
     ) -> Result<Option<(u64, Result<WorkRecord, DecodeError>)>, QueueError> {
         let mut b = [0u8; RECORD_BYTES];
         Ok(self
             .ring
-            .pop(mem, &mut b)?
+            .pop_stamped(mem, &mut b)?
             .map(|id| (id, WorkRecord::decode(&b))))
     }
 }

@@ -1,13 +1,17 @@
 //! The ring shared by request and completion queues: indices in the header,
-//! stamped entries, full and not-yet-visible detection.
+//! stamped entries, full and not-yet-visible detection. Every access to the
+//! ring's memory is one whole word ([`QueueMemory`]).
 
 use super::{
-    get_u32, get_u64, put_u32, put_u64, QueueError, CONSUMER_INDEX, ENTRY_STAMP, HEADER_BYTES,
+    get_u64, put_u64, QueueError, QueueMemory, CONSUMER_INDEX, ENTRY_STAMP, HEADER_BYTES,
     MAX_SLOTS, PRODUCER_INDEX, RING_ENTRY_BYTES, RING_SLOTS,
 };
 
+// Slots and entry size are read and written as the one word at RING_SLOTS.
+const _: () = assert!(RING_SLOTS.is_multiple_of(8) && RING_ENTRY_BYTES == RING_SLOTS + 4);
+
 /// The shape of one ring: slot count and entry size. Holds no memory; every
-/// operation takes the ring's bytes, as both sides of shared memory would.
+/// operation takes the ring's memory, as both sides of shared memory would.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ring {
     slots: u32,
@@ -49,29 +53,27 @@ impl Ring {
     }
 
     /// Sets up `mem` as an empty ring: zeroes it and writes the shape.
-    pub fn init(&self, mem: &mut [u8]) -> Result<(), QueueError> {
+    pub fn init(&self, mem: &mut (impl QueueMemory + ?Sized)) -> Result<(), QueueError> {
         self.check_len(mem)?;
-        mem.fill(0);
-        put_u32(mem, RING_SLOTS, self.slots);
-        put_u32(mem, RING_ENTRY_BYTES, self.entry as u32);
+        for at in (0..self.bytes()).step_by(8) {
+            mem.store(at, 0);
+        }
+        // The shape last: whoever sees it sees the zeroed ring.
+        mem.store(
+            RING_SLOTS,
+            u64::from(self.slots) | (self.entry as u64) << 32,
+        );
         Ok(())
     }
 
     /// `(producer, consumer)` indices, checked: the shape in the header matches,
     /// the consumer is not ahead of the producer and at most `slots` behind.
-    pub fn indices(&self, mem: &[u8]) -> Result<(u64, u64), QueueError> {
-        self.check_len(mem)?;
-        let (slots, entry) = (get_u32(mem, RING_SLOTS), get_u32(mem, RING_ENTRY_BYTES));
-        if slots != self.slots || entry as usize != self.entry {
-            return Err(QueueError::LayoutMismatch {
-                header_slots: slots,
-                header_entry_bytes: entry,
-                slots: self.slots,
-                entry_bytes: self.entry,
-            });
-        }
-        let p = get_u64(mem, PRODUCER_INDEX);
-        let c = get_u64(mem, CONSUMER_INDEX);
+    /// (A request ring's producer index is kept only by producers that choose
+    /// to; its consumer goes by stamps, [`Ring::pop_stamped`].)
+    pub fn indices(&self, mem: &(impl QueueMemory + ?Sized)) -> Result<(u64, u64), QueueError> {
+        self.check_shape(mem)?;
+        let p = mem.load(PRODUCER_INDEX);
+        let c = mem.load(CONSUMER_INDEX);
         if c > p || p - c > u64::from(self.slots) {
             return Err(QueueError::IndicesCorrupt {
                 producer: p,
@@ -83,7 +85,7 @@ impl Ring {
     }
 
     /// Entries published and not yet taken.
-    pub fn used(&self, mem: &[u8]) -> Result<u64, QueueError> {
+    pub fn used(&self, mem: &(impl QueueMemory + ?Sized)) -> Result<u64, QueueError> {
         let (p, c) = self.indices(mem)?;
         Ok(p - c)
     }
@@ -92,7 +94,11 @@ impl Ring {
     /// slot, then its stamp, then advances the producer index; returns the
     /// entry's index. Refused with [`QueueError::Full`] while every slot holds an
     /// entry the consumer has not taken.
-    pub fn push(&self, mem: &mut [u8], entry: &[u8]) -> Result<u64, QueueError> {
+    pub fn push(
+        &self,
+        mem: &mut (impl QueueMemory + ?Sized),
+        entry: &[u8],
+    ) -> Result<u64, QueueError> {
         self.check_entry(entry)?;
         let (p, c) = self.indices(mem)?;
         if p - c == u64::from(self.slots) {
@@ -103,43 +109,99 @@ impl Ring {
             });
         }
         let at = self.offset_of(p);
-        // Body first, stamp last (a fence sits between them on the GPU): the
-        // stamp is what makes the entry visible.
-        mem[at + 8..at + self.entry].copy_from_slice(&entry[8..]);
-        put_u64(mem, at + ENTRY_STAMP, p + 1);
-        put_u64(mem, PRODUCER_INDEX, p + 1);
+        // Body words first, stamp last (released; a fence sits between them on
+        // the GPU): the stamp is what makes the entry visible.
+        for k in (ENTRY_STAMP + 8..self.entry).step_by(8) {
+            mem.store(at + k, get_u64(entry, k));
+        }
+        mem.store(at + ENTRY_STAMP, p + 1);
+        mem.store(PRODUCER_INDEX, p + 1);
         Ok(p)
     }
 
-    /// Consumer side: copies the next entry into `out` and advances the consumer
-    /// index, returning the entry's index; `None` when there is none yet (empty,
-    /// or published but its stamp not yet visible).
-    pub fn pop(&self, mem: &mut [u8], out: &mut [u8]) -> Result<Option<u64>, QueueError> {
+    /// Consumer side of a ring whose producer keeps the producer index (a
+    /// completion ring): copies the next entry into `out` and advances the
+    /// consumer index, returning the entry's index; `None` when there is none
+    /// yet (empty, or published but its stamp not yet visible).
+    pub fn pop(
+        &self,
+        mem: &mut (impl QueueMemory + ?Sized),
+        out: &mut [u8],
+    ) -> Result<Option<u64>, QueueError> {
         self.check_entry(out)?;
         let (p, c) = self.indices(mem)?;
         if p == c {
             return Ok(None);
         }
+        self.take(mem, c, out)
+    }
+
+    /// Consumer side of a ring published by stamps alone (a request ring: GPU
+    /// producers do not keep its producer index, since atomics on host memory
+    /// across PCIe are not portable): takes entry `c`, the consumer index, once
+    /// its slot's stamp says `c + 1`, whatever the producer index word holds.
+    pub fn pop_stamped(
+        &self,
+        mem: &mut (impl QueueMemory + ?Sized),
+        out: &mut [u8],
+    ) -> Result<Option<u64>, QueueError> {
+        self.check_entry(out)?;
+        self.check_shape(mem)?;
+        let c = mem.load(CONSUMER_INDEX);
+        self.take(mem, c, out)
+    }
+
+    /// Takes entry `c` if its stamp has landed: the stamp word is loaded
+    /// (acquired) before the body words, and the slot handed back after them.
+    fn take(
+        &self,
+        mem: &mut (impl QueueMemory + ?Sized),
+        c: u64,
+        out: &mut [u8],
+    ) -> Result<Option<u64>, QueueError> {
+        // No stamp can say u64::MAX + 1: a consumer index that high has no entry.
+        let Some(want) = c.checked_add(1) else {
+            return Ok(None);
+        };
         let at = self.offset_of(c);
-        let stamp = get_u64(mem, at + ENTRY_STAMP);
-        if stamp != c + 1 {
+        let stamp = mem.load(at + ENTRY_STAMP);
+        if stamp != want {
             // An older lap's stamp (or zero) is a write still in progress; a
             // newer one means the producer overwrote an entry not yet taken.
-            if stamp > c + 1 {
+            if stamp > want {
                 return Err(QueueError::StampAhead { index: c, stamp });
             }
             return Ok(None);
         }
-        out.copy_from_slice(&mem[at..at + self.entry]);
-        put_u64(mem, CONSUMER_INDEX, c + 1);
+        put_u64(out, ENTRY_STAMP, stamp);
+        for k in (ENTRY_STAMP + 8..self.entry).step_by(8) {
+            put_u64(out, k, mem.load(at + k));
+        }
+        mem.store(CONSUMER_INDEX, want);
         Ok(Some(c))
     }
 
-    fn check_len(&self, mem: &[u8]) -> Result<(), QueueError> {
-        if mem.len() != self.bytes() {
+    /// The length and the shape in the header are this ring's.
+    fn check_shape(&self, mem: &(impl QueueMemory + ?Sized)) -> Result<(), QueueError> {
+        self.check_len(mem)?;
+        let shape = mem.load(RING_SLOTS);
+        let (slots, entry) = (shape as u32, (shape >> 32) as u32);
+        if slots != self.slots || entry as usize != self.entry {
+            return Err(QueueError::LayoutMismatch {
+                header_slots: slots,
+                header_entry_bytes: entry,
+                slots: self.slots,
+                entry_bytes: self.entry,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, mem: &(impl QueueMemory + ?Sized)) -> Result<(), QueueError> {
+        if mem.len_bytes() != self.bytes() {
             return Err(QueueError::WrongLength {
                 expected: self.bytes(),
-                got: mem.len(),
+                got: mem.len_bytes(),
             });
         }
         Ok(())

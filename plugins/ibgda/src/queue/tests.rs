@@ -3,6 +3,7 @@ use super::record::*;
 use super::*;
 use crate::health::{Path, PeerId};
 use crate::rng::Rng;
+use std::cell::RefCell;
 use std::collections::VecDeque;
 
 fn le64(b: &[u8], at: usize) -> u64 {
@@ -377,5 +378,198 @@ fn inconsistent_memory_is_reported_not_trusted() {
             consumer: 0,
             slots: 4
         })
+    );
+}
+
+#[test]
+fn the_request_consumer_goes_by_stamps_alone() {
+    let q = RequestQueue::new(4).expect("valid");
+    let mut m = ring_mem(&q);
+    let rec = |i: u64| WorkRecord::Put {
+        window: 3,
+        dst: 64 * i,
+        src: i,
+        bytes: 64,
+    };
+    // A GPU producer keeps no producer index (it claims on a counter of its
+    // own, which the word stands for during each push): the word stays zero,
+    // and every stamped record is taken in order.
+    for i in 0..3 {
+        m.store(PRODUCER_INDEX, i);
+        assert_eq!(q.push(&mut m, &rec(i)), Ok(i));
+        m.store(PRODUCER_INDEX, 0);
+    }
+    for i in 0..3 {
+        assert_eq!(q.pop(&mut m), Ok(Some((i, Ok(rec(i))))));
+    }
+    assert_eq!(q.pop(&mut m), Ok(None), "no stamp 4 yet");
+    assert_eq!(m.load(CONSUMER_INDEX), 3);
+    // Whatever the word holds (behind the consumer, a lap ahead, nonsense),
+    // the stamp decides; the index-checked consumer of a completion ring would
+    // refuse these indices.
+    let mut out = [0u8; RECORD_BYTES];
+    for (i, junk) in [(3u64, 0u64), (4, 9), (5, u64::MAX)] {
+        m.store(PRODUCER_INDEX, i);
+        assert_eq!(q.push(&mut m, &rec(i)), Ok(i));
+        m.store(PRODUCER_INDEX, junk);
+        assert!(matches!(
+            q.ring().pop(&mut m, &mut out),
+            Err(QueueError::IndicesCorrupt { .. })
+        ));
+        assert_eq!(q.pop(&mut m), Ok(Some((i, Ok(rec(i))))));
+    }
+    // A word saying more is there than the stamps do takes nothing.
+    m.store(PRODUCER_INDEX, 9);
+    assert_eq!(q.pop(&mut m), Ok(None));
+    assert_eq!(m.load(CONSUMER_INDEX), 6, "consumer not advanced");
+    // A later lap's stamp is still an overrun.
+    let at = q.ring().offset_of(6);
+    m.store(at, 6 + 1 + 4);
+    assert_eq!(
+        q.pop(&mut m),
+        Err(QueueError::StampAhead {
+            index: 6,
+            stamp: 11
+        })
+    );
+    // The shape checks stay.
+    m.store(RING_SLOTS, 8 | (64 << 32));
+    assert_eq!(
+        q.pop(&mut m),
+        Err(QueueError::LayoutMismatch {
+            header_slots: 8,
+            header_entry_bytes: 64,
+            slots: 4,
+            entry_bytes: 64
+        })
+    );
+    let mut short = vec![0u8; q.ring().bytes() - 8];
+    assert_eq!(
+        q.pop(&mut short[..]),
+        Err(QueueError::WrongLength {
+            expected: q.ring().bytes(),
+            got: q.ring().bytes() - 8
+        })
+    );
+}
+
+/// Plain bytes that log every access, to check the word discipline.
+struct Logged {
+    mem: Vec<u8>,
+    log: RefCell<Vec<Access>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Access {
+    Load(usize),
+    Store(usize),
+}
+
+impl Logged {
+    fn take(&self) -> Vec<Access> {
+        std::mem::take(&mut self.log.borrow_mut())
+    }
+}
+
+impl QueueMemory for Logged {
+    fn len_bytes(&self) -> usize {
+        self.mem.len()
+    }
+
+    fn load(&self, at: usize) -> u64 {
+        assert_eq!(at % 8, 0, "unaligned load");
+        self.log.borrow_mut().push(Access::Load(at));
+        self.mem.load(at)
+    }
+
+    fn store(&mut self, at: usize, v: u64) {
+        assert_eq!(at % 8, 0, "unaligned store");
+        self.log.borrow_mut().push(Access::Store(at));
+        self.mem.store(at, v);
+    }
+}
+
+#[test]
+fn rings_are_touched_as_whole_words_bodies_before_stamps() {
+    use Access::{Load, Store};
+    let q = RequestQueue::new(4).expect("valid");
+    let cq = CompletionQueue::new(2).expect("valid");
+    let body = |at: usize, bytes: usize| (at + 8..at + bytes).step_by(8);
+    for (ring, entry) in [(q.ring(), RECORD_BYTES), (cq.ring(), CQE_BYTES)] {
+        let mut m = Logged {
+            mem: vec![0xee; ring.bytes()],
+            log: RefCell::new(Vec::new()),
+        };
+        // Through a trait object too, as the proxy holds its memory.
+        ring.init(&mut m as &mut dyn QueueMemory)
+            .expect("right size");
+        let mut want: Vec<_> = (0..ring.bytes()).step_by(8).map(Store).collect();
+        want.push(Store(RING_SLOTS));
+        assert_eq!(m.take(), want, "init: every word zeroed, the shape last");
+        assert!(m.mem[..RING_SLOTS].iter().all(|&b| b == 0));
+
+        for i in 0..3u64 {
+            let at = ring.offset_of(i);
+            let mut e = vec![0u8; entry];
+            e.iter_mut()
+                .enumerate()
+                .for_each(|(k, b)| *b = (k as u8) ^ (i as u8));
+            assert_eq!(ring.push(&mut m, &e), Ok(i));
+            let log = m.take();
+            let split = log
+                .iter()
+                .position(|a| matches!(a, Store(_)))
+                .expect("stores");
+            let mut loads = log[..split].to_vec();
+            loads.sort();
+            assert_eq!(
+                loads,
+                [Load(PRODUCER_INDEX), Load(RING_SLOTS), Load(CONSUMER_INDEX)]
+            );
+            let mut stores: Vec<_> = body(at, entry).map(Store).collect();
+            stores.extend([Store(at), Store(PRODUCER_INDEX)]);
+            assert_eq!(
+                log[split..],
+                stores,
+                "the body, then the stamp, then the index"
+            );
+
+            let mut out = vec![0u8; entry];
+            let got = if entry == RECORD_BYTES {
+                ring.pop_stamped(&mut m, &mut out)
+            } else {
+                ring.pop(&mut m, &mut out)
+            };
+            assert_eq!(got, Ok(Some(i)));
+            assert_eq!(out[8..], e[8..]);
+            let mut want = vec![Load(RING_SLOTS)];
+            if entry == CQE_BYTES {
+                want.push(Load(PRODUCER_INDEX));
+            }
+            want.extend([Load(CONSUMER_INDEX), Load(at)]);
+            want.extend(body(at, entry).map(Load));
+            want.push(Store(CONSUMER_INDEX));
+            assert_eq!(m.take(), want, "the stamp, then the body, then the index");
+        }
+    }
+    // Through the queues' own wrappers: the request consumer never loads the
+    // producer index, even when it finds nothing.
+    let mut m = Logged {
+        mem: ring_mem(&q),
+        log: RefCell::new(Vec::new()),
+    };
+    let put = WorkRecord::Put {
+        window: 1,
+        dst: 2,
+        src: 3,
+        bytes: 4,
+    };
+    q.push(&mut m as &mut dyn QueueMemory, &put).expect("room");
+    m.take();
+    assert_eq!(q.pop(&mut m), Ok(Some((0, Ok(put)))));
+    assert_eq!(q.pop(&mut m as &mut dyn QueueMemory), Ok(None));
+    assert!(
+        !m.take().contains(&Load(PRODUCER_INDEX)),
+        "the request consumer read the producer index"
     );
 }
