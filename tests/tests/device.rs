@@ -668,3 +668,30 @@ fn devnet_a_killed_peer_is_named_and_nothing_hangs() {
         outs[1].stdout
     );
 }
+
+/// The MoE all-to-all-v on ibgda's device API (issue 20's example): random
+/// routings per rank and step, dispatch and combine by kernels' puts and
+/// signals, every token checked back at its origin (2 and 3 ranks; 3 ranks
+/// with a fault plan dropping primary completions, so some steps fail over).
+#[test]
+fn devnet_moe_dispatch_and_combine_return_every_token() {
+    if !gpus() {
+        return;
+    }
+    run_ok_n(
+        2,
+        &["devnet-moe", "20", "96", "512", "2"],
+        &[],
+        Duration::from_secs(300),
+    );
+    run_ok_n(
+        3,
+        &["devnet-moe", "12", "64", "256", "3"],
+        &[
+            ("FERROCX_IBGDA_FAULT", "path=primary,after=40,count=30,drop"),
+            ("FERROCX_IBGDA_TIMEOUT", "20ms"),
+            ("FERROCX_IBGDA_RECOVERY", "60ms"),
+        ],
+        Duration::from_secs(300),
+    );
+}

@@ -163,20 +163,24 @@ struct fxg_completion {
    consumer index moves on, which gives the proxy room. One consumer per ring
    (a thread that owns the queue's completions). */
 FXG_FN int fxg_cq_poll(fxg_u8* cq, struct fxg_completion* out) {
-    const fxg_u32 slots = fxg_get_u32(cq, FXG_RING_SLOTS);
-    const fxg_u32 entry = fxg_get_u32(cq, FXG_RING_ENTRY_BYTES);
-    /* The indices and the stamp move as whole 8-byte words (a torn index
-       could read as going backwards); both sides are little-endian. */
+    /* Whole 8-byte loads only: the ring sits in host memory, where every
+       load is a bus round trip (the shape word holds slots and entry size),
+       and a torn index could read as going backwards. Both sides are
+       little-endian. */
+    const fxg_u64 shape = *(const volatile fxg_u64*)(cq + FXG_RING_SLOTS);
+    const fxg_u32 slots = (fxg_u32)shape;
+    const fxg_u32 entry = (fxg_u32)(shape >> 32);
     volatile fxg_u64* consumer = (volatile fxg_u64*)(cq + FXG_RING_CONSUMER);
     const fxg_u64 c = *consumer;
     const volatile fxg_u8* e = cq + FXG_RING_HEADER_BYTES + (c % slots) * (fxg_u64)entry;
     if (*(const volatile fxg_u64*)(e + FXG_REC_STAMP) != c + 1ull) return 0;
     FXG_FENCE(); /* the body after the stamp */
-    out->req_id = fxg_get_u64(e, FXG_CQE_REQ_ID);
-    out->value = fxg_get_u64(e, FXG_CQE_VALUE);
-    out->peer = fxg_get_u32(e, FXG_CQE_PEER);
-    out->status = e[FXG_CQE_STATUS];
-    out->paths = e[FXG_CQE_PATHS];
+    const fxg_u64 tail = *(const volatile fxg_u64*)(e + FXG_CQE_PEER);
+    out->req_id = *(const volatile fxg_u64*)(e + FXG_CQE_REQ_ID);
+    out->value = *(const volatile fxg_u64*)(e + FXG_CQE_VALUE);
+    out->peer = (fxg_u32)tail;
+    out->status = (fxg_u8)(tail >> 32);
+    out->paths = (fxg_u8)(tail >> 40);
     FXG_FENCE(); /* read before the slot is handed back */
     *consumer = c + 1ull;
     return 1;
@@ -220,7 +224,8 @@ struct fxg_view {
 
 struct fxg_peer {
     fxg_u8* sq;       /* the request ring to this peer */
-    fxg_u64* claimed; /* its producers' claim counter (device memory) */
+    fxg_u64* claimed; /* 2 words of device memory: the producers' claim
+                         counter, and the consumer index as last read */
     fxg_u8* cq;       /* its completion ring */
     fxg_u64 reserved;
 };
@@ -243,8 +248,9 @@ FXG_FN fxg_u8* fxg_cq_to(const struct fxg_view* v, fxg_u32 peer) {
 #ifdef FXG_DEVICE
 
 /* One request queue as a GPU thread sees it: the ring (GPU-visible memory the
-   proxy reads) and a claim counter in device memory that only producers touch
-   (it stands for the producer index, which the ring does not keep). */
+   proxy reads) and two words of device memory only producers touch:
+   claimed[0] counts the claimed entries (it stands for the producer index,
+   which the ring does not keep), claimed[1] caches the consumer index. */
 struct fxg_queue {
     fxg_u8* ring;
     fxg_u64* claimed;
@@ -274,20 +280,31 @@ FXG_FN fxg_u64 fxg_now() {
    claimed: the queue stays usable). Any thread may call it; several at once
    take different indices. */
 FXG_FN fxg_u64 fxg_post(const struct fxg_queue q, const fxg_u8* r, fxg_u64 timeout_ns) {
-    const fxg_u32 slots = *(volatile const fxg_u32*)(q.ring + FXG_RING_SLOTS);
-    const fxg_u32 entry = *(volatile const fxg_u32*)(q.ring + FXG_RING_ENTRY_BYTES);
+    const fxg_u64 shape = *(const volatile fxg_u64*)(q.ring + FXG_RING_SLOTS);
+    const fxg_u32 slots = (fxg_u32)shape;
+    const fxg_u32 entry = (fxg_u32)(shape >> 32);
     volatile fxg_u64* consumer = (volatile fxg_u64*)(q.ring + FXG_RING_CONSUMER);
+    /* claimed[1] caches the consumer index in device memory: the index in
+       the ring (host memory, a bus round trip) is read only when the cached
+       one says the ring is full. A cached value is one the index really had,
+       so it is never ahead of it: at worst the ring looks full too early and
+       the index is read again. */
+    volatile fxg_u64* seen = (volatile fxg_u64*)(q.claimed + 1);
     const fxg_u64 start = fxg_now();
     fxg_u64 i = *(volatile fxg_u64*)q.claimed;
     for (;;) {
-        if (i - *consumer < (fxg_u64)slots) {
-            const fxg_u64 seen = atomicCAS(q.claimed, i, i + 1ull);
-            if (seen == i) break;
-            i = seen;
-            continue;
+        if (i - *seen >= (fxg_u64)slots) {
+            const fxg_u64 c = *consumer;
+            if (c > *seen) *seen = c;
+            if (i - c >= (fxg_u64)slots) {
+                if (fxg_now() - start > timeout_ns) return ~0ull;
+                i = *(volatile fxg_u64*)q.claimed;
+                continue;
+            }
         }
-        if (fxg_now() - start > timeout_ns) return ~0ull;
-        i = *(volatile fxg_u64*)q.claimed;
+        const fxg_u64 got = atomicCAS(q.claimed, i, i + 1ull);
+        if (got == i) break;
+        i = got;
     }
     fxg_u8* e = q.ring + FXG_RING_HEADER_BYTES + (i % slots) * (fxg_u64)entry;
     for (fxg_u32 at = 8; at < FXG_RECORD_BYTES; at += 8) {

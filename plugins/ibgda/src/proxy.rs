@@ -16,8 +16,12 @@
 //!   or a request the carrier's [`Carrier::check`] refuses: never posted, no
 //!   path blamed); a dead peer therefore ends in errors within the health
 //!   machine's bound (two timeouts), never a hang;
-//! * a request is taken only while its completion queue has room for its
-//!   completion, so back-pressure reaches the GPU as a full request queue;
+//! * a request is taken only while its queue owes fewer than `max_owed`
+//!   completions (in flight or waiting for room in the completion queue), so
+//!   a kernel that never reads completions holds bounded host memory and then
+//!   meets a full request queue; completions it has not read yet do not stop
+//!   the proxy (a kernel that posts more than a ring holds before it reads
+//!   completions would otherwise deadlock with it);
 //! * a [`WorkRecord::Quiet`] marker completes once every earlier request of its
 //!   queue has, and holds back the requests after it until then (fence).
 //!
@@ -73,9 +77,16 @@ pub struct ProxyConfig {
     pub health: HealthConfig,
     /// Slots of each request queue.
     pub sq_slots: u32,
-    /// Slots of each completion queue; also the most requests of one queue in
-    /// flight at once.
+    /// Slots of each completion queue.
     pub cq_slots: u32,
+    /// Most requests of one queue taken and not yet written into its
+    /// completion queue (in flight, plus completions waiting for room there).
+    /// Completions the GPU has not read yet do not count: a kernel that posts
+    /// more than a ring holds before it reads completions (post, post, …,
+    /// quiet) must not wait for room in the request ring while the proxy
+    /// waits for room in the completion ring. This bounds the host memory a
+    /// kernel that never reads completions can make the proxy hold.
+    pub max_owed: u32,
     /// Most records taken from one queue per [`Proxy::poll`], so one busy queue
     /// cannot starve the others.
     pub take_per_poll: usize,
@@ -87,6 +98,7 @@ impl Default for ProxyConfig {
             health: HealthConfig::default(),
             sq_slots: 256,
             cq_slots: 256,
+            max_owed: 16 * 256,
             take_per_poll: 32,
         }
     }
@@ -101,6 +113,8 @@ pub enum ProxyError {
     Queue(QueueError),
     /// `take_per_poll` is zero: nothing would ever be taken.
     ZeroTakePerPoll,
+    /// `max_owed` is zero: nothing would ever be taken.
+    ZeroMaxOwed,
     /// The queue was added before.
     DuplicateQueue(QueueId),
 }
@@ -111,6 +125,7 @@ impl fmt::Display for ProxyError {
             ProxyError::Config(e) => write!(f, "proxy health config: {e}"),
             ProxyError::Queue(e) => write!(f, "proxy queue size: {e}"),
             ProxyError::ZeroTakePerPoll => f.write_str("proxy take_per_poll is zero"),
+            ProxyError::ZeroMaxOwed => f.write_str("proxy max_owed is zero"),
             ProxyError::DuplicateQueue(q) => write!(f, "{q} was already added"),
         }
     }
@@ -185,6 +200,9 @@ impl Proxy {
     pub fn new(me: PeerId, cfg: ProxyConfig) -> Result<Self, ProxyError> {
         if cfg.take_per_poll == 0 {
             return Err(ProxyError::ZeroTakePerPoll);
+        }
+        if cfg.max_owed == 0 {
+            return Err(ProxyError::ZeroMaxOwed);
         }
         Ok(Proxy {
             cfg,
@@ -350,26 +368,23 @@ impl Proxy {
         self.queues.get(&id).map_or(0, |q| q.backlog.len())
     }
 
-    /// Takes the records queue `id` may start now: while its completion queue has
-    /// room for every completion owed, up to a quiet marker.
+    /// Takes the records queue `id` may start now: while it owes fewer than
+    /// `max_owed` completions, up to a quiet marker.
     fn take(&mut self, id: QueueId) -> Vec<(u64, WorkRecord)> {
-        let (sq, cq, cq_slots, max) = (self.sq, self.cq, self.cfg.cq_slots, self.cfg.take_per_poll);
+        let (sq, cq, max_owed, max) = (self.sq, self.cq, self.cfg.max_owed, self.cfg.take_per_poll);
         let Some(q) = self.queues.get_mut(&id) else {
             return Vec::new();
         };
         let mut out = Vec::new();
         while !q.broken && q.quiet.is_none() && out.len() < max {
-            let unread = match cq.ring().used(&*q.cq) {
-                Ok(n) => n,
-                Err(error) => {
-                    broken(q, &mut self.events, id, true, error);
-                    break;
-                }
-            };
-            // Every request taken owes one completion entry: keep them all
-            // writable.
+            // The completion ring's indices are checked (inconsistent memory
+            // breaks the queue), but its unread entries do not hold back taking.
+            if let Err(error) = cq.ring().used(&*q.cq) {
+                broken(q, &mut self.events, id, true, error);
+                break;
+            }
             let owed = (q.outstanding.len() + q.backlog.len()) as u64;
-            if unread + owed >= u64::from(cq_slots) {
+            if owed >= u64::from(max_owed) {
                 break;
             }
             match sq.pop(&mut *q.sq) {

@@ -40,8 +40,9 @@
 //!
 //! Full: the producer refuses when `producer - consumer == slots`
 //! ([`QueueError::Full`]; on the GPU, its claim counter stands for the producer
-//! index). The proxy additionally takes a request only when the completion
-//! queue has room for its completion, so completions never pile up unboundedly.
+//! index). The proxy additionally takes a request only while its queue owes
+//! fewer than `ProxyConfig::max_owed` completions, so completions never pile up
+//! unboundedly on the host.
 //!
 //! * [`record`]: request entries ([`WorkRecord`], [`RECORD_BYTES`] = 64);
 //! * [`completion`]: completion entries ([`CqEntry`], [`CQE_BYTES`] = 32).

@@ -108,6 +108,13 @@ fn main() -> ExitCode {
             args.iter().any(|a| a == "--faults"),
         ),
         Some("devnet-killed") => coll::devnet::killed(),
+        Some("devnet-moe") => coll::moe::run(
+            args[1].parse().expect("steps"),
+            args[2].parse().expect("tokens"),
+            args[3].parse().expect("hidden bytes"),
+            args[4].parse().expect("k"),
+            args.iter().any(|a| a == "--bench"),
+        ),
         Some("host-p2p") => coll::host_p2p::run(args[1].parse().expect("rounds"), &args[2]),
         Some("host-p2p-size") => coll::host_p2p::size_mismatch(),
         Some("shrink") => coll::shrink::run(),

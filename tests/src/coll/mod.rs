@@ -14,6 +14,7 @@ pub mod host_p2p;
 pub mod matrix;
 pub mod mismatch;
 pub mod mix;
+pub mod moe;
 pub mod p2p;
 pub mod plugin;
 pub mod probe;

@@ -157,6 +157,7 @@ impl DevNet for Ibgda {
             health: cfg.health,
             sq_slots: cfg.slots,
             cq_slots: cfg.slots,
+            max_owed: 16 * cfg.slots,
             ..ProxyConfig::default()
         };
         let sq_bytes = RequestQueue::new(cfg.slots)
@@ -169,7 +170,8 @@ impl DevNet for Ibgda {
             .bytes();
         let pair = sq_bytes + cq_bytes;
         let rings = Pinned::new(pair * n)?;
-        let view_at = 8 * n; // claim counters first, then the view
+        // Per peer two words (claim counter, cached consumer index), then the view.
+        let view_at = 16 * n;
         let view = DeviceBlock::new(view_at + View::bytes_for(n))?;
         let mut proxy = Proxy::new(PeerId(rank as u32), pcfg).map_err(|e| sys("proxy", e))?;
         let mut peers = vec![PeerQueues::default(); n];
@@ -194,7 +196,7 @@ impl DevNet for Ibgda {
                 .map_err(|e| sys("queue", e))?;
             *q = PeerQueues {
                 sq: rings.device() + at as u64,
-                claimed: view.addr() + 8 * r as u64,
+                claimed: view.addr() + 16 * r as u64,
                 cq: rings.device() + (at + sq_bytes) as u64,
             };
         }
@@ -282,7 +284,7 @@ impl DevNet for Ibgda {
     }
 
     fn device_view(&self, comm: &IbgdaComm) -> PluginResult<u64> {
-        Ok(comm.view.addr() + 8 * comm.nranks as u64)
+        Ok(comm.view.addr() + 16 * comm.nranks as u64)
     }
 
     fn status(&self, comm: &IbgdaComm) -> PluginResult<()> {

@@ -17,7 +17,8 @@ pub const VIEW_PEER_BYTES: usize = 32;
 pub struct PeerQueues {
     /// The request ring.
     pub sq: u64,
-    /// The producers' claim counter (device memory).
+    /// Two words of device memory: the producers' claim counter and their
+    /// cache of the consumer index.
     pub claimed: u64,
     /// The completion ring.
     pub cq: u64,

@@ -34,6 +34,17 @@ fn q(peer: PeerId) -> QueueId {
 }
 
 fn world(queues: &[(QueueId, bool)], sq: u32, cq: u32, plans: Vec<FaultPlan>, seed: u64) -> World {
+    world_owing(queues, sq, cq, 16 * cq, plans, seed)
+}
+
+fn world_owing(
+    queues: &[(QueueId, bool)],
+    sq: u32,
+    cq: u32,
+    max_owed: u32,
+    plans: Vec<FaultPlan>,
+    seed: u64,
+) -> World {
     let cfg = ProxyConfig {
         health: HealthConfig {
             timeout: T,
@@ -41,6 +52,7 @@ fn world(queues: &[(QueueId, bool)], sq: u32, cq: u32, plans: Vec<FaultPlan>, se
         },
         sq_slots: sq,
         cq_slots: cq,
+        max_owed,
         take_per_poll: 4,
     };
     let mut proxy = Proxy::new(PeerId(0), cfg).expect("valid config");
@@ -572,27 +584,47 @@ fn a_quiet_holds_back_later_requests_until_the_earlier_ones_complete() {
 }
 
 #[test]
-fn a_full_completion_queue_stops_the_proxy_taking_requests() {
-    let mut w = world(&[(q(P1), true)], 16, 4, Vec::new(), 2);
+fn a_gpu_that_reads_no_completions_still_gets_its_posts_carried_up_to_max_owed() {
     let put = |i: u64| WorkRecord::Put {
         window: 7,
         dst: 8 * i,
         src: 0,
         bytes: 8,
     };
+    // Post, post, …, then read: more than either ring holds. Unread
+    // completions must not stop the proxy taking (the GPU would wait for
+    // request slots while the proxy waited for completion slots).
+    let mut w = world(&[(q(P1), true)], 4, 4, Vec::new(), 2);
     w.todo
         .insert(q(P1), (0..12).map(|i| (Nanos(0), put(i))).collect());
     w.gpu_reads_cq = false;
-    // Nothing will read the completions: the proxy stops at four and idles.
     assert!(!w.run(None, Nanos(0).after(Duration::from_secs(1))));
-    assert_eq!(w.carrier.posts.len(), 4);
+    assert_eq!(w.carrier.posts.len(), 12, "every post carried");
+    assert_eq!(
+        w.proxy.backlog(q(P1)),
+        8,
+        "4 in the completion ring, 8 waiting for room"
+    );
+    w.gpu_reads_cq = true;
+    assert!(w.run(None, Nanos(0).after(Duration::from_secs(1))));
+    check(&w, true);
+
+    // max_owed bounds what a kernel that never reads can make the proxy hold.
+    let mut w = world_owing(&[(q(P1), true)], 16, 4, 6, Vec::new(), 2);
+    w.todo
+        .insert(q(P1), (0..12).map(|i| (Nanos(0), put(i))).collect());
+    w.gpu_reads_cq = false;
+    assert!(!w.run(None, Nanos(0).after(Duration::from_secs(1))));
+    // 4 written into the completion ring, 6 more owed (waiting for room).
+    assert_eq!(w.carrier.posts.len(), 10);
     assert_eq!(w.proxy.outstanding(q(P1)), 0);
+    assert_eq!(w.proxy.backlog(q(P1)), 6);
     let (sr, cr) = (
         w.proxy.request_queue().ring(),
         w.proxy.completion_queue().ring(),
     );
     let (sq, cq) = w.proxy.memory_mut(q(P1)).expect("queue");
-    assert_eq!(sr.used(sq), Ok(8));
+    assert_eq!(sr.used(sq), Ok(2));
     assert_eq!(cr.used(cq), Ok(4));
     w.gpu_reads_cq = true;
     assert!(w.run(None, Nanos(0).after(Duration::from_secs(1))));
@@ -694,6 +726,14 @@ fn setup_mistakes_are_refused_with_the_reason() {
     assert_eq!(
         Proxy::new(PeerId(0), cfg).err(),
         Some(ProxyError::ZeroTakePerPoll)
+    );
+    cfg = ProxyConfig {
+        max_owed: 0,
+        ..ProxyConfig::default()
+    };
+    assert_eq!(
+        Proxy::new(PeerId(0), cfg).err(),
+        Some(ProxyError::ZeroMaxOwed)
     );
     cfg = ProxyConfig::default();
     cfg.health.recovery = cfg.health.timeout;

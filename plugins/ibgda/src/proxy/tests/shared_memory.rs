@@ -141,6 +141,7 @@ fn serve(n: u64, proxy_pace: u32, gpu_pace: u32, pause: u64) {
     let cfg = ProxyConfig {
         sq_slots: 8,
         cq_slots: 4,
+        max_owed: 64,
         take_per_poll: 4,
         ..ProxyConfig::default()
     };
