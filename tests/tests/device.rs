@@ -671,7 +671,8 @@ fn devnet_a_killed_peer_is_named_and_nothing_hangs() {
 
 /// The MoE all-to-all-v on ibgda's device API (issue 20's example): random
 /// routings per rank and step, dispatch and combine by kernels' puts and
-/// signals, every token checked back at its origin (2 and 3 ranks; 3 ranks
+/// signals (and, for comparison, host-initiated sends and receives), every
+/// token checked back at its origin (2 and 3 ranks; 3 ranks
 /// with a fault plan dropping primary completions, so some steps fail over).
 #[test]
 fn devnet_moe_dispatch_and_combine_return_every_token() {
@@ -681,6 +682,14 @@ fn devnet_moe_dispatch_and_combine_return_every_token() {
     run_ok_n(
         2,
         &["devnet-moe", "20", "96", "512", "2"],
+        &[],
+        Duration::from_secs(300),
+    );
+    // The same exchanges by host-initiated sends and receives (the baseline
+    // the benchmark compares with), checked alike.
+    run_ok_n(
+        2,
+        &["devnet-moe", "10", "96", "512", "2", "--host"],
         &[],
         Duration::from_secs(300),
     );

@@ -108,12 +108,16 @@ fn main() -> ExitCode {
             args.iter().any(|a| a == "--faults"),
         ),
         Some("devnet-killed") => coll::devnet::killed(),
+        Some("devnet-pingpong") => {
+            coll::devnet::pingpong(args[1].parse().expect("iterations"), &parse_sizes(&args[2]))
+        }
         Some("devnet-moe") => coll::moe::run(
             args[1].parse().expect("steps"),
             args[2].parse().expect("tokens"),
             args[3].parse().expect("hidden bytes"),
             args[4].parse().expect("k"),
             args.iter().any(|a| a == "--bench"),
+            args.iter().any(|a| a == "--host"),
         ),
         Some("host-p2p") => coll::host_p2p::run(args[1].parse().expect("rounds"), &args[2]),
         Some("host-p2p-size") => coll::host_p2p::size_mismatch(),

@@ -73,6 +73,34 @@ extern "C" __global__ void fx_devnet_fetch_add(const struct fxg_view* v, unsigne
 }
 "#;
 
+const PINGPONG: &str = r#"
+/* Two ranks: the first puts `size` bytes with a signal add, the other waits
+   for the signal and puts back; `iters` round trips timed on the GPU. */
+extern "C" __global__ void fx_devnet_pingpong(const struct fxg_view* v, unsigned win, unsigned peer,
+        unsigned first, unsigned size, unsigned long long base, unsigned iters,
+        unsigned long long timeout, unsigned long long* out) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    const struct fxg_queue q = fxg_queue_to(v, peer);
+    fxg_u8* cq = fxg_cq_to(v, peer);
+    volatile fxg_u64* sig = fxg_signals(v);
+    const fxg_u64 t0 = fxg_now();
+    int worst = 0;
+    for (unsigned i = 0; i < iters && worst == 0; ++i) {
+        if (!first && fxg_signal_wait_until(sig, FXG_CMP_GE, base + i + 1, timeout)) worst = FXG_STATUS_TIMEOUT;
+        if (worst == 0 && fxg_put_signal(q, win, 0, size, size, 0, 1, FXG_SIGNAL_ADD, timeout) == ~0ull)
+            worst = FXG_STATUS_TIMEOUT;
+        if (worst == 0 && first && fxg_signal_wait_until(sig, FXG_CMP_GE, base + i + 1, timeout))
+            worst = FXG_STATUS_TIMEOUT;
+        struct fxg_completion c;
+        while (fxg_cq_poll(cq, &c)) if (c.status != FXG_STATUS_OK && worst == 0) worst = c.status;
+    }
+    const fxg_u64 t1 = fxg_now();
+    if (worst == 0) worst = fxg_quiet(q, cq, timeout);
+    out[0] = t1 - t0;
+    out[1] = worst;
+}
+"#;
+
 const FETCH_ADDS: usize = 16;
 const TIMEOUT_NS: u64 = 10_000_000_000;
 
@@ -142,7 +170,9 @@ pub fn ring(rounds: usize, count: usize, chunk: usize, faults: bool) -> Result<S
     out.upload(&vec![0u8; out.len])?;
     let stream = Stream::new().map_err(|e| e.to_string())?;
     let t = Instant::now();
+    let mut round_us = Vec::with_capacity(rounds);
     for round in 0..rounds {
+        let r0 = Instant::now();
         let (first, cnt, ch, hf, to) = (
             (round * count) as u64,
             count as u32,
@@ -156,6 +186,7 @@ pub fn ring(rounds: usize, count: usize, chunk: usize, faults: bool) -> Result<S
             &stream,
             &mut p!(view, win, nx, first, cnt, ch, hf, to, o),
         )?;
+        round_us.push(r0.elapsed().as_secs_f64() * 1e6);
         let status = read_out(&out)?[0];
         if status != 0 {
             return Err(format!(
@@ -235,10 +266,78 @@ pub fn ring(rounds: usize, count: usize, chunk: usize, faults: bool) -> Result<S
     dn.window_deregister(win).map_err(e2s)?;
     dn.close().map_err(e2s)?;
     comm.window_deregister(w).map_err(e2s)?;
+    round_us.sort_by(f64::total_cmp);
     Ok(format!(
-        "rank {me}: {total} puts of {chunk} B to rank {next} in {put_secs:.3} s, signal {total}, {} fetch-adds; requests {} completed {} failovers {} paths down {} restored {}",
+        "rank {me}: {total} puts of {chunk} B to rank {next} in {put_secs:.3} s (a round of {count} puts and a quiet: median {:.1} us, max {:.1} us), signal {total}, {} fetch-adds; requests {} completed {} failovers {} paths down {} restored {}",
+        round_us[round_us.len() / 2],
+        round_us[round_us.len() - 1],
         FETCH_ADDS * (n - 1),
         s.requests, s.completed, s.failovers, s.paths_down, s.paths_restored
+    ))
+}
+
+/// `devnet-pingpong ITERS SIZE...` (two ranks): the one-way time of a put
+/// with a signal, half a round trip timed on the GPU, per size.
+pub fn pingpong(iters: usize, sizes: &[usize]) -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    if n != 2 {
+        return Err(format!("devnet-pingpong runs on 2 ranks, not {n}"));
+    }
+    let dev = comm.device().ok_or("no GPU for this rank")?;
+    let most = sizes.iter().copied().max().unwrap_or(8).max(8);
+    let buf = DevMem::new(2 * most)?;
+    buf.upload(&vec![me as u8; 2 * most])?;
+    // SAFETY: `buf` outlives the window (deregistered below).
+    let w = unsafe { comm.window_register_device(buf.ptr, 2 * most) }.map_err(e2s)?;
+    let dn = comm.devnet_open().map_err(e2s)?;
+    let win = comm.devnet_window_register(&dn, &w).map_err(e2s)?;
+    let view = dn.device_view().map_err(e2s)?;
+    let src = format!("{HEADER}\n{PINGPONG}");
+    let f = ferrocx_sdk::kernels::load_source(dev, &src, "pingpong.cu", "fx_devnet_pingpong")?;
+    let out = DevMem::new(16)?;
+    let stream = Stream::new().map_err(|e| e.to_string())?;
+    let mut base = 0u64;
+    let mut rows = Vec::new();
+    for &size in sizes {
+        for (its, keep) in [(10usize, false), (iters, true)] {
+            comm.barrier().map_err(e2s)?;
+            let (peer, first, sz, b, it, to, o) = (
+                1 - me as u32,
+                (me == 0) as u32,
+                size as u32,
+                base,
+                its as u32,
+                TIMEOUT_NS,
+                out.ptr,
+            );
+            launch(
+                f,
+                &stream,
+                &mut p!(view, win, peer, first, sz, b, it, to, o),
+            )?;
+            base += its as u64;
+            let o = read_out(&out)?;
+            if o[1] != 0 {
+                return Err(format!(
+                    "rank {me}: ping-pong of {size} B ended with status {}",
+                    o[1]
+                ));
+            }
+            if keep {
+                rows.push(format!(
+                    "{size} B {:.2} us",
+                    o[0] as f64 / 1e3 / its as f64 / 2.0
+                ));
+            }
+        }
+    }
+    dn.window_deregister(win).map_err(e2s)?;
+    dn.close().map_err(e2s)?;
+    comm.window_deregister(w).map_err(e2s)?;
+    Ok(format!(
+        "rank {me}: put+signal one-way ({iters} round trips): {}",
+        rows.join(", ")
     ))
 }
 

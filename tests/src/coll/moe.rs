@@ -9,9 +9,13 @@
 //! that each of its tokens came back transformed at every slot its routing
 //! names (every byte), so a misplaced, lost or doubled put fails the step.
 //!
-//! `devnet-moe STEPS TOKENS HIDDEN K [--bench]`: at most TOKENS tokens of
-//! HIDDEN bytes per rank and step. With `--bench` the checks still run and
-//! the time of the two exchanges is printed per step (median).
+//! `devnet-moe STEPS TOKENS HIDDEN K [--bench] [--host]`: at most TOKENS
+//! tokens of HIDDEN bytes per rank and step. With `--bench` the checks still
+//! run and the time of the two exchanges is printed per step (median). With
+//! `--host` the same exchanges take the host-initiated path on the same
+//! buffers instead: each rank packs its tokens per destination with copies,
+//! then one group of device sends and receives (one message per peer), as
+//! frameworks do with NCCL; the checks are the same.
 
 use super::device::{sync, DevMem};
 use super::e2s;
@@ -117,6 +121,7 @@ pub fn run(
     hidden: usize,
     k: usize,
     bench: bool,
+    host: bool,
 ) -> Result<String, String> {
     let comm = Communicator::from_env().map_err(e2s)?;
     let (me, n) = (comm.rank(), comm.nranks());
@@ -128,7 +133,9 @@ pub fn run(
     let (tok_at, recv_at, out_at, comb_at) = (0u64, (tokens * hidden) as u64, 0u64, 0u64);
     let out_at = out_at + recv_at + area;
     let comb_at = comb_at + out_at + area;
-    let bytes = (comb_at + area) as usize;
+    // The host path's packing area (a rank sends at most n × tokens tokens).
+    let stage_at = comb_at + area;
+    let bytes = (stage_at + area) as usize;
     let buf = DevMem::new(bytes)?;
     buf.upload(&vec![0u8; bytes])?;
     // SAFETY: `buf` outlives the window (deregistered below).
@@ -172,14 +179,62 @@ pub fn run(
             (0u64, &dispatch, tok_at, recv_at),
             (1, &combine, out_at, comb_at),
         ] {
-            puts_mem.upload(&encode(puts))?;
-            for p in puts.iter().filter(|p| p.peer == me) {
-                let (d, s) = (buf.ptr + to + p.dst, buf.ptr + from + p.src);
+            let copy = |d: u64, s: u64, len: u64| {
                 // SAFETY: both ranges lie inside `buf` (the plan's offsets are
                 // bounded by the areas); the stream is synchronized below.
-                let r = unsafe { sys::cuMemcpyAsync(d, s, p.bytes as usize, stream.raw()) };
-                cuda::check(r, "cuMemcpyAsync").map_err(|e| e.to_string())?;
+                let r = unsafe {
+                    sys::cuMemcpyAsync(buf.ptr + d, buf.ptr + s, len as usize, stream.raw())
+                };
+                cuda::check(r, "cuMemcpyAsync").map_err(|e| e.to_string())
+            };
+            for p in puts.iter().filter(|p| p.peer == me) {
+                copy(to + p.dst, from + p.src, p.bytes)?;
             }
+            if host {
+                let mine = routing.counts();
+                let starts = |q: usize| mine[..q].iter().sum::<u64>() * h;
+                let mut g = comm.group_start();
+                for r in (0..n).filter(|&r| r != me) {
+                    // Dispatch: r's tokens land after those of the ranks before
+                    // it; combine: this rank's own, back in its send order.
+                    let (at, len) = if phase == 0 {
+                        (counts.layout(me).starts[r] * h, counts.to(me)[r] * h)
+                    } else {
+                        (starts(r), mine[r] * h)
+                    };
+                    if len > 0 {
+                        // SAFETY: inside `buf`; the stream is synchronized below.
+                        unsafe { g.recv_on(buf.ptr + to + at, len as usize, r, &stream) }
+                            .map_err(e2s)?;
+                    }
+                }
+                for q in (0..n).filter(|&q| q != me) {
+                    let (at, len) = if phase == 0 {
+                        // Pack this rank's tokens for q in q's order, then one send.
+                        let first = counts.layout(q).starts[me] * h;
+                        for p in puts.iter().filter(|p| p.peer == q) {
+                            copy(stage_at + starts(q) + p.dst - first, from + p.src, p.bytes)?;
+                        }
+                        (stage_at + starts(q), mine[q] * h)
+                    } else {
+                        // The outputs of q's tokens are contiguous here already.
+                        (from + counts.layout(me).starts[q] * h, counts.to(me)[q] * h)
+                    };
+                    if len > 0 {
+                        // SAFETY: inside `buf`; the stream is synchronized below.
+                        unsafe { g.send_on(buf.ptr + at, len as usize, q, &stream) }
+                            .map_err(e2s)?;
+                    }
+                }
+                g.group_end().map_err(e2s)?;
+                if phase == 0 && received > 0 {
+                    let (b, i, o2, len) = (buf.ptr, recv_at, out_at, received);
+                    launch(expert, 64, &stream, &mut p!(b, i, o2, len))?;
+                }
+                sync(&stream)?;
+                continue;
+            }
+            puts_mem.upload(&encode(puts))?;
             out.upload(&vec![0u8; 16 * n])?;
             let (pp, np, slot, target, to_ns, o) = (
                 puts_mem.ptr,
@@ -253,7 +308,8 @@ pub fn run(
     times.sort_by(f64::total_cmp);
     let median = times.get(times.len() / 2).copied().unwrap_or(0.0);
     Ok(format!(
-        "rank {me}: {steps} MoE steps (up to {tokens} tokens of {hidden} B, k={k}, {n} ranks × {EXPERTS_PER_RANK} experts) dispatched and combined, every byte checked; {moved} B put to peers; {}requests {} failovers {}",
+        "rank {me}: {steps} MoE steps (up to {tokens} tokens of {hidden} B, k={k}, {n} ranks × {EXPERTS_PER_RANK} experts) dispatched and combined {}, every byte checked; {moved} B to peers; {}requests {} failovers {}",
+        if host { "by host-initiated sends and receives" } else { "by kernels' puts" },
         if bench { format!("median dispatch+combine {:.1} us, ", median * 1e6) } else { String::new() },
         s.requests, s.failovers
     ))

@@ -3,9 +3,9 @@
 //! The `ferrocx_devnet_v1` table (`sdk/include/ferrocx_devnet.h`) of the ibgda
 //! plugin with its **proxy NIC handler**: a kernel posts records into
 //! per-peer request rings in pinned host memory (`ferrocx_ibgda.h`); a host
-//! thread of this rank ([`thread`]) takes them, routes each through the
+//! thread of this rank (`thread.rs`) takes them, routes each through the
 //! per-(me, peer) path health machine of `ferrocx-ibgda`, carries it
-//! ([`carrier`]: copy-engine streams to peers of this host, one per path) and
+//! (`carrier.rs`: copy-engine streams to peers of this host, one per path) and
 //! writes one completion per request back.
 //!
 //! What this handler does not do yet (docs/IBGDA.md): peers on other hosts
