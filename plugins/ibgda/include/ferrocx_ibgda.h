@@ -245,6 +245,88 @@ FXG_FN fxg_u8* fxg_cq_to(const struct fxg_view* v, fxg_u32 peer) {
     return fxg_peer_of(v, peer)->cq;
 }
 
+/* ---- mlx5 send WQEs: the mlx5 handler's GPU side -------------------------
+ *
+ * NOT BUILT AROUND YET, AND NEVER READ BY A NIC (no RDMA hardware here): the
+ * handler that creates the queue pairs and maps their send queue, doorbell
+ * record and UAR for the GPU does not exist (docs/IBGDA.md). What is here is
+ * what a GPU thread will write, byte for byte the layout of the mlx5 PRM as
+ * rdma-core's mlx5dv.h describes it and as plugins/ibgda/src/wqe.rs encodes it
+ * (tests/device_header.rs compares the two on every field). Multi-byte fields
+ * are big-endian; each WQE here fits one 64-byte basic block. */
+#define FXG_MLX5_BB_BYTES 64
+#define FXG_MLX5_OPCODE_RDMA_WRITE 0x08u
+#define FXG_MLX5_OPCODE_RDMA_WRITE_IMM 0x09u
+#define FXG_MLX5_OPCODE_ATOMIC_FA 0x12u
+/* fm_ce_se bits: a CQE for this WQE, a solicited event, a fence. */
+#define FXG_MLX5_CQ_UPDATE (2u << 2)
+#define FXG_MLX5_SOLICITED (1u << 1)
+#define FXG_MLX5_FENCE (4u << 5)
+
+FXG_FN void fxg_be32(fxg_u8* b, fxg_u32 at, fxg_u32 v) {
+    for (fxg_u32 k = 0; k < 4; ++k) b[at + k] = (fxg_u8)(v >> (24 - 8 * k));
+}
+
+FXG_FN void fxg_be64(fxg_u8* b, fxg_u32 at, fxg_u64 v) {
+    for (fxg_u32 k = 0; k < 8; ++k) b[at + k] = (fxg_u8)(v >> (56 - 8 * k));
+}
+
+/* The control segment of WQE number `idx` (its low 16 bits) of QP `qpn`, the
+   rest of the block zeroed. */
+FXG_FN void fxg_mlx5_ctrl(fxg_u8* w, fxg_u32 opcode, fxg_u32 idx, fxg_u32 qpn, fxg_u32 ds,
+                          fxg_u32 fm_ce_se, fxg_u32 imm) {
+    for (fxg_u32 i = 0; i < FXG_MLX5_BB_BYTES; ++i) w[i] = 0;
+    fxg_be32(w, 0, ((idx & 0xffffu) << 8) | opcode);
+    fxg_be32(w, 4, (qpn << 8) | ds);
+    w[11] = (fxg_u8)fm_ce_se;
+    fxg_be32(w, 12, imm);
+}
+
+/* RDMA WRITE of `len` bytes from (laddr, lkey) to (raddr, rkey): ctrl, raddr, data. */
+FXG_FN void fxg_mlx5_write(fxg_u8* w, fxg_u32 qpn, fxg_u32 idx, fxg_u32 fm_ce_se, fxg_u64 raddr,
+                           fxg_u32 rkey, fxg_u64 laddr, fxg_u32 lkey, fxg_u32 len) {
+    fxg_mlx5_ctrl(w, FXG_MLX5_OPCODE_RDMA_WRITE, idx, qpn, 3, fm_ce_se, 0);
+    fxg_be64(w, 16, raddr);
+    fxg_be32(w, 24, rkey);
+    fxg_be32(w, 32, len);
+    fxg_be32(w, 36, lkey);
+    fxg_be64(w, 40, laddr);
+}
+
+/* RDMA WRITE WITH IMMEDIATE: the write, then `imm` to the peer's receive. */
+FXG_FN void fxg_mlx5_write_imm(fxg_u8* w, fxg_u32 qpn, fxg_u32 idx, fxg_u32 fm_ce_se, fxg_u64 raddr,
+                               fxg_u32 rkey, fxg_u64 laddr, fxg_u32 lkey, fxg_u32 len, fxg_u32 imm) {
+    fxg_mlx5_write(w, qpn, idx, fm_ce_se, raddr, rkey, laddr, lkey, len);
+    fxg_be32(w, 0, ((idx & 0xffffu) << 8) | FXG_MLX5_OPCODE_RDMA_WRITE_IMM);
+    fxg_be32(w, 12, imm);
+}
+
+/* Atomic fetch-add of `add` on the 8-byte word at (raddr, rkey); the old
+   value lands at (result, lkey): ctrl, raddr, atomic, data. */
+FXG_FN void fxg_mlx5_fetch_add(fxg_u8* w, fxg_u32 qpn, fxg_u32 idx, fxg_u32 fm_ce_se, fxg_u64 raddr,
+                               fxg_u32 rkey, fxg_u64 add, fxg_u64 result, fxg_u32 lkey) {
+    fxg_mlx5_ctrl(w, FXG_MLX5_OPCODE_ATOMIC_FA, idx, qpn, 4, fm_ce_se, 0);
+    fxg_be64(w, 16, raddr);
+    fxg_be32(w, 24, rkey);
+    fxg_be64(w, 32, add);
+    fxg_be32(w, 48, 8);
+    fxg_be32(w, 52, lkey);
+    fxg_be64(w, 56, result);
+}
+
+/* Copy an encoded WQE into its block of a send queue of `slots` blocks. */
+FXG_FN void fxg_mlx5_place(fxg_u8* sq, fxg_u32 slots, fxg_u32 idx, const fxg_u8* w) {
+    fxg_u8* at = sq + (fxg_u64)(idx & (slots - 1)) * FXG_MLX5_BB_BYTES;
+    for (fxg_u32 i = 0; i < FXG_MLX5_BB_BYTES; ++i) at[i] = w[i];
+}
+
+/* The doorbell record's word: the next WQE index (the producer counter),
+   stored so that its bytes in memory are big-endian. */
+FXG_FN fxg_u32 fxg_mlx5_dbrec(fxg_u32 next) {
+    const fxg_u32 v = next & 0xffffu;
+    return ((v & 0xffu) << 24) | ((v & 0xff00u) << 8);
+}
+
 #ifdef FXG_DEVICE
 
 /* One request queue as a GPU thread sees it: the ring (GPU-visible memory the
@@ -396,6 +478,19 @@ FXG_FN int fxg_signal_wait_until(const volatile fxg_u64* signal, int cmp, fxg_u6
         }
         if ((spins & 255u) == 255u && fxg_now() - start > timeout_ns) return 1;
     }
+}
+
+/* Ring the NIC for the WQEs up to (not including) index `next`, the last of
+   them `w`: the WQEs visible, then the doorbell record, then the first 8
+   bytes of the last WQE's control segment written to the UAR doorbell. */
+FXG_FN void fxg_mlx5_ring(volatile fxg_u32* dbrec, volatile fxg_u64* uar, fxg_u32 next, const fxg_u8* w) {
+    __threadfence_system();
+    *dbrec = fxg_mlx5_dbrec(next);
+    __threadfence_system();
+    fxg_u64 v = 0;
+    for (fxg_u32 k = 0; k < 8; ++k) v |= (fxg_u64)w[k] << (8 * k);
+    *uar = v;
+    __threadfence_system();
 }
 
 #endif /* FXG_DEVICE */

@@ -253,6 +253,10 @@ fn device_functions_compile_with_nvrtc() {
              out[5] = (fxg_u64)fxg_wait_completion(cq, out[2], &c, &others, 1000000ull);\n\
              out[6] = c.value + (fxg_u64)others;\n\
              out[7] = (fxg_u64)fxg_quiet(q, cq, 1000000ull);\n\
+             fxg_u8 w[64];\n\
+             fxg_mlx5_write(w, 7u, (fxg_u32)out[0], FXG_MLX5_CQ_UPDATE, 64ull, 1u, (fxg_u64)ring, 2u, 4096u);\n\
+             fxg_mlx5_place(ring, 8u, (fxg_u32)out[0], w);\n\
+             fxg_mlx5_ring((volatile fxg_u32*)claimed, (volatile fxg_u64*)(claimed + 2), (fxg_u32)out[0] + 1u, w);\n\
          }}\n"
     );
     let ptx = nvrtc
@@ -277,4 +281,118 @@ fn device_functions_compile_with_nvrtc() {
         })
         .collect();
     assert!(maxes.is_empty(), "{maxes:?}");
+}
+
+/// The header's mlx5 WQE writers (what a GPU thread of the mlx5 handler will
+/// write), compiled for the host, produce byte for byte what `wqe::encode`
+/// does for random writes, writes with immediate and fetch-adds with random
+/// flags; placed into an 8-block send queue across several wraps they leave
+/// the buffer `SendQueue` leaves, and the doorbell record's word has its
+/// bytes in the order `SendQueue::doorbell_record` gives.
+#[test]
+fn host_mlx5_writers_match_the_wqe_encoder() {
+    use ferrocx_ibgda::wqe::{encode, Local, Remote, SendQueue, WorkRequest, WqeFlags, BB_BYTES};
+    let mut rng = Rng(0x0b5e_55ed_cafe_f00d);
+    let qpn = (rng.next() as u32) & 0x00ff_ffff;
+    let mut sq = SendQueue::new(qpn, 8).unwrap();
+    let mut src = format!(
+        "{HEADER}\n#include <stdio.h>\nint main(void) {{\n    unsigned char w[64];\n    static unsigned char sq[8 * 64];\n"
+    );
+    let mut want = Vec::new();
+    let n = 29u32; // more than three laps of the 8 blocks
+    for i in 0..n {
+        let flags = WqeFlags {
+            signaled: rng.next() & 1 == 1,
+            solicited: rng.next() & 1 == 1,
+            fence: rng.next() & 1 == 1,
+        };
+        let remote = Remote {
+            addr: rng.next(),
+            rkey: rng.next() as u32,
+        };
+        let (wr, call) = match i % 3 {
+            0 | 1 => {
+                let local = Local {
+                    addr: rng.next(),
+                    lkey: rng.next() as u32,
+                    len: (rng.next() as u32) & 0x7fff_ffff,
+                };
+                let args = format!(
+                    "w, {qpn}u, {i}u, {}u, {}ull, {}u, {}ull, {}u, {}u",
+                    flags.fm_ce_se(),
+                    remote.addr,
+                    remote.rkey,
+                    local.addr,
+                    local.lkey,
+                    local.len
+                );
+                if i % 3 == 0 {
+                    (
+                        WorkRequest::Write { local, remote },
+                        format!("fxg_mlx5_write({args});"),
+                    )
+                } else {
+                    let imm = rng.next() as u32;
+                    (
+                        WorkRequest::WriteImm { local, remote, imm },
+                        format!("fxg_mlx5_write_imm({args}, {imm}u);"),
+                    )
+                }
+            }
+            _ => {
+                let remote = Remote {
+                    addr: remote.addr & !7,
+                    ..remote
+                };
+                let (add, result, lkey) = (rng.next(), rng.next(), rng.next() as u32);
+                (
+                    WorkRequest::FetchAdd {
+                        remote,
+                        add,
+                        result: Local {
+                            addr: result,
+                            lkey,
+                            len: 8,
+                        },
+                    },
+                    format!(
+                        "fxg_mlx5_fetch_add(w, {qpn}u, {i}u, {}u, {}ull, {}u, {add}ull, {result}ull, {lkey}u);",
+                        flags.fm_ce_se(),
+                        remote.addr,
+                        remote.rkey
+                    ),
+                )
+            }
+        };
+        let mut block = [0u8; BB_BYTES];
+        encode(&wr, qpn, i as u16, flags, &mut block).unwrap();
+        want.push(block.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let posted = sq.post(&wr, flags).unwrap();
+        assert_eq!(u32::from(posted.wqe_index), i);
+        sq.retire(posted.wqe_index).unwrap();
+        src.push_str(&format!(
+            "    for (int i = 0; i < 64; ++i) w[i] = 0xa5;\n    {call}\n    fxg_mlx5_place(sq, 8u, {i}u, w);\n    for (int i = 0; i < 64; ++i) printf(\"%02x\", w[i]);\n    printf(\"\\n\");\n"
+        ));
+    }
+    src.push_str(&format!(
+        "    for (int i = 0; i < 8 * 64; ++i) printf(\"%02x\", sq[i]);\n    printf(\"\\n\");\n    \
+         fxg_u32 rec = fxg_mlx5_dbrec({n}u);\n    unsigned char* r = (unsigned char*)&rec;\n    \
+         printf(\"%02x%02x%02x%02x\\n\", r[0], r[1], r[2], r[3]);\n    return 0;\n}}\n"
+    ));
+    let Some(text) = build_and_run("mlx5", &src, &[]) else {
+        return;
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), n as usize + 2);
+    for (i, (got, want)) in lines.iter().zip(&want).enumerate() {
+        assert_eq!(got, want, "WQE {i}");
+    }
+    let buf: String = sq.bytes().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(lines[n as usize], buf, "the send queue after {n} posts");
+    let rec: String = sq
+        .doorbell_record()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(lines[n as usize + 1], rec, "the doorbell record");
 }

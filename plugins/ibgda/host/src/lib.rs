@@ -41,6 +41,9 @@ use std::sync::Arc;
 use thread::Shared;
 use view::PeerQueues;
 
+/// Names of the signal segments in /dev/shm: `ferrocx-ibgda-<pid>-<comm>-<rank>`.
+const SIGNALS_PREFIX: &str = "ferrocx-ibgda-";
+
 /// The plugin context.
 pub struct Ibgda {
     host: Host,
@@ -121,8 +124,19 @@ impl DevNet for Ibgda {
         ctx.bind()?;
         let (rank, n) = (info.rank, info.nranks);
 
-        // Signal words: this rank's segment, then the peers' opened here.
-        let name = |r: usize| format!("fxibgda-{:016x}-{r}", info.comm_hash);
+        // Signal words: this rank's segment, then the peers' opened here. The
+        // name carries the creator's pid, so a segment left by a process that
+        // died before the unlink below is swept by the next job.
+        ferrocx_sdk::sweep::sweep_stale(
+            std::path::Path::new(ferrocx_sdk::sweep::SHM_DIR),
+            &[SIGNALS_PREFIX],
+        );
+        let name = |r: usize| {
+            format!(
+                "/{SIGNALS_PREFIX}{}-{:016x}-{r}",
+                info.peers[r].pid, info.comm_hash
+            )
+        };
         let mut own = Signals::create(&name(rank), cfg.signal_bytes)?;
         oob.barrier()?;
         let mut signals = Vec::with_capacity(n);
