@@ -593,7 +593,8 @@ fn ce_names_a_rank_killed_mid_collective() {
 /// ibgda's proxy handler (issue 20): kernels put with signals to the next
 /// rank and fetch-add on rank 0 through `ferrocx_ibgda.h`; every byte, the
 /// exact signal count and every fetched value are checked (2 and 3 ranks,
-/// with rings small enough to wrap and fill many times).
+/// with rings small enough to wrap and fill many times; the rounds post with
+/// the thread, warp and block forms in turn).
 #[test]
 fn devnet_puts_signals_and_fetch_adds_arrive_exactly_once() {
     if !gpus() {

@@ -462,6 +462,68 @@ FXG_FN int fxg_quiet(const struct fxg_queue q, fxg_u8* cq, fxg_u64 timeout_ns) {
     return others != FXG_STATUS_OK ? others : s;
 }
 
+/* Warp and block forms. Every thread of the warp (of the block) calls them,
+   converged, with the same arguments; one thread posts (or quiets) and every
+   thread gets its result, as NVSHMEM's _warp and _block calls. The block
+   forms synchronize the block (__syncthreads) before and after. */
+FXG_FN fxg_u32 fxg_lane() {
+    fxg_u32 l;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(l));
+    return l;
+}
+
+FXG_FN fxg_u64 fxg_put_warp(const struct fxg_queue q, fxg_u32 window, fxg_u64 dst, fxg_u64 src,
+                            fxg_u32 bytes, fxg_u64 timeout_ns) {
+    fxg_u64 id = 0;
+    if (fxg_lane() == 0) id = fxg_put(q, window, dst, src, bytes, timeout_ns);
+    return __shfl_sync(0xffffffffu, id, 0);
+}
+
+FXG_FN fxg_u64 fxg_put_signal_warp(const struct fxg_queue q, fxg_u32 window, fxg_u64 dst, fxg_u64 src,
+                                   fxg_u32 bytes, fxg_u64 signal, fxg_u64 value, fxg_u32 op,
+                                   fxg_u64 timeout_ns) {
+    fxg_u64 id = 0;
+    if (fxg_lane() == 0) id = fxg_put_signal(q, window, dst, src, bytes, signal, value, op, timeout_ns);
+    return __shfl_sync(0xffffffffu, id, 0);
+}
+
+FXG_FN int fxg_quiet_warp(const struct fxg_queue q, fxg_u8* cq, fxg_u64 timeout_ns) {
+    int s = 0;
+    if (fxg_lane() == 0) s = fxg_quiet(q, cq, timeout_ns);
+    return __shfl_sync(0xffffffffu, s, 0);
+}
+
+FXG_FN int fxg_block_leader() {
+    return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+}
+
+FXG_FN fxg_u64 fxg_put_block(const struct fxg_queue q, fxg_u32 window, fxg_u64 dst, fxg_u64 src,
+                             fxg_u32 bytes, fxg_u64 timeout_ns) {
+    __shared__ fxg_u64 id;
+    __syncthreads();
+    if (fxg_block_leader()) id = fxg_put(q, window, dst, src, bytes, timeout_ns);
+    __syncthreads();
+    return id;
+}
+
+FXG_FN fxg_u64 fxg_put_signal_block(const struct fxg_queue q, fxg_u32 window, fxg_u64 dst, fxg_u64 src,
+                                    fxg_u32 bytes, fxg_u64 signal, fxg_u64 value, fxg_u32 op,
+                                    fxg_u64 timeout_ns) {
+    __shared__ fxg_u64 id;
+    __syncthreads();
+    if (fxg_block_leader()) id = fxg_put_signal(q, window, dst, src, bytes, signal, value, op, timeout_ns);
+    __syncthreads();
+    return id;
+}
+
+FXG_FN int fxg_quiet_block(const struct fxg_queue q, fxg_u8* cq, fxg_u64 timeout_ns) {
+    __shared__ int s;
+    __syncthreads();
+    if (fxg_block_leader()) s = fxg_quiet(q, cq, timeout_ns);
+    __syncthreads();
+    return s;
+}
+
 /* Wait until the signal word compares (FXG_CMP_*) true against `value`: 0, or
    1 after `timeout_ns` (the wait never traps the kernel). */
 FXG_FN int fxg_signal_wait_until(const volatile fxg_u64* signal, int cmp, fxg_u64 value, fxg_u64 timeout_ns) {

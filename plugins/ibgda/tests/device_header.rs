@@ -257,6 +257,9 @@ fn device_functions_compile_with_nvrtc() {
              fxg_mlx5_write(w, 7u, (fxg_u32)out[0], FXG_MLX5_CQ_UPDATE, 64ull, 1u, (fxg_u64)ring, 2u, 4096u);\n\
              fxg_mlx5_place(ring, 8u, (fxg_u32)out[0], w);\n\
              fxg_mlx5_ring((volatile fxg_u32*)claimed, (volatile fxg_u64*)(claimed + 2), (fxg_u32)out[0] + 1u, w);\n\
+             out[8] = fxg_put_warp(q, 1u, 0ull, 0ull, 8u, 1000ull) + fxg_put_signal_warp(q, 1u, 0ull, 0ull, 8u, 8ull, 1ull, FXG_SIGNAL_SET, 1000ull);\n\
+             out[9] = (fxg_u64)fxg_quiet_warp(q, cq, 1000ull) + (fxg_u64)fxg_quiet_block(q, cq, 1000ull);\n\
+             out[10] = fxg_put_block(q, 1u, 0ull, 0ull, 8u, 1000ull) + fxg_put_signal_block(q, 1u, 0ull, 0ull, 8u, 8ull, 1ull, FXG_SIGNAL_ADD, 1000ull);\n\
          }}\n"
     );
     let ptx = nvrtc

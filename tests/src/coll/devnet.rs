@@ -4,7 +4,8 @@
 //! carries them, and the host checks every byte, signal and fetched value.
 //!
 //! * `devnet-ring ROUNDS COUNT CHUNK [--faults]`: each rank puts ROUNDS × COUNT
-//!   chunks to the next rank, each with a signal add; then waits until its own
+//!   chunks to the next rank, each with a signal add (round r posts with the
+//!   thread, warp and block forms in turn: r mod 3); then waits until its own
 //!   signal reached ROUNDS × COUNT (exactly once each: more would show a double
 //!   application) and checks the received bytes. Ranks other than 0 then make
 //!   16 fetch-adds each on rank 0's signal word 1: the fetched values of all
@@ -26,26 +27,33 @@ use std::time::{Duration, Instant};
 const HEADER: &str = include_str!("../../../plugins/ibgda/include/ferrocx_ibgda.h");
 
 const KERNELS: &str = r#"
+/* mode 0: thread 0 posts alone; 1: warp 0 with the warp forms; 2: the whole
+   block with the block forms. Thread 0 owns the completions. */
 extern "C" __global__ void fx_devnet_ring(const struct fxg_view* v, unsigned win, unsigned next,
         unsigned long long first, unsigned count, unsigned chunk, unsigned long long half,
-        unsigned long long timeout, unsigned long long* out) {
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+        unsigned long long timeout, unsigned mode, unsigned long long* out) {
+    if (blockIdx.x != 0 || (mode == 0 && threadIdx.x != 0) || (mode == 1 && threadIdx.x >= 32)) return;
     const struct fxg_queue q = fxg_queue_to(v, next);
     fxg_u8* cq = fxg_cq_to(v, next);
     int worst = 0;
     for (unsigned k = 0; k < count; ++k) {
         const fxg_u64 i = first + k;
-        const fxg_u64 id = fxg_put_signal(q, win, i * chunk, half + i * chunk, chunk, 0, 1,
-                                          FXG_SIGNAL_ADD, timeout);
-        if (id == ~0ull) { out[0] = FXG_STATUS_TIMEOUT; return; }
+        const fxg_u64 dst = i * chunk, src = half + i * chunk;
+        const fxg_u64 id =
+            mode == 0 ? fxg_put_signal(q, win, dst, src, chunk, 0, 1, FXG_SIGNAL_ADD, timeout)
+          : mode == 1 ? fxg_put_signal_warp(q, win, dst, src, chunk, 0, 1, FXG_SIGNAL_ADD, timeout)
+                      : fxg_put_signal_block(q, win, dst, src, chunk, 0, 1, FXG_SIGNAL_ADD, timeout);
+        if (id == ~0ull) { if (threadIdx.x == 0) out[0] = FXG_STATUS_TIMEOUT; return; }
         /* Read completions now and then: each look is a bus round trip, and
            the proxy carries on while they wait (up to 16 rings' worth). */
         struct fxg_completion c;
-        if ((k & 7) == 7)
+        if (threadIdx.x == 0 && (k & 7) == 7)
             while (fxg_cq_poll(cq, &c)) if (c.status != FXG_STATUS_OK && worst == 0) worst = c.status;
     }
-    const int s = fxg_quiet(q, cq, timeout);
-    out[0] = worst ? worst : s;
+    const int s = mode == 0 ? fxg_quiet(q, cq, timeout)
+                : mode == 1 ? fxg_quiet_warp(q, cq, timeout)
+                            : fxg_quiet_block(q, cq, timeout);
+    if (threadIdx.x == 0) out[0] = worst ? worst : s;
 }
 
 extern "C" __global__ void fx_devnet_wait(const struct fxg_view* v, unsigned long long value,
@@ -130,7 +138,7 @@ fn kernels(device: i32) -> Result<Kernels, String> {
 fn launch(f: sys::CUfunction, s: &Stream, params: &mut [*mut c_void]) -> Result<(), String> {
     // SAFETY: a function of the current context; the parameters point to live
     // values of the kernel's types; the memory it touches lives until `sync`.
-    let r = unsafe { ferrocx_sdk::kernels::launch(f, 1, 32, s.raw(), params) };
+    let r = unsafe { ferrocx_sdk::kernels::launch(f, 1, 64, s.raw(), params) };
     cuda::check(r, "cuLaunchKernel").map_err(|e| e.to_string())?;
     sync(s)
 }
@@ -180,11 +188,12 @@ pub fn ring(rounds: usize, count: usize, chunk: usize, faults: bool) -> Result<S
             half as u64,
             TIMEOUT_NS,
         );
-        let (nx, o) = (next as u32, out.ptr);
+        // Thread, warp and block forms in turn.
+        let (nx, mode, o) = (next as u32, (round % 3) as u32, out.ptr);
         launch(
             k.ring,
             &stream,
-            &mut p!(view, win, nx, first, cnt, ch, hf, to, o),
+            &mut p!(view, win, nx, first, cnt, ch, hf, to, mode, o),
         )?;
         round_us.push(r0.elapsed().as_secs_f64() * 1e6);
         let status = read_out(&out)?[0];
@@ -368,18 +377,19 @@ pub fn killed() -> Result<String, String> {
     let stream = Stream::new().map_err(|e| e.to_string())?;
     let next = ((me + 1) % n) as u32;
     let t = Instant::now();
-    let (first, cnt, ch, hf, to, o) = (
+    let (first, cnt, ch, hf, to, mode, o) = (
         0u64,
         count as u32,
         chunk as u32,
         half as u64,
         3_000_000_000u64,
+        0u32,
         out.ptr,
     );
     launch(
         k.ring,
         &stream,
-        &mut p!(view, win, next, first, cnt, ch, hf, to, o),
+        &mut p!(view, win, next, first, cnt, ch, hf, to, mode, o),
     )?;
     let value = count as u64;
     launch(k.wait, &stream, &mut p!(view, value, to, o))?;
