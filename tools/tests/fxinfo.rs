@@ -227,3 +227,66 @@ fn conformance_kit_recognises_and_passes_a_c_collective_plugin() {
         ],
     );
 }
+
+/// The ibgda `.so` exports only `ferrocx_devnet_v1`: the kit recognises the
+/// kind and runs its battery. Without a GPU its comm_init must decline with
+/// the reason; with one, the view, status, stats and describe of a one-rank
+/// comm are checked. Null handles are refused with codes either way.
+#[test]
+fn conformance_kit_recognises_and_passes_the_ibgda_devnet_plugin() {
+    let so = plugin_so("ferrocx-plugin-ibgda", "libferrocx_plugin_ibgda.so");
+    let gpu = ferrocx_sdk::cuda::available().is_ok_and(|n| n > 0);
+    let mut needles = vec![
+        "PASS  load devnet            device networking 'ibgda' abi v1",
+        "PASS  devnet lifecycle",
+        "PASS  devnet misuse",
+    ];
+    if gpu {
+        needles.extend([
+            "PASS  devnet view",
+            "PASS  devnet status and stats",
+            "PASS  devnet describe",
+        ]);
+    } else {
+        needles.push(
+            "PASS  devnet comm_init       declined with a reason: comm_init: rank 0 has no GPU",
+        );
+    }
+    passes_check(&so, &needles);
+}
+
+/// Through the core, between real rank processes: `devnet_open` finds the
+/// built-in ibgda and reports, as `Error::Unsupported`, why it cannot serve
+/// ranks without a GPU; a `FERROCX_DEVNET` that names nothing loaded is an
+/// error naming what is loaded. `fxinfo` prints the same.
+#[test]
+fn devnet_open_says_why_it_cannot_serve_and_fxinfo_prints_it() {
+    let run = |devnet: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fxrun"));
+        c.args(["-n", "2", "--", FXINFO])
+            .env("FERROCX_DEVICE", "-1");
+        match devnet {
+            Some(d) => c.env("FERROCX_DEVNET", d),
+            None => c.env_remove("FERROCX_DEVNET"),
+        };
+        let out = c.output().expect("run fxrun fxinfo");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    let text = run(None);
+    assert!(
+        text.contains("device networking (kernels posting puts and signals")
+            && text.contains(
+                "not available: unsupported: device-networking plugin 'ibgda': comm_init: rank 0 has no GPU"
+            ),
+        "{text}"
+    );
+    let text = run(Some("nope"));
+    assert!(
+        text.contains(
+            "no device-networking plugin named 'nope' (FERROCX_DEVNET) is loaded (loaded: ibgda)"
+        ),
+        "{text}"
+    );
+}

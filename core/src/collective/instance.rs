@@ -4,6 +4,7 @@
 
 use super::library::CollectiveLib;
 use super::oob::OobTable;
+use super::start::{hook_error, start, Hooks};
 use crate::error::{Error, Result};
 use crate::plugin::HostTable;
 use crate::shared::CommShared;
@@ -42,54 +43,31 @@ pub enum Started {
 impl CollectivePlugin {
     /// `init` then `comm_init`. Collective: every rank, in the same order.
     pub(crate) fn start(lib: Arc<CollectiveLib>, shared: &Arc<CommShared>) -> Result<Started> {
-        let host = HostTable::new(&lib.name, shared.timeout, shared.stop.clone());
         let t = lib.table();
-        let mut ctx = std::ptr::null_mut();
-        // SAFETY: validated table; the host table outlives the context (owned by self).
-        let code = unsafe { (t.init.expect("validated"))(host.as_ptr(), &mut ctx) };
-        if code != FX_OK || ctx.is_null() {
-            return Err(error_of(&lib, "init", code));
-        }
-        let oob = OobTable::new(shared.clone());
-        let me = &shared.peer_info[shared.rank];
-        let info = FxCommInfo {
-            rank: shared.rank as i32,
-            nranks: shared.nranks as i32,
-            local_rank: me.local_rank,
-            cuda_device: me.cuda_device,
-            comm_hash: shared.comm_hash,
-            peers: shared.peer_info.as_ptr(),
+        let hooks = Hooks {
+            init: t.init.expect("validated"),
+            finalize: t.finalize.expect("validated"),
+            comm_init: t.comm_init.expect("validated"),
+            last_error: t.last_error,
         };
-        let mut comm = std::ptr::null_mut();
-        // SAFETY: validated table, live context; `info` and its peers live across the
-        // call, the oob table as long as self.
-        let code =
-            unsafe { (t.comm_init.expect("validated"))(ctx, &info, oob.as_ptr(), &mut comm) };
-        if code != FX_OK || comm.is_null() {
-            let e = error_of(
-                &lib,
-                "comm_init",
-                if code == FX_OK { FX_INTERNAL } else { code },
-            );
-            // SAFETY: the context was made by init above and nothing else uses it.
-            unsafe { (t.finalize.expect("validated"))(ctx) };
-            return match e {
-                Error::Plugin {
-                    code: FX_UNSUPPORTED,
-                    message,
-                    ..
-                } => Ok(Started::Unsupported(message)),
-                e => Err(e),
-            };
-        }
+        let s = match start(&lib.name, &hooks, shared) {
+            Ok(s) => s,
+            Err(Error::Plugin {
+                code: FX_UNSUPPORTED,
+                hook: "comm_init",
+                message,
+                ..
+            }) => return Ok(Started::Unsupported(message)),
+            Err(e) => return Err(e),
+        };
         Ok(Started::Ready(CollectivePlugin {
             shared_name: Arc::from(lib.name.as_str()),
             lib,
-            ctx,
-            comm,
+            ctx: s.ctx,
+            comm: s.comm,
             closed: std::sync::atomic::AtomicBool::new(false),
-            _oob: oob,
-            _host: host,
+            _oob: s.oob,
+            _host: s.host,
         }))
     }
 
@@ -276,11 +254,5 @@ impl Drop for CollectivePlugin {
 
 /// The error for a failed hook, with the plugin's last-error text.
 fn error_of(lib: &CollectiveLib, hook: &'static str, code: i32) -> Error {
-    Error::Plugin {
-        plugin: lib.name.clone(),
-        hook,
-        peer: None,
-        code,
-        message: crate::plugin::library::last_error_text(lib.table().last_error),
-    }
+    hook_error(&lib.name, lib.table().last_error, hook, code)
 }

@@ -13,6 +13,7 @@ pub mod instance;
 pub mod library;
 mod oob;
 pub mod select;
+pub(crate) mod start;
 
 pub use instance::CollectivePlugin;
 pub use library::CollectiveLib;

@@ -11,6 +11,7 @@ pub mod library;
 pub use ferrocx_sdk::abi::FxDevnetStats as DevnetStats;
 pub use library::DevnetLib;
 
+use crate::collective::start::{hook_error, start, Hooks};
 use crate::collective::OobTable;
 use crate::error::{Error, Result};
 use crate::plugin::HostTable;
@@ -53,48 +54,33 @@ unsafe impl Sync for DevNet {}
 impl DevNet {
     /// `init` then `comm_init`. Collective.
     pub(crate) fn open(lib: Arc<DevnetLib>, shared: &Arc<CommShared>) -> Result<DevNet> {
-        let host = HostTable::new(&lib.name, shared.timeout, shared.stop.clone());
         let t = lib.table();
-        let mut ctx = std::ptr::null_mut();
-        // SAFETY: validated table; the host table outlives the context (owned by self).
-        let code = unsafe { (t.init.expect("validated"))(host.as_ptr(), &mut ctx) };
-        if code != FX_OK || ctx.is_null() {
-            return Err(error_of(&lib, "init", code));
-        }
-        let oob = OobTable::new(shared.clone());
-        let me = &shared.peer_info[shared.rank];
-        let info = FxCommInfo {
-            rank: shared.rank as i32,
-            nranks: shared.nranks as i32,
-            local_rank: me.local_rank,
-            cuda_device: me.cuda_device,
-            comm_hash: shared.comm_hash,
-            peers: shared.peer_info.as_ptr(),
+        let hooks = Hooks {
+            init: t.init.expect("validated"),
+            finalize: t.finalize.expect("validated"),
+            comm_init: t.comm_init.expect("validated"),
+            last_error: t.last_error,
         };
-        let mut comm = std::ptr::null_mut();
-        // SAFETY: validated table, live context; `info` lives across the call,
-        // the oob table as long as self.
-        let code =
-            unsafe { (t.comm_init.expect("validated"))(ctx, &info, oob.as_ptr(), &mut comm) };
-        if code != FX_OK || comm.is_null() {
-            let e = error_of(
-                &lib,
-                "comm_init",
-                if code == FX_OK { FX_INTERNAL } else { code },
-            );
-            // SAFETY: the context was made by init above and nothing else uses it.
-            unsafe { (t.finalize.expect("validated"))(ctx) };
-            return Err(e);
-        }
+        let s = start(&lib.name, &hooks, shared).map_err(|e| match e {
+            Error::Plugin {
+                code: FX_UNSUPPORTED,
+                message,
+                ..
+            } => Error::Unsupported(format!(
+                "device-networking plugin '{}': {message}",
+                lib.name
+            )),
+            e => e,
+        })?;
         Ok(DevNet {
             lib,
-            ctx,
-            comm,
+            ctx: s.ctx,
+            comm: s.comm,
             shared: shared.clone(),
             windows: Mutex::new(Vec::new()),
             closed: Mutex::new(false),
-            _oob: oob,
-            _host: host,
+            _oob: s.oob,
+            _host: s.host,
         })
     }
 
@@ -255,18 +241,12 @@ impl Drop for DevNet {
 }
 
 fn error_of(lib: &DevnetLib, hook: &'static str, code: i32) -> Error {
-    let message = crate::plugin::library::last_error_text(lib.table().last_error);
     if code == FX_UNSUPPORTED {
+        let message = crate::plugin::library::last_error_text(lib.table().last_error);
         return Error::Unsupported(format!(
             "device-networking plugin '{}': {message}",
             lib.name
         ));
     }
-    Error::Plugin {
-        plugin: lib.name.clone(),
-        hook,
-        peer: None,
-        code,
-        message,
-    }
+    hook_error(&lib.name, lib.table().last_error, hook, code)
 }

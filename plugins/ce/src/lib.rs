@@ -133,6 +133,16 @@
 //! first), and the third passed with all_gather and with an all_reduce killed
 //! inside its reduction kernel.
 //!
+//! **Known limit, four ranks on one GPU under MPS:** `tests/tests/device.rs`'s
+//! `ce_runs_mid_calls_as_one_simple_kernel` times out at the watchdog in its
+//! 4-rank, 1040-byte-slot round (case 2909, an in-place all_gather of 262 160
+//! bytes per rank as the Simple kernel): every rank's kernel waits for a peer's
+//! data. It does so identically at 0804cfe and after it
+//! (`bench/results/2026-11-27-devnet/run34-*`), and passed on 2 and 4 GPUs: the
+//! four ranks' kernels are not all resident at once on one GPU. The error is
+//! clear and nothing hangs, but a correct program fails; capping the blocks of
+//! ranks that share a GPU is the likely fix (not done).
+//!
 //! `comm_init` decides alike on every rank: two out-of-band exchanges
 //! ([`setup`]) so that a rank whose setup failed makes every rank sit the
 //! communicator out (`FX_UNSUPPORTED`, naming the rank and why) rather than

@@ -59,7 +59,7 @@ mod tests;
 pub use completion::{CompletionQueue, CqEntry, CqStatus, PathSet, CQE_BYTES};
 pub use error::{DecodeError, QueueError};
 pub use memory::QueueMemory;
-pub use record::{RequestQueue, SignalOp, WorkRecord, RECORD_BYTES};
+pub use record::{RequestQueue, SignalOp, Transfer, WorkRecord, RECORD_BYTES};
 pub use ring::Ring;
 
 /// Bytes of a ring's header; entries start here.

@@ -11,6 +11,7 @@
 //! battery (`collective.rs`); a library exporting both kinds gets both.
 
 mod collective;
+pub(crate) mod devnet;
 mod peer;
 mod report;
 
@@ -18,9 +19,10 @@ pub use peer::child_main;
 use report::Report;
 
 use ferrocx::collective::CollectiveLib;
+use ferrocx::devnet::DevnetLib;
 use ferrocx::plugin::library::open_library;
 use ferrocx::plugin::{PluginInstance, PluginLib};
-use ferrocx_sdk::abi::{FX_COLL_SYMBOL_V1, FX_SYMBOL_V1};
+use ferrocx_sdk::abi::{FX_COLL_SYMBOL_V1, FX_DEVNET_SYMBOL_V1, FX_SYMBOL_V1};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
@@ -43,11 +45,12 @@ pub fn main(path: &str) -> ExitCode {
     };
     let transport = PluginLib::from_library(&lib, p);
     let collective = CollectiveLib::from_library(&lib, p);
-    if transport.is_none() && collective.is_none() {
+    let devnet = DevnetLib::from_library(&lib, p);
+    if transport.is_none() && collective.is_none() && devnet.is_none() {
         rep.fail(
             "load",
             format!(
-                "{path}: no symbol '{FX_SYMBOL_V1}' or '{FX_COLL_SYMBOL_V1}': not a ferrocx plugin"
+                "{path}: no symbol '{FX_SYMBOL_V1}', '{FX_COLL_SYMBOL_V1}' or '{FX_DEVNET_SYMBOL_V1}': not a ferrocx plugin"
             ),
         );
         return rep.finish();
@@ -80,6 +83,21 @@ pub fn main(path: &str) -> ExitCode {
             peer::run_child(path, "collective", "", &mut rep);
         }
         Some(Err(e)) => rep.fail("load collective", e.to_string()),
+        None => {}
+    }
+    match devnet {
+        Some(Ok(l)) => {
+            let t = l.table();
+            rep.pass(
+                "load devnet",
+                format!(
+                    "device networking '{}' abi v{} struct_size {} caps {:#x} from {path}",
+                    l.name, l.abi_version, t.struct_size, t.caps
+                ),
+            );
+            peer::run_child(path, "devnet", "", &mut rep);
+        }
+        Some(Err(e)) => rep.fail("load devnet", e.to_string()),
         None => {}
     }
     rep.finish()

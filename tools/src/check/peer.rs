@@ -4,6 +4,7 @@
 
 use super::report::Report;
 use super::STEP_TIMEOUT;
+use ferrocx::devnet::DevnetLib;
 use ferrocx::plugin::{PluginInstance, PluginLib, RawConn, RawRequest};
 use ferrocx_sdk::abi::*;
 use std::ffi::c_void;
@@ -333,6 +334,23 @@ pub fn child_main(args: &[String]) -> ExitCode {
         return ExitCode::from(2);
     };
     let parent: u32 = args.get(2).and_then(|p| p.parse().ok()).unwrap_or(0);
+    if role == "devnet" {
+        let lib = ferrocx::plugin::library::open_library(Path::new(path)).and_then(|l| {
+            DevnetLib::from_library(&l, Path::new(path))
+                .unwrap_or_else(|| Err(ferrocx::Error::InvalidArgument("no devnet table".into())))
+        });
+        let r = match lib {
+            Ok(l) => super::devnet::child(l.table()),
+            Err(e) => Err(e.to_string()),
+        };
+        return match r {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                println!("ERROR {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     if role == "collective" {
         let lib = ferrocx::plugin::library::open_library(Path::new(path)).and_then(|l| {
             ferrocx::collective::CollectiveLib::from_library(&l, Path::new(path)).unwrap_or_else(

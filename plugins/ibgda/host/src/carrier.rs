@@ -231,49 +231,33 @@ impl Carrier for SameHost {
         let words = self.signals[p].len() as u64;
         let signal_ok =
             |at: u64| at.is_multiple_of(8) && at.checked_add(8).is_some_and(|e| e <= words);
-        match *work {
-            WorkRecord::Put {
-                window,
-                dst,
-                src,
-                bytes,
-            }
-            | WorkRecord::PutSignal {
-                window,
-                dst,
-                src,
-                bytes,
-                ..
-            } => {
-                let wins = self.windows.read();
-                let w = wins
-                    .get(window as usize)
-                    .and_then(Option::as_ref)
-                    .ok_or_else(|| format!("window {window} is not registered"))?;
-                let fits = |off: u64| {
-                    off.checked_add(u64::from(bytes))
-                        .is_some_and(|e| e <= w.bytes)
-                };
-                if !fits(dst) || !fits(src) {
-                    return Err(format!(
-                        "{bytes} bytes from offset {src} to offset {dst} run past window {window}'s {} bytes",
-                        w.bytes
-                    ));
-                }
-                if w.peer_bases.get(p).is_none_or(|&b| b == 0) {
-                    return Err(format!(
-                        "rank {p}'s window {window} is not mapped in this process"
-                    ));
-                }
-            }
-            WorkRecord::FetchAdd { window, .. } if window != SIGNAL_WINDOW => {
+        if let Some(t) = work.transfer() {
+            let wins = self.windows.read();
+            let w = wins
+                .get(t.window as usize)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| format!("window {} is not registered", t.window))?;
+            let fits = |off: u64| {
+                off.checked_add(u64::from(t.bytes))
+                    .is_some_and(|e| e <= w.bytes)
+            };
+            if !fits(t.dst) || !fits(t.src) {
                 return Err(format!(
-                    "a fetch-add acts on the signal words (window FXG_SIGNALS), not window {window}"
+                    "{} bytes from offset {} to offset {} run past window {}'s {} bytes",
+                    t.bytes, t.src, t.dst, t.window, w.bytes
                 ));
             }
-            WorkRecord::FetchAdd { .. } | WorkRecord::Quiet => {}
+            if w.peer_bases.get(p).is_none_or(|&b| b == 0) {
+                return Err(format!(
+                    "rank {p}'s window {} is not mapped in this process",
+                    t.window
+                ));
+            }
         }
         match *work {
+            WorkRecord::FetchAdd { window, .. } if window != SIGNAL_WINDOW => Err(format!(
+                "a fetch-add acts on the signal words (window FXG_SIGNALS), not window {window}"
+            )),
             WorkRecord::PutSignal { signal, .. } if !signal_ok(signal) => Err(format!(
                 "signal word at {signal} is not an aligned word of the {words} signal bytes"
             )),
@@ -299,25 +283,12 @@ impl Carrier for SameHost {
             work: req.work,
             fault,
         };
-        match req.work {
-            WorkRecord::Put {
-                window,
-                dst,
-                src,
-                bytes,
-            }
-            | WorkRecord::PutSignal {
-                window,
-                dst,
-                src,
-                bytes,
-                ..
-            } => {
+        match req.work.transfer() {
+            Some(t) => {
                 let (to, from) = {
                     let wins = self.windows.read();
-                    let w = wins.get(window as usize).and_then(Option::as_ref);
-                    match w {
-                        Some(w) => (w.peer_bases[p] + dst, w.base + src),
+                    match wins.get(t.window as usize).and_then(Option::as_ref) {
+                        Some(w) => (w.peer_bases[p] + t.dst, w.base + t.src),
                         None => {
                             return Err(Refused {
                                 status: REFUSED_COPY,
@@ -329,14 +300,14 @@ impl Carrier for SameHost {
                 // SAFETY: `check` bounded both ranges inside the windows, which
                 // stay registered while requests naming them are in flight
                 // (the ABI's rule for window_deregister).
-                let copied = unsafe { self.paths[q].copy(to, from, bytes as usize) };
+                let copied = unsafe { self.paths[q].copy(to, from, t.bytes as usize) };
                 copied.map_err(|_| Refused {
                     status: REFUSED_COPY,
                 })?;
                 self.unmarked[q].push(flight);
             }
             // Nothing to copy: applied now, completed as its fault says.
-            WorkRecord::FetchAdd { .. } | WorkRecord::Quiet => {
+            None => {
                 // `now` only matters for delays; the next progress round
                 // releases them, so a fresh clock read is close enough.
                 let now = Nanos(crate::clock::now());

@@ -117,7 +117,45 @@ pub enum WorkRecord {
     Quiet,
 }
 
+/// The data a put (with or without signal) moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    /// Symmetric window handle.
+    pub window: u32,
+    /// Offset in the peer's window.
+    pub dst: u64,
+    /// Offset in this rank's window.
+    pub src: u64,
+    /// Bytes.
+    pub bytes: u32,
+}
+
 impl WorkRecord {
+    /// What a put or a put with signal copies; `None` for the others.
+    pub fn transfer(&self) -> Option<Transfer> {
+        match *self {
+            WorkRecord::Put {
+                window,
+                dst,
+                src,
+                bytes,
+            }
+            | WorkRecord::PutSignal {
+                window,
+                dst,
+                src,
+                bytes,
+                ..
+            } => Some(Transfer {
+                window,
+                dst,
+                src,
+                bytes,
+            }),
+            WorkRecord::FetchAdd { .. } | WorkRecord::Quiet => None,
+        }
+    }
+
     /// The entry bytes (stamp zero: the ring writes it).
     pub fn encode(&self) -> [u8; RECORD_BYTES] {
         let mut b = [0u8; RECORD_BYTES];
