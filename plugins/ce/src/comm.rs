@@ -102,6 +102,8 @@ fn reduce_setup(
         let built = cuda::Context::primary(ordinal)
             .map_err(|e| e.to_string())
             .and_then(|ctx| Kernels::new(&ctx).map_err(|e| e.to_string()))
+            // Ranks sharing a GPU split the waiting kernels' one wave.
+            .map(|k| k.with_share(setup::ranks_per_gpu(&info.peers)))
             .and_then(|k| k.prepare_all().map(|_| k).map_err(|e| e.to_string()));
         match built {
             Ok(k) => Some(k),

@@ -133,15 +133,15 @@
 //! first), and the third passed with all_gather and with an all_reduce killed
 //! inside its reduction kernel.
 //!
-//! **Known limit, four ranks on one GPU under MPS:** `tests/tests/device.rs`'s
-//! `ce_runs_mid_calls_as_one_simple_kernel` times out at the watchdog in its
-//! 4-rank, 1040-byte-slot round (case 2909, an in-place all_gather of 262 160
-//! bytes per rank as the Simple kernel): every rank's kernel waits for a peer's
-//! data. It does so identically at 0804cfe and after it
-//! (`bench/results/2026-11-27-devnet/run34-*`), and passed on 2 and 4 GPUs: the
-//! four ranks' kernels are not all resident at once on one GPU. The error is
-//! clear and nothing hangs, but a correct program fails; capping the blocks of
-//! ranks that share a GPU is the likely fix (not done).
+//! **Ranks sharing one GPU** (processes under MPS): the LL, Simple and
+//! point-to-point kernels wait for their peers' blocks, so every rank's
+//! blocks must be resident at once. Each rank's grid is its share of one wave
+//! (`Kernels::with_share`, the most ranks on any GPU of the communicator,
+//! `setup::ranks_per_gpu`). Before, four ranks on one H100 each launched a
+//! whole wave and `ce_runs_mid_calls_as_one_simple_kernel` timed out at the
+//! watchdog in its 4-rank round (case 2909), at 0804cfe as after it; capping
+//! the blocks by hand passed, and so does the share
+//! (`bench/results/2026-11-27-devnet/run34`, `run36`, `run37`).
 //!
 //! `comm_init` decides alike on every rank: two out-of-band exchanges
 //! ([`setup`]) so that a rank whose setup failed makes every rank sit the

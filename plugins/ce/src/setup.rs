@@ -176,9 +176,63 @@ pub fn agree(all: &[Hello]) -> Result<(), String> {
     Ok(())
 }
 
+/// The most ranks that share one GPU (same host, same PCI address), over
+/// every GPU of the communicator: the same number on every rank, since every
+/// rank knows every peer. Their waiting kernels run at once, so each takes
+/// that share of one wave (`Kernels::with_share`).
+pub fn ranks_per_gpu(peers: &[ferrocx_sdk::abi::FxPeerInfo]) -> u32 {
+    peers
+        .iter()
+        .filter(|p| p.cuda_pci >= 0)
+        .map(|p| {
+            peers
+                .iter()
+                .filter(|q| q.host_hash == p.host_hash && q.cuda_pci == p.cuda_pci)
+                .count() as u32
+        })
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_per_gpu_counts_the_most_crowded_gpu_of_any_host() {
+        use ferrocx_sdk::abi::FxPeerInfo;
+        let rank = |host: u64, pci: i32| {
+            let mut p = FxPeerInfo::zeroed();
+            p.host_hash = host;
+            p.cuda_pci = pci;
+            p
+        };
+        // One GPU per rank, on two hosts whose GPUs have the same addresses.
+        assert_eq!(ranks_per_gpu(&[rank(1, 0x100), rank(2, 0x100)]), 1);
+        // Four ranks on one GPU (the MPS case), or two on each of two.
+        assert_eq!(ranks_per_gpu(&[rank(1, 0x100); 4]), 4);
+        let two_by_two = [
+            rank(1, 0x100),
+            rank(1, 0x100),
+            rank(1, 0x200),
+            rank(1, 0x200),
+        ];
+        assert_eq!(ranks_per_gpu(&two_by_two), 2);
+        // Uneven: the most crowded GPU decides, alike on every rank.
+        assert_eq!(
+            ranks_per_gpu(&[
+                rank(1, 0x100),
+                rank(1, 0x200),
+                rank(1, 0x200),
+                rank(1, 0x200)
+            ]),
+            3
+        );
+        // Ranks without a GPU do not count; none at all is 1.
+        assert_eq!(ranks_per_gpu(&[rank(1, -1), rank(1, -1)]), 1);
+        assert_eq!(ranks_per_gpu(&[]), 1);
+    }
 
     #[test]
     fn hellos_round_trip_and_cut_long_reasons() {

@@ -1029,6 +1029,9 @@ pub struct Kernels {
     device: i32,
     cc: (i32, i32),
     sms: u32,
+    /// Ranks whose kernels share this GPU at once (the waiting kernels'
+    /// one wave is split between them).
+    share: u32,
     image: Image,
     nvrtc: &'static Nvrtc,
 }
@@ -1043,8 +1046,8 @@ impl std::fmt::Debug for Kernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Kernels(device {}, sm_{}{}, {} SMs, {:?}, {:?})",
-            self.device, self.cc.0, self.cc.1, self.sms, self.image, self.nvrtc
+            "Kernels(device {}, sm_{}{}, {} SMs, {} ranks sharing it, {:?}, {:?})",
+            self.device, self.cc.0, self.cc.1, self.sms, self.share, self.image, self.nvrtc
         )
     }
 }
@@ -1134,9 +1137,27 @@ impl Kernels {
             device,
             cc: (major, minor),
             sms,
+            share: 1,
             image,
             nvrtc,
         })
+    }
+
+    /// These kernels' ranks share their GPU with `ranks - 1` others (ranks as
+    /// processes under MPS). The kernels that wait for peers (LL, Simple,
+    /// point-to-point) need all their blocks resident at once, and so do the
+    /// peers' kernels on the same GPU: each then takes at most its share of
+    /// one wave, or the ranks' kernels wait for each other's blocks that never
+    /// get an SM. Every rank must pass the same number (grids are sized alike).
+    pub fn with_share(mut self, ranks: u32) -> Self {
+        self.share = ranks.max(1);
+        self
+    }
+
+    /// The blocks of one wave of a waiting kernel with `per_sm` resident
+    /// blocks per SM, this rank's share of it.
+    fn wave(&self, per_sm: u32) -> u64 {
+        u64::from(self.sms * per_sm) / u64::from(self.share)
     }
 
     /// The device ordinal.
@@ -1419,7 +1440,7 @@ impl Kernels {
                 f.info.name
             )));
         }
-        let wave = (self.sms * f.ll_blocks_per_sm).max(1) as u64;
+        let wave = self.wave(f.ll_blocks_per_sm).max(1);
         let grid = args.lines().div_ceil(BLOCK as u64).clamp(1, wave) as u32;
         let mut a = *args;
         let mut params = a.params();
@@ -1497,8 +1518,8 @@ impl Kernels {
 
     /// The grid of a ring kernel (Simple, point-to-point): a sending and a
     /// receiving block per chunk of its longest segment, at most `blocks` of
-    /// each (0: [`simple::TARGET_BLOCKS`]), all resident at once (one wave of
-    /// `per_sm` blocks per SM).
+    /// each (0: [`simple::TARGET_BLOCKS`]), all resident at once (this rank's
+    /// share of one wave of `per_sm` blocks per SM).
     fn ring_grid(
         &self,
         what: &str,
@@ -1507,11 +1528,11 @@ impl Kernels {
         chunks: u64,
         blocks: usize,
     ) -> Result<u32> {
-        let wave = (self.sms * per_sm) as u64;
+        let wave = self.wave(per_sm);
         if wave < 2 {
             return Err(Error::Unsupported(format!(
-                "{}: the {what} kernel needs two resident blocks ({wave} fit)",
-                f.info.name
+                "{}: the {what} kernel needs two resident blocks ({wave} fit, {} ranks sharing the GPU)",
+                f.info.name, self.share
             )));
         }
         let most = if blocks == 0 {
