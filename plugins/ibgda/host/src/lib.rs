@@ -235,7 +235,7 @@ impl DevNet for Ibgda {
             FaultInjector::new(cfg.faults.clone()),
         );
         let shared = Arc::new(Shared::default());
-        let thread = thread::spawn(ctx.clone(), proxy, carrier, shared.clone(), rank)
+        let thread = thread::spawn(ctx.clone(), proxy, carrier, shared.clone(), self.host, rank)
             .map_err(|e| sys("starting the proxy thread", e))?;
         let comm = IbgdaComm {
             rank,

@@ -8,6 +8,7 @@ use ferrocx_ibgda::health::Nanos;
 use ferrocx_ibgda::proxy::{Proxy, ProxyEvent};
 use ferrocx_sdk::abi::FxDevnetStats;
 use ferrocx_sdk::cuda::Context;
+use ferrocx_sdk::{Host, Level};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,8 +24,6 @@ pub struct Shared {
     pub stats: Mutex<FxDevnetStats>,
     /// The first peer or queue error, for `status`.
     pub error: Mutex<Option<String>>,
-    /// Recent events, for logs (bounded).
-    pub events: Mutex<Vec<String>>,
 }
 
 /// Longest sleep when nothing happens: bounds how late a new request is seen.
@@ -32,12 +31,13 @@ const MAX_PARK: Duration = Duration::from_micros(500);
 /// Rounds without work before the thread starts sleeping.
 const SPINS: u32 = 2000;
 
-/// Start the thread on `ctx`'s device.
+/// Start the thread on `ctx`'s device; it logs through `host`.
 pub fn spawn(
     ctx: Arc<Context>,
     mut proxy: Proxy,
     mut carrier: SameHost,
     shared: Arc<Shared>,
+    host: Host,
     rank: usize,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
@@ -63,7 +63,7 @@ pub fn spawn(
                     // Completions made room: take what waited for it.
                     proxy.poll(&mut carrier, now);
                 }
-                record(&mut proxy, &shared, work as u64);
+                record(&mut proxy, &shared, &host, rank);
                 if work > 0 || carrier.in_flight() > 0 {
                     idle = 0;
                     std::hint::spin_loop();
@@ -84,39 +84,39 @@ pub fn spawn(
         })
 }
 
-/// Counts events and remembers errors.
-fn record(proxy: &mut Proxy, shared: &Shared, _work: u64) {
+/// Counts events, logs them and remembers errors.
+fn record(proxy: &mut Proxy, shared: &Shared, host: &Host, rank: usize) {
     let s = proxy.sender().stats();
-    let mut events = Vec::new();
-    while let Some(e) = proxy.poll_event() {
-        events.push(e);
-    }
     let mut st = shared.stats.lock();
     st.completed = s.completed;
     st.failed = s.failed;
     st.requests = s.posted;
-    for e in &events {
-        match e {
-            ProxyEvent::Failover { .. } => st.failovers += 1,
-            ProxyEvent::PathDown { .. } => st.paths_down += 1,
-            ProxyEvent::PathRestored { .. } => st.paths_restored += 1,
+    while let Some(e) = proxy.poll_event() {
+        let level = match &e {
+            ProxyEvent::Failover { .. } => {
+                st.failovers += 1;
+                Level::Debug
+            }
+            ProxyEvent::PathDown { .. } => {
+                st.paths_down += 1;
+                Level::Warn
+            }
+            ProxyEvent::PathRestored { .. } => {
+                st.paths_restored += 1;
+                Level::Info
+            }
             ProxyEvent::PeerUnreachable(err) => {
                 st.peers_unreachable += 1;
                 shared.error.lock().get_or_insert_with(|| err.to_string());
+                Level::Error
             }
             ProxyEvent::QueueBroken { .. } => {
                 shared.error.lock().get_or_insert_with(|| e.to_string());
+                Level::Error
             }
-            _ => {}
-        }
-    }
-    drop(st);
-    if !events.is_empty() {
-        let mut log = shared.events.lock();
-        for e in events {
-            if log.len() < 256 {
-                log.push(e.to_string());
-            }
-        }
+            ProxyEvent::BadRecord { .. } | ProxyEvent::Rejected { .. } => Level::Warn,
+            _ => Level::Debug,
+        };
+        host.log(level, format!("ibgda rank {rank}: {e}"));
     }
 }
