@@ -1,10 +1,12 @@
-//! # ferrocx-ibgda — foundations of the device-networking plugin
+//! # ferrocx-ibgda — the sans-IO core of the device-networking plugin
 //!
-//! `plugins/ibgda` will let GPU threads post their own RDMA work (put, put with
-//! signal, quiet) with a backup path per peer, as NVSHMEM's IBGDA does with the
-//! fault tolerance of reference note 004 (issue 20). **This crate is only its
-//! sans-IO foundations**: pure logic, no device, no system calls, no `unsafe`,
-//! unit-tested on a machine with neither GPU nor RDMA NIC.
+//! `plugins/ibgda` lets GPU threads post their own work (put, put with signal,
+//! fetch-add, quiet) with a backup path per peer, as NVSHMEM's IBGDA does with
+//! the fault tolerance of reference note 004 (issue 20). **This crate is its
+//! sans-IO logic**: no device, no system calls, no `unsafe`, unit-tested on a
+//! machine with neither GPU nor RDMA NIC. The I/O around it — the
+//! `ferrocx_devnet_v1` table, the GPU-visible queues and the proxy handler's
+//! thread and carrier — is `plugins/ibgda/host` (`ferrocx-ibgda-host`).
 //!
 //! What exists:
 //!
@@ -30,7 +32,7 @@
 //!   writes in the plugin), touched only as whole 8-byte words.
 //! * [`proxy`] — the proxy NIC handler's logic: consumes the queues, routes each
 //!   request through [`health::Sender`], posts to a [`proxy::Carrier`] (the
-//!   transport, later), writes exactly one completion per request (an error
+//!   host crate's copy-engine carrier on one host), writes exactly one completion per request (an error
 //!   naming the peer and paths when it is unreachable; a bad-record one for what
 //!   the carrier says it can never carry), and honours quiet.
 //! * [`fault`] — fault injection: drop or delay the completions of a chosen path
@@ -39,19 +41,16 @@
 //!   where to dispatch tokens to their experts' ranks and to combine the
 //!   outputs back (DeepEP's shape), from an all-gather of counts.
 //! * `include/ferrocx_ibgda.h` — the device header: the records, posting them
-//!   into a request queue, taking completions, waiting for one, quiet, signal
-//!   waits (compiled and host-checked, never run on a GPU).
+//!   into a request queue (per thread, warp or block), taking completions,
+//!   waiting for one, quiet, signal waits, the view the host side hands a
+//!   kernel, and the mlx5 WQE writers; run on an H100 by the proxy handler's
+//!   tests (the mlx5 writers compared with [`wqe`] byte for byte, never read by
+//!   a NIC).
 //!
-//! What does not exist yet: the GPU-side health rules, the plugin
-//! ABI table (`ferrocx_devnet_v1`), any verbs or mlx5 object creation (QPs, CQs,
-//! UAR and doorbell mapping, memory registration), the proxy's thread and its
-//! real carriers (ce, net-socket, net-ib), GPU-visible mapping of the queues
-//! (here only the [`queue::QueueMemory`] seam it plugs into), the MoE example's
-//! kernel and benchmark. **None of this crate has run on hardware**: the WQE
-//! layout is checked against the published layout only, and the queues and the
-//! proxy only against an in-memory carrier and a producer thread on atomic
-//! words. `docs/IBGDA.md` says what is tested
-//! and what comes next.
+//! What does not exist yet: the mlx5 handler (QPs, CQs, UAR and doorbell
+//! mapping, memory registration through verbs) and the GPU-side health rules it
+//! needs, and carriers across hosts (net-socket, net-ib). `docs/IBGDA.md` says
+//! what runs, what is tested and what comes next.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
