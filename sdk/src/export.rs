@@ -53,26 +53,51 @@ unsafe fn ctx_ref<'a, T>(p: *mut c_void) -> PluginResult<&'a T> {
     (p as *const T).as_ref().ok_or_else(|| null("ctx"))
 }
 
-unsafe extern "C" fn h_init<T: Transport>(host: *const FxHostV1, ctx: *mut *mut c_void) -> i32 {
+/// The `init` hook of every table kind: `make` builds the context from the
+/// host table, boxed into `*ctx`.
+///
+/// # Safety
+/// `host` must be null or a host table that outlives the context; `ctx` null
+/// or writable.
+pub(crate) unsafe fn init_ctx<T>(
+    host: *const FxHostV1,
+    ctx: *mut *mut c_void,
+    make: impl FnOnce(Host) -> PluginResult<T>,
+) -> i32 {
     guard("init", || {
         if ctx.is_null() {
             return Err(null("ctx out-pointer"));
         }
-        let t = T::init(Host::from_raw(host))?;
+        let t = make(Host::from_raw(host))?;
         *ctx = Box::into_raw(Box::new(t)) as *mut c_void;
         Ok(FX_OK)
     })
 }
 
-unsafe extern "C" fn h_finalize<T: Transport>(ctx: *mut c_void) -> i32 {
+/// The `finalize` hook of every table kind: the context `init_ctx` made,
+/// handed to `fin` by value.
+///
+/// # Safety
+/// `ctx` must be null or a context made by [`init_ctx`] for `T`, finalized once.
+pub(crate) unsafe fn finalize_ctx<T>(
+    ctx: *mut c_void,
+    fin: impl FnOnce(T) -> PluginResult<()>,
+) -> i32 {
     guard("finalize", || {
         if ctx.is_null() {
             return Err(null("ctx"));
         }
-        let t = Box::from_raw(ctx as *mut T);
-        t.finalize()?;
+        fin(*Box::from_raw(ctx as *mut T))?;
         Ok(FX_OK)
     })
+}
+
+unsafe extern "C" fn h_init<T: Transport>(host: *const FxHostV1, ctx: *mut *mut c_void) -> i32 {
+    init_ctx(host, ctx, T::init)
+}
+
+unsafe extern "C" fn h_finalize<T: Transport>(ctx: *mut c_void) -> i32 {
+    finalize_ctx(ctx, T::finalize)
 }
 
 unsafe extern "C" fn h_can_connect<T: Transport>(

@@ -7,9 +7,26 @@ use super::oob::Oob;
 use super::p2p::P2pDesc;
 use super::Collective;
 use crate::abi::*;
-use crate::export::{guard, h_last_error, name_array, null};
-use crate::host::Host;
+use crate::export::{finalize_ctx, guard, h_last_error, init_ctx, name_array, null};
 use std::ffi::c_void;
+
+/// The checked arguments of a `comm_init` hook (collective and devnet tables).
+///
+/// # Safety
+/// `info` and `oob` must be null or valid as the ABI says (`info.peers` holds
+/// `info.nranks` records); `comm` null or writable.
+pub(crate) unsafe fn comm_init_args(
+    info: *const FxCommInfo,
+    oob: *const FxCommOob,
+    comm: *mut *mut c_void,
+) -> crate::PluginResult<(CommInfo, Oob)> {
+    let info = CommInfo::from_raw(info.as_ref().ok_or_else(|| null("info"))?)?;
+    let oob = Oob::from_raw(oob.as_ref().ok_or_else(|| null("oob"))?, info.nranks);
+    if comm.is_null() {
+        return Err(null("comm out-pointer"));
+    }
+    Ok((info, oob))
+}
 
 /// What the C side holds as `comm`.
 struct CommBox<T: Collective> {
@@ -35,24 +52,11 @@ unsafe fn comm_mut<'a, T: Collective>(
 }
 
 unsafe extern "C" fn h_init<T: Collective>(host: *const FxHostV1, ctx: *mut *mut c_void) -> i32 {
-    guard("init", || {
-        if ctx.is_null() {
-            return Err(null("ctx out-pointer"));
-        }
-        let t = T::init(Host::from_raw(host))?;
-        *ctx = Box::into_raw(Box::new(t)) as *mut c_void;
-        Ok(FX_OK)
-    })
+    init_ctx(host, ctx, T::init)
 }
 
 unsafe extern "C" fn h_finalize<T: Collective>(ctx: *mut c_void) -> i32 {
-    guard("finalize", || {
-        if ctx.is_null() {
-            return Err(null("ctx"));
-        }
-        Box::from_raw(ctx as *mut T).finalize()?;
-        Ok(FX_OK)
-    })
+    finalize_ctx(ctx, T::finalize)
 }
 
 unsafe extern "C" fn h_comm_init<T: Collective>(
@@ -63,11 +67,7 @@ unsafe extern "C" fn h_comm_init<T: Collective>(
 ) -> i32 {
     guard("comm_init", || {
         let t = ctx_ref::<T>(ctx)?;
-        let info = CommInfo::from_raw(info.as_ref().ok_or_else(|| null("info"))?)?;
-        let oob = Oob::from_raw(oob.as_ref().ok_or_else(|| null("oob"))?, info.nranks);
-        if comm.is_null() {
-            return Err(null("comm out-pointer"));
-        }
+        let (info, oob) = comm_init_args(info, oob, comm)?;
         let c = t.comm_init(&info, oob)?;
         *comm = Box::into_raw(Box::new(CommBox::<T> {
             ctx: t,
@@ -257,6 +257,7 @@ macro_rules! export_collective {
 mod tests {
     use super::*;
     use crate::collective::P2pDir;
+    use crate::host::Host;
     use crate::PluginResult;
     use std::sync::atomic::{AtomicUsize, Ordering};
 

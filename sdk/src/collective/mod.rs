@@ -5,7 +5,7 @@
 //! `sdk/include/ferrocx_collective.h`.
 
 mod desc;
-mod export;
+pub(crate) mod export;
 mod oob;
 mod p2p;
 

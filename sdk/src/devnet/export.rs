@@ -4,9 +4,9 @@
 
 use super::DevNet;
 use crate::abi::*;
-use crate::collective::{CommInfo, Oob, WindowDesc};
-use crate::export::{guard, h_last_error, name_array, null};
-use crate::host::Host;
+use crate::collective::export::comm_init_args;
+use crate::collective::WindowDesc;
+use crate::export::{finalize_ctx, guard, h_last_error, init_ctx, name_array, null};
 use std::ffi::{c_char, c_void};
 
 /// What the C side holds as `comm`.
@@ -29,24 +29,11 @@ unsafe fn comm_mut<'a, T: DevNet>(
 }
 
 unsafe extern "C" fn h_init<T: DevNet>(host: *const FxHostV1, ctx: *mut *mut c_void) -> i32 {
-    guard("init", || {
-        if ctx.is_null() {
-            return Err(null("ctx out-pointer"));
-        }
-        let t = T::init(Host::from_raw(host))?;
-        *ctx = Box::into_raw(Box::new(t)) as *mut c_void;
-        Ok(FX_OK)
-    })
+    init_ctx(host, ctx, T::init)
 }
 
 unsafe extern "C" fn h_finalize<T: DevNet>(ctx: *mut c_void) -> i32 {
-    guard("finalize", || {
-        if ctx.is_null() {
-            return Err(null("ctx"));
-        }
-        Box::from_raw(ctx as *mut T).finalize()?;
-        Ok(FX_OK)
-    })
+    finalize_ctx(ctx, T::finalize)
 }
 
 unsafe extern "C" fn h_comm_init<T: DevNet>(
@@ -57,11 +44,7 @@ unsafe extern "C" fn h_comm_init<T: DevNet>(
 ) -> i32 {
     guard("comm_init", || {
         let t = (ctx as *const T).as_ref().ok_or_else(|| null("ctx"))?;
-        let info = CommInfo::from_raw(info.as_ref().ok_or_else(|| null("info"))?)?;
-        let oob = Oob::from_raw(oob.as_ref().ok_or_else(|| null("oob"))?, info.nranks);
-        if comm.is_null() {
-            return Err(null("comm out-pointer"));
-        }
+        let (info, oob) = comm_init_args(info, oob, comm)?;
         let c = t.comm_init(&info, oob)?;
         *comm = Box::into_raw(Box::new(CommBox::<T> {
             ctx: t,
