@@ -28,23 +28,27 @@ pub(crate) unsafe fn comm_init_args(
     Ok((info, oob))
 }
 
-/// What the C side holds as `comm`.
-struct CommBox<T: Collective> {
-    ctx: *const T,
-    nranks: usize,
-    comm: T::Comm,
+/// What the C side holds as `comm` (collective and devnet tables): the
+/// plugin context `C`, the rank count, and the communicator's state `M`.
+pub(crate) struct CommBox<C, M> {
+    pub ctx: *const C,
+    pub nranks: usize,
+    pub comm: M,
 }
 
 unsafe fn ctx_ref<'a, T>(p: *mut c_void) -> crate::PluginResult<&'a T> {
     (p as *const T).as_ref().ok_or_else(|| null("ctx"))
 }
 
+/// The context and the box of a `comm` handle.
+///
 /// # Safety
-/// `comm` must be null or a live comm made by `h_comm_init::<T>`.
-unsafe fn comm_mut<'a, T: Collective>(
+/// `comm` must be null or a live comm boxed as `CommBox<C, M>` by its table's
+/// `comm_init`.
+pub(crate) unsafe fn comm_mut<'a, C, M>(
     comm: *mut c_void,
-) -> crate::PluginResult<(&'a T, &'a mut CommBox<T>)> {
-    let b = (comm as *mut CommBox<T>)
+) -> crate::PluginResult<(&'a C, &'a mut CommBox<C, M>)> {
+    let b = (comm as *mut CommBox<C, M>)
         .as_mut()
         .ok_or_else(|| null("comm"))?;
     let t = b.ctx.as_ref().ok_or_else(|| null("ctx"))?;
@@ -69,7 +73,7 @@ unsafe extern "C" fn h_comm_init<T: Collective>(
         let t = ctx_ref::<T>(ctx)?;
         let (info, oob) = comm_init_args(info, oob, comm)?;
         let c = t.comm_init(&info, oob)?;
-        *comm = Box::into_raw(Box::new(CommBox::<T> {
+        *comm = Box::into_raw(Box::new(CommBox::<T, T::Comm> {
             ctx: t,
             nranks: info.nranks,
             comm: c,
@@ -83,7 +87,7 @@ unsafe extern "C" fn h_comm_destroy<T: Collective>(comm: *mut c_void) -> i32 {
         if comm.is_null() {
             return Err(null("comm"));
         }
-        let b = Box::from_raw(comm as *mut CommBox<T>);
+        let b = Box::from_raw(comm as *mut CommBox<T, T::Comm>);
         let t = b.ctx.as_ref().ok_or_else(|| null("ctx"))?;
         t.comm_destroy(b.comm)?;
         Ok(FX_OK)
@@ -94,7 +98,7 @@ unsafe extern "C" fn h_can_run<T: Collective>(comm: *mut c_void, coll: *const Fx
     let mut prio = 0;
     // A priority, not a code: any failure means "cannot" (0).
     guard("can_run", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         let d = CollDesc::<T::Window>::from_raw(coll.as_ref().ok_or_else(|| null("coll"))?)?;
         prio = t.can_run(&b.comm, &d).max(0);
         Ok(FX_OK)
@@ -108,7 +112,7 @@ unsafe extern "C" fn h_window_register<T: Collective>(
     win: *mut *mut c_void,
 ) -> i32 {
     guard("window_register", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         let d = WindowDesc::from_raw(desc.as_ref().ok_or_else(|| null("desc"))?, b.nranks)?;
         if win.is_null() {
             return Err(null("win out-pointer"));
@@ -126,7 +130,7 @@ unsafe extern "C" fn h_window_deregister<T: Collective>(
     win: *mut c_void,
 ) -> i32 {
     guard("window_deregister", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         if win.is_null() {
             return Err(null("win"));
         }
@@ -141,7 +145,7 @@ unsafe extern "C" fn h_launch<T: Collective>(
     stream: *mut c_void,
 ) -> i32 {
     guard("launch", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         let d = CollDesc::<T::Window>::from_raw(coll.as_ref().ok_or_else(|| null("coll"))?)?;
         t.launch(&mut b.comm, &d, stream)?;
         Ok(FX_OK)
@@ -150,7 +154,7 @@ unsafe extern "C" fn h_launch<T: Collective>(
 
 unsafe extern "C" fn h_status<T: Collective>(comm: *mut c_void) -> i32 {
     guard("status", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         t.status(&b.comm)?;
         Ok(FX_OK)
     })
@@ -163,7 +167,7 @@ unsafe extern "C" fn h_p2p_can_run<T: Collective>(
     let mut prio = 0;
     // A priority, not a code: any failure means "cannot" (0).
     guard("p2p_can_run", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         let d = P2pDesc::from_raw(desc.as_ref().ok_or_else(|| null("desc"))?, b.nranks)?;
         prio = t.p2p_can_run(&b.comm, &d).max(0);
         Ok(FX_OK)
@@ -177,7 +181,7 @@ unsafe extern "C" fn h_p2p_launch<T: Collective>(
     stream: *mut c_void,
 ) -> i32 {
     guard("p2p_launch", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         let d = P2pDesc::from_raw(desc.as_ref().ok_or_else(|| null("desc"))?, b.nranks)?;
         t.p2p_launch(&mut b.comm, &d, stream)?;
         Ok(FX_OK)
@@ -321,12 +325,15 @@ mod tests {
 
     /// Run `f` with `t`'s table and a comm of 2 ranks made for it.
     fn with_comm<T: Collective<Comm = ()>>(t: &T, f: impl FnOnce(&FxCollectiveV1, *mut c_void)) {
-        let mut b = CommBox::<T> {
+        let mut b = CommBox::<T, T::Comm> {
             ctx: t,
             nranks: 2,
             comm: (),
         };
-        f(&collective_table::<T>(), (&mut b as *mut CommBox<T>).cast());
+        f(
+            &collective_table::<T>(),
+            (&mut b as *mut CommBox<T, T::Comm>).cast(),
+        );
     }
 
     #[test]

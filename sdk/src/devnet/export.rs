@@ -4,29 +4,10 @@
 
 use super::DevNet;
 use crate::abi::*;
-use crate::collective::export::comm_init_args;
+use crate::collective::export::{comm_init_args, comm_mut, CommBox};
 use crate::collective::WindowDesc;
 use crate::export::{finalize_ctx, guard, h_last_error, init_ctx, name_array, null};
 use std::ffi::{c_char, c_void};
-
-/// What the C side holds as `comm`.
-struct CommBox<T: DevNet> {
-    ctx: *const T,
-    nranks: usize,
-    comm: T::Comm,
-}
-
-/// # Safety
-/// `comm` must be null or a live comm made by `h_comm_init::<T>`.
-unsafe fn comm_mut<'a, T: DevNet>(
-    comm: *mut c_void,
-) -> crate::PluginResult<(&'a T, &'a mut CommBox<T>)> {
-    let b = (comm as *mut CommBox<T>)
-        .as_mut()
-        .ok_or_else(|| null("comm"))?;
-    let t = b.ctx.as_ref().ok_or_else(|| null("ctx"))?;
-    Ok((t, b))
-}
 
 unsafe extern "C" fn h_init<T: DevNet>(host: *const FxHostV1, ctx: *mut *mut c_void) -> i32 {
     init_ctx(host, ctx, T::init)
@@ -46,7 +27,7 @@ unsafe extern "C" fn h_comm_init<T: DevNet>(
         let t = (ctx as *const T).as_ref().ok_or_else(|| null("ctx"))?;
         let (info, oob) = comm_init_args(info, oob, comm)?;
         let c = t.comm_init(&info, oob)?;
-        *comm = Box::into_raw(Box::new(CommBox::<T> {
+        *comm = Box::into_raw(Box::new(CommBox::<T, T::Comm> {
             ctx: t,
             nranks: info.nranks,
             comm: c,
@@ -60,7 +41,7 @@ unsafe extern "C" fn h_comm_destroy<T: DevNet>(comm: *mut c_void) -> i32 {
         if comm.is_null() {
             return Err(null("comm"));
         }
-        let b = Box::from_raw(comm as *mut CommBox<T>);
+        let b = Box::from_raw(comm as *mut CommBox<T, T::Comm>);
         let t = b.ctx.as_ref().ok_or_else(|| null("ctx"))?;
         t.comm_destroy(b.comm)?;
         Ok(FX_OK)
@@ -73,7 +54,7 @@ unsafe extern "C" fn h_window_register<T: DevNet>(
     id: *mut u32,
 ) -> i32 {
     guard("window_register", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         let d = WindowDesc::from_raw(desc.as_ref().ok_or_else(|| null("desc"))?, b.nranks)?;
         let id = id.as_mut().ok_or_else(|| null("id out-pointer"))?;
         *id = t.window_register(&mut b.comm, &d)?;
@@ -83,7 +64,7 @@ unsafe extern "C" fn h_window_register<T: DevNet>(
 
 unsafe extern "C" fn h_window_deregister<T: DevNet>(comm: *mut c_void, id: u32) -> i32 {
     guard("window_deregister", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         t.window_deregister(&mut b.comm, id)?;
         Ok(FX_OK)
     })
@@ -91,7 +72,7 @@ unsafe extern "C" fn h_window_deregister<T: DevNet>(comm: *mut c_void, id: u32) 
 
 unsafe extern "C" fn h_device_view<T: DevNet>(comm: *mut c_void, view: *mut u64) -> i32 {
     guard("device_view", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         let view = view.as_mut().ok_or_else(|| null("view out-pointer"))?;
         *view = t.device_view(&b.comm)?;
         Ok(FX_OK)
@@ -100,7 +81,7 @@ unsafe extern "C" fn h_device_view<T: DevNet>(comm: *mut c_void, view: *mut u64)
 
 unsafe extern "C" fn h_status<T: DevNet>(comm: *mut c_void) -> i32 {
     guard("status", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         t.status(&b.comm)?;
         Ok(FX_OK)
     })
@@ -108,7 +89,7 @@ unsafe extern "C" fn h_status<T: DevNet>(comm: *mut c_void) -> i32 {
 
 unsafe extern "C" fn h_stats<T: DevNet>(comm: *mut c_void, stats: *mut FxDevnetStats) -> i32 {
     guard("stats", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         let out = stats.as_mut().ok_or_else(|| null("stats out-pointer"))?;
         *out = t.stats(&b.comm);
         Ok(FX_OK)
@@ -122,7 +103,7 @@ unsafe extern "C" fn h_describe<T: DevNet>(
 ) -> usize {
     let mut text = String::new();
     guard("describe", || {
-        let (t, b) = comm_mut::<T>(comm)?;
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
         text = t.describe(&b.comm);
         Ok(FX_OK)
     });

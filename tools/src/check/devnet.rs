@@ -6,40 +6,14 @@
 //! view, status, stats and describe of that comm, and misuse (null handles
 //! and out-pointers) answered by codes.
 
+use super::child::{last_text, oob_all_gather, oob_barrier, say};
 use ferrocx_sdk::abi::*;
 use ferrocx_sdk::DetachedHost;
-use std::ffi::{c_char, c_void};
+use std::ffi::c_char;
 use std::ptr::{null, null_mut};
 
-fn say(kind: &str, name: &str, detail: impl AsRef<str>) {
-    println!("{kind} {name}\t{}", detail.as_ref().replace('\n', " "));
-}
-
 fn last(t: &FxDevnetV1) -> String {
-    let Some(f) = t.last_error else {
-        return "(no last_error hook)".into();
-    };
-    let mut buf = vec![0 as c_char; 512];
-    // SAFETY: a buffer of the given length.
-    unsafe { f(buf.as_mut_ptr(), buf.len()) };
-    c_chars_to_string(&buf)
-}
-
-unsafe extern "C" fn oob_all_gather(
-    _: *mut c_void,
-    mine: *const c_void,
-    len: usize,
-    all: *mut c_void,
-) -> i32 {
-    if len > 0 {
-        // SAFETY: one rank: `all` holds `len` bytes, `mine` as many (ABI contract).
-        unsafe { std::ptr::copy_nonoverlapping(mine as *const u8, all as *mut u8, len) };
-    }
-    FX_OK
-}
-
-unsafe extern "C" fn oob_barrier(_: *mut c_void) -> i32 {
-    FX_OK
+    last_text(t.last_error)
 }
 
 /// The child's side: print `TRY`/`OK`/`BAD`/`SKIP` lines, then `DONE`.

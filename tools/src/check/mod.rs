@@ -10,6 +10,7 @@
 //! as a failure instead of killing the kit. A collective plugin gets its own
 //! battery (`collective.rs`); a library exporting both kinds gets both.
 
+mod child;
 mod collective;
 pub(crate) mod devnet;
 mod peer;

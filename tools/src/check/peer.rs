@@ -4,7 +4,9 @@
 
 use super::report::Report;
 use super::STEP_TIMEOUT;
+use ferrocx::collective::CollectiveLib;
 use ferrocx::devnet::DevnetLib;
+use ferrocx::plugin::library::open_library;
 use ferrocx::plugin::{PluginInstance, PluginLib, RawConn, RawRequest};
 use ferrocx_sdk::abi::*;
 use std::ffi::c_void;
@@ -334,37 +336,33 @@ pub fn child_main(args: &[String]) -> ExitCode {
         return ExitCode::from(2);
     };
     let parent: u32 = args.get(2).and_then(|p| p.parse().ok()).unwrap_or(0);
-    if role == "devnet" {
-        let lib = ferrocx::plugin::library::open_library(Path::new(path)).and_then(|l| {
-            DevnetLib::from_library(&l, Path::new(path))
-                .unwrap_or_else(|| Err(ferrocx::Error::InvalidArgument("no devnet table".into())))
-        });
-        let r = match lib {
-            Ok(l) => super::devnet::child(l.table()),
-            Err(e) => Err(e.to_string()),
-        };
-        return match r {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                println!("ERROR {e}");
-                ExitCode::from(1)
-            }
-        };
-    }
-    if role == "collective" {
-        let lib = ferrocx::plugin::library::open_library(Path::new(path)).and_then(|l| {
-            ferrocx::collective::CollectiveLib::from_library(&l, Path::new(path)).unwrap_or_else(
-                || {
-                    Err(ferrocx::Error::InvalidArgument(
-                        "no collective table".into(),
-                    ))
-                },
-            )
-        });
-        let r = match lib {
-            Ok(l) => super::collective::child(l.table()),
-            Err(e) => Err(e.to_string()),
-        };
+    // The batteries of the per-communicator tables run on the table alone.
+    let table: Option<Result<(), String>> = match role.as_str() {
+        "devnet" => Some(
+            open_library(Path::new(path))
+                .and_then(|l| {
+                    DevnetLib::from_library(&l, Path::new(path)).unwrap_or_else(|| {
+                        Err(ferrocx::Error::InvalidArgument("no devnet table".into()))
+                    })
+                })
+                .map_err(|e| e.to_string())
+                .and_then(|l| super::devnet::child(l.table())),
+        ),
+        "collective" => Some(
+            open_library(Path::new(path))
+                .and_then(|l| {
+                    CollectiveLib::from_library(&l, Path::new(path)).unwrap_or_else(|| {
+                        Err(ferrocx::Error::InvalidArgument(
+                            "no collective table".into(),
+                        ))
+                    })
+                })
+                .map_err(|e| e.to_string())
+                .and_then(|l| super::collective::child(l.table())),
+        ),
+        _ => None,
+    };
+    if let Some(r) = table {
         return match r {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
