@@ -432,3 +432,74 @@ fn a_collective_plugin_with_a_wrong_abi_is_skipped_with_the_reason() {
         "{why}"
     );
 }
+
+/// The core's device-networking paths between real processes, with the test
+/// binaries' `fxtest` plugin (no GPU needed): `devnet_open` picks the plugin
+/// `FERROCX_DEVNET` names, a window registered with it cannot be dropped
+/// from the communicator until the plugin lets go (the same error on every
+/// rank, nothing lost), a registration one rank refuses fails on every rank
+/// naming it, and a closed plugin answers `Error::Destroyed`.
+#[test]
+fn devnet_windows_are_held_refused_alike_and_released() {
+    let outs = run_ranks(
+        WORKER,
+        3,
+        &["devnet-fake"],
+        &[
+            ("FERROCX_DEVNET", "fxtest"),
+            ("FXTEST_DEVNET_REFUSE_RANK", "1"),
+            ("FERROCX_TIMEOUT", "30"),
+        ],
+        LIMIT,
+    );
+    assert_all_ok(&outs);
+    for o in &outs {
+        assert!(
+            o.stdout.contains(
+                "is still registered with 1 device-networking plugin(s); deregister it there first"
+            ),
+            "rank {}: {}",
+            o.rank,
+            o.stdout
+        );
+    }
+    assert!(
+        outs[1].stdout.contains("rank 1 refuses 8 KiB windows"),
+        "{}",
+        outs[1].stdout
+    );
+    for r in [0, 2] {
+        assert!(
+            outs[r]
+                .stdout
+                .contains("rank(s) [1] could not register the window with 'fxtest'"),
+            "rank {r}: {}",
+            outs[r].stdout
+        );
+    }
+}
+
+/// Without `FERROCX_DEVNET`, `devnet_open` tries every plugin in turn: on
+/// ranks without a GPU both the test binaries' `fxtest` (not asked for) and
+/// ibgda (no GPU) decline, and the error gives each one's reason.
+#[test]
+fn devnet_open_tries_every_plugin_and_says_why_each_declined() {
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["devnet-none"],
+        &[("FERROCX_DEVICE", "-1"), ("FERROCX_TIMEOUT", "30")],
+        LIMIT,
+    );
+    assert_all_ok(&outs);
+    for o in &outs {
+        let r = o.rank;
+        for needle in [
+            "NONE ",
+            "device-networking plugin 'fxtest': comm_init: fxtest serves only when FERROCX_DEVNET=fxtest",
+            &format!("device-networking plugin 'ibgda': comm_init: rank {r} has no GPU"),
+        ] {
+            assert!(o.stdout.contains(needle), "rank {r}: missing '{needle}': {}", o.stdout);
+        }
+    }
+}

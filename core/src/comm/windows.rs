@@ -87,20 +87,25 @@ impl Communicator {
 }
 
 impl Communicator {
-    /// Open the device-networking plugin on this communicator (collective):
-    /// `FERROCX_DEVNET` names it, else the first found (the built-in `ibgda`).
-    /// Kernels then post puts, signals and fetch-adds through the plugin's
-    /// device header, with [`DevNet::device_view`](crate::devnet::DevNet::device_view)
-    /// as their handle. `Error::Unsupported` says why a plugin cannot serve
-    /// this communicator (no GPU, a peer on another host for the proxy handler).
+    /// Open a device-networking plugin on this communicator (collective):
+    /// the one `FERROCX_DEVNET` names, else the first, in discovery order, that
+    /// serves it (the built-in `ibgda` where there is a GPU). Kernels then post
+    /// puts, signals and fetch-adds through the plugin's device header, with
+    /// [`DevNet::device_view`](crate::devnet::DevNet::device_view) as their
+    /// handle. `Error::Unsupported` says why the plugins cannot serve this
+    /// communicator (no GPU, a peer on another host for the proxy handler).
     pub fn devnet_open(&self) -> Result<crate::devnet::DevNet> {
         self.check_live()?;
         let want = crate::devnet::chosen_from_env();
-        let lib = match &want {
-            Some(name) => self.devnet_libs.iter().find(|l| &l.name == name),
-            None => self.devnet_libs.first(),
+        let libs: Vec<_> = match &want {
+            Some(name) => self
+                .devnet_libs
+                .iter()
+                .filter(|l| &l.name == name)
+                .collect(),
+            None => self.devnet_libs.iter().collect(),
         };
-        let Some(lib) = lib else {
+        if libs.is_empty() {
             let found: Vec<&str> = self.devnet_libs.iter().map(|l| l.name.as_str()).collect();
             return Err(Error::Unsupported(format!(
                 "no device-networking plugin{} is loaded (loaded: {})",
@@ -112,8 +117,17 @@ impl Communicator {
                     found.join(", ")
                 }
             )));
-        };
-        crate::devnet::DevNet::open(lib.clone(), &self.shared)
+        }
+        // A plugin's comm_init agrees across ranks, so every rank moves on to
+        // the next plugin alike.
+        let mut declined = Vec::new();
+        for lib in libs {
+            match crate::devnet::DevNet::open(lib.clone(), &self.shared) {
+                Err(Error::Unsupported(why)) => declined.push(why),
+                r => return r,
+            }
+        }
+        Err(Error::Unsupported(declined.join("; ")))
     }
 
     /// Offer window `w` to an open device-networking plugin (collective): the

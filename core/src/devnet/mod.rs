@@ -20,6 +20,7 @@ use crate::window::Entry;
 use ferrocx_sdk::abi::*;
 use parking_lot::Mutex;
 use std::ffi::c_void;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// `FERROCX_DEVNET`: which device-networking plugin `devnet_open` takes
@@ -130,6 +131,7 @@ impl DevNet {
             .filter(|&r| all[r].first() != Some(&1))
             .collect();
         if failed.is_empty() {
+            entry.devnet_holders.fetch_add(1, Ordering::AcqRel);
             self.windows.lock().push((id, entry));
             return Ok(id);
         }
@@ -159,6 +161,7 @@ impl DevNet {
         let code =
             unsafe { (self.lib.table().window_deregister.expect("validated"))(self.comm, id) };
         let r = self.check("window_deregister", code);
+        entry.1.devnet_holders.fetch_sub(1, Ordering::AcqRel);
         self.shared.bootstrap.barrier()?;
         drop(entry);
         r
@@ -220,9 +223,10 @@ impl DevNet {
         *closed = true;
         let t = self.lib.table();
         let windows = std::mem::take(&mut *self.windows.lock());
-        for (id, _) in &windows {
+        for (id, entry) in &windows {
             // SAFETY: live comm, registered windows.
             unsafe { (t.window_deregister.expect("validated"))(self.comm, *id) };
+            entry.devnet_holders.fetch_sub(1, Ordering::AcqRel);
         }
         // SAFETY: live comm and context, each destroyed once (guarded by `closed`).
         let code = unsafe { (t.comm_destroy.expect("validated"))(self.comm) };

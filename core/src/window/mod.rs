@@ -61,6 +61,9 @@ pub(crate) struct Entry {
     pub peer_bases: Vec<u64>,
     /// Rank r's window address in its own process.
     pub peer_addrs: Vec<u64>,
+    /// Device-networking plugins holding the window (the window may not go
+    /// before they let go of it: their threads copy into it).
+    pub devnet_holders: AtomicUsize,
     _mappings: Vec<Arc<Mapping>>,
 }
 
@@ -257,6 +260,7 @@ impl WindowTable {
             owned,
             peer_bases,
             peer_addrs,
+            devnet_holders: AtomicUsize::new(0),
             _mappings: mappings,
         });
         tracing::debug!(target: "ferrocx::window", "window #{id}: {} B of {} memory at {:#x}", e.bytes, kind_name(e.mem), e.base);
@@ -289,6 +293,15 @@ impl WindowTable {
                     w.base, w.bytes
                 ))
             })?;
+            // Registered alike on every rank, so refused alike: no rank waits
+            // in the barrier below for one that refused.
+            let holders = list[i].devnet_holders.load(Ordering::Acquire);
+            if holders > 0 {
+                return Err(Error::invalid(format!(
+                    "window_deregister: window at {:#x} ({} B) is still registered with {holders} device-networking plugin(s); deregister it there first (DevNet::window_deregister)",
+                    w.base, w.bytes
+                )));
+            }
             let e = list.remove(i);
             self.count.store(list.len(), Ordering::Release);
             e

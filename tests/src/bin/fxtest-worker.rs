@@ -108,6 +108,8 @@ fn main() -> ExitCode {
             args.iter().any(|a| a == "--faults"),
         ),
         Some("devnet-killed") => coll::devnet::killed(),
+        Some("devnet-fake") => coll::devnet_fake::run(),
+        Some("devnet-none") => coll::devnet_fake::none(),
         Some("devnet-pingpong") => {
             coll::devnet::pingpong(args[1].parse().expect("iterations"), &parse_sizes(&args[2]))
         }

@@ -9,6 +9,7 @@ pub mod bad;
 pub mod ce_hang;
 pub mod device;
 pub mod devnet;
+pub mod devnet_fake;
 pub mod hang;
 pub mod host_p2p;
 pub mod matrix;
