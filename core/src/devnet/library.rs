@@ -2,7 +2,7 @@
 //! built in or in a `.so` that may export other tables too.
 
 use crate::error::Result;
-use crate::plugin::library::{check_header, check_hooks, table_of, TableKind};
+use crate::plugin::library::{check_header, check_hooks, table_from_library, TableKind};
 use crate::plugin::PluginSource;
 use ferrocx_sdk::abi::*;
 use std::path::Path;
@@ -48,17 +48,9 @@ impl DevnetLib {
 
     /// The devnet table of an opened library; `None` when it exports none.
     pub fn from_library(lib: &Arc<libloading::Library>, path: &Path) -> Option<Result<Self>> {
-        // SAFETY: the symbol is documented as `const fx_devnet_v1_t *(*)(void)`.
-        let table = unsafe { table_of::<FxDevnetV1>(lib, FX_DEVNET_SYMBOL_V1)? };
-        // SAFETY: the entry point promises a table living as long as the library.
-        Some(unsafe {
-            Self::validate(
-                table,
-                Some(lib.clone()),
-                PluginSource::File(path.to_path_buf()),
-                &path.display().to_string(),
-            )
-        })
+        // SAFETY: the symbol is documented as `const fx_devnet_v1_t *(*)(void)`, its
+        // table living as long as the library.
+        unsafe { table_from_library(lib, path, FX_DEVNET_SYMBOL_V1, Self::validate) }
     }
 
     /// # Safety

@@ -75,17 +75,9 @@ impl PluginLib {
     /// The transport table of an opened library; `None` when it exports none
     /// (it may be a collective plugin only).
     pub fn from_library(lib: &Arc<libloading::Library>, path: &Path) -> Option<Result<Self>> {
-        // SAFETY: the symbol is documented as `const fx_transport_v1_t *(*)(void)`.
-        let table = unsafe { table_of::<FxTransportV1>(lib, FX_SYMBOL_V1)? };
-        // SAFETY: the entry point promises a table living as long as the library.
-        Some(unsafe {
-            Self::validate(
-                table,
-                Some(lib.clone()),
-                PluginSource::File(path.to_path_buf()),
-                &path.display().to_string(),
-            )
-        })
+        // SAFETY: the symbol is documented as `const fx_transport_v1_t *(*)(void)`,
+        // its table living as long as the library.
+        unsafe { table_from_library(lib, path, FX_SYMBOL_V1, Self::validate) }
     }
 
     /// # Safety
@@ -177,6 +169,36 @@ pub(crate) unsafe fn table_of<T>(lib: &libloading::Library, symbol: &str) -> Opt
             lib.get(symbol.as_bytes()).ok()?;
         Some(entry())
     }
+}
+
+/// The `validate` function of a table kind: the table, the library keeping
+/// it alive, where it came from, and how to name it in errors.
+pub(crate) type Validate<T, L> =
+    unsafe fn(*const T, Option<Arc<libloading::Library>>, PluginSource, &str) -> Result<L>;
+
+/// The table an opened library exports as `symbol`, validated; `None` when
+/// it exports none (it may be a plugin of another kind only).
+///
+/// # Safety
+/// `symbol` must be a `const T *(*)(void)` entry point whose table lives as
+/// long as the library, and `validate` sound for such a table.
+pub(crate) unsafe fn table_from_library<T, L>(
+    lib: &Arc<libloading::Library>,
+    path: &Path,
+    symbol: &str,
+    validate: Validate<T, L>,
+) -> Option<Result<L>> {
+    // SAFETY: the caller's contract on the symbol's type.
+    let table = unsafe { table_of::<T>(lib, symbol)? };
+    // SAFETY: the caller's contract: the table lives as long as the library.
+    Some(unsafe {
+        validate(
+            table,
+            Some(lib.clone()),
+            PluginSource::File(path.to_path_buf()),
+            &path.display().to_string(),
+        )
+    })
 }
 
 /// Check a table's header — not null, known version, large enough, a name —

@@ -24,7 +24,7 @@ use ferrocx_sdk::cuda::{self, sys, Stream};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
-const HEADER: &str = include_str!("../../../plugins/ibgda/include/ferrocx_ibgda.h");
+pub(super) const HEADER: &str = include_str!("../../../plugins/ibgda/include/ferrocx_ibgda.h");
 
 const KERNELS: &str = r#"
 /* mode 0: thread 0 posts alone; 1: warp 0 with the warp forms; 2: the whole
@@ -133,21 +133,30 @@ fn kernels(device: i32) -> Result<Kernels, String> {
     })
 }
 
-/// Launch `f` on one thread with `params` (each a pointer to a value of the
-/// kernel parameter's type) and wait for it.
-fn launch(f: sys::CUfunction, s: &Stream, params: &mut [*mut c_void]) -> Result<(), String> {
+/// Queue `f` on `s`, `grid` blocks of `block` threads, with `params` (each a
+/// pointer to a value of the kernel parameter's type: `kernel_params!`).
+pub(super) fn start(
+    f: sys::CUfunction,
+    grid: u32,
+    block: u32,
+    s: &Stream,
+    params: &mut [*mut c_void],
+) -> Result<(), String> {
     // SAFETY: a function of the current context; the parameters point to live
-    // values of the kernel's types; the memory it touches lives until `sync`.
-    let r = unsafe { ferrocx_sdk::kernels::launch(f, 1, 64, s.raw(), params) };
-    cuda::check(r, "cuLaunchKernel").map_err(|e| e.to_string())?;
+    // values of the kernel's types; the memory it touches lives until the
+    // caller synchronizes the stream.
+    let r = unsafe { ferrocx_sdk::kernels::launch(f, grid, block, s.raw(), params) };
+    cuda::check(r, "cuLaunchKernel").map_err(|e| e.to_string())
+}
+
+/// Run `f` as one block of 64 threads and wait for it.
+fn launch(f: sys::CUfunction, s: &Stream, params: &mut [*mut c_void]) -> Result<(), String> {
+    start(f, 1, 64, s, params)?;
     sync(s)
 }
 
-macro_rules! p {
-    ($($v:expr),*) => { [$((&$v as *const _ as *mut c_void)),*] };
-}
-
-fn read_out(out: &DevMem) -> Result<Vec<u64>, String> {
+/// A device buffer of little-endian u64 words, read back.
+pub(super) fn read_out(out: &DevMem) -> Result<Vec<u64>, String> {
     let mut b = vec![0u8; out.len];
     out.download(&mut b)?;
     Ok(b.chunks(8)
@@ -193,7 +202,7 @@ pub fn ring(rounds: usize, count: usize, chunk: usize, faults: bool) -> Result<S
         launch(
             k.ring,
             &stream,
-            &mut p!(view, win, nx, first, cnt, ch, hf, to, mode, o),
+            &mut kernel_params!(view, win, nx, first, cnt, ch, hf, to, mode, o),
         )?;
         round_us.push(r0.elapsed().as_secs_f64() * 1e6);
         let status = read_out(&out)?[0];
@@ -222,7 +231,7 @@ pub fn ring(rounds: usize, count: usize, chunk: usize, faults: bool) -> Result<S
     }
     let put_secs = t.elapsed().as_secs_f64();
     let (value, to, o) = (total as u64, TIMEOUT_NS, out.ptr);
-    launch(k.wait, &stream, &mut p!(view, value, to, o))?;
+    launch(k.wait, &stream, &mut kernel_params!(view, value, to, o))?;
     let o = read_out(&out)?;
     if o[1] != 0 || o[2] != total as u64 {
         return Err(format!(
@@ -244,7 +253,11 @@ pub fn ring(rounds: usize, count: usize, chunk: usize, faults: bool) -> Result<S
     let mut mine = vec![u64::MAX; FETCH_ADDS];
     if me != 0 {
         let (zero, cnt, to, o) = (0u32, FETCH_ADDS as u32, TIMEOUT_NS, out.ptr);
-        launch(k.fetch_add, &stream, &mut p!(view, zero, cnt, to, o))?;
+        launch(
+            k.fetch_add,
+            &stream,
+            &mut kernel_params!(view, zero, cnt, to, o),
+        )?;
         let o = read_out(&out)?;
         if o[0] != 0 {
             return Err(format!(
@@ -323,7 +336,7 @@ pub fn pingpong(iters: usize, sizes: &[usize]) -> Result<String, String> {
             launch(
                 f,
                 &stream,
-                &mut p!(view, win, peer, first, sz, b, it, to, o),
+                &mut kernel_params!(view, win, peer, first, sz, b, it, to, o),
             )?;
             base += its as u64;
             let o = read_out(&out)?;
@@ -389,10 +402,10 @@ pub fn killed() -> Result<String, String> {
     launch(
         k.ring,
         &stream,
-        &mut p!(view, win, next, first, cnt, ch, hf, to, mode, o),
+        &mut kernel_params!(view, win, next, first, cnt, ch, hf, to, mode, o),
     )?;
     let value = count as u64;
-    launch(k.wait, &stream, &mut p!(view, value, to, o))?;
+    launch(k.wait, &stream, &mut kernel_params!(view, value, to, o))?;
     let o = read_out(&out)?;
     let secs = t.elapsed().as_secs_f64();
     let status = dn.status();

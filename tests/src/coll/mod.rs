@@ -5,6 +5,13 @@
 //! The model is independent of the library: its own f16/bf16 conversions,
 //! its own reductions, its own reading of NCCL's buffer layouts.
 
+/// Kernel parameters for `ferrocx_sdk::kernels::launch`: a pointer to each
+/// value (the values must outlive the launch call). Defined before the
+/// modules that use it (devnet, moe).
+macro_rules! kernel_params {
+    ($($v:expr),*) => { [$((&$v as *const _ as *mut std::ffi::c_void)),*] };
+}
+
 pub mod bad;
 pub mod ce_hang;
 pub mod device;

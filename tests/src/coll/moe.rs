@@ -18,14 +18,12 @@
 //! frameworks do with NCCL; the checks are the same.
 
 use super::device::{sync, DevMem};
+use super::devnet::{read_out, start, HEADER};
 use super::e2s;
 use ferrocx::Communicator;
 use ferrocx_ibgda::moe::{self, Counts, Put, Routing};
 use ferrocx_sdk::cuda::{self, sys, Stream};
-use std::ffi::c_void;
 use std::time::Instant;
-
-const HEADER: &str = include_str!("../../../plugins/ibgda/include/ferrocx_ibgda.h");
 
 const KERNELS: &str = r#"
 struct fx_put { unsigned long long peer, src, dst, bytes; };
@@ -89,22 +87,6 @@ fn mix(x: &mut u64) -> u64 {
 
 fn token_byte(rank: usize, step: usize, t: usize, i: usize) -> u8 {
     (i.wrapping_mul(37) ^ t.wrapping_mul(101) ^ (rank * 13 + step * 7)) as u8
-}
-
-macro_rules! p {
-    ($($v:expr),*) => { [$((&$v as *const _ as *mut c_void)),*] };
-}
-
-fn launch(
-    f: sys::CUfunction,
-    grid: u32,
-    s: &Stream,
-    params: &mut [*mut c_void],
-) -> Result<(), String> {
-    // SAFETY: a function of the current context; the parameters point to live
-    // values of the kernel's types; the memory it touches lives until `sync`.
-    let r = unsafe { ferrocx_sdk::kernels::launch(f, grid, 128, s.raw(), params) };
-    cuda::check(r, "cuLaunchKernel").map_err(|e| e.to_string())
 }
 
 fn encode(puts: &[Put]) -> Vec<u8> {
@@ -229,7 +211,7 @@ pub fn run(
                 g.group_end().map_err(e2s)?;
                 if phase == 0 && received > 0 {
                     let (b, i, o2, len) = (buf.ptr, recv_at, out_at, received);
-                    launch(expert, 64, &stream, &mut p!(b, i, o2, len))?;
+                    start(expert, 64, 128, &stream, &mut kernel_params!(b, i, o2, len))?;
                 }
                 sync(&stream)?;
                 continue;
@@ -244,23 +226,19 @@ pub fn run(
                 TIMEOUT_NS,
                 out.ptr,
             );
-            launch(
+            start(
                 exchange,
                 1,
+                128,
                 &stream,
-                &mut p!(view, win, pp, np, from, to, slot, target, to_ns, o),
+                &mut kernel_params!(view, win, pp, np, from, to, slot, target, to_ns, o),
             )?;
             if phase == 0 && received > 0 {
                 let (b, i, o2, len) = (buf.ptr, recv_at, out_at, received);
-                launch(expert, 64, &stream, &mut p!(b, i, o2, len))?;
+                start(expert, 64, 128, &stream, &mut kernel_params!(b, i, o2, len))?;
             }
             sync(&stream)?;
-            let mut o = vec![0u8; 16 * n];
-            out.download(&mut o)?;
-            let o: Vec<u64> = o
-                .chunks(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-                .collect();
+            let o = read_out(&out)?;
             if let Some(p) = (0..n).find(|&p| p != me && (o[p] != 0 || o[n + p] != 0)) {
                 return Err(format!(
                     "rank {me} step {step} {}: with rank {p} the puts ended with status {} and the wait with {} ({:?})",

@@ -10,7 +10,7 @@
 //! or fetch-add goes through the destination's [`Receiver`], which applies
 //! each (sender, sequence number) once.
 
-use crate::mapped::{alive, Signals};
+use crate::mapped::Signals;
 use ferrocx_ibgda::fault::{Fault, FaultInjector};
 use ferrocx_ibgda::health::{Completion, Memory, Nanos, Path, PeerId, Receiver, Request, Seq};
 use ferrocx_ibgda::proxy::{Carrier, CarrierRequest, Refused};
@@ -207,7 +207,7 @@ impl SameHost {
         if self.seen_alive[peer].elapsed() < Duration::from_millis(10) {
             return true;
         }
-        if alive(self.pids[peer]) {
+        if ferrocx_sdk::proc::pid_alive(self.pids[peer]) {
             self.seen_alive[peer] = Instant::now();
             return true;
         }

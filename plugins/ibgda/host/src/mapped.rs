@@ -223,22 +223,3 @@ impl Drop for DeviceBlock {
         unsafe { sys::cuMemFree_v2(self.ptr) };
     }
 }
-
-/// Whether process `pid` still runs (a dead peer's copies must not be
-/// posted). A zombie (dead, not yet reaped by its launcher) counts as dead.
-pub fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid, 0) };
-    if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
-        return false;
-    }
-    // The state is the first field after the command's closing parenthesis.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !matches!(
-            s.rsplit_once(") ")
-                .and_then(|(_, rest)| rest.chars().next()),
-            Some('Z' | 'X')
-        ),
-        Err(_) => r == 0,
-    }
-}
