@@ -30,14 +30,21 @@ fn stream_for(ptrs: &[usize], stream: *mut c_void) -> Result<(*mut c_void, bool)
     Ok((std::ptr::null_mut(), false))
 }
 
-/// NCCL's result of a call that the C API ran (`code`); a device call then
-/// completes before returning ([`crate::wait`]).
-fn after(name: &str, comm: *mut NcclComm, code: i32, device: bool, stream: *mut c_void) -> i32 {
+/// What [`after`] needs of a call: the C API's communicator, its host-bound
+/// count before the call ([`crate::wait::mark`]) and the stream.
+type Issued = (*mut ferrocx_c::FerrocxComm, Option<u64>, *mut c_void);
+
+/// NCCL's result of a call that the C API ran (`code`); a device call that
+/// may wait for a host thread then completes before returning ([`crate::wait`]).
+fn after(name: &str, comm: *mut NcclComm, code: i32, device: bool, issued: Issued) -> i32 {
     let r = codes::result_of(code);
     if r != codes::SUCCESS || !device {
         return r;
     }
-    call(name, rank_of(comm), || crate::wait::issued(stream))
+    let (inner, before, stream) = issued;
+    call(name, rank_of(comm), || {
+        crate::wait::issued(inner, before, stream)
+    })
 }
 
 /// Elements of the send buffer of a reduction of `count` on `nranks` ranks.
@@ -108,6 +115,7 @@ fn collective(
     let Some((inner, spec, send, stream, device, scaled)) = ready else {
         return r;
     };
+    let before = crate::wait::mark(inner);
     // SAFETY: the C caller's contract on the buffers and stream, passed on; `inner`
     // is a live handle of the C API.
     let code = unsafe { ferrocx_c::collective(inner, name, Ok(spec), send, recv, stream) };
@@ -117,7 +125,7 @@ fn collective(
             SCALED.with(|s| s.borrow_mut().push(copy));
         }
     }
-    after(name, comm, code, device, stream)
+    after(name, comm, code, device, (inner, before, stream))
 }
 
 /// `ncclAllReduce`.
@@ -369,10 +377,11 @@ fn p2p(
     let Some((inner, t, stream, device)) = ready else {
         return r;
     };
+    let before = crate::wait::mark(inner);
     // SAFETY: as in `collective`.
     let code =
         unsafe { ferrocx_c::point_to_point(inner, name, send, buf, count, Ok(t.fx), peer, stream) };
-    after(name, comm, code, device, stream)
+    after(name, comm, code, device, (inner, before, stream))
 }
 
 /// `ncclSend`.

@@ -31,6 +31,7 @@
  *   launch(comm, coll, stream)               the calls this plugin won
  *   p2p_can_run(comm, desc) -> priority      optional: per device send/receive
  *   p2p_launch(comm, desc, stream)           the sends/receives this plugin won
+ *   launch_bounded(comm) -> 0|1              optional: right after a device launch
  *   status(comm)                             optional: asynchronous errors
  *   window_deregister(comm, win)             collective
  *   comm_destroy(comm)                       every window deregistered first
@@ -142,6 +143,21 @@
  *                             rank: device ops before the rest of the group
  *                             takes the core's path; host ops after the core
  *                             queued the rest on its engine.
+ *   launch_bounded(comm)      optional (added within v1 on 2026-11-27, after
+ *                             p2p_launch: a table built before ends before
+ *                             it). Asked from the launching thread right after
+ *                             a CUDA-memory launch or p2p_launch returned FX_OK:
+ *                             1 when what that call queued (and everything of
+ *                             this plugin it waits for) ends by itself within
+ *                             host->timeout_ms even if a peer never comes (a
+ *                             kernel that gives up on the device and records
+ *                             why for status), so no host thread of the plugin
+ *                             has to act for the stream to move on; 0 when the
+ *                             stream may wait for one (a watchdog's release, a
+ *                             proxy). NULL: always 0. The core tells callers
+ *                             which calls may wait for a host thread, so that
+ *                             one about to hold the driver (a synchronous copy
+ *                             to pageable memory) waits for those first.
  *
  * OWNERSHIP. The plugin owns ctx, comm and win. The buffers of a descriptor
  * are the caller's and valid until the collective completed (host) or the
@@ -319,6 +335,8 @@ typedef struct fx_collective_v1 {
    * FX_COLLECTIVE_V1_MIN_SIZE. */
   int32_t (*p2p_can_run)(void *comm, const fx_p2p_desc_t *desc);
   int32_t (*p2p_launch)(void *comm, const fx_p2p_desc_t *desc, void *stream);
+  /* Added within v1 (2026-11-27): tables built before end here. */
+  int32_t (*launch_bounded)(void *comm);
 } fx_collective_v1_t;
 
 /* The smallest struct_size the core accepts: a table built before the p2p

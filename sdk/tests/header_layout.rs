@@ -216,6 +216,7 @@ fn expected() -> Expected {
         last_error => last_error,
         p2p_can_run => p2p_can_run,
         p2p_launch => p2p_launch,
+        launch_bounded => launch_bounded,
     });
     layout!(out, structs, "fx_p2p_op_t", FxP2pOp {
         kind => kind,

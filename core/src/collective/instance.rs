@@ -171,6 +171,19 @@ impl CollectivePlugin {
         self.check("p2p_launch", code)
     }
 
+    /// After a CUDA-memory `launch` or `p2p_launch` succeeded: whether what it
+    /// queued ends by itself within the timeout (`launch_bounded`; absent: no).
+    pub fn launch_bounded(&self) -> bool {
+        let Some(f) = self.t().launch_bounded else {
+            return false;
+        };
+        if self.open("launch_bounded").is_err() {
+            return false;
+        }
+        // SAFETY: live comm.
+        unsafe { f(self.comm) == 1 }
+    }
+
     /// Whether `launch` checks host-memory calls itself (`FX_COLL_CAP_CHECKS_CALLS`).
     pub fn checks_calls(&self) -> bool {
         self.t().caps & FX_COLL_CAP_CHECKS_CALLS != 0

@@ -111,7 +111,7 @@ fn reaches(struct_size: usize, offset: usize, len: usize) -> bool {
 }
 
 /// A copy of a v1 table: its first [`FX_COLLECTIVE_V1_MIN_SIZE`] bytes, then
-/// the hooks added within v1 (`p2p_can_run`, `p2p_launch`), each read only
+/// the hooks added within v1 (`p2p_can_run`, `p2p_launch`, `launch_bounded`), each read only
 /// when `struct_size` covers all of it.
 ///
 /// # Safety
@@ -148,6 +148,7 @@ unsafe fn copy_table(table: *const FxCollectiveV1) -> Box<FxCollectiveV1> {
     }
     appended!(p2p_can_run);
     appended!(p2p_launch);
+    appended!(launch_bounded);
     t
 }
 
@@ -182,6 +183,9 @@ mod tests {
     unsafe extern "C" fn p2p_launch(_: *mut c_void, _: *const FxP2pDesc, _: *mut c_void) -> i32 {
         FX_OK
     }
+    unsafe extern "C" fn bounded(_: *mut c_void) -> i32 {
+        1
+    }
 
     fn table(struct_size: usize) -> FxCollectiveV1 {
         let mut name = [0 as std::ffi::c_char; FX_NAME_BYTES];
@@ -203,6 +207,7 @@ mod tests {
             last_error: None,
             p2p_can_run: Some(p2p_can_run),
             p2p_launch: Some(p2p_launch),
+            launch_bounded: Some(bounded),
         }
     }
 
@@ -240,6 +245,14 @@ mod tests {
         let full = std::mem::size_of::<FxCollectiveV1>();
         let lib = load(&table(full)).unwrap();
         assert!(lib.table().p2p_can_run.is_some() && lib.table().p2p_launch.is_some());
+        assert!(lib.table().launch_bounded.is_some());
+
+        // Built with the p2p hooks but before launch_bounded: it reads as absent.
+        let p2p = std::mem::offset_of!(FxCollectiveV1, launch_bounded);
+        let mid = truncated(&table(p2p), p2p);
+        let lib = load(mid.as_ptr().cast()).unwrap();
+        assert!(lib.table().p2p_can_run.is_some() && lib.table().p2p_launch.is_some());
+        assert!(lib.table().launch_bounded.is_none());
 
         // Built before the hooks: non-null bytes past `struct_size` are never
         // read (here they are not even allocated).
@@ -247,6 +260,7 @@ mod tests {
         let old = truncated(&table(min), min);
         let lib = load(old.as_ptr().cast()).unwrap();
         assert!(lib.table().p2p_can_run.is_none() && lib.table().p2p_launch.is_none());
+        assert!(lib.table().launch_bounded.is_none());
         assert!(lib.table().launch.is_some());
 
         // Smaller than the minimum: refused as before.

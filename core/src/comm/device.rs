@@ -400,7 +400,28 @@ impl Communicator {
         let done = self.submit_plans(plans, false, label)?;
         tracing::trace!(target: "ferrocx::device", "launched on {} stream(s)", uniq.len());
         self.device_ops.lock().push(done);
+        // The progress thread drives it: the stream may wait for that thread.
+        self.note_host_bound();
         Ok(())
+    }
+
+    /// How many device calls of this communicator queued work that may wait
+    /// for a host thread: the core's own path (its progress thread drives the
+    /// copies) or a collective plugin's that did not say its work ends by
+    /// itself (`launch_bounded`, e.g. ce's barrier routes, which its watchdog
+    /// releases). Read it before and after a call: a caller about to hold the
+    /// CUDA driver (a synchronous copy to pageable memory) while such a call
+    /// is in flight must wait for the call's stream first, or the host thread
+    /// the stream waits for cannot run. Calls run by self-timed kernels
+    /// (ce's LL, Simple and point-to-point kernels) do not count.
+    pub fn host_bound_calls(&self) -> u64 {
+        self.host_bound.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// A device call queued work that may wait for a host thread.
+    pub(crate) fn note_host_bound(&self) {
+        self.host_bound
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

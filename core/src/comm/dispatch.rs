@@ -249,6 +249,9 @@ impl Communicator {
             (Err(_), false) => status.failed(),
         }
         let Err(e) = r else {
+            if !host && !p.launch_bounded() {
+                self.note_host_bound();
+            }
             return Ok(true);
         };
         // A plugin that failed because another rank gave up reports its own symptom

@@ -93,6 +93,9 @@ pub struct Communicator {
     secret: Option<JobSecret>,
     /// Device-networking plugins found (opened only by `devnet_open`).
     devnet_libs: Vec<Arc<crate::devnet::DevnetLib>>,
+    /// Device calls that queued work which may wait for a host thread
+    /// ([`host_bound_calls`](Self::host_bound_calls)).
+    host_bound: AtomicU64,
 }
 
 /// This rank's GPU: `FERROCX_DEVICE`, else the local rank modulo the device count;
@@ -368,6 +371,7 @@ impl Communicator {
             shrinks: AtomicU64::new(0),
             p2p_seq: Mutex::new(vec![[0; 2]; cfg.nranks]),
             secret,
+            host_bound: AtomicU64::new(0),
         })
     }
 

@@ -427,6 +427,9 @@ impl Communicator {
         if let Err(e) = r {
             return Err(self.p2p_launch_error(e, group.len()));
         }
+        if !plugin.launch_bounded() {
+            self.note_host_bound();
+        }
         if !others.is_empty() {
             let e = Event::new().map_err(Error::cuda)?;
             // SAFETY: as above.

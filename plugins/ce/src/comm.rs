@@ -43,6 +43,9 @@ pub struct CeComm {
     exchanged: bool,
     /// Point-to-point kernels launched (for messages).
     p2p_calls: u64,
+    /// Whether the last launch queued only self-timed kernels behind no
+    /// pending barrier route (`launch_bounded`).
+    bounded: bool,
     dev: Arc<dyn Device>,
 }
 
@@ -285,6 +288,7 @@ impl CeComm {
                 ll_calls: 0,
                 exchanged: false,
                 p2p_calls: 0,
+                bounded: false,
                 dev,
             }),
             (started, agreed, extras) => {
@@ -378,6 +382,7 @@ impl CeComm {
         d: &CollDesc<'_, Window>,
         stream: *mut c_void,
     ) -> PluginResult<()> {
+        self.bounded = false;
         self.watchdog.status()?;
         if self.host.aborted() {
             return Err(PluginError::remote("the communicator was aborted"));
@@ -388,6 +393,7 @@ impl CeComm {
             select::bid_route(self.cfg.priority, self.rank, self.nranks, &self.agreed(), d)
                 .map_err(invalid)?;
         let Some(route) = route else {
+            self.bounded = true;
             return Ok(()); // count 0
         };
         let block = d.count * d.elem;
@@ -410,7 +416,9 @@ impl CeComm {
         };
         if let Some(kernel) = route.kernel {
             // SAFETY: the caller's contract.
-            return unsafe { self.launch_exchange(d, mode, stream, kernel) };
+            unsafe { self.launch_exchange(d, mode, stream, kernel) }?;
+            self.bounded = self.self_timed();
+            return Ok(());
         }
         let shape = Shape {
             coll: d.coll,
@@ -605,6 +613,18 @@ impl CeComm {
         )
     }
 
+    /// `launch_bounded`: whether the last launch queued only self-timed
+    /// kernels (they give up on the device at the timeout) behind no pending
+    /// barrier route (a stream waiting at one needs the watchdog's release,
+    /// and a kernel on another stream is ordered after it).
+    pub fn launch_bounded(&self) -> bool {
+        self.bounded
+    }
+
+    fn self_timed(&self) -> bool {
+        !self.watchdog.barriers_pending()
+    }
+
     /// A call as one exchange kernel (LL or Simple, `kernels::moves`): nothing but the
     /// kernel goes on the stream; the watchdog tracks it like any eager
     /// collective (its release raises the kernels' abort word).
@@ -755,20 +775,27 @@ impl CeComm {
             // kernel alike (select::route) with the same segment, mode, root and
             // area; the stream per the caller.
             Exchange::Ll => unsafe { k.ll(t, o, &args, stream) },
-            Exchange::TwoShot | Exchange::ScatterGather => {
+            Exchange::TwoShot => {
                 return Err(PluginError::internal(
-                    "a two-shot all_reduce or a scatter + all_gather broadcast is two kernels (queue_exchange)",
+                    "a two-shot all_reduce is two kernels (queue_exchange)",
                 ))
             }
             Exchange::Simple => {
                 let slot = layout.simple_slot;
-                let sp = SimpleArgs::from_ll(
-                    &args,
-                    layout.simple_offset() as u64,
-                    simple::chunk_bytes(block, slot) as u64,
-                    slot as u64,
-                    m.overlap(self.rank, self.nranks, block, sends),
-                );
+                // Above 2 ranks a broadcast is passed along the ranks
+                // (every rank's route is the same; 2 ranks: the same thing).
+                let chain = d.coll == Coll::Broadcast && self.nranks > 2;
+                let sp = SimpleArgs {
+                    spread: self.cfg.simple_spread as i32,
+                    mode: if chain { simple::MODE_CHAIN } else { args.mode },
+                    ..SimpleArgs::from_ll(
+                        &args,
+                        layout.simple_offset() as u64,
+                        simple::chunk_bytes(block, slot) as u64,
+                        slot as u64,
+                        m.overlap(self.rank, self.nranks, block, sends),
+                    )
+                };
                 // SAFETY: as above, with the Simple regions (mapped until
                 // comm_destroy, of the agreed slot on every rank) and the same
                 // segment and chunk on every rank.
@@ -821,6 +848,7 @@ impl CeComm {
     /// The ops' buffers are valid device memory until the stream passed them;
     /// `stream` is a live stream of this rank's device (or null).
     pub unsafe fn p2p_launch(&mut self, d: &P2pDesc, stream: *mut c_void) -> PluginResult<()> {
+        self.bounded = false;
         self.watchdog.status()?;
         if self.host.aborted() {
             return Err(PluginError::remote("the communicator was aborted"));
@@ -881,6 +909,7 @@ impl CeComm {
             }
             self.p2p_calls += 1;
         }
+        self.bounded = self.self_timed();
         Ok(())
     }
 

@@ -15,6 +15,7 @@
 //! | `FERROCX_CE_SIMPLE_SLOT` | `64K` | bytes of one slot of the Simple kernel's rings, the largest chunk (a multiple of 16, 16 B–16 MiB); the rings take nranks × 128 × this bytes of device memory per rank (8 MiB at 1 rank of 64K, in the flag buffer, only when `FERROCX_CE_SIMPLE_BYTES` is not 0). Every rank must set the same value |
 //! | `FERROCX_CE_P2P_BYTES` | `4M` | device sends and receives of at most this many bytes (each decided alone, by its size, so both ends agree) run as ce's point-to-point kernel ([`ferrocx_sdk::kernels::p2p`]: the Simple kernel's rings, a region of their own, every chunk headed by its message's size, which the receive checks) on the caller's stream, one kernel per group (more where a group has several messages to one peer the same way); larger ones, and any on a stream being captured, take the core's path. A send may finish before its receive is posted while the peer's ring has room (128 slots: a 4 MiB message takes 64); `0`: never. The rings take nranks × 128 × `FERROCX_CE_SIMPLE_SLOT` bytes of device memory per rank. A send through ce must meet a receive of device memory of exactly its size (else both ranks fail with the core's mismatch error). Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BLOCKS` | `64` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once. This rank's alone (chunks do not depend on it) |
+//! | `FERROCX_CE_SIMPLE_SPREAD` | `1` | above 2 ranks, out of place: a Simple kernel's sending blocks take one (chunk, peer) pair each, a chunk's pairs on consecutive blocks (a gather's receiving blocks too), so every peer's link is busy at once; `0`: a block sends each chunk to every peer in turn. This rank's alone |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
 //!
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
@@ -80,6 +81,9 @@ pub struct Config {
     pub simple_slot: usize,
     /// `FERROCX_CE_SIMPLE_BLOCKS`: most sending blocks of a Simple kernel.
     pub simple_blocks: usize,
+    /// `FERROCX_CE_SIMPLE_SPREAD`: above 2 ranks, a Simple kernel's blocks
+    /// take one (chunk, peer) pair each ([`ferrocx_sdk::kernels::simple::SimpleArgs::spread`]).
+    pub simple_spread: bool,
     /// `FERROCX_CE_P2P_BYTES`: the largest device send/receive run by the
     /// point-to-point kernel.
     pub p2p_bytes: usize,
@@ -104,6 +108,7 @@ impl Default for Config {
             simple_bytes: SIMPLE_AUTO,
             simple_slot: ferrocx_sdk::kernels::simple::DEFAULT_SLOT,
             simple_blocks: ferrocx_sdk::kernels::simple::TARGET_BLOCKS,
+            simple_spread: true,
             p2p_bytes: DEFAULT_P2P_BYTES,
             check_calls: true,
             stage_needs_check: true,
@@ -195,6 +200,7 @@ impl Config {
                 }
                 b => b,
             },
+            simple_spread: env::boolean(&lookup, "FERROCX_CE_SIMPLE_SPREAD", d.simple_spread)?,
             p2p_bytes: env::unsigned(&lookup, "FERROCX_CE_P2P_BYTES", d.p2p_bytes)?,
             batch,
             batch_bytes: env::unsigned(&lookup, "FERROCX_CE_BATCH_BYTES", d.batch_bytes)?,
@@ -241,6 +247,7 @@ mod tests {
             ("FERROCX_CE_SIMPLE_BYTES", "8M"),
             ("FERROCX_CE_SIMPLE_SLOT", "4K"),
             ("FERROCX_CE_SIMPLE_BLOCKS", "32"),
+            ("FERROCX_CE_SIMPLE_SPREAD", "0"),
             ("FERROCX_CE_P2P_BYTES", "1M"),
         ])
         .unwrap();
@@ -259,6 +266,7 @@ mod tests {
                 simple_bytes: 8 << 20,
                 simple_slot: 4096,
                 simple_blocks: 32,
+                simple_spread: false,
                 p2p_bytes: 1 << 20,
                 check_calls: true,
                 stage_needs_check: false,

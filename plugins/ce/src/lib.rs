@@ -272,6 +272,10 @@ impl Collective for Ce {
         unsafe { comm.p2p_launch(desc, stream) }
     }
 
+    fn launch_bounded(&self, comm: &CeComm) -> bool {
+        comm.launch_bounded()
+    }
+
     fn status(&self, comm: &CeComm) -> PluginResult<()> {
         comm.status()
     }

@@ -198,11 +198,6 @@ pub enum Exchange {
     /// ([`two_shot_parts`]), so each rank sends 2(n−1)/n of its input
     /// instead of n−1 whole copies.
     TwoShot,
-    /// broadcast above 2 ranks as two Simple kernels: a scatter of the
-    /// root's input (part `q` to rank `q`, at its place in the output), then
-    /// an all_gather in place ([`scatter_gather_parts`]), so the root sends
-    /// its input once instead of once per peer.
-    ScatterGather,
 }
 
 impl Exchange {
@@ -212,13 +207,11 @@ impl Exchange {
             Exchange::Ll => "LL",
             Exchange::Simple => "Simple",
             Exchange::TwoShot => "Simple RS+AG",
-            Exchange::ScatterGather => "Simple scatter+AG",
         }
     }
 
     /// The two Simple calls `d` runs as on rank `me` of `nranks`, for the
-    /// routes made of two ([`TwoShot`](Self::TwoShot),
-    /// [`ScatterGather`](Self::ScatterGather)); `None` for one kernel.
+    /// route made of two ([`TwoShot`](Self::TwoShot)); `None` for one kernel.
     pub fn parts<'a>(
         self,
         me: usize,
@@ -227,48 +220,18 @@ impl Exchange {
     ) -> Option<(CollDesc<'a, Window>, CollDesc<'a, Window>)> {
         match self {
             Exchange::TwoShot => Some(two_shot_parts(me, nranks, d)),
-            Exchange::ScatterGather => Some(scatter_gather_parts(me, nranks, d)),
             Exchange::Ll | Exchange::Simple => None,
         }
     }
 }
 
-/// What both two-call routes start from: the count of a block, whether the
+/// What the two-call route starts from: the count of a block, whether the
 /// call is in place (NCCL lets one be with the flag unset: send == recv),
 /// and where rank `me`'s block of the output lies.
 fn own_block(me: usize, nranks: usize, d: &CollDesc<'_, Window>) -> (usize, bool, *mut u8) {
     let count = d.count / nranks;
     let in_place = d.in_place || d.send as u64 == d.recv as u64;
     (count, in_place, d.recv.wrapping_add(me * count * d.elem))
-}
-
-/// The two calls of a scatter + all_gather broadcast
-/// ([`Exchange::ScatterGather`]) on rank `me` of `nranks` (`d.count` a
-/// multiple of `nranks`): a scatter of `count / nranks` from the root's
-/// input (its receive buffer in place) into this rank's part of the output,
-/// then an all_gather of that part in place.
-pub fn scatter_gather_parts<'a>(
-    me: usize,
-    nranks: usize,
-    d: &CollDesc<'a, Window>,
-) -> (CollDesc<'a, Window>, CollDesc<'a, Window>) {
-    let (count, in_place, mine) = own_block(me, nranks, d);
-    let input = match (me == d.root, in_place) {
-        (false, _) => std::ptr::null(),
-        (true, true) => d.recv as *const u8,
-        (true, false) => d.send,
-    };
-    let scatter = part(d, Coll::Scatter, d.root, count, input, mine, false);
-    let ag = part(
-        d,
-        Coll::AllGather,
-        0,
-        count,
-        mine as *const u8,
-        d.recv,
-        true,
-    );
-    (scatter, ag)
 }
 
 /// The two calls of a two-shot all_reduce ([`Exchange::TwoShot`]) on rank
@@ -363,32 +326,38 @@ pub struct Route {
 /// every rank's one-shot all_reduce sends its whole input to every peer and
 /// the broadcast root sends to each peer in turn: 0.40–0.75× NCCL from 2 MiB
 /// (all_reduce) and 0.36–0.58× from 8 MiB (broadcast), so above 2 ranks
-/// all_reduce never takes the kernel one-shot (it runs two-shot, as a
+/// all_reduce took the kernel one-shot no more (it runs two-shot, as a
 /// reduce_scatter and an all_gather kernel, where the count divides by the
 /// ranks and a part fits their limits: [`Exchange::TwoShot`]) and broadcast
 /// only to 2 MiB (1.31× NCCL there). all_gather, reduce_scatter and alltoall keep their 2-rank limits
-/// (0.8–0.95× NCCL from 8 MiB at 4 ranks; the barrier routes there are not
-/// measured yet).
+/// (0.8–0.95× NCCL from 8 MiB at 4 ranks then; 0.9–1.16× with `spread`).
+///
+/// Since the kernel spreads a chunk's peers over its blocks (`spread`, 4
+/// H200s, `bench/results/2026-11-27-h200x4-spread/run3`, µs, one-shot /
+/// two-shot / NCCL): one-shot all_reduce at 2 MiB 43.0 / 51.5 / 44.3, at 4
+/// MiB 62.8 / 62.6 / 46.6, at 8 MiB 107 / 80 / 63 — so above 2 ranks one-shot
+/// runs while block × nranks ≤ 2 × 4 MiB (2 MiB blocks at 4 ranks). And
+/// since a broadcast above 2 ranks is passed along the ranks (the kernel's
+/// chain, 4 H100s, `…/run5`, µs, chain / scatter + all_gather kernels to 32
+/// MiB and the barrier routes above / NCCL): 4 MiB 45.6 / 76.3 / 47.8, 16
+/// MiB 82.5 / 119 / 75.0, 64 MiB 265 / 350 / 220, 128 MiB 514 / 505 / 404 —
+/// so broadcast runs as the chain to 64 MiB (the scatter + all_gather route
+/// it replaced is gone).
 pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
-    (Coll::AllReduce, 512 << 20, 0),
+    (Coll::AllReduce, 512 << 20, 4 << 20),
     (Coll::ReduceScatter, 256 << 20, 256 << 20),
     (Coll::AllGather, 64 << 20, 64 << 20),
     (Coll::AllToAll, 256 << 20, 256 << 20),
-    (Coll::Broadcast, 32 << 20, 2 << 20),
+    (Coll::Broadcast, 32 << 20, 64 << 20),
 ];
 
 /// The largest all_reduce run two-shot above 2 ranks under `auto`
 /// ([`Exchange::TwoShot`]). On 4 H200s (`bench/results/2026-11-26-h200x4-twoshot/run2`,
 /// µs, two-shot / ce's routes without the kernel): 2 MiB 50 / 77, 8 MiB
-/// 92 / 212, 16 MiB 131 / 402, 32 MiB 264 / 786, 64 MiB 473 / 420.
-pub const TWO_SHOT_AUTO_BYTES: usize = 32 << 20;
-
-/// The largest broadcast run as scatter + all_gather above 2 ranks under
-/// `auto` ([`Exchange::ScatterGather`]). On 4 H200s
-/// (`bench/results/2026-11-26-h200x4-twoshot/run4`, µs, scatter + all_gather
-/// / ce's routes without the kernels): 4 MiB 54 / 64, 8 MiB 71 / 96, 16 MiB
-/// 106 / 165, 32 MiB 208 / 305, 64 MiB 379 / 328, 128 MiB 730 / 482.
-pub const SCATTER_AUTO_BYTES: usize = 32 << 20;
+/// 92 / 212, 16 MiB 131 / 402, 32 MiB 264 / 786, 64 MiB 473 / 420. With
+/// the spread kernel (`bench/results/2026-11-27-h200x4-spread/run3`): 64
+/// MiB 381 / 482, 128 MiB 730 / 672, 256 MiB 1438 / 1288.
+pub const TWO_SHOT_AUTO_BYTES: usize = 64 << 20;
 
 /// The largest block of `coll` the Simple kernel runs on `nranks` ranks at
 /// `simple_bytes` (`FERROCX_CE_SIMPLE_BYTES`: a number, or `auto`:
@@ -444,13 +413,6 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
         && part <= simple_limit(Coll::ReduceScatter, nranks, red.simple_bytes)
         && part <= simple_limit(Coll::AllGather, nranks, red.simple_bytes)
         && (red.simple_bytes != crate::config::SIMPLE_AUTO || block <= TWO_SHOT_AUTO_BYTES);
-    // Likewise a broadcast above its one-shot limit: scatter + all_gather
-    // while a part fits the all_gather limit (and, under `auto`, up to
-    // SCATTER_AUTO_BYTES).
-    let scatter = d.coll == Coll::Broadcast
-        && nranks > 2
-        && part <= simple_limit(Coll::AllGather, nranks, red.simple_bytes)
-        && (red.simple_bytes != crate::config::SIMPLE_AUTO || block <= SCATTER_AUTO_BYTES);
     let divides = d.count.is_multiple_of(nranks);
     if block <= red.ll_bytes {
         Some(Exchange::Ll)
@@ -458,9 +420,7 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
         Some(Exchange::Simple)
     } else if two_shot && divides {
         Some(Exchange::TwoShot)
-    } else if scatter && divides {
-        Some(Exchange::ScatterGather)
-    } else if two_shot || scatter {
+    } else if two_shot {
         Some(Exchange::Simple)
     } else {
         None
@@ -1004,47 +964,6 @@ mod tests {
         }
     }
 
-    /// The scatter + all_gather broadcast: the root scatters its input
-    /// (its receive buffer in place), every rank receives its part at its
-    /// place in the output, then gathers in place.
-    #[test]
-    fn scatter_gather_parts_place_each_part() {
-        let (send, mut recv) = (vec![0u8; 4096], vec![0u8; 4096]);
-        for in_place in [false, true] {
-            for me in 0..4 {
-                let mut d = desc(Coll::Broadcast, 1024, None, None);
-                d.root = 2;
-                d.recv = recv.as_mut_ptr();
-                d.send = if in_place {
-                    d.recv as *const u8
-                } else {
-                    send.as_ptr()
-                };
-                let (sc, ag) = scatter_gather_parts(me, 4, &d);
-                let mine = d.recv as usize + me * 1024;
-                assert_eq!(
-                    (sc.coll, sc.root, sc.count, sc.in_place),
-                    (Coll::Scatter, 2, 256, false)
-                );
-                assert_eq!(sc.recv as usize, mine);
-                let input = match (me, in_place) {
-                    (2, true) => d.recv as usize,
-                    (2, false) => d.send as usize,
-                    _ => 0,
-                };
-                assert_eq!(sc.send as usize, input);
-                assert_eq!(
-                    (ag.coll, ag.count, ag.in_place),
-                    (Coll::AllGather, 256, true)
-                );
-                assert_eq!(
-                    (ag.send as usize, ag.recv as usize),
-                    (mine, d.recv as usize)
-                );
-            }
-        }
-    }
-
     /// Above the LL kernel's limit and up to `simple_bytes` (all_reduce:
     /// block × n ≤ 2 × that), the same collectives take the Simple kernel,
     /// under the same gates; above it the barrier routes.
@@ -1088,23 +1007,14 @@ mod tests {
             let at4 = |count| k(4, &desc(coll, count, None, None), &red);
             let (fits, over) = match coll {
                 Coll::AllReduce => (32, 36),
-                Coll::Broadcast => (64, 68),
                 _ => (64, 65),
             };
             assert_eq!(at4(fits), Ok(Some(Exchange::Simple)), "{coll:?}");
             assert_ne!(at4(over).ok().flatten(), Some(Exchange::Simple), "{coll:?}");
             if coll == Coll::Broadcast {
-                // Past one-shot: scatter + all_gather while the count
-                // divides and a part fits the all_gather limit.
-                assert_eq!(at4(68), Ok(Some(Exchange::ScatterGather)));
-                assert_eq!(at4(256), Ok(Some(Exchange::ScatterGather)));
-                assert_eq!(at4(69), Ok(Some(Exchange::Simple)), "one-shot");
-                assert_eq!(at4(260).ok().flatten(), None, "a part of 65");
-                assert_ne!(
-                    k(2, &desc(coll, 68, None, None), &red).ok().flatten(),
-                    Some(Exchange::ScatterGather),
-                    "2 ranks"
-                );
+                // Past its limit a broadcast leaves the kernel (above 2
+                // ranks the kernel passes it along the ranks whole).
+                assert_eq!(at4(68).ok().flatten(), None);
             }
             if coll == Coll::AllReduce {
                 // Past one-shot: two-shot while the count divides and a
@@ -1215,9 +1125,10 @@ mod tests {
         assert_eq!(bc.1.join(" "), "LL LL Simple Simple Simple Simple");
     }
 
-    /// `auto` above 2 ranks: no one-shot all_reduce (two-shot instead),
-    /// one-shot broadcast only to 2 MiB (scatter + all_gather above; the
-    /// 4-GPU measurements); a number still forces every collective.
+    /// `auto` above 2 ranks: one-shot all_reduce only to 2 MiB blocks at 4
+    /// ranks (two-shot above, to TWO_SHOT_AUTO_BYTES), broadcast (as a
+    /// chain) to 64 MiB (the 4-GPU measurements); a number still forces
+    /// every collective.
     #[test]
     fn auto_limits_follow_the_rank_count() {
         let red = Agreed::assumed(&crate::config::Config::default());
@@ -1227,20 +1138,15 @@ mod tests {
         let simple = Ok(Some(Exchange::Simple));
         assert_eq!(k(2, Coll::AllReduce, 8 << 20), simple);
         assert_ne!(k(4, Coll::AllReduce, 8 << 20), simple);
+        assert_eq!(k(4, Coll::AllReduce, 2 << 20), simple);
+        assert_ne!(k(4, Coll::AllReduce, (2 << 20) + 16), simple);
         assert_eq!(k(4, Coll::AllReduce, 64 << 10), Ok(Some(Exchange::Ll)));
-        assert_eq!(k(4, Coll::Broadcast, 2 << 20), simple);
-        assert_eq!(
-            k(4, Coll::Broadcast, (2 << 20) + 16),
-            Ok(Some(Exchange::ScatterGather))
-        );
+        assert_eq!(k(4, Coll::Broadcast, 64 << 20), simple);
+        assert_ne!(k(4, Coll::Broadcast, (64 << 20) + 16), simple);
         assert_eq!(k(4, Coll::AllReduce, 8 << 20), Ok(Some(Exchange::TwoShot)));
         assert_eq!(
-            k(4, Coll::Broadcast, SCATTER_AUTO_BYTES),
-            Ok(Some(Exchange::ScatterGather))
-        );
-        assert_ne!(
-            k(4, Coll::Broadcast, SCATTER_AUTO_BYTES + 16),
-            Ok(Some(Exchange::ScatterGather))
+            k(4, Coll::AllReduce, TWO_SHOT_AUTO_BYTES),
+            Ok(Some(Exchange::TwoShot))
         );
         assert_eq!(k(2, Coll::Broadcast, 32 << 20), simple);
         assert_eq!(k(4, Coll::AllGather, 8 << 20), simple);

@@ -68,6 +68,19 @@ struct Shared {
 }
 
 impl State {
+    /// Retire the completed entries at the front (an event that cannot be
+    /// queried counts as done, and its notes are not kept).
+    fn retire_done_front(&mut self) {
+        let mut failed = false;
+        let freed = self.tracker.retire_front(|e| {
+            e.done().unwrap_or_else(|_| {
+                failed = true;
+                true
+            })
+        });
+        self.retired(freed, !failed);
+    }
+
     /// Take back what retired entries hold: events for reuse, notes to check
     /// (`keep_notes`: none of their events failed).
     fn retired(&mut self, freed: Vec<Entry<Event>>, keep_notes: bool) {
@@ -290,14 +303,7 @@ impl Watchdog {
     /// this thread.
     pub unsafe fn order(&self, stream: sys::CUstream) -> PluginResult<()> {
         let mut st = self.shared.lock();
-        let mut failed = false;
-        let freed = st.tracker.retire_front(|e| {
-            e.done().unwrap_or_else(|_| {
-                failed = true;
-                true
-            })
-        });
-        st.retired(freed, !failed);
+        st.retire_done_front();
         if st.last_stream != Some(stream as usize) {
             if let Some(ev) = st.tracker.last_event() {
                 // SAFETY: the caller's contract for the stream; the event is live (held
@@ -310,6 +316,15 @@ impl Watchdog {
             }
         }
         Ok(())
+    }
+
+    /// Whether a tracked collective with barriers may still be pending: a
+    /// stream at one of its barriers needs this thread's release if a peer
+    /// never comes (completed ones at the front are retired first).
+    pub fn barriers_pending(&self) -> bool {
+        let mut st = self.shared.lock();
+        st.retire_done_front();
+        st.tracker.oldest_with_barriers().is_some()
     }
 
     /// After queuing an eager collective on `stream`: track it.

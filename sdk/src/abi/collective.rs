@@ -280,6 +280,12 @@ pub struct FxCollectiveV1 {
     pub p2p_launch: Option<
         unsafe extern "C" fn(comm: *mut c_void, desc: *const FxP2pDesc, stream: *mut c_void) -> i32,
     >,
+    /// Right after a CUDA-memory `launch` or `p2p_launch` returned `FX_OK`:
+    /// 1 when what it queued ends by itself within the timeout even if a
+    /// peer never comes (no host thread of the plugin has to act), 0 when
+    /// the stream may wait for one. Added within v1 (2026-11-27): a table
+    /// built before ends before it. Optional (absent: 0).
+    pub launch_bounded: Option<unsafe extern "C" fn(comm: *mut c_void) -> i32>,
 }
 
 /// The smallest `struct_size` the core accepts for a v1 collective table:

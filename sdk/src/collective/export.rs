@@ -188,6 +188,17 @@ unsafe extern "C" fn h_p2p_launch<T: Collective>(
     })
 }
 
+unsafe extern "C" fn h_launch_bounded<T: Collective>(comm: *mut c_void) -> i32 {
+    let mut bounded = 0;
+    // A yes or no, not a code: any failure means "may wait for a host thread" (0).
+    guard("launch_bounded", || {
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
+        bounded = t.launch_bounded(&b.comm) as i32;
+        Ok(FX_OK)
+    });
+    bounded
+}
+
 /// The v1 table for `T`. Usually reached through the macros.
 pub const fn collective_table<T: Collective>() -> FxCollectiveV1 {
     FxCollectiveV1 {
@@ -207,6 +218,7 @@ pub const fn collective_table<T: Collective>() -> FxCollectiveV1 {
         last_error: Some(h_last_error),
         p2p_can_run: Some(h_p2p_can_run::<T>),
         p2p_launch: Some(h_p2p_launch::<T>),
+        launch_bounded: Some(h_launch_bounded::<T>),
     }
 }
 
@@ -311,6 +323,9 @@ mod tests {
             self.0.fetch_add(d.ops.len(), Ordering::Relaxed);
             Ok(())
         }
+        fn launch_bounded(&self, _: &()) -> bool {
+            self.0.load(Ordering::Relaxed) > 0
+        }
     }
 
     fn desc(ops: &[FxP2pOp]) -> FxP2pDesc {
@@ -377,5 +392,28 @@ mod tests {
             }
         });
         assert_eq!(s.0.load(Ordering::Relaxed), 2);
+    }
+
+    /// `launch_bounded` answers the trait's yes or no, `false` by default
+    /// and on a null comm (a failure is "may wait for a host thread").
+    #[test]
+    fn launch_bounded_says_the_trait_s_answer() {
+        with_comm(&Plain, |tab, comm| {
+            let bounded = tab.launch_bounded.unwrap();
+            // SAFETY: a comm made for `Plain`, then null.
+            unsafe {
+                assert_eq!(bounded(comm), 0);
+                assert_eq!(bounded(std::ptr::null_mut()), 0);
+            }
+        });
+        let s = Sends(AtomicUsize::new(0));
+        with_comm(&s, |tab, comm| {
+            let bounded = tab.launch_bounded.unwrap();
+            // SAFETY: a comm made for `Sends`.
+            unsafe { assert_eq!(bounded(comm), 0) };
+            s.0.store(1, Ordering::Relaxed);
+            // SAFETY: as above.
+            unsafe { assert_eq!(bounded(comm), 1) };
+        });
     }
 }

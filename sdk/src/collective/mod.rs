@@ -96,6 +96,16 @@ pub trait Collective: Sized + Send + Sync + 'static {
             Self::NAME
         )))
     }
+    /// Asked right after a CUDA-memory [`launch`](Self::launch) or
+    /// [`p2p_launch`](Self::p2p_launch) succeeded: whether what it queued
+    /// (and everything of this plugin it waits for) ends by itself within
+    /// the timeout even if a peer never comes — a kernel that gives up on
+    /// the device — so no host thread of the plugin has to act for the
+    /// stream to move on. `false` (the default) when it may wait for one (a
+    /// watchdog's release, a proxy).
+    fn launch_bounded(&self, _comm: &Self::Comm) -> bool {
+        false
+    }
     /// The asynchronous error that broke the communicator, if any.
     fn status(&self, _comm: &Self::Comm) -> PluginResult<()> {
         Ok(())

@@ -1500,7 +1500,7 @@ impl Kernels {
                 f.info.name
             )));
         }
-        let grid = self.ring_grid("Simple", f, f.simple_blocks_per_sm, args.chunks(), blocks)?;
+        let grid = self.ring_grid("Simple", f, f.simple_blocks_per_sm, args.items(), blocks)?;
         let mut a = *args;
         let mut params = a.params();
         // SAFETY: the module's Simple kernel, of this (current) context, whose

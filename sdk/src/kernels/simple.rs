@@ -42,6 +42,16 @@
 //! (ce's call notes, written before the first chunk, are then visible to
 //! every peer once its call completed).
 //!
+//! A fourth mode, [`MODE_CHAIN`], is a broadcast passed along the ranks from
+//! the root (root, root + 1, …): the root sends each chunk to the next rank
+//! only, and every rank's receiving block that copied a chunk into its output
+//! sends it on to the next rank, so the root's data leaves it once and every
+//! link carries it once, pipelined by chunk (the one-kernel broadcast sends it
+//! from the root to every peer; scatter + all_gather takes two kernels). The
+//! empty chunks still go to every other peer. A forward waits only for the
+//! next rank's frees of earlier chunks, and the last rank forwards nothing,
+//! so the chain cannot wait on itself.
+//!
 //! User buffers need only element alignment: 16-byte accesses where the
 //! address allows, 8-byte or single bytes elsewhere; the rings are 16-byte
 //! aligned. Where the output overlaps the input ([`SimpleArgs::overlap`]:
@@ -59,6 +69,10 @@
 //! region must never run at once (callers order them on one stream).
 
 use std::ffi::c_void;
+
+/// A broadcast passed along the ranks from the root (the Simple kernel's
+/// own mode, beside [`super::ll`]'s fold, gather and broadcast).
+pub const MODE_CHAIN: i32 = 3;
 
 /// Slots of one ring (one per writer in every rank's region).
 pub const SLOTS: usize = 128;
@@ -137,15 +151,21 @@ pub struct SimpleArgs {
     pub rank: i32,
     /// Ranks.
     pub nranks: i32,
-    /// [`super::ll::MODE_FOLD`], `MODE_GATHER` or `MODE_BROADCAST`.
+    /// [`super::ll::MODE_FOLD`], `MODE_GATHER`, `MODE_BROADCAST` or
+    /// [`MODE_CHAIN`].
     pub mode: i32,
     /// The root (broadcast).
     pub root: i32,
     /// 1 where the output overlaps the input (in place): a receiving block
     /// writes a chunk only after this rank sent it (the marks).
     pub overlap: i32,
-    /// Zero (the C struct's size).
-    pub pad: i32,
+    /// 1: above 2 ranks and out of place, a sending block takes one (chunk,
+    /// peer) pair at a time, the pairs of one chunk on consecutive blocks
+    /// (and so, in a gather, do the receiving blocks), so the peers' links
+    /// are busy at once rather than one after another; 0: a block sends a
+    /// chunk to every peer in turn. This rank's alone (which block moves a
+    /// chunk does not change the protocol).
+    pub spread: i32,
 }
 
 impl SimpleArgs {
@@ -179,13 +199,30 @@ impl SimpleArgs {
             mode: ll.mode,
             root: ll.root,
             overlap: overlap as i32,
-            pad: 0,
+            spread: 0,
         }
     }
 
     /// Chunks of the segment.
     pub fn chunks(&self) -> u64 {
         chunks(self.seg as usize, self.chunk as usize) as u64
+    }
+
+    /// Work items of one side: chunks, times the peers where spread.
+    pub fn items(&self) -> u64 {
+        let per = if self.spreads() {
+            self.nranks as u64 - 1
+        } else {
+            1
+        };
+        self.chunks() * per
+    }
+
+    /// Whether the kernel spreads (the flag, above 2 ranks, out of place:
+    /// an in-place chunk's mark needs one block to have sent it to every
+    /// peer; not a chain, whose root sends to one peer).
+    pub fn spreads(&self) -> bool {
+        self.spread != 0 && self.nranks > 2 && self.overlap == 0 && self.mode != MODE_CHAIN
     }
 
     /// As a kernel parameter list.
@@ -201,7 +238,7 @@ struct fx_sp_args {
     unsigned long long bases, region_off, note_off;
     unsigned int note[4];
     unsigned long long input, output, ctl, send_stride, out_stride, seg, chunk, slot, timeout_ns;
-    int rank, nranks, mode, root, overlap, pad;
+    int rank, nranks, mode, root, overlap, spread;
 };
 
 #define FX_SP_K FX_SP_SLOTS_ULL
@@ -304,6 +341,41 @@ static __device__ __noinline__ void fx_sp_copy(fx_sp_u dst, bool dring, fx_sp_u 
         fx_sp_put8(dst, i, len, dring, fx_sp_get8(src, i, len, sring));
 }
 
+/* A chain's forward: the block copies len bytes from ring slot src both to
+   dst (user memory) and to ring slot fwd (the next rank's), reading each
+   line once where all three are 16-byte aligned (two copies elsewhere). */
+static __device__ __noinline__ void fx_sp_copy_on(fx_sp_u dst, fx_sp_u fwd, fx_sp_u src, fx_sp_u len) {
+    if (((dst | fwd | src) & 15ull) != 0ull) {
+        fx_sp_copy(dst, false, src, true, len);
+        fx_sp_copy(fwd, true, src, true, len);
+        return;
+    }
+    const fx_sp_u units = len / 16ull;
+    fx_sp_u u = threadIdx.x;
+    for (; u + 7ull * blockDim.x < units; u += 8ull * blockDim.x) {
+        fx_sp_u x[8], y[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) fx_sp_ld16(src + 16ull * (u + (fx_sp_u)j * blockDim.x), &x[j], &y[j]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            fx_sp_st16(fwd + 16ull * (u + (fx_sp_u)j * blockDim.x), x[j], y[j]);
+            fx_sp_st16(dst + 16ull * (u + (fx_sp_u)j * blockDim.x), x[j], y[j]);
+        }
+    }
+    for (; u < units; u += blockDim.x) {
+        fx_sp_u x, y;
+        fx_sp_ld16(src + 16ull * u, &x, &y);
+        fx_sp_st16(fwd + 16ull * u, x, y);
+        fx_sp_st16(dst + 16ull * u, x, y);
+    }
+    const fx_sp_u lines = (len + 7ull) / 8ull;
+    for (fx_sp_u i = units * 2ull + threadIdx.x; i < lines; i += blockDim.x) {
+        const fx_sp_u v = fx_sp_get8(src, i, len, true);
+        fx_sp_put8(fwd, i, len, true, v);
+        fx_sp_put8(dst, i, len, false, v);
+    }
+}
+
 /* The block folds chunk `lo`/`len` of every rank in rank order (its own from
    `mine`, the peers' from their ring slots `in`) into `out`. Not inlined, as
    the copy. */
@@ -364,9 +436,18 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
     const fx_sp_u* bases = (const fx_sp_u*)a.bases;
     const fx_sp_u own = bases[me] + a.region_off;
     const fx_sp_u m = (a.seg + a.chunk - 1ull) / a.chunk;
-    const bool bcast = a.mode == 2;
-    /* Chunks rank r sends every peer in this call: a broadcast's non-roots send one empty chunk. */
-#define FX_SP_CHUNKS(r) ((bcast && (r) != a.root) ? 1ull : m)
+    /* A chain (mode 3) is a broadcast passed along: root, root + 1, …, each rank
+       forwarding every chunk to the next as it arrives. */
+    const bool chain = a.mode == 3;
+    const bool bcast = a.mode == 2 || chain;
+#define FX_SP_POS(r) (((r) - a.root + n) % n)
+    /* Chunks rank s sends rank q in this call: a broadcast's non-roots send one empty
+       chunk (so every rank reads a head of every peer), a chain's data goes to the next. */
+#define FX_SP_TO(s, q) (chain ? ((FX_SP_POS(s) < n - 1 && (q) == ((s) + 1) % n) ? m : 1ull) : ((bcast && (s) != a.root) ? 1ull : m))
+    const int next = (chain && FX_SP_POS(me) < n - 1) ? (me + 1) % n : -1;
+    const int prev = (chain && me != a.root) ? (me + n - 1) % n : a.root;
+    /* This rank's receiving blocks pass each chunk on (a chain's middle). */
+    const bool fwd = next >= 0 && me != a.root;
     /* Blocks [0, half) send, [half, 2 half) receive. */
     const fx_sp_u half = gridDim.x / 2u;
     const bool sender = blockIdx.x < half;
@@ -394,13 +475,22 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
     __syncthreads();
     const fx_sp_u mine = a.input + (fx_sp_u)me * a.send_stride;
     bool ok = true;
+    /* Spread: one (chunk, peer) pair per work item, a chunk's pairs on consecutive blocks. */
+    const bool spread = a.spread != 0 && n > 2 && a.overlap == 0 && !chain;
+    const fx_sp_u per = spread ? (fx_sp_u)(n - 1) : 1ull;
     if (sender) {
         const bool data = !bcast || me == a.root;
-        for (fx_sp_u c = first; ok && c < FX_SP_CHUNKS(me) && n > 1; c += half) {
+        /* A broadcast's non-roots send empty chunks (a chain's forwards its data from its receiving blocks). */
+        const fx_sp_u sm = (bcast && me != a.root) ? 1ull : m;
+        for (fx_sp_u w = first; ok && w < sm * per && n > 1; w += half) {
+            const fx_sp_u c = w / per;
+            const int jlo = spread ? 1 + (int)(w % per) : 1;
+            const int jhi = spread ? jlo + 1 : n;
             const fx_sp_u lo = c * a.chunk;
             const fx_sp_u len = a.seg - lo < a.chunk ? a.seg - lo : a.chunk;
-            for (int j = 1; j < n; ++j) {
+            for (int j = jlo; j < jhi; ++j) {
                 const int q = (me + j) % n;
+                if (c >= FX_SP_TO(me, q) || (chain && me != a.root && q == next)) continue;
                 const fx_sp_u g = sent_s[q] + c;
                 const fx_sp_u k = g % FX_SP_K;
                 if (threadIdx.x == 0) {
@@ -412,7 +502,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                 ok = ok_s != 0;
                 if (!ok) break;
                 const fx_sp_u peer = bases[q] + a.region_off;
-                if (data) fx_sp_copy(fx_sp_data(peer, n, a.slot, me, k), true, a.input + (fx_sp_u)q * a.send_stride + lo, false, len);
+                if (data && (!chain || q == next)) fx_sp_copy(fx_sp_data(peer, n, a.slot, me, k), true, a.input + (fx_sp_u)q * a.send_stride + lo, false, len);
                 __syncthreads();
                 if (threadIdx.x == 0) {
                     fx_sp_fence();
@@ -426,22 +516,32 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             }
         }
     } else {
-        for (fx_sp_u c = first; ok && c < m; c += half) {
+        /* A gather's receivers spread as its senders; a fold needs every peer's chunk at once. */
+        const fx_sp_u rper = a.mode == 1 ? per : 1ull;
+        for (fx_sp_u w = first; ok && w < m * rper; w += half) {
+            const fx_sp_u c = w / rper;
+            const int jlo = rper > 1ull ? 1 + (int)(w % rper) : 1;
+            const int jhi = rper > 1ull ? jlo + 1 : n;
             const fx_sp_u lo = c * a.chunk;
             const fx_sp_u len = a.seg - lo < a.chunk ? a.seg - lo : a.chunk;
-            /* Wait for chunk c of every peer that sends one (and, in place, for this rank's own send of it). */
+            /* Wait for chunk c of every peer this item takes that sends one (and, in place, for this rank's own send of it). */
             if (threadIdx.x == 0) {
                 bool good = true;
-                for (int j = 1; good && j < n; ++j) {
+                for (int j = jlo; good && j < jhi; ++j) {
                     const int r = (me + n - j) % n;
-                    if (c >= FX_SP_CHUNKS(r)) continue;
+                    if (c >= FX_SP_TO(r, me)) continue;
                     const fx_sp_u g = recv_s[r] + c;
                     in_s[r] = fx_sp_data(own, n, a.slot, r, g % FX_SP_K);
                     good = fx_sp_wait(fx_sp_head(own, r, g % FX_SP_K), g + 1ull, ctl, deadline, r);
                 }
-                if (good && a.overlap && n > 1 && c < FX_SP_CHUNKS(me)) {
+                if (good && a.overlap && n > 1 && c < FX_SP_TO(me, q0)) {
                     const fx_sp_u g = sent_s[q0] + c;
                     good = fx_sp_wait(fx_sp_mark(own, n, g % FX_SP_K), g + 1ull, ctl, deadline, -1);
+                }
+                /* A chain's forward needs the next rank's slot free (it waits only down the chain). */
+                if (good && fwd) {
+                    const fx_sp_u g = sent_s[next] + c;
+                    good = g < FX_SP_K || fx_sp_wait(fx_sp_free(own, n, next, g % FX_SP_K), g + 1ull - FX_SP_K, ctl, deadline, next);
                 }
                 if (good) fx_sp_fence();
                 ok_s = good;
@@ -452,30 +552,34 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             if (a.mode == 0) {
                 fx_sp_fold(a.output + lo, mine + lo, in_s, n, me, len);
             } else if (a.mode == 1) {
-                for (int r = 0; r < n; ++r) {
-                    const fx_sp_u dst = a.output + (fx_sp_u)r * a.out_stride + lo;
-                    if (r == me) {
-                        if (dst != mine + lo) fx_sp_copy(dst, false, mine + lo, false, len);
-                    } else {
-                        fx_sp_copy(dst, false, in_s[r], true, len);
-                    }
+                /* This rank's own chunk goes with the item of its first peer. */
+                const fx_sp_u own_dst = a.output + (fx_sp_u)me * a.out_stride + lo;
+                if (jlo == 1 && own_dst != mine + lo) fx_sp_copy(own_dst, false, mine + lo, false, len);
+                for (int j = jlo; j < jhi; ++j) {
+                    const int r = (me + n - j) % n;
+                    fx_sp_copy(a.output + (fx_sp_u)r * a.out_stride + lo, false, in_s[r], true, len);
                 }
             } else if (me == a.root) {
                 /* The root's own segment (its whole input in a broadcast; segment `root` of it in a scatter). */
                 if (a.output != mine) fx_sp_copy(a.output + lo, false, mine + lo, false, len);
+            } else if (fwd) {
+                const fx_sp_u g = sent_s[next] + c;
+                fx_sp_copy_on(a.output + lo, fx_sp_data(bases[next] + a.region_off, n, a.slot, me, g % FX_SP_K), in_s[prev], len);
             } else {
-                fx_sp_copy(a.output + lo, false, in_s[a.root], true, len);
+                fx_sp_copy(a.output + lo, false, in_s[prev], true, len);
             }
             /* The reads are done before any writer may reuse the slots. */
             __syncthreads();
             if (threadIdx.x == 0) {
                 fx_sp_fence();
-                for (int j = 1; j < n; ++j) {
+                for (int j = jlo; j < jhi; ++j) {
                     const int r = (me + n - j) % n;
-                    if (c >= FX_SP_CHUNKS(r)) continue;
+                    if (c >= FX_SP_TO(r, me)) continue;
                     const fx_sp_u g = recv_s[r] + c;
                     fx_sp_store(fx_sp_free(bases[r] + a.region_off, n, me, g % FX_SP_K), g + 1ull);
                 }
+                /* The forwarded chunk is in the next rank's slot (the fence above covers it). */
+                if (fwd) fx_sp_store(fx_sp_head(bases[next] + a.region_off, me, (sent_s[next] + c) % FX_SP_K), sent_s[next] + c + 1ull);
             }
         }
     }
@@ -488,13 +592,14 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             ctl[1] = 0ull;
             for (int q = 0; q < n; ++q) {
                 if (q == me) continue;
-                fx_sp_store(fx_sp_count(own, n, q), sent_s[q] + FX_SP_CHUNKS(me));
-                fx_sp_store(fx_sp_count(own, n, n + q), recv_s[q] + FX_SP_CHUNKS(q));
+                fx_sp_store(fx_sp_count(own, n, q), sent_s[q] + FX_SP_TO(me, q));
+                fx_sp_store(fx_sp_count(own, n, n + q), recv_s[q] + FX_SP_TO(q, me));
             }
             __threadfence();
         }
     }
-#undef FX_SP_CHUNKS
+#undef FX_SP_TO
+#undef FX_SP_POS
 }
 "#;
 
@@ -586,7 +691,7 @@ mod tests {
                 mode: 18,
                 root: 19,
                 overlap: 1,
-                pad: 0,
+                spread: 0,
             }
         );
         // The C struct: 12 eight-byte fields, four note words, six ints.

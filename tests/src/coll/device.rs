@@ -227,6 +227,18 @@ impl Prepared {
     ) -> Result<(), String> {
         let m = self.mirrors()?;
         let p = |d: &Option<DevMem>| d.as_ref().map_or(0, |d| d.ptr);
+        // `RUNNER:bounded`: the call must also queue only self-timed work (no
+        // host thread to wait for); `RUNNER:host-bound`: work that may wait for one.
+        let (want, bound) = match want.map(|w| w.split_once(':')) {
+            Some(Some((w, b))) => (Some(w), Some(b)),
+            _ => (want, None),
+        };
+        if let Some(b) = bound {
+            if b != "bounded" && b != "host-bound" {
+                return Err(format!("--expect RUNNER[:bounded|:host-bound], not :{b}"));
+            }
+        }
+        let before = comm.host_bound_calls();
         if let Some(want) = want {
             let r = p(&m.buf);
             let s = if self.case.in_place { r } else { p(&m.send) };
@@ -251,8 +263,22 @@ impl Prepared {
             }
         };
         r.map_err(|e| e.to_string())?;
+        let after = comm.host_bound_calls();
         sync(stream)?;
         comm.device_error().map_err(|e| e.to_string())?;
+        match (bound, after != before) {
+            (Some("bounded"), true) => {
+                return Err(format!(
+                    "queued work that may wait for a host thread (host_bound_calls {before} -> {after}), expected self-timed kernels only"
+                ))
+            }
+            (Some("host-bound"), false) => {
+                return Err(format!(
+                    "did not count as host-bound (host_bound_calls stayed {before})"
+                ))
+            }
+            _ => {}
+        }
         self.download(&m)
     }
 }

@@ -24,6 +24,8 @@ enum Mode {
     Fold,
     Gather,
     Broadcast,
+    /// [`super::MODE_CHAIN`]: a broadcast passed along from the root.
+    Chain,
 }
 
 /// One rank's region and buffers.
@@ -56,6 +58,20 @@ struct Call {
     send_stride: usize,
     out_stride: usize,
     overlap: bool,
+    /// [`super::SimpleArgs::spread`] (this rank's alone).
+    spread: bool,
+}
+
+impl Call {
+    /// Work items per chunk of a sending block (and of a gather's receiving
+    /// block): the peers where spread, as the kernel's `per`.
+    fn per(&self, n: usize) -> usize {
+        if self.spread && n > 2 && !self.overlap && self.mode != Mode::Chain {
+            n - 1
+        } else {
+            1
+        }
+    }
 }
 
 fn wait(word: &AtomicU64, want: u64, what: &str) {
@@ -70,53 +86,95 @@ fn wait(word: &AtomicU64, want: u64, what: &str) {
 }
 
 impl World {
-    fn chunks(&self, c: &Call, r: usize) -> usize {
+    /// Chunks rank `s` sends rank `q` in call `c` (the kernel's `FX_SP_TO`).
+    fn to(&self, c: &Call, s: usize, q: usize) -> usize {
         let m = c.seg.div_ceil(c.chunk).max(1);
-        if c.mode == Mode::Broadcast && r != c.root {
-            1
-        } else {
-            m
+        match c.mode {
+            Mode::Chain if self.next(c, s) == Some(q) => m,
+            Mode::Chain => 1,
+            Mode::Broadcast if s != c.root => 1,
+            _ => m,
         }
+    }
+
+    /// A chain's next rank after `me` (none after the last).
+    fn next(&self, c: &Call, me: usize) -> Option<usize> {
+        let n = self.n;
+        (c.mode == Mode::Chain && (me + n - c.root) % n < n - 1).then_some((me + 1) % n)
+    }
+
+    /// Wait until this rank's chunk `g` for `q` may go into `q`'s ring (its
+    /// slot's previous chunk was freed); where it goes in `q`'s data.
+    fn credit(&self, me: usize, q: usize, g: u64) -> usize {
+        let k = g % K;
+        if g >= K {
+            wait(
+                &self.ranks[me].frees[q * K as usize + k as usize],
+                g + 1 - K,
+                "a free",
+            );
+        }
+        // The slot's last chunk is the one K before (or none): the
+        // credit kept this sender from lapping its reader.
+        let head = &self.ranks[q].heads[me * K as usize + k as usize];
+        assert_eq!(head.load(Acquire), (g + 1).saturating_sub(K));
+        (me * K as usize + k as usize) * self.slot
+    }
+
+    /// Publish this rank's chunk `g` in `q`'s ring.
+    fn publish(&self, me: usize, q: usize, g: u64) {
+        self.ranks[q].heads[me * K as usize + (g % K) as usize].store(g + 1, Release);
+    }
+
+    /// Put this rank's chunk `g` for `q` into `q`'s ring: the credit, `len`
+    /// bytes of this rank's memory at `src` (none for an empty chunk), the head.
+    fn put(&self, me: usize, q: usize, g: u64, src: Option<usize>, len: usize) {
+        let base = self.credit(me, q, g);
+        if let Some(src) = src {
+            let (mine, peer) = (&self.ranks[me], &self.ranks[q]);
+            for i in 0..len {
+                peer.data[base + i].store(mine.mem[src + i].load(Relaxed), Relaxed);
+            }
+        }
+        self.publish(me, q, g);
     }
 
     fn sender(&self, me: usize, c: &Call, first: usize, half: usize, sent: &[u64]) {
         let n = self.n;
-        let data = c.mode != Mode::Broadcast || me == c.root;
+        let bcast = matches!(c.mode, Mode::Broadcast | Mode::Chain);
+        let data = !bcast || me == c.root;
         let mine = &self.ranks[me];
-        let mut ch = first;
-        while ch < self.chunks(c, me) && n > 1 {
+        let per = c.per(n);
+        let m = c.seg.div_ceil(c.chunk).max(1);
+        // A chain's non-root forwards its data from its receivers.
+        let sm = if bcast && me != c.root { 1 } else { m };
+        let next = self.next(c, me);
+        let mut item = first;
+        while item < sm * per && n > 1 {
+            let ch = item / per;
+            let (jlo, jhi) = if per > 1 {
+                (1 + item % per, 2 + item % per)
+            } else {
+                (1, n)
+            };
             let lo = ch * c.chunk;
             let len = c.chunk.min(c.seg - lo.min(c.seg));
-            for j in 1..n {
+            for j in jlo..jhi {
                 let q = (me + j) % n;
-                let g = sent[q] + ch as u64;
-                let k = g % K;
-                if g >= K {
-                    wait(
-                        &mine.frees[q * K as usize + k as usize],
-                        g + 1 - K,
-                        "a free",
-                    );
+                if ch >= self.to(c, me, q)
+                    || (c.mode == Mode::Chain && me != c.root && Some(q) == next)
+                {
+                    continue;
                 }
-                let peer = &self.ranks[q];
-                // The slot's last chunk is the one K before (or none): the
-                // credit kept this sender from lapping its reader.
-                let head = &peer.heads[me * K as usize + k as usize];
-                assert_eq!(head.load(Acquire), (g + 1).saturating_sub(K));
-                let base = (me * K as usize + k as usize) * self.slot;
-                if data {
-                    for i in 0..len {
-                        let b = mine.mem[c.input + q * c.send_stride + lo + i].load(Relaxed);
-                        peer.data[base + i].store(b, Relaxed);
-                    }
-                }
-                head.store(g + 1, Release);
+                let src = (data && (c.mode != Mode::Chain || Some(q) == next))
+                    .then_some(c.input + q * c.send_stride + lo);
+                self.put(me, q, sent[q] + ch as u64, src, len);
             }
             if c.overlap {
                 let g = sent[(me + 1) % n] + ch as u64;
                 mine.marks[(g % K) as usize].store(g + 1, Release);
             }
-            ch += half;
+            item += half;
         }
     }
 
@@ -132,14 +190,21 @@ impl World {
         let n = self.n;
         let mine = &self.ranks[me];
         let m = c.seg.div_ceil(c.chunk).max(1);
-        let mut ch = first;
-        while ch < m {
+        let per = if c.mode == Mode::Gather { c.per(n) } else { 1 };
+        let mut item = first;
+        while item < m * per {
+            let ch = item / per;
+            let (jlo, jhi) = if per > 1 {
+                (1 + item % per, 2 + item % per)
+            } else {
+                (1, n)
+            };
             let lo = ch * c.chunk;
             let len = c.chunk.min(c.seg - lo.min(c.seg));
             let mut at = vec![usize::MAX; n];
-            for j in 1..n {
+            for j in jlo..jhi {
                 let r = (me + n - j) % n;
-                if ch >= self.chunks(c, r) {
+                if ch >= self.to(c, r, me) {
                     continue;
                 }
                 let g = recvd[r] + ch as u64;
@@ -147,10 +212,16 @@ impl World {
                 wait(&mine.heads[r * K as usize + k], g + 1, "a head");
                 at[r] = (r * K as usize + k) * self.slot;
             }
-            if c.overlap && n > 1 && ch < self.chunks(c, me) {
+            if c.overlap && n > 1 && ch < self.to(c, me, (me + 1) % n) {
                 let g = sent[(me + 1) % n] + ch as u64;
                 wait(&mine.marks[(g % K) as usize], g + 1, "a mark");
             }
+            // A chain's middle passes the chunk on: the next rank's slot first.
+            let fwd = self
+                .next(c, me)
+                .filter(|_| me != c.root)
+                .map(|q| (q, sent[q] + ch as u64))
+                .map(|(q, g)| (q, g, self.credit(me, q, g)));
             let own = c.input + me * c.send_stride + lo;
             let get = |r: usize, i: usize| {
                 if r == me {
@@ -167,7 +238,12 @@ impl World {
                     }
                 }
                 Mode::Gather => {
-                    for r in 0..n {
+                    // This rank's own chunk goes with the item of its first peer.
+                    let own_item = (jlo == 1).then_some(me);
+                    for r in own_item
+                        .into_iter()
+                        .chain((jlo..jhi).map(|j| (me + n - j) % n))
+                    {
                         let dst = c.output + r * c.out_stride + lo;
                         if r == me && dst == own {
                             continue;
@@ -177,23 +253,38 @@ impl World {
                         }
                     }
                 }
-                Mode::Broadcast => {
+                Mode::Broadcast | Mode::Chain => {
+                    // A chain's chunk comes from the previous rank.
+                    let from = if c.mode == Mode::Chain && me != c.root {
+                        (me + n - 1) % n
+                    } else {
+                        c.root
+                    };
                     if me != c.root || c.output != own - lo {
                         for i in 0..len {
-                            mine.mem[c.output + lo + i].store(get(c.root, i), Relaxed);
+                            mine.mem[c.output + lo + i].store(get(from, i), Relaxed);
+                        }
+                    }
+                    // The same bytes, from the ring slot, into the next rank's.
+                    if let Some((q, _, base)) = fwd {
+                        for i in 0..len {
+                            self.ranks[q].data[base + i].store(get(from, i), Relaxed);
                         }
                     }
                 }
             }
-            for j in 1..n {
+            for j in jlo..jhi {
                 let r = (me + n - j) % n;
-                if ch >= self.chunks(c, r) {
+                if ch >= self.to(c, r, me) {
                     continue;
                 }
                 let g = recvd[r] + ch as u64;
                 self.ranks[r].frees[me * K as usize + (g % K) as usize].store(g + 1, Release);
             }
-            ch += half;
+            if let Some((q, g, _)) = fwd {
+                self.publish(me, q, g);
+            }
+            item += half;
         }
     }
 
@@ -231,8 +322,8 @@ impl World {
         // The last block of each rank adds the call's chunks.
         for (me, (c, rank)) in calls.iter().zip(&self.ranks).enumerate() {
             for q in (0..self.n).filter(|&q| q != me) {
-                rank.sent[q].fetch_add(self.chunks(c, me) as u64, AcqRel);
-                rank.recvd[q].fetch_add(self.chunks(c, q) as u64, AcqRel);
+                rank.sent[q].fetch_add(self.to(c, me, q) as u64, AcqRel);
+                rank.recvd[q].fetch_add(self.to(c, q, me) as u64, AcqRel);
             }
         }
     }
@@ -294,6 +385,7 @@ fn call_at(
         send_stride: m.send_stride as usize,
         out_stride: m.out_stride as usize,
         overlap: m.overlap(me, n, block, sends),
+        spread: false,
     }
 }
 
@@ -318,10 +410,17 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
             let block = 1 + next(90) as usize;
             // The same chunk on every rank (it depends on the segment only).
             let chunk = [16, 32][next(2) as usize].min(slot);
+            // A broadcast runs as a chain on every rank or on none (it is the protocol).
+            let chain = coll == Coll::Broadcast && next(2) == 1;
             let calls: Vec<Call> = (0..n)
                 .map(|me| {
                     let mut c = call_of(coll, me, n, block, in_place, span);
                     c.chunk = chunk;
+                    if chain {
+                        c.mode = Mode::Chain;
+                    }
+                    // Spreading is each rank's own choice.
+                    c.spread = next(2) == 1;
                     c
                 })
                 .collect();
@@ -338,7 +437,7 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
             }
             let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
             w.call(&calls, &halves);
-            let what = format!("{} n={n} round={round} block={block} chunk={chunk} in_place={in_place} halves={halves:?}", coll.name());
+            let what = format!("{} n={n} round={round} block={block} chunk={chunk} in_place={in_place} chain={chain} halves={halves:?}", coll.name());
             for (me, rank) in w.ranks.iter().enumerate() {
                 let out = |i: usize| rank.mem[span + i].load(Relaxed);
                 match coll {
@@ -425,6 +524,7 @@ fn two_shot_all_reduce_is_a_reduce_scatter_then_an_all_gather_in_place() {
                             _ => call_at(coll, me, n, part, true, mine, span),
                         };
                         c.chunk = chunk;
+                        c.spread = (me + round) % 2 == 0;
                         c
                     })
                     .collect()
@@ -736,12 +836,14 @@ fn scatter_then_all_gather_is_a_broadcast() {
                     send_stride: part,
                     out_stride: 0,
                     overlap: false,
+                    spread: (me + round) % 2 == 1,
                 })
                 .collect();
             let gather: Vec<Call> = (0..n)
                 .map(|me| {
                     let mut c = call_at(Coll::AllGather, me, n, part, true, span + me * part, span);
                     c.chunk = chunk;
+                    c.spread = (me + round) % 2 == 0;
                     c
                 })
                 .collect();
@@ -755,6 +857,85 @@ fn scatter_then_all_gather_is_a_broadcast() {
                         value(i),
                         "n={n} round={round} root={root} in_place={in_place} part={part} rank {me} byte {i}"
                     );
+                }
+            }
+        }
+    }
+}
+
+/// A broadcast passed along the ranks ([`super::MODE_CHAIN`]) from every
+/// root, in and out of place, on 1–5 ranks with rings of a few slots lapped
+/// many times (segments of up to 40 chunks), interleaved with plain
+/// broadcasts and all_gathers on the same rings: every rank ends with the
+/// root's bytes, no wait outlives the protocol, and the counters agree
+/// (the later calls would hang or read stale slots otherwise).
+#[test]
+fn chain_broadcast_from_every_root_lapping_small_rings() {
+    let mut rng = crate::testing::Rng::new(0x1405_7b7e_f767_814f);
+    let mut next = |m: u64| rng.below(m);
+    for n in 1..=5 {
+        let (slot, span) = (32, 4096);
+        let w = world(n, slot, 2 * span);
+        for round in 0..15 {
+            let root = next(n as u64) as usize;
+            let in_place = round % 3 == 1;
+            let block = 1 + next(600) as usize;
+            let chunk = [16, 32][next(2) as usize];
+            let coll = if round % 5 == 4 {
+                Coll::AllGather
+            } else {
+                Coll::Broadcast
+            };
+            let chain = coll == Coll::Broadcast && round % 5 != 2;
+            let block = if coll == Coll::AllGather {
+                block.min(span / n)
+            } else {
+                block
+            };
+            let calls: Vec<Call> = (0..n)
+                .map(|me| {
+                    let mut c = call_of(coll, me, n, block, in_place, span);
+                    c.chunk = chunk;
+                    c.root = root;
+                    if coll == Coll::Broadcast && me != root {
+                        // Only the root's input is read.
+                        c.input = if in_place { span } else { 0 };
+                    }
+                    if chain {
+                        c.mode = Mode::Chain;
+                    }
+                    c.spread = next(2) == 1;
+                    c
+                })
+                .collect();
+            let value = |r: usize, i: usize| (r * 29 + i * 7 + round * 3 + 5) as u8;
+            for (r, c) in calls.iter().enumerate() {
+                for i in 0..block {
+                    w.ranks[r].mem[c.input + i].store(value(r, i), Relaxed);
+                }
+            }
+            let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
+            w.call(&calls, &halves);
+            let what = format!(
+                "{} n={n} round={round} root={root} block={block} chunk={chunk} in_place={in_place} chain={chain} halves={halves:?}",
+                coll.name()
+            );
+            for (me, rank) in w.ranks.iter().enumerate() {
+                let out = |i: usize| rank.mem[span + i].load(Relaxed);
+                if coll == Coll::Broadcast {
+                    for i in 0..block {
+                        assert_eq!(out(i), value(root, i), "{what} rank {me} byte {i}");
+                    }
+                } else {
+                    for r in 0..n {
+                        for i in 0..block {
+                            assert_eq!(
+                                out(r * block + i),
+                                value(r, i),
+                                "{what} rank {me} from {r}"
+                            );
+                        }
+                    }
                 }
             }
         }
