@@ -312,6 +312,9 @@ fn ce_runs_mid_calls_as_one_simple_kernel() {
         (4, false, "1040", "auto"),
         (4, true, "64K", "auto"),
         (4, false, "64K", "256K"),
+        // Two-shot with chunks of 1040 bytes: one kernel while 2 × chunks
+        // fit the 128 slots, two kernels past that (f64 counts of 65540).
+        (4, false, "1040", "256K"),
     ] {
         let mut args = vec!["coll-matrix", "--mem", "cuda", "--expect", "ce:bounded"];
         args.extend([

@@ -662,6 +662,17 @@ impl CeComm {
     ) -> PluginResult<()> {
         let note = self.note(d, mode);
         let what = format!("{} ({})", what(d), kernel.name());
+        // A two-shot all_reduce whose chunks fit one lap of the rings is one
+        // kernel (the same on every rank: the part and the agreed slot).
+        let one = kernel == Exchange::TwoShot
+            && self.flags.as_ref().is_some_and(|f| {
+                let part = d.count / self.nranks.max(1) * d.elem;
+                ferrocx_sdk::kernels::simple::two_shot_fits(part, f.layout().simple_slot)
+            });
+        if one {
+            // SAFETY: the caller's contract.
+            return unsafe { self.queue_kernel(d, &what, mode, stream, kernel, note, Some(note)) };
+        }
         match kernel.parts(self.rank, self.nranks, d) {
             // Two kernels: the first writes the call's note; the second is
             // tracked with it (the watchdog checks it once both ran).
@@ -683,7 +694,8 @@ impl CeComm {
         }
     }
 
-    /// One exchange kernel (LL or Simple) for `d` (a call, or a part of
+    /// One exchange kernel (LL or Simple; a two-shot all_reduce whose
+    /// chunks fit one lap of the rings as one) for `d` (a call, or a part of
     /// one) on `stream`: `note` goes into the peers' note rings with its
     /// first chunk; `track` (with the note to check) has the watchdog track
     /// it as the call `what`.
@@ -703,7 +715,14 @@ impl CeComm {
     ) -> PluginResult<()> {
         use ferrocx_sdk::kernels::ll::LlArgs;
         use ferrocx_sdk::kernels::simple::{self, SimpleArgs};
-        let block = d.count * d.elem;
+        // A two-shot all_reduce in one kernel moves as a reduce_scatter of
+        // its parts (then sends the folded parts back out).
+        let two = kernel == Exchange::TwoShot;
+        let (coll, block) = if two {
+            (Coll::ReduceScatter, d.count / self.nranks.max(1) * d.elem)
+        } else {
+            (d.coll, d.count * d.elem)
+        };
         let what = what.to_string();
         let flags = self
             .flags
@@ -715,10 +734,10 @@ impl CeComm {
             .ok_or_else(|| PluginError::internal("an exchange call without kernels"))?;
         let (t, o) = select::kernel_types(d).map_err(PluginError::invalid)?;
         let m = ferrocx_sdk::kernels::moves::moves(
-            d.coll,
+            coll,
             self.rank,
             block,
-            d.in_place,
+            d.in_place && !two,
             d.send as u64,
             d.recv as u64,
         )
@@ -775,25 +794,28 @@ impl CeComm {
             // kernel alike (select::route) with the same segment, mode, root and
             // area; the stream per the caller.
             Exchange::Ll => unsafe { k.ll(t, o, &args, stream) },
-            Exchange::TwoShot => {
-                return Err(PluginError::internal(
-                    "a two-shot all_reduce is two kernels (queue_exchange)",
-                ))
-            }
-            Exchange::Simple => {
+            Exchange::Simple | Exchange::TwoShot => {
                 let slot = layout.simple_slot;
                 // Above 2 ranks a broadcast is passed along the ranks
                 // (every rank's route is the same; 2 ranks: the same thing).
                 let chain = d.coll == Coll::Broadcast && self.nranks > 2;
                 let sp = SimpleArgs {
                     spread: self.cfg.simple_spread as i32,
-                    mode: if chain { simple::MODE_CHAIN } else { args.mode },
+                    mode: match (chain, two) {
+                        (true, _) => simple::MODE_CHAIN,
+                        (_, true) => simple::MODE_TWO_SHOT,
+                        _ => args.mode,
+                    },
+                    // The folded parts go back to their places.
+                    out_stride: if two { block as u64 } else { args.out_stride },
                     ..SimpleArgs::from_ll(
                         &args,
                         layout.simple_offset() as u64,
                         simple::chunk_bytes(block, slot) as u64,
                         slot as u64,
-                        m.overlap(self.rank, self.nranks, block, sends),
+                        // A two-shot in place needs no marks: a peer's folded
+                        // part arrives only after this rank sent it that part.
+                        !two && m.overlap(self.rank, self.nranks, block, sends),
                     )
                 };
                 // SAFETY: as above, with the Simple regions (mapped until

@@ -193,10 +193,12 @@ pub enum Exchange {
     Ll,
     /// [`ferrocx_sdk::kernels::simple`]: chunks and a flag per chunk.
     Simple,
-    /// all_reduce above 2 ranks as two Simple kernels: a reduce_scatter
-    /// into this rank's part of the output, then an all_gather in place
-    /// ([`two_shot_parts`]), so each rank sends 2(n−1)/n of its input
-    /// instead of n−1 whole copies.
+    /// all_reduce above 2 ranks as a reduce_scatter into this rank's part
+    /// of the output, then an all_gather in place, so each rank sends
+    /// 2(n−1)/n of its input instead of n−1 whole copies: one Simple kernel
+    /// where the call's chunks fit one lap of the rings
+    /// ([`ferrocx_sdk::kernels::simple::MODE_TWO_SHOT`]), two above
+    /// ([`two_shot_parts`]).
     TwoShot,
 }
 
@@ -206,7 +208,7 @@ impl Exchange {
         match self {
             Exchange::Ll => "LL",
             Exchange::Simple => "Simple",
-            Exchange::TwoShot => "Simple RS+AG",
+            Exchange::TwoShot => "Simple two-shot",
         }
     }
 

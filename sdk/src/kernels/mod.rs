@@ -1393,17 +1393,15 @@ impl Kernels {
                 ll::MAX_RANKS
             )));
         }
-        if op == RedOp::Avg && mode == ll::MODE_FOLD {
+        // The modes that fold (the Simple kernel's two-shot too) need the operator's module.
+        let folds = mode == ll::MODE_FOLD || mode == simple::MODE_TWO_SHOT;
+        if op == RedOp::Avg && folds {
             return Err(Error::invalid(format!(
                 "{what} kernel: avg folds as sum, then divides: not here"
             )));
         }
         self.bind()?;
-        let kind = if mode == ll::MODE_FOLD {
-            Kind::of(op)
-        } else {
-            Kind::Sum
-        };
+        let kind = if folds { Kind::of(op) } else { Kind::Sum };
         self.func(dtype, kind)
     }
 

@@ -52,6 +52,17 @@
 //! next rank's frees of earlier chunks, and the last rank forwards nothing,
 //! so the chain cannot wait on itself.
 //!
+//! A fifth, [`MODE_TWO_SHOT`], is an all_reduce as a reduce_scatter and an
+//! all_gather in one kernel: the sending blocks send part `q` of the input to
+//! rank `q` (chunks `0..m`); a receiving block folds chunk `c` of this rank's
+//! part into its place in the output, sends the folded chunk to every peer
+//! (chunk `m + c`), then copies the peers' chunk `m + c` into their places.
+//! Its `2m` chunks fit one lap of the rings ([`two_shot_fits`]), so every
+//! credit it waits for is an earlier call's. In place it needs no marks: rank
+//! `r`'s folded chunk `c` of part `r`, which this rank copies over its input's
+//! part `r`, exists only once this rank's sender delivered chunk `c` of that
+//! part to `r`.
+//!
 //! User buffers need only element alignment: 16-byte accesses where the
 //! address allows, 8-byte or single bytes elsewhere; the rings are 16-byte
 //! aligned. Where the output overlaps the input ([`SimpleArgs::overlap`]:
@@ -73,6 +84,20 @@ use std::ffi::c_void;
 /// A broadcast passed along the ranks from the root (the Simple kernel's
 /// own mode, beside [`super::ll`]'s fold, gather and broadcast).
 pub const MODE_CHAIN: i32 = 3;
+
+/// A two-shot all_reduce in one kernel (the Simple kernel's own mode): the
+/// fold of a reduce_scatter into this rank's part of the output, then each
+/// folded chunk sent to every peer and the peers' copied into place; needs
+/// [`two_shot_fits`].
+pub const MODE_TWO_SHOT: i32 = 4;
+
+/// Whether a two-shot call of parts of `part` bytes with slots of `slot`
+/// bytes fits one kernel: its 2 × chunks stay within one lap of the rings,
+/// so a chunk of the second half never waits for a free of this call's
+/// first (which a block still folding could hold back).
+pub fn two_shot_fits(part: usize, slot: usize) -> bool {
+    2 * chunks(part, chunk_bytes(part, slot)) <= SLOTS
+}
 
 /// Slots of one ring (one per writer in every rank's region).
 pub const SLOTS: usize = 128;
@@ -151,8 +176,8 @@ pub struct SimpleArgs {
     pub rank: i32,
     /// Ranks.
     pub nranks: i32,
-    /// [`super::ll::MODE_FOLD`], `MODE_GATHER`, `MODE_BROADCAST` or
-    /// [`MODE_CHAIN`].
+    /// [`super::ll::MODE_FOLD`], `MODE_GATHER`, `MODE_BROADCAST`,
+    /// [`MODE_CHAIN`] or [`MODE_TWO_SHOT`].
     pub mode: i32,
     /// The root (broadcast).
     pub root: i32,
@@ -440,10 +465,13 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
        forwarding every chunk to the next as it arrives. */
     const bool chain = a.mode == 3;
     const bool bcast = a.mode == 2 || chain;
+    /* A two-shot all_reduce (mode 4): chunks c < m fold into this rank's part,
+       chunks m + c carry the folded parts back to every rank. */
+    const bool two = a.mode == 4;
 #define FX_SP_POS(r) (((r) - a.root + n) % n)
     /* Chunks rank s sends rank q in this call: a broadcast's non-roots send one empty
        chunk (so every rank reads a head of every peer), a chain's data goes to the next. */
-#define FX_SP_TO(s, q) (chain ? ((FX_SP_POS(s) < n - 1 && (q) == ((s) + 1) % n) ? m : 1ull) : ((bcast && (s) != a.root) ? 1ull : m))
+#define FX_SP_TO(s, q) (two ? 2ull * m : chain ? ((FX_SP_POS(s) < n - 1 && (q) == ((s) + 1) % n) ? m : 1ull) : ((bcast && (s) != a.root) ? 1ull : m))
     const int next = (chain && FX_SP_POS(me) < n - 1) ? (me + 1) % n : -1;
     const int prev = (chain && me != a.root) ? (me + n - 1) % n : a.root;
     /* This rank's receiving blocks pass each chunk on (a chain's middle). */
@@ -549,8 +577,8 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             __syncthreads();
             ok = ok_s != 0;
             if (!ok) break;
-            if (a.mode == 0) {
-                fx_sp_fold(a.output + lo, mine + lo, in_s, n, me, len);
+            if (a.mode == 0 || two) {
+                fx_sp_fold(a.output + (two ? (fx_sp_u)me * a.out_stride : 0ull) + lo, mine + lo, in_s, n, me, len);
             } else if (a.mode == 1) {
                 /* This rank's own chunk goes with the item of its first peer. */
                 const fx_sp_u own_dst = a.output + (fx_sp_u)me * a.out_stride + lo;
@@ -580,6 +608,63 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                 }
                 /* The forwarded chunk is in the next rank's slot (the fence above covers it). */
                 if (fwd) fx_sp_store(fx_sp_head(bases[next] + a.region_off, me, (sent_s[next] + c) % FX_SP_K), sent_s[next] + c + 1ull);
+            }
+            if (two) {
+                /* The folded chunk to every peer, in slots of the call's second half:
+                   with 2m ≤ SLOTS their credits are earlier calls' (no wait on this one's). */
+                const fx_sp_u at = a.output + (fx_sp_u)me * a.out_stride + lo;
+                if (threadIdx.x == 0) {
+                    bool good = true;
+                    for (int j = 1; good && j < n; ++j) {
+                        const int q = (me + j) % n;
+                        const fx_sp_u g = sent_s[q] + m + c;
+                        good = g < FX_SP_K || fx_sp_wait(fx_sp_free(own, n, q, g % FX_SP_K), g + 1ull - FX_SP_K, ctl, deadline, q);
+                    }
+                    if (good) fx_sp_fence();
+                    ok_s = good;
+                }
+                __syncthreads();
+                ok = ok_s != 0;
+                if (!ok) break;
+                for (int j = 1; j < n; ++j) {
+                    const int q = (me + j) % n;
+                    fx_sp_copy(fx_sp_data(bases[q] + a.region_off, n, a.slot, me, (sent_s[q] + m + c) % FX_SP_K), true, at, false, len);
+                }
+                __syncthreads();
+                if (threadIdx.x == 0) {
+                    fx_sp_fence();
+                    bool good = true;
+                    for (int j = 1; j < n; ++j) {
+                        const int q = (me + j) % n;
+                        const fx_sp_u g = sent_s[q] + m + c;
+                        fx_sp_store(fx_sp_head(bases[q] + a.region_off, me, g % FX_SP_K), g + 1ull);
+                    }
+                    /* Then the peers' folded chunks. */
+                    for (int j = 1; good && j < n; ++j) {
+                        const int r = (me + n - j) % n;
+                        const fx_sp_u g = recv_s[r] + m + c;
+                        in_s[r] = fx_sp_data(own, n, a.slot, r, g % FX_SP_K);
+                        good = fx_sp_wait(fx_sp_head(own, r, g % FX_SP_K), g + 1ull, ctl, deadline, r);
+                    }
+                    if (good) fx_sp_fence();
+                    ok_s = good;
+                }
+                __syncthreads();
+                ok = ok_s != 0;
+                if (!ok) break;
+                for (int j = 1; j < n; ++j) {
+                    const int r = (me + n - j) % n;
+                    fx_sp_copy(a.output + (fx_sp_u)r * a.out_stride + lo, false, in_s[r], true, len);
+                }
+                __syncthreads();
+                if (threadIdx.x == 0) {
+                    fx_sp_fence();
+                    for (int j = 1; j < n; ++j) {
+                        const int r = (me + n - j) % n;
+                        const fx_sp_u g = recv_s[r] + m + c;
+                        fx_sp_store(fx_sp_free(bases[r] + a.region_off, n, me, g % FX_SP_K), g + 1ull);
+                    }
+                }
             }
         }
     }
@@ -639,6 +724,20 @@ mod tests {
             }
         }
         assert_eq!(chunks(0, 64), 1, "a broadcast's empty chunk");
+    }
+
+    /// One two-shot kernel while its 2 × chunks fit a lap of the rings:
+    /// about TARGET_BLOCKS chunks until they reach the slot size, so parts
+    /// up to TARGET_BLOCKS slots; more chunks than that take two kernels.
+    #[test]
+    fn two_shot_fits_one_lap() {
+        let slot = DEFAULT_SLOT;
+        assert!(two_shot_fits(1, slot));
+        assert!(two_shot_fits(TARGET_BLOCKS * slot, slot));
+        assert!(!two_shot_fits(TARGET_BLOCKS * slot + 16, slot));
+        assert!(two_shot_fits(64 * 1040, 1040));
+        assert!(!two_shot_fits(65 * 1040, 1040));
+        assert_eq!(SLOTS, 2 * TARGET_BLOCKS, "the lap the two halves share");
     }
 
     #[test]

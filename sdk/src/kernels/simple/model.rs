@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Ring slots in the model (the kernel has [`SLOTS`]): few, so calls lap.
-const K: u64 = 3;
+const K: u64 = 4;
 const _: () = assert!(K < SLOTS as u64);
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -26,6 +26,8 @@ enum Mode {
     Broadcast,
     /// [`super::MODE_CHAIN`]: a broadcast passed along from the root.
     Chain,
+    /// [`super::MODE_TWO_SHOT`]: a reduce_scatter's fold, then its parts to every rank.
+    TwoShot,
 }
 
 /// One rank's region and buffers.
@@ -90,6 +92,7 @@ impl World {
     fn to(&self, c: &Call, s: usize, q: usize) -> usize {
         let m = c.seg.div_ceil(c.chunk).max(1);
         match c.mode {
+            Mode::TwoShot => 2 * m,
             Mode::Chain if self.next(c, s) == Some(q) => m,
             Mode::Chain => 1,
             Mode::Broadcast if s != c.root => 1,
@@ -231,10 +234,16 @@ impl World {
                 }
             };
             match c.mode {
-                Mode::Fold => {
+                Mode::Fold | Mode::TwoShot => {
+                    let at = c.output
+                        + if c.mode == Mode::TwoShot {
+                            me * c.out_stride
+                        } else {
+                            0
+                        };
                     for i in 0..len {
                         let v = (0..n).fold(0u8, |a, r| a.wrapping_add(get(r, i)));
-                        mine.mem[c.output + lo + i].store(v, Relaxed);
+                        mine.mem[at + lo + i].store(v, Relaxed);
                     }
                 }
                 Mode::Gather => {
@@ -283,6 +292,32 @@ impl World {
             }
             if let Some((q, g, _)) = fwd {
                 self.publish(me, q, g);
+            }
+            if c.mode == Mode::TwoShot {
+                // The folded chunk to every peer (chunk m + ch), then theirs into place.
+                assert!(2 * m as u64 <= K, "two-shot needs 2m <= K");
+                for j in 1..n {
+                    let q = (me + j) % n;
+                    self.put(
+                        me,
+                        q,
+                        sent[q] + (m + ch) as u64,
+                        Some(c.output + me * c.out_stride + lo),
+                        len,
+                    );
+                }
+                for j in 1..n {
+                    let r = (me + n - j) % n;
+                    let g = recvd[r] + (m + ch) as u64;
+                    let k = (g % K) as usize;
+                    wait(&mine.heads[r * K as usize + k], g + 1, "a head");
+                    let base = (r * K as usize + k) * self.slot;
+                    for i in 0..len {
+                        let v = mine.data[base + i].load(Relaxed);
+                        mine.mem[c.output + r * c.out_stride + lo + i].store(v, Relaxed);
+                    }
+                    self.ranks[r].frees[me * K as usize + k].store(g + 1, Release);
+                }
             }
             item += half;
         }
@@ -936,6 +971,64 @@ fn chain_broadcast_from_every_root_lapping_small_rings() {
                             );
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// The two-shot all_reduce in one kernel ([`super::MODE_TWO_SHOT`]) on 3–5
+/// ranks, in and out of place, with rings of 2m ≤ K slots (here K = 4, so
+/// parts of one or two chunks), many calls on one world interleaved with
+/// plain all_reduces: every rank ends with the whole sum and the counters
+/// stay in step, in place too, with no marks.
+#[test]
+fn two_shot_in_one_kernel_sums_every_part() {
+    let mut rng = crate::testing::Rng::new(0x2f69_3a1b_64c7_1e0d);
+    let mut next = |m: u64| rng.below(m);
+    for n in 3..=5 {
+        let (slot, span) = (64, 4096);
+        let w = world(n, slot, 2 * span);
+        for round in 0..24 {
+            let in_place = round % 2 == 1;
+            let fused = round % 4 != 3;
+            let part = 1 + next(64) as usize;
+            let block = n * part;
+            let chunk = 32; // parts of at most two chunks: 2 × 2 ≤ K
+            let calls: Vec<Call> = (0..n)
+                .map(|me| {
+                    let mut c = call_of(Coll::AllReduce, me, n, block, in_place, span);
+                    c.chunk = chunk;
+                    if fused {
+                        c.mode = Mode::TwoShot;
+                        c.seg = part;
+                        c.send_stride = part;
+                        c.out_stride = part;
+                        // In place without marks: a peer's folded chunk
+                        // of its part exists only once this rank's sender
+                        // delivered that chunk of the part it overwrites.
+                        c.overlap = false;
+                    }
+                    c.spread = next(2) == 1;
+                    c
+                })
+                .collect();
+            let value = |r: usize, i: usize| (r * 53 + i * 3 + round * 17 + 9) as u8;
+            for (r, c) in calls.iter().enumerate() {
+                for i in 0..block {
+                    w.ranks[r].mem[c.input + i].store(value(r, i), Relaxed);
+                }
+            }
+            let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
+            w.call(&calls, &halves);
+            for (me, rank) in w.ranks.iter().enumerate() {
+                for i in 0..block {
+                    let want = (0..n).fold(0u8, |a, r| a.wrapping_add(value(r, i)));
+                    assert_eq!(
+                        rank.mem[span + i].load(Relaxed),
+                        want,
+                        "n={n} round={round} fused={fused} in_place={in_place} part={part} rank {me} byte {i}"
+                    );
                 }
             }
         }
