@@ -68,16 +68,21 @@ struct Shared {
 }
 
 impl State {
-    /// Retire the completed entries at the front (an event that cannot be
-    /// queried counts as done, and its notes are not kept).
-    fn retire_done_front(&mut self) {
+    /// Retire the completed entries, at the front only or `all` of them (an
+    /// event that cannot be queried counts as done, and its notes are not kept).
+    fn retire_done(&mut self, all: bool) {
         let mut failed = false;
-        let freed = self.tracker.retire_front(|e| {
+        let done = |e: &Event| {
             e.done().unwrap_or_else(|_| {
                 failed = true;
                 true
             })
-        });
+        };
+        let freed = if all {
+            self.tracker.retire_all(done)
+        } else {
+            self.tracker.retire_front(done)
+        };
         self.retired(freed, !failed);
     }
 
@@ -303,7 +308,7 @@ impl Watchdog {
     /// this thread.
     pub unsafe fn order(&self, stream: sys::CUstream) -> PluginResult<()> {
         let mut st = self.shared.lock();
-        st.retire_done_front();
+        st.retire_done(false);
         if st.last_stream != Some(stream as usize) {
             if let Some(ev) = st.tracker.last_event() {
                 // SAFETY: the caller's contract for the stream; the event is live (held
@@ -323,7 +328,7 @@ impl Watchdog {
     /// never comes (completed ones at the front are retired first).
     pub fn barriers_pending(&self) -> bool {
         let mut st = self.shared.lock();
-        st.retire_done_front();
+        st.retire_done(false);
         st.tracker.oldest_with_barriers().is_some()
     }
 
@@ -383,14 +388,7 @@ impl Watchdog {
         loop {
             {
                 let mut st = self.shared.lock();
-                let mut failed = false;
-                let freed = st.tracker.retire_all(|e| {
-                    e.done().unwrap_or_else(|_| {
-                        failed = true;
-                        true
-                    })
-                });
-                st.retired(freed, !failed);
+                st.retire_done(true);
                 if st.tracker.is_empty() {
                     return true;
                 }

@@ -316,6 +316,11 @@ FX_FN bool fx_sp_wait(fx_sp_u at, fx_sp_u want, volatile fx_sp_u* ctl, fx_sp_u d
     return true;
 }
 
+/* Room for this rank's chunk g in q's ring: the slot's previous chunk (g − SLOTS) freed. */
+FX_FN bool fx_sp_room(fx_sp_u own, int n, int q, fx_sp_u g, volatile fx_sp_u* ctl, fx_sp_u deadline) {
+    return g < FX_SP_K || fx_sp_wait(fx_sp_free(own, n, q, g % FX_SP_K), g + 1ull - FX_SP_K, ctl, deadline, q);
+}
+
 FX_FN void fx_sp_ld16(fx_sp_u at, fx_sp_u* x, fx_sp_u* y) {
     /* Around L1: a ring slot is read again in a later lap of the same kernel. */
     asm volatile("ld.global.cg.v2.u64 {%0,%1}, [%2];" : "=l"(*x), "=l"(*y) : "l"(at) : "memory");
@@ -522,7 +527,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                 const fx_sp_u g = sent_s[q] + c;
                 const fx_sp_u k = g % FX_SP_K;
                 if (threadIdx.x == 0) {
-                    bool good = g < FX_SP_K || fx_sp_wait(fx_sp_free(own, n, q, k), g + 1ull - FX_SP_K, ctl, deadline, q);
+                    bool good = fx_sp_room(own, n, q, g, ctl, deadline);
                     if (good) fx_sp_fence();
                     ok_s = good;
                 }
@@ -569,7 +574,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                 /* A chain's forward needs the next rank's slot free (it waits only down the chain). */
                 if (good && fwd) {
                     const fx_sp_u g = sent_s[next] + c;
-                    good = g < FX_SP_K || fx_sp_wait(fx_sp_free(own, n, next, g % FX_SP_K), g + 1ull - FX_SP_K, ctl, deadline, next);
+                    good = fx_sp_room(own, n, next, g, ctl, deadline);
                 }
                 if (good) fx_sp_fence();
                 ok_s = good;
@@ -618,7 +623,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                     for (int j = 1; good && j < n; ++j) {
                         const int q = (me + j) % n;
                         const fx_sp_u g = sent_s[q] + m + c;
-                        good = g < FX_SP_K || fx_sp_wait(fx_sp_free(own, n, q, g % FX_SP_K), g + 1ull - FX_SP_K, ctl, deadline, q);
+                        good = fx_sp_room(own, n, q, g, ctl, deadline);
                     }
                     if (good) fx_sp_fence();
                     ok_s = good;
