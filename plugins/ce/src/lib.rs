@@ -34,7 +34,13 @@
 //!   (`ferrocx_sdk::kernels::simple`): chunks pushed into slot rings in the
 //!   peers' flag buffers with a flag per chunk and credits, 1.02–1.5× NCCL
 //!   from 2 MiB to 256 MiB on two H100s; the same gates, timeouts and aborts
-//!   as the LL kernel.
+//!   as the LL kernel. Above 2 ranks its blocks take one (chunk, peer) pair
+//!   each (`FERROCX_CE_SIMPLE_SPREAD`), a broadcast is passed along the
+//!   ranks from the root (the chain) and all_reduce runs two-shot, as one
+//!   kernel while the call's chunks fit one lap of the rings
+//!   ([`select::Exchange::TwoShot`]). These kernels end by themselves at the
+//!   timeout, which ce says through `launch_bounded` (the NCCL drop-in then
+//!   need not wait for them).
 //!
 //! On windows every rank reaches a peer's buffer at its own offset: the
 //! buffers of a call must lie at the same offsets of corresponding windows
