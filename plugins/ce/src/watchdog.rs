@@ -325,11 +325,11 @@ impl Watchdog {
 
     /// Whether a tracked collective with barriers may still be pending: a
     /// stream at one of its barriers needs this thread's release if a peer
-    /// never comes (completed ones at the front are retired first).
+    /// never comes. Asked right after a launch, whose `order` retired what
+    /// had completed: no event is queried again here (a barrier route that
+    /// completed since reads as pending, which only costs a caller a wait).
     pub fn barriers_pending(&self) -> bool {
-        let mut st = self.shared.lock();
-        st.retire_done(false);
-        st.tracker.oldest_with_barriers().is_some()
+        self.shared.lock().tracker.oldest_with_barriers().is_some()
     }
 
     /// After queuing an eager collective on `stream`: track it.
