@@ -415,6 +415,51 @@ fn ce_names_a_send_that_meets_a_receive_of_another_size() {
     );
 }
 
+/// Device sends and receives on the core's path carry their fingerprints
+/// (host memory, never staged) before their data: a device send that meets a
+/// device all-reduce, and a device receive that meets one, fail both ranks
+/// with `Error::Mismatch` naming both calls, over p2p and staged over shm;
+/// both streams are released (the worker synchronizes them).
+#[test]
+fn the_cores_device_sends_and_receives_are_checked() {
+    if !gpus() {
+        return;
+    }
+    let cases = [
+        (
+            "dev-send",
+            "rank 0 called send of 4000 bytes to rank 1 (its send #0 to that rank)",
+            "rank 1 called all_reduce(float, sum, 1000) as op #1",
+        ),
+        (
+            "dev-recv",
+            "rank 0 called all_reduce(float, sum, 1000) as op #1",
+            "rank 1 called receive of 4000 bytes from rank 0 (its receive #0 from that rank)",
+        ),
+    ];
+    for transport in [P2P, SHM] {
+        for (case, a, b) in cases {
+            let outs = run(
+                &["mismatch", case],
+                &[CORE, transport, ("FERROCX_TIMEOUT", "20")],
+                Duration::from_secs(90),
+            );
+            assert_all_ok(&outs);
+            for o in &outs {
+                assert!(
+                    o.stdout.contains("MISMATCH mismatched calls: ")
+                        && o.stdout.contains(a)
+                        && o.stdout.contains(b),
+                    "{case} over {transport:?}, rank {}: {}\n{}",
+                    o.rank,
+                    o.stdout,
+                    o.stderr
+                );
+            }
+        }
+    }
+}
+
 /// ce's call notes (`FERROCX_CE_CHECK_CALLS`, on by default): rank 0 all-reduces f32, rank
 /// 1 i32 on windows; both get `Error::Mismatch` from `device_error` once the
 /// watchdogs compared the notes, and ce refuses later calls.

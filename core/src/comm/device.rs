@@ -281,7 +281,8 @@ impl Communicator {
 
     /// The first error of a finished stream-ordered operation not reported yet
     /// (or the asynchronous error of a collective plugin, such as ce's watchdog
-    /// releasing a stream a dead peer left waiting).
+    /// releasing a stream a dead peer left waiting), else a peer's death or
+    /// abort notice (sticky, like every later call's error).
     pub fn device_error(&self) -> Result<()> {
         // Finalized cleanly: destroy waited for every operation and returned its
         // errors; what the collective plugins say of their released comms is no error.
@@ -307,7 +308,16 @@ impl Communicator {
             }
             false
         });
-        first.map_or(Ok(()), Err)
+        if let Some(e) = first {
+            return Err(e);
+        }
+        // A peer that died or aborted (e.g. it found this rank's call mismatched)
+        // after this rank's operations completed: the communicator is broken all
+        // the same, and a stream-ordered program learns it here.
+        if self.engine.peer_event_seen() {
+            self.shared.check_peers()?;
+        }
+        Ok(())
     }
 
     /// Plan `tasks` (device buffers) and queue them behind `streams`; return at once.
@@ -321,6 +331,8 @@ impl Communicator {
     ) -> Result<()> {
         self.check_live()?;
         self.device_error()?;
+        let mut tasks = tasks;
+        self.number_p2p(&mut tasks);
         let label = crate::plan::label(&tasks);
         let gpu = self.gpu()?.clone();
         gpu.bind()?;

@@ -87,8 +87,10 @@ pub struct Communicator {
     splits: AtomicU64,
     /// Shrinks so far (names each shrink's messages).
     shrinks: AtomicU64,
-    /// Per peer: sends to it and receives from it so far (point-to-point call checks).
-    p2p_seq: Mutex<Vec<[u64; 2]>>,
+    /// Per peer: sends to it and receives from it so far on the core's path
+    /// (point-to-point call checks), host memory then device memory: the two
+    /// run on channels of their own, so each kind pairs in its own order.
+    p2p_seq: Mutex<Vec<[u64; 4]>>,
     /// The job secret this communicator was made with; its splits use it too.
     secret: Option<JobSecret>,
     /// Device-networking plugins found (opened only by `devnet_open`).
@@ -369,7 +371,7 @@ impl Communicator {
             windows: crate::window::WindowTable::default(),
             splits: AtomicU64::new(0),
             shrinks: AtomicU64::new(0),
-            p2p_seq: Mutex::new(vec![[0; 2]; cfg.nranks]),
+            p2p_seq: Mutex::new(vec![[0; 4]; cfg.nranks]),
             secret,
             host_bound: AtomicU64::new(0),
         })
@@ -555,7 +557,8 @@ impl Communicator {
         let mut counts = self.p2p_seq.lock();
         for t in tasks.iter_mut() {
             if let Task::P2p(p) = t {
-                let c = &mut counts[p.peer][usize::from(p.dir == Dir::Recv)];
+                let c = &mut counts[p.peer]
+                    [usize::from(p.dir == Dir::Recv) + 2 * usize::from(p.device)];
                 p.seq = *c;
                 *c += 1;
             }

@@ -268,6 +268,11 @@ impl Engine {
         }
     }
 
+    /// Whether a peer died or sent an abort notice (one atomic load).
+    pub fn peer_event_seen(&self) -> bool {
+        self.peer_event.load(Ordering::Acquire)
+    }
+
     /// Called from the bootstrap's reader threads.
     pub fn notify_peer_event(&self) {
         self.peer_event.store(true, Ordering::Release);

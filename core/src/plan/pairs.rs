@@ -60,6 +60,13 @@ impl Pairs {
         (pairs, sends, recvs)
     }
 
+    /// Whether `ptr` lies in this check's fingerprints (host memory, also in a
+    /// device runner: never staged, the transports take it as it is).
+    pub fn holds(&self, ptr: usize) -> bool {
+        let base = self.buf.as_ptr() as usize;
+        (base..base + self.buf.len()).contains(&ptr)
+    }
+
     /// Once every transfer is done: `Ok` if each receive met its send, else the
     /// mismatch (a collective or another send arrived) or the size error.
     pub fn verdict(&self) -> Result<(), Error> {

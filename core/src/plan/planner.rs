@@ -499,12 +499,8 @@ pub(crate) fn plan(
                     region: Region::new(buf, t.ptr, t.len),
                 }
             };
-            // Device operations are not checked yet: with host-memory fingerprints in
-            // a device runner the check itself worked on one H100, but the receiving
-            // rank's stream then stayed blocked after the mismatch broke the
-            // communicator (not understood yet; see docs/ERRORS.md).
             let mut pairs = None;
-            if cfg.check_calls && !device {
+            if cfg.check_calls {
                 let desc: Vec<_> = ops
                     .iter()
                     .map(|t| (t.dir == Dir::Send, t.peer, t.len, t.seq))

@@ -333,6 +333,9 @@ impl Runner {
                         if self.check.is_some() {
                             return Ok(Step::Blocked);
                         }
+                        if let Some(Err(e)) = self.pairs.take().map(|p| p.verdict()) {
+                            return Ok(Step::Failed(e));
+                        }
                         return Ok(Step::Done);
                     };
                     if st.is_local() {
@@ -445,7 +448,12 @@ impl Runner {
         let st = &self.sched.stages[self.stage];
         let dev = self.dev.as_mut().expect("device runner");
         let esize = self.bases.esize;
-        let staged = |x: &Xfer, dir| !poster.device_ok(self.channel, x.peer, dir);
+        // Send/receive fingerprints are host memory: posted as they are.
+        let pairs = self.pairs.as_ref();
+        let staged = |x: &Xfer, dir| {
+            !poster.device_ok(self.channel, x.peer, dir)
+                && !pairs.is_some_and(|p| p.holds(self.bases.addr(&x.region).0))
+        };
         let need: usize = st
             .sends
             .iter()

@@ -169,6 +169,54 @@ fn call(comm: &Communicator, case: &str) -> Result<ferrocx::Result<()>, String> 
             }
             r
         }
+        // The device forms of "send" and "recv" on the core's path (the test
+        // turns ce off): the error comes from the stream's operations, through
+        // `device_error` once the stream has passed them.
+        "dev-send" | "dev-recv" => {
+            use super::device::{sync, DevMem};
+            let stream = ferrocx_sdk::cuda::Stream::new().map_err(|e| e.to_string())?;
+            let (send, recv) = (DevMem::new(N * 4)?, DevMem::new(N * 4)?);
+            let spec = CollSpec::new(CollKind::AllReduce, DataType::F32, N).op(RedOp::Sum);
+            let choice = comm
+                .collective_choice(&spec, send.ptr, recv.ptr, false, true)
+                .map_err(|e| e.to_string())?;
+            let p2p = comm
+                .device_p2p_runner(true, N * 4, 1 - me.min(1))
+                .map_err(|e| e.to_string())?;
+            if choice.winner() != "core" || p2p != "core" {
+                return Err(format!(
+                    "the core does not run these: {}; sends: {p2p}",
+                    choice.explain()
+                ));
+            }
+            // SAFETY: live stream and buffers, synchronized before they drop.
+            let queued = unsafe {
+                comm.collective_on(&spec, send.ptr, recv.ptr, &stream)
+                    .and_then(|()| sync(&stream).map_err(Error::InvalidArgument))
+                    .and_then(|()| match (case, me) {
+                        ("dev-send", 0) => comm.send_on(send.ptr, N * 4, 1, &stream),
+                        ("dev-recv", 1) => comm.recv_on(recv.ptr, N * 4, 0, &stream),
+                        _ => Ok(()),
+                    })
+                    .and_then(|()| match (case, me) {
+                        ("dev-recv", 1) => Ok(()),
+                        _ => comm.collective_on(&spec, send.ptr, recv.ptr, &stream),
+                    })
+            };
+            let synced = sync(&stream).map_err(Error::InvalidArgument);
+            queued.and(synced).and_then(|()| {
+                // A peer's abort notice may come a moment after this rank's
+                // operations completed.
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                loop {
+                    comm.device_error()?;
+                    if std::time::Instant::now() > until {
+                        return Ok(());
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            })
+        }
         other => return Err(format!("unknown mismatch case {other}")),
     })
 }
