@@ -349,8 +349,8 @@ fn ce_runs_mid_calls_as_one_simple_kernel() {
 
 /// Device sends and receives through ce's point-to-point kernel: rings,
 /// pairs posted in opposite orders, all-to-all groups and two messages each
-/// way in one group, 0 B to 4 MiB + 16 (above the limit: the core), every
-/// byte and canary checked and every message's runner asserted; at 2 and 4
+/// way in one group, 0 B to 4 MiB + 16 (and to 16 MiB, the default limit, at
+/// 2 ranks), every byte and canary checked and every message's runner asserted; at 2 and 4
 /// ranks, with 64 KiB slots and with 1040-byte slots (a 4 MiB message laps
 /// the 128-slot rings many times); then with the kernel off (the core's
 /// path, the same checks).
@@ -359,16 +359,24 @@ fn ce_runs_device_sends_as_one_kernel() {
     if !gpus() {
         return;
     }
-    for (n, slot, expect) in [
-        (2, "64K", "ce"),
-        (2, "1040", "ce"),
-        (4, "64K", "ce"),
-        (2, "64K", "core"),
+    // The default sizes (0 B to 4 MiB + 16); at 2 ranks with 64 KiB slots also
+    // up to the default limit (16 MiB: two laps of the ring).
+    let large = "0,13,65543,4194320,8388624,16777216";
+    for (n, slot, expect, sizes) in [
+        (2, "64K", "ce", None),
+        (2, "64K", "ce", Some(large)),
+        (2, "1040", "ce", None),
+        (4, "64K", "ce", None),
+        (2, "64K", "core", None),
     ] {
-        let off = if expect == "core" { "0" } else { "4M" };
+        let off = if expect == "core" { "0" } else { "16M" };
+        let mut args = vec!["p2p-device", "--expect", expect];
+        if let Some(s) = sizes {
+            args.extend(["--sizes", s]);
+        }
         run_ok_n(
             n,
-            &["p2p-device", "--expect", expect],
+            &args,
             &[
                 ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
                 ("FERROCX_CE_SIMPLE_SLOT", slot),

@@ -13,7 +13,7 @@
 //! | `FERROCX_CE_LL_BYTES` | `1M` | all_reduce and reduce_scatter (not avg), all_gather, alltoall and broadcast whose block is at most this many bytes run as one LL kernel ([`ferrocx_sdk::kernels::ll`]: the data goes into the peers' mapped memory with the flag in it; no barrier, no staging, no windows needed); at most 1 MiB; it sizes the LL areas (2 × nranks × 2 × this bytes of device memory per rank, in the flag buffer); `0`: never. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BYTES` | `auto` | the same collectives whose block is above the LL kernel's limit and at most this many bytes (all_reduce: block × nranks ≤ 2 × this, as one-shot; above 2 ranks, beyond that, two-shot while block / nranks ≤ this; `auto`: each collective's measured limit at 2 ranks and above, `select::SIMPLE_TABLE`, two-shot all_reduce to `select::TWO_SHOT_AUTO_BYTES`) run as one Simple kernel ([`ferrocx_sdk::kernels::simple`]: chunks through slot rings in the peers' mapped memory, a flag per chunk; no barrier, no staging, no windows needed); `0`: never. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_SLOT` | `64K` | bytes of one slot of the Simple kernel's rings, the largest chunk (a multiple of 16, 16 B–16 MiB); the rings take nranks × 128 × this bytes of device memory per rank (8 MiB at 1 rank of 64K, in the flag buffer, only when `FERROCX_CE_SIMPLE_BYTES` is not 0). Every rank must set the same value |
-//! | `FERROCX_CE_P2P_BYTES` | `4M` | device sends and receives of at most this many bytes (each decided alone, by its size, so both ends agree) run as ce's point-to-point kernel ([`ferrocx_sdk::kernels::p2p`]: the Simple kernel's rings, a region of their own, every chunk headed by its message's size, which the receive checks) on the caller's stream, one kernel per group (more where a group has several messages to one peer the same way); larger ones, and any on a stream being captured, take the core's path. A send may finish before its receive is posted while the peer's ring has room (128 slots: a 4 MiB message takes 64); `0`: never. The rings take nranks × 128 × `FERROCX_CE_SIMPLE_SLOT` bytes of device memory per rank. A send through ce must meet a receive of device memory of exactly its size (else both ranks fail with the core's mismatch error). Every rank must set the same value |
+//! | `FERROCX_CE_P2P_BYTES` | `16M` | device sends and receives of at most this many bytes (each decided alone, by its size, so both ends agree) run as ce's point-to-point kernel ([`ferrocx_sdk::kernels::p2p`]: the Simple kernel's rings, a region of their own, every chunk headed by its message's size, which the receive checks) on the caller's stream, one kernel per group (more where a group has several messages to one peer the same way); larger ones, and any on a stream being captured, take the core's path. A send may finish before its receive is posted while the peer's ring has room (128 slots: 8 MiB of 64 KiB slots; a larger send waits for its receive); `0`: never. The rings take nranks × 128 × `FERROCX_CE_SIMPLE_SLOT` bytes of device memory per rank. A send through ce must meet a receive of device memory of exactly its size (else both ranks fail with the core's mismatch error). Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BLOCKS` | `64` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once. This rank's alone (chunks do not depend on it) |
 //! | `FERROCX_CE_SIMPLE_SPREAD` | `1` | above 2 ranks, out of place: a Simple kernel's sending blocks take one (chunk, peer) pair each, a chunk's pairs on consecutive blocks (a gather's receiving blocks too), so every peer's link is busy at once; `0`: a block sends each chunk to every peer in turn. This rank's alone |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
@@ -39,10 +39,13 @@ pub const DEFAULT_LL_BYTES: usize = 1 << 20;
 /// `FERROCX_CE_SIMPLE_BYTES=auto` (the default): each collective's measured
 /// limit (`select::SIMPLE_TABLE`).
 pub const SIMPLE_AUTO: usize = usize::MAX;
-/// Default `FERROCX_CE_P2P_BYTES`: half a ring of 64 KiB slots, so a send
-/// finishes before its receive is posted (as the core's path) while a
-/// second one to the same peer is queued behind it.
-pub const DEFAULT_P2P_BYTES: usize = 4 << 20;
+/// Default `FERROCX_CE_P2P_BYTES`. On 2 H100s the kernel took 8 MiB in 48
+/// µs and 16 MiB in 76 against the core's 107 and 114, and 32 MiB in 136–138
+/// against 134 (`bench/results/2026-11-27-h100x2-checks/run2`). A send up to
+/// a ring's worth (128 slots: 8 MiB of 64 KiB slots) finishes before its
+/// receive is posted; a larger one waits for it, as on NCCL (such sends and
+/// receives must be grouped when both ranks send first).
+pub const DEFAULT_P2P_BYTES: usize = 16 << 20;
 /// Largest `FERROCX_CE_SIMPLE_SLOT`.
 pub const SIMPLE_SLOT_MAX: usize = 16 << 20;
 /// Default copies per batch (NCCL's intra-batch sync frequency).

@@ -345,9 +345,15 @@ pub struct Route {
 /// MiB 82.5 / 119 / 75.0, 64 MiB 265 / 350 / 220, 128 MiB 514 / 505 / 404 —
 /// so broadcast runs as the chain to 64 MiB (the scatter + all_gather route
 /// it replaced is gone).
+///
+/// At 1 GiB on 2 H100s (`bench/results/2026-11-27-h100x2-checks/run1`, µs,
+/// kernel / routes / NCCL, out of place and in place): all_reduce 3384 /
+/// 3525 / 3294 and 3356 / 3547 / 3234, reduce_scatter 1803 / 2198 / 1969 and
+/// 1798 / 2040 / 1986 — so at 2 ranks these two run as the kernel to 1 GiB
+/// blocks (alltoall stays: 1736 / 1525 out of place, the common case).
 pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
-    (Coll::AllReduce, 512 << 20, 4 << 20),
-    (Coll::ReduceScatter, 256 << 20, 256 << 20),
+    (Coll::AllReduce, 1 << 30, 4 << 20),
+    (Coll::ReduceScatter, 1 << 30, 256 << 20),
     (Coll::AllGather, 64 << 20, 64 << 20),
     (Coll::AllToAll, 256 << 20, 256 << 20),
     (Coll::Broadcast, 32 << 20, 64 << 20),
@@ -1108,7 +1114,7 @@ mod tests {
         };
         assert_eq!(row("all_gather "), "LL LL Simple Simple Simple core");
         assert_eq!(row("broadcast "), "LL LL Simple Simple core core");
-        assert_eq!(row("all_reduce "), "LL LL Simple Simple Simple core");
+        assert_eq!(row("all_reduce "), "LL LL Simple Simple Simple Simple");
         assert_eq!(row("gather "), "staged staged staged staged core core");
         let win = t
             .iter()

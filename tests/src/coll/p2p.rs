@@ -64,7 +64,7 @@ pub fn run(expect: Option<String>, sizes: &[usize]) -> Result<String, String> {
     let limit = std::env::var("FERROCX_CE_P2P_BYTES")
         .ok()
         .and_then(|v| ferrocx_sdk::env::parse_unsigned(&v))
-        .unwrap_or(4 << 20);
+        .unwrap_or(16 << 20); // ce's default
     let route = |len: usize, peer: usize| -> Result<(), String> {
         let Some(want) = expect.as_deref() else {
             return Ok(());
