@@ -564,6 +564,82 @@ fn ce_in_a_cuda_graph_replayed_1000_times() {
     }
 }
 
+/// Ranks that capture different calls (the last rank's all_reduce has half
+/// the count): ce compares the captured calls over the out-of-band channel
+/// at capture, so the capture fails on every rank with `Error::Mismatch`
+/// naming both calls, before any replay; later calls fail too.
+#[test]
+fn ce_finds_mismatched_captured_calls() {
+    if !gpus() {
+        return;
+    }
+    let outs = run(
+        &[
+            "coll-graph",
+            "--replays",
+            "1",
+            "--expect",
+            "ce",
+            "--mismatch",
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
+    assert_all_ok(&outs);
+    for o in &outs {
+        assert!(
+            o.stdout
+                .contains("MISMATCH capturing call 3: mismatched calls: ")
+                && o.stdout
+                    .contains("called all_reduce(uint8, sum, 65536) as op #3 on plugin 'ce'")
+                && o.stdout
+                    .contains("called all_reduce(uint8, sum, 32768) as op #3 on plugin 'ce'"),
+            "rank {}: {}\n{}",
+            o.rank,
+            o.stdout,
+            o.stderr
+        );
+    }
+}
+
+/// A rank that stops replaying a captured graph (alive, not calling): the
+/// others' next replay ends at `FERROCX_TIMEOUT` (the captured barriers wait
+/// in kernels with a deadline, not in stream waits that never give up) and
+/// their error names the rank.
+#[test]
+fn ce_graph_replay_ends_when_a_rank_never_replays() {
+    if !gpus() {
+        return;
+    }
+    let outs = run(
+        &[
+            "coll-graph",
+            "--replays",
+            "10",
+            "--expect",
+            "ce",
+            "--stop-after",
+            "3",
+        ],
+        &[("FERROCX_TIMEOUT", "5")],
+        Duration::from_secs(120),
+    );
+    assert_all_ok(&outs);
+    let o = &outs[0];
+    assert!(
+        o.stdout.contains("ENDED after")
+            && o.stdout.contains("a captured ce barrier (a CUDA graph's replay) on rank 0 waited more than FERROCX_TIMEOUT (5s) for rank 1, which never arrived"),
+        "rank 0: {}\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(
+        outs[1].stdout.contains("stopped after 3 replays"),
+        "{}",
+        outs[1].stdout
+    );
+}
+
 #[test]
 fn ce_window_cycles_leak_nothing() {
     if !gpus() {

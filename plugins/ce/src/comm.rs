@@ -348,6 +348,32 @@ impl CeComm {
         })
     }
 
+    /// The call check of a call being captured into a CUDA graph (notes in
+    /// the rings cannot tell its replays apart): the ranks compare their
+    /// notes over the out-of-band channel, once, before anything is
+    /// captured; a difference breaks the communicator on every rank (each
+    /// sees every note) with the core's mismatch wording.
+    fn check_captured(&self, d: &CollDesc<'_, Window>) -> PluginResult<()> {
+        if !self.red.check_calls {
+            return Ok(());
+        }
+        let mine = notes::Call::new(d.coll, d.dtype, d.op, d.count, d.root);
+        let all = self.oob.all_gather(&notes::to_bytes(&mine.note(d.seq)))?;
+        let Some(m) = notes::compare_gathered(self.rank, d.seq, mine, &all) else {
+            return Ok(());
+        };
+        let e = PluginError::remote(notes::mismatch_message(self.rank, &m));
+        self.watchdog.break_with(e.clone());
+        Err(e)
+    }
+
+    /// `FERROCX_TIMEOUT` for a kernel's deadline (kept far from wrapping).
+    fn timeout_ns(&self) -> u64 {
+        u64::try_from(self.host.timeout().as_nanos())
+            .unwrap_or(u64::MAX / 4)
+            .min(u64::MAX / 4)
+    }
+
     /// `can_run`.
     pub fn can_run(&self, d: &CollDesc<'_, Window>) -> i32 {
         select::bid(self.cfg.priority, self.rank, self.nranks, &self.agreed(), d).unwrap_or(0)
@@ -402,6 +428,9 @@ impl CeComm {
         // SAFETY: the caller's contract.
         let capturing = d.capturing || unsafe { driver::is_capturing(stream) }?;
         let mode = if capturing { Mode::Graph } else { Mode::Eager };
+        if capturing {
+            self.check_captured(d)?;
+        }
         // The bid saw the core's capture flag; a stream captured without it
         // still gets no exchange kernel (see select::exchange).
         let route = if route.kernel.is_some() && capturing {
@@ -521,13 +550,28 @@ impl CeComm {
             // SAFETY: the caller's contract; the device is bound.
             unsafe { self.watchdog.order(stream) }?;
         }
+        // A captured barrier waits in a kernel with a deadline (the watchdog
+        // reads its error word from then on); without kernels, as stream waits.
+        let graph_waits = match (mode, &self.kernels) {
+            (Mode::Graph, Some(k)) => {
+                self.watchdog.ll_launched();
+                Some(issue::GraphWaits {
+                    kernels: k,
+                    ctl: flags.ll_ctl(),
+                    timeout_ns: self.timeout_ns(),
+                })
+            }
+            _ => None,
+        };
         let mut queued = false;
         let mut issued = prepared.as_ref().map(|_| ()).map_err(Clone::clone);
         for w in prepared.as_deref().unwrap_or(&[]) {
             issued = match w {
                 Work::Sync(b) if b.ops.is_empty() => Ok(()),
                 // SAFETY: the caller's contract; the flags stay mapped until comm_destroy.
-                Work::Sync(b) => unsafe { issue::memops(&self.api, stream, flags, &b.ops) },
+                Work::Sync(b) => unsafe {
+                    issue::memops(&self.api, stream, flags, &b.ops, graph_waits.as_ref())
+                },
                 // SAFETY: sources and destinations lie in the windows (the core keeps
                 // the peers' mapped until window_deregister), this rank's own
                 // buffers, or the scratches (mapped until comm_destroy); the bid
@@ -770,9 +814,7 @@ impl CeComm {
             out_stride: m.out_stride,
             seg: block as u64,
             area: layout.ll_area() as u64,
-            timeout_ns: u64::try_from(self.host.timeout().as_nanos())
-                .unwrap_or(u64::MAX / 4)
-                .min(u64::MAX / 4),
+            timeout_ns: self.timeout_ns(),
             rank: self.rank as i32,
             nranks: self.nranks as i32,
             mode: m.mode,
@@ -901,9 +943,7 @@ impl CeComm {
             region_off: layout.p2p_offset() as u64,
             ctl: flags.ll_ctl(),
             slot: layout.p2p_slot as u64,
-            timeout_ns: u64::try_from(self.host.timeout().as_nanos())
-                .unwrap_or(u64::MAX / 4)
-                .min(u64::MAX / 4),
+            timeout_ns: self.timeout_ns(),
             rank: self.rank as i32,
             nranks: self.nranks as i32,
             send: Default::default(),

@@ -24,7 +24,8 @@ use crate::flags::Flags;
 use crate::plan::Fold;
 use crate::sync::{Cmp, MemOp};
 use ferrocx_sdk::cuda::{check, name, sys};
-use ferrocx_sdk::kernels::{self, DataType, Kernels, RedOp};
+use ferrocx_sdk::kernels::graph_wait::GraphWaitArgs;
+use ferrocx_sdk::kernels::{self, ll, DataType, Kernels, RedOp};
 use ferrocx_sdk::{PluginError, PluginResult};
 
 /// Operations per `cuStreamBatchMemOp` call ("must be less than 256").
@@ -83,12 +84,92 @@ fn param(op: &MemOp, flags: &Flags) -> sys::CUstreamBatchMemOpParams {
     p
 }
 
-/// Queue `ops` on `stream`, in order.
+/// Where a barrier's `EQ` waits run as the SDK's graph barrier wait
+/// (`kernels::graph_wait`: polled with a deadline and the abort word)
+/// instead of stream waits: on a stream being captured, whose replays
+/// nothing on the host could release.
+pub struct GraphWaits<'a> {
+    /// The kernels (their `u8` sum module holds the wait).
+    pub kernels: &'a Kernels,
+    /// This rank's LL control words (abort, error).
+    pub ctl: u64,
+    /// `FERROCX_TIMEOUT`.
+    pub timeout_ns: u64,
+}
+
+/// Queue `ops` on `stream`, in order; with `graph`, each run of `EQ` waits
+/// (a graph-mode barrier's) as one graph barrier wait kernel.
 ///
 /// # Safety
 /// `stream` is a live stream (or null) of the bound context, the one the
-/// flag buffers are open in.
+/// flag buffers are open in; `graph`'s control words are this rank's.
 pub unsafe fn memops(
+    api: &Api,
+    stream: sys::CUstream,
+    flags: &Flags,
+    ops: &[MemOp],
+    graph: Option<&GraphWaits<'_>>,
+) -> PluginResult<()> {
+    let Some(g) = graph else {
+        // SAFETY: the caller's contract.
+        return unsafe { batch(api, stream, flags, ops) };
+    };
+    let kernel_wait = |op: &MemOp| matches!(op, MemOp::Wait { cmp: Cmp::Eq, .. });
+    let mut rest = ops;
+    while let Some(first) = rest.first() {
+        let waits = kernel_wait(first);
+        let run = rest
+            .iter()
+            .position(|o| kernel_wait(o) != waits)
+            .unwrap_or(rest.len());
+        let (now, later) = rest.split_at(run);
+        rest = later;
+        if !waits {
+            // SAFETY: the caller's contract.
+            unsafe { batch(api, stream, flags, now) }?;
+            continue;
+        }
+        for part in now.chunks(ll::MAX_RANKS) {
+            let mut a = GraphWaitArgs {
+                ctl: g.ctl,
+                timeout_ns: g.timeout_ns,
+                n: 0,
+                value: 0,
+                addr: [0; ll::MAX_RANKS],
+                peer: [0; ll::MAX_RANKS],
+            };
+            for op in part {
+                let MemOp::Wait {
+                    array, slot, value, ..
+                } = *op
+                else {
+                    unreachable!("a run of waits")
+                };
+                // Every wait of a graph barrier awaits the same constant.
+                if a.n > 0 && value != a.value {
+                    return Err(PluginError::internal(
+                        "a graph barrier's waits differ in value",
+                    ));
+                }
+                let i = a.n as usize;
+                a.addr[i] = flags.addr(flags.rank(), array, slot);
+                a.peer[i] = slot as u32;
+                a.value = value;
+                a.n += 1;
+            }
+            // SAFETY: the words lie in this rank's flag buffer and the control
+            // words in it too (mapped until comm_destroy); the stream per the caller.
+            unsafe { g.kernels.graph_wait(&a, stream) }.map_err(kernel_error)?;
+        }
+    }
+    Ok(())
+}
+
+/// `ops` as `cuStreamBatchMemOp` calls, in order.
+///
+/// # Safety
+/// As [`memops`].
+unsafe fn batch(
     api: &Api,
     stream: sys::CUstream,
     flags: &Flags,

@@ -190,6 +190,43 @@ pub fn verify(me: usize, nranks: usize, ring: &[u32], calls: &[(u64, Call)]) -> 
     })
 }
 
+/// A note as bytes (little-endian words), for the out-of-band exchange of
+/// captured calls.
+pub fn to_bytes(w: &Words) -> [u8; WORDS * 4] {
+    let mut b = [0u8; WORDS * 4];
+    for (i, x) in w.iter().enumerate() {
+        b[i * 4..i * 4 + 4].copy_from_slice(&x.to_le_bytes());
+    }
+    b
+}
+
+/// The first peer whose note of call `seq` in `all` (every rank's
+/// [`to_bytes`], in rank order, from an out-of-band all-gather) is not
+/// `mine`. A graph-captured call is checked this way, once, at capture: its
+/// replays repeat what was captured, and its number would not tell replays
+/// apart in the rings.
+pub fn compare_gathered(me: usize, seq: u64, mine: Call, all: &[Vec<u8>]) -> Option<Mismatch> {
+    all.iter()
+        .enumerate()
+        .filter(|&(p, _)| p != me)
+        .find_map(|(peer, b)| {
+            let mut w: Words = [0; WORDS];
+            for (i, x) in w.iter_mut().enumerate() {
+                *x = b
+                    .get(i * 4..i * 4 + 4)
+                    .map_or(0, |c| u32::from_le_bytes(c.try_into().expect("4 bytes")));
+            }
+            // Another call's number, a torn or short note: not this call.
+            let theirs = Call::read(&w, seq).ok().flatten();
+            (theirs != Some(mine)).then_some(Mismatch {
+                peer,
+                seq,
+                mine,
+                theirs,
+            })
+        })
+}
+
 /// The error of a mismatch, in the core's wording (`mismatched calls: rank
 /// A called …, rank B called …`), so the core reports `Error::Mismatch`.
 pub fn mismatch_message(me: usize, m: &Mismatch) -> String {
@@ -209,6 +246,41 @@ pub fn mismatch_message(me: usize, m: &Mismatch) -> String {
 mod tests {
     use super::*;
     use ferrocx_sdk::abi::{FX_OP_MAX, FX_OP_SUM, FX_TYPE_F32, FX_TYPE_I32};
+
+    #[test]
+    fn captured_calls_compare_their_gathered_notes() {
+        let mine = ar(FX_TYPE_F32, 1000);
+        let gathered = |calls: &[(u64, Call)]| -> Vec<Vec<u8>> {
+            calls
+                .iter()
+                .map(|(s, c)| to_bytes(&c.note(*s)).to_vec())
+                .collect()
+        };
+        // Every rank agrees (this rank's own entry is not compared).
+        let all = gathered(&[(5, mine), (5, mine), (5, mine)]);
+        assert_eq!(compare_gathered(1, 5, mine, &all), None);
+        // Rank 2 captured another type: named, both calls in the message.
+        let other = ar(FX_TYPE_I32, 1000);
+        let all = gathered(&[(5, mine), (5, mine), (5, other)]);
+        let m = compare_gathered(0, 5, mine, &all).expect("a mismatch");
+        assert_eq!((m.peer, m.theirs), (2, Some(other)));
+        let text = mismatch_message(0, &m);
+        assert!(
+            text.starts_with(
+                "mismatched calls: rank 0 called all_reduce(float, sum, 1000) as op #5"
+            ) && text.contains("rank 2 called all_reduce(int32, sum, 1000) as op #5"),
+            "{text}"
+        );
+        // A peer at another call number (it skipped or added a call), or a
+        // short note, is not this call.
+        let all = gathered(&[(5, mine), (6 + RING as u64, mine)]);
+        assert_eq!(
+            compare_gathered(0, 5, mine, &all).map(|m| m.theirs),
+            Some(None)
+        );
+        let all = vec![to_bytes(&mine.note(5)).to_vec(), vec![1, 2, 3]];
+        assert_eq!(compare_gathered(0, 5, mine, &all).map(|m| m.peer), Some(1));
+    }
 
     fn ar(dtype: i32, count: usize) -> Call {
         Call::new(Coll::AllReduce, dtype, FX_OP_SUM, count, 0)

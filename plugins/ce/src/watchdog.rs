@@ -24,8 +24,13 @@
 //! Launches captured into a CUDA graph are not tracked: a graph replays its
 //! waits (`EQ 1` on the graph arrays) long after the launch, and the host
 //! cannot tell a slow replay from a stuck one nor release it without
-//! corrupting the next replay. A replayed graph whose peer never arrives
-//! waits forever.
+//! corrupting the next replay. Their waits are kernels instead
+//! (`kernels::graph_wait`, where ce has its kernels) that give up at
+//! `FERROCX_TIMEOUT` or at the abort word, recording the rank they waited
+//! for in the error word, which this thread reads at every wake; it raises
+//! the abort word when the host aborts (a peer died). Without kernels
+//! (`FERROCX_CE_REDUCE=0`, no NVRTC) captured barriers are stream waits, and
+//! a replayed graph whose peer never arrives waits forever.
 
 use crate::notes;
 use crate::sync::{Array, FlagLayout};
@@ -52,10 +57,14 @@ struct State {
     unverified: Vec<(u64, notes::Call)>,
     broken: Option<PluginError>,
     stop: bool,
-    /// An LL kernel was launched (eager or captured): its error word is read
-    /// at every wake, since a kernel that gave up on its own (graph replays are
-    /// not tracked) must not leave later calls running on a raised abort word.
+    /// An LL kernel was launched (eager or captured), or a captured
+    /// barrier's wait kernel: the error word is read at every wake, since a
+    /// kernel that gave up on its own (graph replays are not tracked) must
+    /// not leave later calls running on a raised abort word.
     ll_used: bool,
+    /// The abort word was raised for the host's abort (so that untracked
+    /// waits, a replayed graph's, give up too).
+    abort_raised: bool,
     /// The stream of the newest tracked collective.
     last_stream: Option<usize>,
 }
@@ -240,9 +249,17 @@ impl Reader {
         // live and of the same context.
         let r = unsafe { sys::cuMemsetD32Async(self.own, value, words, self.stream.raw()) };
         check(r, "cuMemsetD32Async").map_err(|e| e.message().to_string())?;
+        self.raise_abort()
+    }
+
+    /// Raise the LL control words' abort word: every kernel wait (LL,
+    /// Simple, point-to-point, a captured barrier's) of this call and every
+    /// later one gives up.
+    fn raise_abort(&self) -> Result<(), String> {
         let abort = self.own
             + (self.layout.ll_ctl_offset() + ferrocx_sdk::kernels::ll::CTL_ABORT * 8) as u64;
-        // SAFETY: the abort word (8 bytes) lies in `own`'s layout; the stream as above.
+        // SAFETY: the abort word (8 bytes) lies in `own`'s layout; the private
+        // stream is live and of the same context.
         let r = unsafe { sys::cuMemsetD32Async(abort, 1, 2, self.stream.raw()) };
         check(r, "cuMemsetD32Async (LL abort word)").map_err(|e| e.message().to_string())?;
         self.settle("the release")
@@ -266,6 +283,7 @@ impl Watchdog {
                 broken: None,
                 stop: false,
                 ll_used: false,
+                abort_raised: false,
                 last_stream: None,
             }),
             wake: Condvar::new(),
@@ -421,8 +439,9 @@ impl Drop for Watchdog {
     }
 }
 
-/// The error of an exchange kernel (LL or Simple: they share the control
-/// words) that recorded `code` in its error word.
+/// The error of a kernel sharing the LL control words (LL, Simple,
+/// point-to-point, a captured barrier's wait) that recorded `code` in its
+/// error word.
 fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
     let why = if code & 0xffff_ffff == ferrocx_sdk::kernels::ll::ERR_TIMEOUT {
         let peer = match code >> 32 {
@@ -444,6 +463,12 @@ fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
         let peer = (code >> 32).saturating_sub(1);
         return PluginError::remote(format!(
             "mismatched calls: rank {me} called a device send to rank {peer} whose size differs from its receive (ce point-to-point), rank {peer} called a device receive from rank {me} of another size"
+        ));
+    } else if code & 0xffff_ffff == ferrocx_sdk::kernels::graph_wait::ERR_BARRIER {
+        let peer = (code >> 32).saturating_sub(1);
+        return PluginError::timeout(format!(
+            "a captured ce barrier (a CUDA graph's replay) on rank {me} waited more than FERROCX_TIMEOUT ({}s) for rank {peer}, which never arrived (it never replayed its graph this far, or died); the replay's output is undefined and the communicator is broken",
+            timeout.as_secs_f64()
         ));
     } else {
         format!("failed with code {code}")
@@ -492,6 +517,19 @@ fn run(shared: Arc<Shared>, reader: Reader) {
         }
         if st.broken.is_some() {
             st.unverified.clear();
+        }
+        if st.ll_used && !st.abort_raised && shared.host.aborted() {
+            // A peer died or the communicator was aborted: waits of replayed
+            // graphs (not tracked) give up now, not at their deadlines.
+            st.abort_raised = true;
+            drop(st);
+            if let Err(why) = reader.raise_abort() {
+                shared.host.warn(format!(
+                    "ce watchdog on rank {me}: raising the abort word failed: {why}"
+                ));
+            }
+            st = shared.lock();
+            continue;
         }
         if st.ll_used && st.broken.is_none() {
             // Read without the lock: a kernel that timed out on its own.

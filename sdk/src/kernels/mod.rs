@@ -78,6 +78,7 @@
 //! `FERROCX_KERNEL_CACHE`: where compiled images are kept (`kernels/kcache.rs`);
 //! NVRTC is found as [`nvrtc`] says (`FERROCX_NVRTC_LIB`, `CUDA_HOME`).
 
+pub mod graph_wait;
 pub mod kcache;
 pub mod ll;
 pub mod moves;
@@ -446,6 +447,8 @@ fn source(dtype: DataType, kind: Kind) -> String {
                 .replace("FX_P2P_ERR_SIZE", &format!("{}ull", p2p::ERR_SIZE))
                 .replace("FX_SP_MAX_RANKS", &ll::MAX_RANKS.to_string()),
         );
+        // The graph barrier wait only compares words: beside the point-to-point kernel.
+        s.push_str(&graph_wait::source());
     }
     s
 }
@@ -739,6 +742,8 @@ struct Func {
     simple_blocks_per_sm: u32,
     /// The module's point-to-point kernel (null where it has none).
     p2p: sys::CUfunction,
+    /// The graph barrier wait ([`graph_wait`]), beside it.
+    graph_wait: sys::CUfunction,
     /// Resident blocks of `BLOCK` threads of it per SM.
     p2p_blocks_per_sm: u32,
     /// Resident blocks of `BLOCK` threads per SM.
@@ -951,9 +956,12 @@ fn load(
         Some((l, sp)) => (entry(l).map_err(unload)?, entry(sp).map_err(unload)?),
         None => (std::ptr::null_mut(), std::ptr::null_mut()),
     };
-    let p2p = match p2p {
-        Some(p) => entry(p).map_err(unload)?,
-        None => std::ptr::null_mut(),
+    let (p2p, graph_wait) = match p2p {
+        Some(p) => (
+            entry(p).map_err(unload)?,
+            entry(graph_wait::NAME).map_err(unload)?,
+        ),
+        None => (std::ptr::null_mut(), std::ptr::null_mut()),
     };
     let attr = |a: sys::CUfunction_attribute| {
         let mut v = 0;
@@ -1006,6 +1014,7 @@ fn load(
         simple_blocks_per_sm: simple_blocks,
         p2p,
         p2p_blocks_per_sm: p2p_blocks,
+        graph_wait,
         blocks_per_sm: blocks as u32,
         info: KernelInfo {
             name: name.to_string(),
@@ -1625,6 +1634,46 @@ impl Kernels {
                 "cuLaunchKernel(point-to-point kernel, {} chunks at most, grid {grid}×{BLOCK})",
                 args.most_chunks()
             )
+        })
+    }
+
+    /// Queue the graph barrier wait ([`graph_wait`]) on `stream`: one warp
+    /// polling `args.n` flag words until each holds `args.value`, at most
+    /// `args.timeout_ns`. Makes this context current on the calling thread.
+    ///
+    /// # Safety
+    /// `args.ctl` is this rank's LL control words and every `args.addr[..n]`
+    /// a 4-byte word, all device memory of this context valid until the
+    /// kernel ends; `stream` is a live stream of this context (or null).
+    pub unsafe fn graph_wait(
+        &self,
+        args: &graph_wait::GraphWaitArgs,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        if args.n as usize > ll::MAX_RANKS {
+            return Err(Error::invalid(format!(
+                "graph barrier wait: {} words, at most {}",
+                args.n,
+                ll::MAX_RANKS
+            )));
+        }
+        self.bind()?;
+        let f = self.func(DataType::U8, Kind::Sum)?;
+        if f.graph_wait.is_null() {
+            return Err(Error::Unsupported(format!(
+                "{} has no graph barrier wait",
+                f.info.name
+            )));
+        }
+        let mut a = *args;
+        let mut params = a.params();
+        // SAFETY: the module's graph wait kernel, of this (current) context,
+        // whose one parameter is `fx_gw_args`, laid out as `GraphWaitArgs`
+        // (#[repr(C)]), passed by a pointer to a copy living through the call;
+        // the memory and stream contracts are the caller's.
+        let r = unsafe { launch(f.graph_wait, 1, graph_wait::THREADS, stream, &mut params) };
+        driver(r, || {
+            format!("cuLaunchKernel(graph barrier wait, {} words)", args.n)
         })
     }
 

@@ -143,6 +143,8 @@ fn main() -> ExitCode {
         Some("coll-graph") => coll::plugin::graph(
             opt("--replays").map_or(1000, |v| v.parse().expect("replays")),
             opt("--expect"),
+            args.iter().any(|a| a == "--mismatch"),
+            opt("--stop-after").map(|v| v.parse().expect("replays")),
         ),
         Some("mixed-soak") => coll::soak::mixed(
             args[1].parse().expect("max bytes"),

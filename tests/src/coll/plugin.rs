@@ -344,8 +344,18 @@ pub fn mismatched_window() -> Result<String, String> {
 /// CUDA graph capture: 10 collectives (all_gather, alltoall, broadcast in
 /// turn, each on its own region of the windows) captured once, the graph
 /// replayed `replays` times with new inputs every time, every result checked.
-/// `expect`: the implementation the captured calls must choose.
-pub fn graph(replays: usize, expect: Option<String>) -> Result<String, String> {
+/// `expect`: the implementation the captured calls must choose. `mismatch`:
+/// the last rank captures call 3 (an all_reduce) with half the count: the
+/// capture must fail on every rank with the mismatch, nothing replayed.
+/// `stop_after`: the last rank replays that many times, then stays away
+/// (alive, not calling) for `FERROCX_TIMEOUT` and 10 s: the others' next
+/// replay must end (its captured waits give up) with the error naming it.
+pub fn graph(
+    replays: usize,
+    expect: Option<String>,
+    mismatch: bool,
+    stop_after: Option<usize>,
+) -> Result<String, String> {
     use ferrocx_sdk::cuda::{check, sys};
     const CALLS: usize = 10;
     let comm = Communicator::from_env().map_err(e2s)?;
@@ -374,6 +384,15 @@ pub fn graph(replays: usize, expect: Option<String>) -> Result<String, String> {
         ][i % 4]
     };
     let spec_of = |i: usize| CollSpec::new(kind_of(i), DataType::U8, block).root(i % n);
+    let captured_spec = |i: usize| {
+        let odd = mismatch && i == 3 && me == n - 1;
+        CollSpec::new(
+            kind_of(i),
+            DataType::U8,
+            if odd { block / 2 } else { block },
+        )
+        .root(i % n)
+    };
     for i in 0..CALLS {
         let off = (i * region) as u64;
         let c = comm
@@ -406,7 +425,7 @@ pub fn graph(replays: usize, expect: Option<String>) -> Result<String, String> {
     for i in 0..CALLS {
         let off = (i * region) as u64;
         // SAFETY: the windows are alive until after the graph's last replay.
-        captured = unsafe { comm.collective_on(&spec_of(i), sp + off, rp + off, &stream) }
+        captured = unsafe { comm.collective_on(&captured_spec(i), sp + off, rp + off, &stream) }
             .map_err(|e| format!("capturing call {i}: {e}"));
         if captured.is_err() {
             break;
@@ -418,6 +437,24 @@ pub fn graph(replays: usize, expect: Option<String>) -> Result<String, String> {
         unsafe { sys::cuStreamEndCapture(s, &mut g) },
         "cuStreamEndCapture",
     );
+    if mismatch {
+        return match captured {
+            Err(e) if e.contains("mismatched calls") => {
+                // Later calls fail too: the communicator is broken.
+                // SAFETY: as above (not capturing any more).
+                let again = unsafe { comm.collective_on(&spec_of(0), sp, rp, &stream) };
+                let _ = sync(&stream);
+                let _ = comm.window_deregister(ws);
+                let _ = comm.window_deregister(wr);
+                match again {
+                    Ok(()) => Err(format!("a call after the mismatch ({e}) was accepted")),
+                    Err(_) => Ok(format!("MISMATCH {e}")),
+                }
+            }
+            Err(e) => Err(format!("expected a mismatch, got: {e}")),
+            Ok(()) => Err("capturing mismatched calls succeeded".into()),
+        };
+    }
     captured?;
     end.map_err(|e| e.to_string())?;
     let mut exec: sys::CUgraphExec = std::ptr::null_mut();
@@ -428,7 +465,17 @@ pub fn graph(replays: usize, expect: Option<String>) -> Result<String, String> {
     )
     .map_err(|e| e.to_string())?;
     let mut result = Ok(());
+    let started = std::time::Instant::now();
     'replay: for rep in 0..replays {
+        if stop_after == Some(rep) && me == n - 1 {
+            let timeout = std::env::var("FERROCX_TIMEOUT")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(60);
+            std::thread::sleep(std::time::Duration::from_secs(timeout + 10));
+            result = Err("STOPPED".to_string());
+            break;
+        }
         let cases: Vec<Case> = (0..CALLS)
             .map(|i| Case {
                 kind: kind_of(i),
@@ -461,6 +508,26 @@ pub fn graph(replays: usize, expect: Option<String>) -> Result<String, String> {
             result = Err(format!("replay {rep}: {e}"));
             break;
         }
+        if stop_after.is_some_and(|k| rep >= k) {
+            // The replay ended without the last rank: its waits gave up,
+            // which the watchdog reports within a second or so.
+            let t = std::time::Instant::now();
+            result = loop {
+                if let Err(e) = comm.device_error() {
+                    break Err(format!(
+                        "ENDED after {:.1}s: {e}",
+                        started.elapsed().as_secs_f64()
+                    ));
+                }
+                if t.elapsed().as_secs() > 10 {
+                    break Err(format!(
+                        "replay {rep} ended without the last rank, and no error"
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            };
+            break;
+        }
         recv.download(bytes)?;
         for (i, c) in cases.iter().enumerate() {
             let (a, b) = (i * region, (i + 1) * region);
@@ -480,6 +547,16 @@ pub fn graph(replays: usize, expect: Option<String>) -> Result<String, String> {
     unsafe {
         sys::cuGraphExecDestroy(exec);
         sys::cuGraphDestroy(g);
+    }
+    if let Some(k) = stop_after {
+        let _ = comm.window_deregister(ws);
+        let _ = comm.window_deregister(wr);
+        return match result {
+            Err(e) if e == "STOPPED" => Ok(format!("rank {me}: stopped after {k} replays")),
+            Err(e) if e.starts_with("ENDED") => Ok(e),
+            Err(e) => Err(e),
+            Ok(()) => Err("every replay completed without the last rank".into()),
+        };
     }
     result?;
     comm.window_deregister(ws).map_err(e2s)?;
