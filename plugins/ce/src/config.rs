@@ -41,7 +41,7 @@ pub const DEFAULT_LL_BYTES: usize = 1 << 20;
 pub const SIMPLE_AUTO: usize = usize::MAX;
 /// Default `FERROCX_CE_P2P_BYTES`. On 2 H100s the kernel took 8 MiB in 48
 /// µs and 16 MiB in 76 against the core's 107 and 114, and 32 MiB in 136–138
-/// against 134 (`bench/results/2026-11-27-h100x2-checks/run2`). A send up to
+/// against 134 (`bench/results/2026-11-27-x2-checks/run2`). A send up to
 /// a ring's worth (128 slots: 8 MiB of 64 KiB slots) finishes before its
 /// receive is posted; a larger one waits for it, as on NCCL (such sends and
 /// receives must be grouped when both ranks send first).

@@ -103,7 +103,11 @@
 //! Eager launches use growing values compared `GEQ`; launches captured into
 //! a CUDA graph use separate arrays, the constant value 1 compared `EQ` and
 //! reset after each wait, with an even number of barriers per collective so
-//! replays never lose a write ([`sync`] explains why).
+//! replays never lose a write ([`sync`] explains why). A captured barrier's
+//! waits run as the SDK's graph wait kernel (`kernels::graph_wait`: the same
+//! words polled with a deadline and the abort word) where ce has its
+//! kernels, plain stream waits otherwise; a captured call is checked once,
+//! at capture, by comparing the ranks' notes over the out-of-band channel.
 //!
 //! ## Failures and the watchdog
 //!
@@ -118,8 +122,11 @@
 //! return that error. It also releases at once when the host's abort flag
 //! rises: the core raises it when the communicator is aborted or breaks and
 //! when a peer dies or aborts. **Graph-captured launches are not tracked**: a replayed graph's
-//! waits cannot be released by the host (nor told apart from a slow replay),
-//! so a replay whose peer never arrives waits forever.
+//! waits cannot be released by the host (nor told apart from a slow replay);
+//! their wait kernels give up on their own at `Host::timeout()` (recording
+//! the rank they waited for in the error word, which the watchdog reads at
+//! every wake) or when the watchdog raises the abort word on the host's
+//! abort. Without kernels a replay whose peer never arrives waits forever.
 //!
 //! **Known limit, ranks sharing one GPU under MPS:** when a peer is SIGKILLed
 //! while a survivor's stream still has a write into the peer's memory queued

@@ -346,7 +346,7 @@ pub struct Route {
 /// so broadcast runs as the chain to 64 MiB (the scatter + all_gather route
 /// it replaced is gone).
 ///
-/// At 1 GiB on 2 H100s (`bench/results/2026-11-27-h100x2-checks/run1`, µs,
+/// At 1 GiB on 2 H100s (`bench/results/2026-11-27-x2-checks/run1`, µs,
 /// kernel / routes / NCCL, out of place and in place): all_reduce 3384 /
 /// 3525 / 3294 and 3356 / 3547 / 3234, reduce_scatter 1803 / 2198 / 1969 and
 /// 1798 / 2040 / 1986 — so at 2 ranks these two run as the kernel to 1 GiB
