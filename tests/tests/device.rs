@@ -307,6 +307,8 @@ fn ce_runs_mid_calls_as_one_simple_kernel() {
     // ranks the broadcasts run as a chain (passed along the ranks).
     for (n, window, slot, simple) in [
         (2, false, "64K", "auto"),
+        // The default: 128 KiB slots at 2 ranks (64 KiB chunks at these sizes).
+        (2, false, "auto", "auto"),
         (2, false, "1040", "auto"),
         (2, true, "1040", "auto"),
         (4, false, "1040", "auto"),

@@ -12,7 +12,7 @@
 //! | `FERROCX_CE_STAGE` | `auto` | stage calls whose buffers are not in windows (and alltoall while it fits) through the scratch: `1` yes, `0` no, `auto` unless ce's check alone is off (`FERROCX_CE_CHECK_CALLS=0` with `FERROCX_CHECK_CALLS` on): the core's path these calls would otherwise take checks them |
 //! | `FERROCX_CE_LL_BYTES` | `1M` | all_reduce and reduce_scatter (not avg), all_gather, alltoall and broadcast whose block is at most this many bytes run as one LL kernel ([`ferrocx_sdk::kernels::ll`]: the data goes into the peers' mapped memory with the flag in it; no barrier, no staging, no windows needed); at most 1 MiB; it sizes the LL areas (2 × nranks × 2 × this bytes of device memory per rank, in the flag buffer); `0`: never. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BYTES` | `auto` | the same collectives whose block is above the LL kernel's limit and at most this many bytes (all_reduce: block × nranks ≤ 2 × this, as one-shot; above 2 ranks, beyond that, two-shot while block / nranks ≤ this; `auto`: each collective's measured limit at 2 ranks and above, `select::SIMPLE_TABLE`, two-shot all_reduce to `select::TWO_SHOT_AUTO_BYTES`) run as one Simple kernel ([`ferrocx_sdk::kernels::simple`]: chunks through slot rings in the peers' mapped memory, a flag per chunk; no barrier, no staging, no windows needed); `0`: never. Every rank must set the same value |
-//! | `FERROCX_CE_SIMPLE_SLOT` | `64K` | bytes of one slot of the Simple kernel's rings, the largest chunk (a multiple of 16, 16 B–16 MiB); the rings take nranks × 128 × this bytes of device memory per rank (8 MiB at 1 rank of 64K, in the flag buffer, only when `FERROCX_CE_SIMPLE_BYTES` is not 0). Every rank must set the same value |
+//! | `FERROCX_CE_SIMPLE_SLOT` | `auto` | bytes of one slot of the Simple kernel's rings (and the point-to-point kernel's), the largest chunk (a multiple of 16, 32 B–16 MiB; chunks of segments below 256 MiB stay at most 64 KiB); `auto`: 128 KiB for the Simple kernel at 2 ranks, 64 KiB above and for the point-to-point kernel. The rings take nranks × 128 × this bytes of device memory per rank (in the flag buffer, only where the kernel may run). Every rank must set the same value |
 //! | `FERROCX_CE_P2P_BYTES` | `16M` | device sends and receives of at most this many bytes (each decided alone, by its size, so both ends agree) run as ce's point-to-point kernel ([`ferrocx_sdk::kernels::p2p`]: the Simple kernel's rings, a region of their own, every chunk headed by its message's size, which the receive checks) on the caller's stream, one kernel per group (more where a group has several messages to one peer the same way); larger ones, and any on a stream being captured, take the core's path. A send may finish before its receive is posted while the peer's ring has room (128 slots: 8 MiB of 64 KiB slots; a larger send waits for its receive); `0`: never. The rings take nranks × 128 × `FERROCX_CE_SIMPLE_SLOT` bytes of device memory per rank. A send through ce must meet a receive of device memory of exactly its size (else both ranks fail with the core's mismatch error). Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BLOCKS` | `64` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once. This rank's alone (chunks do not depend on it) |
 //! | `FERROCX_CE_SIMPLE_SPREAD` | `1` | above 2 ranks, out of place: a Simple kernel's sending blocks take one (chunk, peer) pair each, a chunk's pairs on consecutive blocks (a gather's receiving blocks too), so every peer's link is busy at once; `0`: a block sends each chunk to every peer in turn. This rank's alone |
@@ -48,6 +48,15 @@ pub const SIMPLE_AUTO: usize = usize::MAX;
 pub const DEFAULT_P2P_BYTES: usize = 16 << 20;
 /// Largest `FERROCX_CE_SIMPLE_SLOT`.
 pub const SIMPLE_SLOT_MAX: usize = 16 << 20;
+/// `FERROCX_CE_SIMPLE_SLOT=auto` (the default): [`AUTO_SLOT_TWO_RANKS`] for
+/// the Simple kernel at 2 ranks, the SDK's `DEFAULT_SLOT` (64 KiB) above
+/// and for the point-to-point kernel.
+pub const SIMPLE_SLOT_AUTO: usize = usize::MAX;
+/// The Simple kernel's slot at 2 ranks under `auto`: whole-slot chunks of
+/// segments from `simple::LARGE_SEG` (smaller ones still take 64 KiB), 10–12
+/// % faster at 256 MiB–1 GiB on 2 H100s (`bench/results/2026-11-27-x2-checks/run6`).
+/// Not measured above 2 ranks.
+pub const AUTO_SLOT_TWO_RANKS: usize = 128 << 10;
 /// Default copies per batch (NCCL's intra-batch sync frequency).
 pub const DEFAULT_BATCH: usize = 8;
 /// Default size from which a collective is split into batches (NCCL's threshold).
@@ -109,7 +118,7 @@ impl Default for Config {
             stage: true,
             ll_bytes: DEFAULT_LL_BYTES,
             simple_bytes: SIMPLE_AUTO,
-            simple_slot: ferrocx_sdk::kernels::simple::DEFAULT_SLOT,
+            simple_slot: SIMPLE_SLOT_AUTO,
             simple_blocks: ferrocx_sdk::kernels::simple::TARGET_BLOCKS,
             simple_spread: true,
             p2p_bytes: DEFAULT_P2P_BYTES,
@@ -126,10 +135,11 @@ impl Config {
     pub fn simple_rings(&self, nranks: usize) -> usize {
         let runs =
             self.simple_bytes > 0 && self.reduce && nranks <= ferrocx_sdk::kernels::ll::MAX_RANKS;
-        if runs {
-            self.simple_slot
-        } else {
-            0
+        match (runs, self.simple_slot) {
+            (false, _) => 0,
+            (true, SIMPLE_SLOT_AUTO) if nranks <= 2 => AUTO_SLOT_TWO_RANKS,
+            (true, SIMPLE_SLOT_AUTO) => ferrocx_sdk::kernels::simple::DEFAULT_SLOT,
+            (true, slot) => slot,
         }
     }
 
@@ -141,10 +151,10 @@ impl Config {
         let runs = self.p2p_bytes > 0
             && self.reduce
             && (2..=ferrocx_sdk::kernels::ll::MAX_RANKS).contains(&nranks);
-        if runs {
-            self.simple_slot
-        } else {
-            0
+        match (runs, self.simple_slot) {
+            (false, _) => 0,
+            (true, SIMPLE_SLOT_AUTO) => ferrocx_sdk::kernels::simple::DEFAULT_SLOT,
+            (true, slot) => slot,
         }
     }
 
@@ -176,9 +186,16 @@ impl Config {
                 "FERROCX_CE_LL_BYTES={ll_bytes}: at most {LL_MAX_BYTES} (the LL areas' size)"
             )));
         }
-        let simple_slot = env::unsigned(&lookup, "FERROCX_CE_SIMPLE_SLOT", d.simple_slot)?;
+        let simple_slot = match lookup("FERROCX_CE_SIMPLE_SLOT") {
+            Some(v) if v.trim().eq_ignore_ascii_case("auto") => SIMPLE_SLOT_AUTO,
+            _ => env::unsigned(&lookup, "FERROCX_CE_SIMPLE_SLOT", d.simple_slot)?,
+        };
         // The point-to-point kernel needs room for a chunk's header.
-        if simple_slot < 32 || !simple_slot.is_multiple_of(16) || simple_slot > SIMPLE_SLOT_MAX {
+        if simple_slot != SIMPLE_SLOT_AUTO
+            && (simple_slot < 32
+                || !simple_slot.is_multiple_of(16)
+                || simple_slot > SIMPLE_SLOT_MAX)
+        {
             return Err(PluginError::invalid(format!(
                 "FERROCX_CE_SIMPLE_SLOT={simple_slot}: a multiple of 16 bytes, from 32 to {SIMPLE_SLOT_MAX}"
             )));
@@ -279,8 +296,17 @@ mod tests {
         assert!(with(&[]).unwrap().stage && with(&[]).unwrap().check_calls);
         // Rings only where the Simple kernel can run.
         let d = with(&[]).unwrap();
-        assert_eq!(d.simple_rings(2), d.simple_slot);
+        let small = ferrocx_sdk::kernels::simple::DEFAULT_SLOT;
+        // auto: larger slots for the Simple kernel at 2 ranks only.
+        assert_eq!(d.simple_slot, SIMPLE_SLOT_AUTO);
+        assert_eq!(d.simple_rings(2), AUTO_SLOT_TWO_RANKS);
+        assert_eq!(d.simple_rings(3), small);
         assert_eq!(d.simple_rings(17), 0, "more ranks than the kernel takes");
+        let set = with(&[("FERROCX_CE_SIMPLE_SLOT", "1040")]).unwrap();
+        assert_eq!((set.simple_rings(2), set.simple_rings(4)), (1040, 1040));
+        assert_eq!(set.p2p_rings(2), 1040);
+        let auto = with(&[("FERROCX_CE_SIMPLE_SLOT", " auto ")]).unwrap();
+        assert_eq!(auto.simple_slot, SIMPLE_SLOT_AUTO);
         assert_eq!(
             with(&[("FERROCX_CE_REDUCE", "0")]).unwrap().simple_rings(2),
             0
@@ -292,7 +318,7 @@ mod tests {
             0
         );
         // The point-to-point rings: on by default, from 2 ranks to 16.
-        assert_eq!(d.p2p_rings(2), d.simple_slot);
+        assert_eq!(d.p2p_rings(2), small);
         assert_eq!(d.p2p_rings(1), 0, "no peer to send to");
         assert_eq!(d.p2p_rings(17), 0);
         assert_eq!(
@@ -303,7 +329,7 @@ mod tests {
             with(&[("FERROCX_CE_SIMPLE_BYTES", "0")])
                 .unwrap()
                 .p2p_rings(2),
-            d.simple_slot,
+            small,
             "independent of the Simple collectives"
         );
         assert!(

@@ -126,12 +126,26 @@ pub fn region_bytes(nranks: usize, slot: usize) -> Option<usize> {
         .checked_add(words_bytes(nranks))
 }
 
+/// Segments from this size on use whole slots as chunks; smaller ones at
+/// most [`DEFAULT_SLOT`] even in larger slots. On 2 H100s, all_reduce of
+/// 256 MiB–1 GiB blocks took 10–12 % less time in 128 KiB chunks than in
+/// 64 KiB ones (1 GiB: 2995 vs 3379 µs at 128 blocks), while 16–64 MiB took
+/// 1–5 % more (`bench/results/2026-11-27-x2-checks/run6`,
+/// `…/2026-11-26-h100x2-simple/run3`).
+pub const LARGE_SEG: usize = 256 << 20;
+
 /// The chunk for a segment of `seg` bytes with slots of `slot` bytes (a
 /// multiple of 16): about [`TARGET_BLOCKS`] chunks, each a multiple of 16
-/// bytes, at least [`MIN_CHUNK`] and at most a slot.
+/// bytes, at least [`MIN_CHUNK`] and at most a slot (below [`LARGE_SEG`] at
+/// most [`DEFAULT_SLOT`]).
 pub fn chunk_bytes(seg: usize, slot: usize) -> usize {
+    let most = if seg >= LARGE_SEG {
+        slot
+    } else {
+        slot.min(DEFAULT_SLOT)
+    };
     let want = seg.div_ceil(TARGET_BLOCKS).next_multiple_of(16);
-    want.max(MIN_CHUNK).min(slot).max(16)
+    want.max(MIN_CHUNK).min(most).max(16)
 }
 
 /// Chunks of a segment (at least one: a broadcast's empty chunk).
@@ -729,6 +743,13 @@ mod tests {
             }
         }
         assert_eq!(chunks(0, 64), 1, "a broadcast's empty chunk");
+        // Larger slots: whole-slot chunks only from LARGE_SEG on.
+        let big = 2 * DEFAULT_SLOT;
+        assert_eq!(chunk_bytes(LARGE_SEG - 16, big), DEFAULT_SLOT);
+        assert_eq!(chunk_bytes(LARGE_SEG, big), big);
+        assert_eq!(chunk_bytes(1 << 30, big), big);
+        assert_eq!(chunk_bytes(LARGE_SEG, DEFAULT_SLOT), DEFAULT_SLOT);
+        assert_eq!(chunk_bytes(64 << 10, big), MIN_CHUNK);
     }
 
     /// One two-shot kernel while its 2 × chunks fit a lap of the rings:
