@@ -149,14 +149,7 @@ fn call(comm: &Communicator, case: &str) -> Result<ferrocx::Result<()>, String> 
                 unsafe { comm.collective_on(&spec, send.ptr, recv.ptr, &stream) }.and_then(|_| {
                     super::device::sync(&stream).map_err(Error::InvalidArgument)?;
                     // The watchdog compares within its poll period.
-                    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-                    loop {
-                        comm.device_error()?;
-                        if std::time::Instant::now() > until {
-                            return Ok(());
-                        }
-                        std::thread::sleep(std::time::Duration::from_millis(20));
-                    }
+                    device_error_within(comm, 5)
                 });
             // Later ce calls fail too.
             // SAFETY: as above.
@@ -204,21 +197,26 @@ fn call(comm: &Communicator, case: &str) -> Result<ferrocx::Result<()>, String> 
                     })
             };
             let synced = sync(&stream).map_err(Error::InvalidArgument);
-            queued.and(synced).and_then(|()| {
-                // A peer's abort notice may come a moment after this rank's
-                // operations completed.
-                let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
-                loop {
-                    comm.device_error()?;
-                    if std::time::Instant::now() > until {
-                        return Ok(());
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-            })
+            // A peer's abort notice may come a moment after this rank's
+            // operations completed.
+            queued
+                .and(synced)
+                .and_then(|()| device_error_within(comm, 10))
         }
         other => return Err(format!("unknown mismatch case {other}")),
     })
+}
+
+/// `device_error` polled for `secs` seconds: its first error, else `Ok`.
+fn device_error_within(comm: &Communicator, secs: u64) -> ferrocx::Result<()> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        comm.device_error()?;
+        if std::time::Instant::now() > until {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 pub fn run(case: &str) -> Result<String, String> {
