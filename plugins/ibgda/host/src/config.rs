@@ -25,10 +25,15 @@ impl Config {
     pub fn from_env(lookup: &impl Fn(&str) -> Option<String>) -> PluginResult<Config> {
         let timeout = duration(lookup, "FERROCX_IBGDA_TIMEOUT", Duration::from_secs(1))?;
         let recovery = duration(lookup, "FERROCX_IBGDA_RECOVERY", timeout * 3)?;
-        let health = HealthConfig { timeout, recovery };
+        let max_recovery = duration(lookup, "FERROCX_IBGDA_RECOVERY_MAX", recovery * 8)?;
+        let health = HealthConfig {
+            timeout,
+            recovery,
+            max_recovery,
+        };
         health.validate().map_err(|e| {
             PluginError::invalid(format!(
-                "FERROCX_IBGDA_TIMEOUT / FERROCX_IBGDA_RECOVERY: {e}"
+                "FERROCX_IBGDA_TIMEOUT / FERROCX_IBGDA_RECOVERY / FERROCX_IBGDA_RECOVERY_MAX: {e}"
             ))
         })?;
         let slots = unsigned(lookup, "FERROCX_IBGDA_SLOTS", 256)?;
@@ -73,6 +78,7 @@ mod tests {
         let c = cfg(&[]).unwrap();
         assert_eq!(c.health.timeout, Duration::from_secs(1));
         assert_eq!(c.health.recovery, Duration::from_secs(3));
+        assert_eq!(c.health.max_recovery, Duration::from_secs(24));
         assert_eq!(
             (c.slots, c.signal_bytes, c.faults.len()),
             (256, 64 << 10, 0)
@@ -86,7 +92,14 @@ mod tests {
         .unwrap();
         assert_eq!(c.health.timeout, Duration::from_millis(20));
         assert_eq!(c.health.recovery, Duration::from_millis(60));
+        assert_eq!(c.health.max_recovery, Duration::from_millis(480));
         assert_eq!((c.slots, c.signal_bytes, c.faults.len()), (64, 4096, 1));
+        let c = cfg(&[("FERROCX_IBGDA_RECOVERY_MAX", "3s")]).unwrap();
+        assert_eq!(c.health.max_recovery, c.health.recovery, "no back-off");
+        assert!(cfg(&[("FERROCX_IBGDA_RECOVERY_MAX", "2s")])
+            .unwrap_err()
+            .message()
+            .contains("FERROCX_IBGDA_RECOVERY_MAX"));
     }
 
     #[test]

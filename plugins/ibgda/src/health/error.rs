@@ -176,6 +176,13 @@ pub enum ConfigError {
         /// The recovery window.
         recovery: Duration,
     },
+    /// The longest window of a flapping path is shorter than the first one.
+    MaxRecoveryBelowRecovery {
+        /// The recovery window.
+        recovery: Duration,
+        /// Its upper bound.
+        max_recovery: Duration,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -185,6 +192,13 @@ impl fmt::Display for ConfigError {
             ConfigError::RecoveryNotLongerThanTimeout { timeout, recovery } => write!(
                 f,
                 "the recovery window ({recovery:?}) must be longer than the completion timeout ({timeout:?})"
+            ),
+            ConfigError::MaxRecoveryBelowRecovery {
+                recovery,
+                max_recovery,
+            } => write!(
+                f,
+                "the longest recovery window of a flapping path ({max_recovery:?}) must be at least the recovery window ({recovery:?})"
             ),
         }
     }

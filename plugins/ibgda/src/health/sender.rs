@@ -156,7 +156,7 @@ impl Sender {
         self.links.insert(
             peer,
             Link {
-                health: PathHealth::new(peer, has_backup, self.cfg.recovery),
+                health: PathHealth::new(peer, has_backup, &self.cfg),
                 next_seq: 0,
                 inflight: BTreeMap::new(),
                 dead: None,

@@ -10,10 +10,21 @@ const LAT: Duration = Duration::from_micros(5);
 const P1: PeerId = PeerId(1);
 const P2: PeerId = PeerId(2);
 
+/// Fixed windows: a path is taken back `W` after its last failure, however
+/// often it fails.
 fn cfg() -> HealthConfig {
     HealthConfig {
         timeout: T,
         recovery: W,
+        max_recovery: W,
+    }
+}
+
+/// Windows that double while a path flaps, up to 8 `W`.
+fn cfg_backoff() -> HealthConfig {
+    HealthConfig {
+        max_recovery: 8 * W,
+        ..cfg()
     }
 }
 
@@ -329,6 +340,55 @@ fn an_error_completion_fails_over_without_waiting_for_the_timeout() {
     assert_eq!(s.next_deadline(), Some(Nanos(100).after(T)));
 }
 
+/// A primary that fails again soon after it was taken back flaps: each time
+/// it waits twice as long (up to `max_recovery`) before traffic returns to
+/// it; once it stayed up a whole window, a failure starts again from
+/// `recovery`. The backup keeps its own window.
+#[test]
+fn a_flapping_path_waits_longer_each_time_and_a_steady_one_starts_over() {
+    let c = cfg_backoff();
+    let mut h = PathHealth::new(P1, true, &c);
+    let fault = |s: u64| PathFault::Timeout {
+        seq: Seq(s),
+        atomic: false,
+        waited: T,
+    };
+    let mut now = at(Duration::from_millis(1));
+    let mut windows = Vec::new();
+    for k in 0..6u64 {
+        assert!(h.mark_bad(Path::Primary, fault(k), now));
+        let w = h.window(Path::Primary).unwrap();
+        windows.push(w);
+        assert_eq!(h.route(), Ok(Path::Backup));
+        assert_eq!(h.next_restore(), Some(now.after(w)));
+        // Not a moment early.
+        assert!(h
+            .restore_due(now.after(w - Duration::from_nanos(1)))
+            .is_empty());
+        now = now.after(w);
+        assert_eq!(h.restore_due(now), vec![(Path::Primary, w)]);
+        assert_eq!(h.route(), Ok(Path::Primary));
+        // It fails again within its window of coming back: a flap.
+        now = now.after(T);
+    }
+    assert_eq!(windows, [W, 2 * W, 4 * W, 8 * W, 8 * W, 8 * W]);
+    assert_eq!(h.window(Path::Backup), Some(W), "the backup's own");
+    // Up for a whole window (8 W) and more: the next failure starts over.
+    now = now.after(8 * W);
+    assert!(h.mark_bad(Path::Primary, fault(9), now));
+    assert_eq!(h.window(Path::Primary), Some(W));
+    // Fixed windows (max_recovery = recovery) never grow.
+    let mut fixed = PathHealth::new(P1, true, &cfg());
+    let mut t = at(Duration::from_millis(1));
+    for k in 0..3 {
+        fixed.mark_bad(Path::Primary, fault(k), t);
+        assert_eq!(fixed.window(Path::Primary), Some(W));
+        t = t.after(W);
+        assert_eq!(fixed.restore_due(t).len(), 1);
+        t = t.after(T);
+    }
+}
+
 #[test]
 fn health_is_kept_per_peer() {
     let mut sim = Sim::new(
@@ -358,12 +418,12 @@ fn health_is_kept_per_peer() {
 fn config_that_cannot_work_is_refused_with_the_reason() {
     let zero = HealthConfig {
         timeout: Duration::ZERO,
-        recovery: W,
+        ..cfg()
     };
     assert_eq!(zero.validate(), Err(ConfigError::ZeroTimeout));
     let short = HealthConfig {
-        timeout: T,
         recovery: T,
+        ..cfg()
     };
     let e = Sender::new(ME, short).unwrap_err();
     assert_eq!(
@@ -374,6 +434,18 @@ fn config_that_cannot_work_is_refused_with_the_reason() {
         }
     );
     assert!(e.to_string().contains("1ms"), "{e}");
+    let capped = HealthConfig {
+        max_recovery: T,
+        ..cfg()
+    };
+    assert_eq!(
+        capped.validate(),
+        Err(ConfigError::MaxRecoveryBelowRecovery {
+            recovery: W,
+            max_recovery: T
+        })
+    );
+    assert_eq!(cfg_backoff().validate(), Ok(()));
     assert_eq!(cfg().validate(), Ok(()));
     assert_eq!(HealthConfig::default().validate(), Ok(()));
 }
@@ -660,7 +732,9 @@ fn random_faults_on_both_paths_never_hang_and_never_apply_twice() {
                 Fate::Deliver(Duration::from_micros(1 + rng.below(20)))
             }
         });
-        let mut sim = Sim::new(cfg(), &[(P1, true), (P2, true)], seed, policy);
+        // Odd seeds with windows that grow while a path flaps.
+        let c = if seed % 2 == 1 { cfg_backoff() } else { cfg() };
+        let mut sim = Sim::new(c, &[(P1, true), (P2, true)], seed, policy);
         for _ in 0..300 {
             let peer = if sim.rng.chance(1, 2) { P1 } else { P2 };
             let op = if sim.rng.chance(1, 3) {

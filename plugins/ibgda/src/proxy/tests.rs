@@ -49,6 +49,7 @@ fn world_owing(
         health: HealthConfig {
             timeout: T,
             recovery: W,
+            max_recovery: W,
         },
         sq_slots: sq,
         cq_slots: cq,
