@@ -61,6 +61,15 @@ impl CommShared {
         self.stop.store(1, Ordering::Release);
     }
 
+    /// The mismatch a peer's abort notice names, if it names one.
+    pub fn abort_mismatch(&self) -> Option<crate::Error> {
+        let (rank, reason) = self.bootstrap.abort_notice()?;
+        match crate::Error::from_abort(rank, &reason) {
+            e @ crate::Error::Mismatch { .. } => Some(e),
+            _ => None,
+        }
+    }
+
     /// Fail if a peer died, a peer aborted, or we were aborted.
     pub fn check_peers(&self) -> Result<()> {
         if self.abort.load(Ordering::Acquire) != 0 {

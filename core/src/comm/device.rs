@@ -281,8 +281,9 @@ impl Communicator {
 
     /// The first error of a finished stream-ordered operation not reported yet
     /// (or the asynchronous error of a collective plugin, such as ce's watchdog
-    /// releasing a stream a dead peer left waiting), else a peer's death or
-    /// abort notice (sticky, like every later call's error).
+    /// releasing a stream a dead peer left waiting), else a peer's abort
+    /// notice that names a mismatched call (sticky, like every later call's
+    /// error).
     pub fn device_error(&self) -> Result<()> {
         // Finalized cleanly: destroy waited for every operation and returned its
         // errors; what the collective plugins say of their released comms is no error.
@@ -311,11 +312,16 @@ impl Communicator {
         if let Some(e) = first {
             return Err(e);
         }
-        // A peer that died or aborted (e.g. it found this rank's call mismatched)
-        // after this rank's operations completed: the communicator is broken all
-        // the same, and a stream-ordered program learns it here.
+        // A peer that found this rank's call mismatched after this rank's own
+        // operations completed: the call was wrong all the same, and a
+        // stream-ordered program learns it here. Only that finding: a peer
+        // that aborted or left for another reason (a rank done first and
+        // calling abort at shutdown, as PyTorch does) is no error of this
+        // rank's calls; its next call that needs the peer reports it.
         if self.engine.peer_event_seen() {
-            self.shared.check_peers()?;
+            if let Some(e) = self.shared.abort_mismatch() {
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -333,6 +339,28 @@ impl Communicator {
         self.device_error()?;
         let mut tasks = tasks;
         self.number_p2p(&mut tasks);
+        let numbered: smallvec::SmallVec<[crate::plan::P2pTask; 2]> = tasks
+            .iter()
+            .filter_map(|t| match t {
+                Task::P2p(p) => Some(*p),
+                Task::Coll(_) => None,
+            })
+            .collect();
+        // SAFETY: the caller's contract.
+        let r = unsafe { self.launch_device_numbered(tasks, streams) };
+        if r.is_err() {
+            // Nothing was posted: the numbers go back, or every later check
+            // with these peers would fail.
+            self.unnumber_p2p(&numbered);
+        }
+        r
+    }
+
+    /// [`launch_device`](Self::launch_device) of numbered tasks.
+    ///
+    /// # Safety
+    /// As [`launch_device`](Self::launch_device).
+    unsafe fn launch_device_numbered(&self, tasks: Vec<Task>, streams: &[RawStream]) -> Result<()> {
         let label = crate::plan::label(&tasks);
         let gpu = self.gpu()?.clone();
         gpu.bind()?;

@@ -565,6 +565,21 @@ impl Communicator {
         }
     }
 
+    /// Take back the numbers [`number_p2p`](Self::number_p2p) gave `tasks`,
+    /// whose launch failed before anything was posted. Exact while no other
+    /// thread numbered operations to the same peers in between (a
+    /// communicator's calls are ordered by its caller).
+    pub(super) fn unnumber_p2p(&self, ops: &[P2pTask]) {
+        let mut counts = self.p2p_seq.lock();
+        for p in ops.iter().rev() {
+            let c =
+                &mut counts[p.peer][usize::from(p.dir == Dir::Recv) + 2 * usize::from(p.device)];
+            if *c == p.seq + 1 {
+                *c = p.seq;
+            }
+        }
+    }
+
     /// Queue plans, making the connections they need first.
     /// `label` names the operation in status reports (`Communicator::status_report`).
     pub(crate) fn submit_plans(

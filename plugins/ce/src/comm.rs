@@ -413,6 +413,16 @@ impl CeComm {
         if self.host.aborted() {
             return Err(PluginError::remote("the communicator was aborted"));
         }
+        let _bound = self.dev.bind()?;
+        let stream = stream as sys::CUstream;
+        // SAFETY: the caller's contract.
+        let capturing = d.capturing || unsafe { driver::is_capturing(stream) }?;
+        let mode = if capturing { Mode::Graph } else { Mode::Eager };
+        if capturing {
+            // First: every rank takes part in the exchange, whatever this
+            // rank's call turns out to be (a count of 0, a bad argument).
+            self.check_captured(d)?;
+        }
         let invalid =
             |why| PluginError::invalid(format!("ce cannot run this {}: {why}", d.coll.name()));
         let (_, route) =
@@ -423,14 +433,6 @@ impl CeComm {
             return Ok(()); // count 0
         };
         let block = d.count * d.elem;
-        let _bound = self.dev.bind()?;
-        let stream = stream as sys::CUstream;
-        // SAFETY: the caller's contract.
-        let capturing = d.capturing || unsafe { driver::is_capturing(stream) }?;
-        let mode = if capturing { Mode::Graph } else { Mode::Eager };
-        if capturing {
-            self.check_captured(d)?;
-        }
         // The bid saw the core's capture flag; a stream captured without it
         // still gets no exchange kernel (see select::exchange).
         let route = if route.kernel.is_some() && capturing {

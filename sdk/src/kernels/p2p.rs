@@ -41,9 +41,10 @@ pub const ERR_SIZE_SENT: u64 = 3;
 
 /// The chunk for a message of `bytes` bytes in slots of `slot` bytes (a
 /// multiple of 16, more than [`HEADER`]): the Simple kernel's sizing with
-/// the header's room taken out.
+/// the header's room taken out, up to a whole slot at every size (a send
+/// finishes before its receive while the ring holds it: the slot sizes that).
 pub fn chunk_bytes(bytes: usize, slot: usize) -> usize {
-    super::simple::chunk_bytes(bytes, slot.saturating_sub(HEADER).max(16))
+    super::simple::chunk_within(bytes, slot.saturating_sub(HEADER).max(16))
 }
 
 /// One direction of the exchange with one peer (`#[repr(C)]`, the CUDA C

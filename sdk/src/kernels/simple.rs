@@ -144,6 +144,12 @@ pub fn chunk_bytes(seg: usize, slot: usize) -> usize {
     } else {
         slot.min(DEFAULT_SLOT)
     };
+    chunk_within(seg, most)
+}
+
+/// About [`TARGET_BLOCKS`] chunks of `seg` bytes, each a multiple of 16
+/// bytes, at least [`MIN_CHUNK`] and at most `most` (a multiple of 16).
+pub fn chunk_within(seg: usize, most: usize) -> usize {
     let want = seg.div_ceil(TARGET_BLOCKS).next_multiple_of(16);
     want.max(MIN_CHUNK).min(most).max(16)
 }

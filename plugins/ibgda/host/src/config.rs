@@ -24,8 +24,12 @@ impl Config {
     /// From `lookup` (the host table's getenv), checked.
     pub fn from_env(lookup: &impl Fn(&str) -> Option<String>) -> PluginResult<Config> {
         let timeout = duration(lookup, "FERROCX_IBGDA_TIMEOUT", Duration::from_secs(1))?;
-        let recovery = duration(lookup, "FERROCX_IBGDA_RECOVERY", timeout * 3)?;
-        let max_recovery = duration(lookup, "FERROCX_IBGDA_RECOVERY_MAX", recovery * 8)?;
+        let recovery = duration(lookup, "FERROCX_IBGDA_RECOVERY", timeout.saturating_mul(3))?;
+        let max_recovery = duration(
+            lookup,
+            "FERROCX_IBGDA_RECOVERY_MAX",
+            recovery.saturating_mul(8),
+        )?;
         let health = HealthConfig {
             timeout,
             recovery,
