@@ -329,13 +329,23 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "FERROCX_CE_SIMPLE_SLOT",
-        "64K",
-        "ce: bytes per slot of the Simple kernel's rings (nranks × 128 slots per rank)",
+        "auto",
+        "ce: bytes per slot of the Simple and point-to-point kernels' rings (nranks × 128 slots per rank; auto: 128K for the Simple kernel at 2 ranks, else 64K)",
     ),
     (
         "FERROCX_CE_SIMPLE_BLOCKS",
         "64",
         "ce: most sending blocks of one Simple kernel (as many receive)",
+    ),
+    (
+        "FERROCX_CE_SIMPLE_SPREAD",
+        "1",
+        "ce: above 2 ranks a Simple kernel's blocks take one (chunk, peer) pair each",
+    ),
+    (
+        "FERROCX_CE_P2P_BYTES",
+        "16M",
+        "ce: device sends/receives up to this run as its point-to-point kernel (0: never)",
     ),
     (
         "FERROCX_CE_STAGE",
