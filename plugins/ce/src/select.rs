@@ -1158,6 +1158,15 @@ mod tests {
         );
         assert_eq!(k(2, Coll::Broadcast, 32 << 20), simple);
         assert_eq!(k(4, Coll::AllGather, 8 << 20), simple);
+        // At 2 ranks all_reduce and reduce_scatter run as the kernel to 1 GiB
+        // blocks (one element more: not), alltoall to 256 MiB.
+        for coll in [Coll::AllReduce, Coll::ReduceScatter] {
+            assert_eq!(k(2, coll, 1 << 30), simple, "{coll:?}");
+            assert_ne!(k(2, coll, (1 << 30) + 4), simple, "{coll:?}");
+            assert_ne!(k(4, coll, 1 << 30), simple, "{coll:?} at 4 ranks");
+        }
+        assert_eq!(k(2, Coll::AllToAll, 256 << 20), simple);
+        assert_ne!(k(2, Coll::AllToAll, (256 << 20) + 4), simple);
         assert_eq!(simple_limit(Coll::AllReduce, 4, 1 << 30), 1 << 30);
         assert_eq!(simple_limit(Coll::Gather, 2, crate::config::SIMPLE_AUTO), 0);
     }
