@@ -27,7 +27,7 @@ mod topology;
 #[cfg(test)]
 mod tests;
 
-pub use topology::{NicInfo, NodeId, Topology, TopologyError};
+pub use topology::{NicInfo, NodeId, PciDevice, Topology, TopologyError};
 
 use std::collections::BTreeMap;
 use std::fmt;

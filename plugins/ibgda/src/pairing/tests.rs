@@ -289,3 +289,98 @@ fn malformed_topologies_are_refused_with_the_reason() {
         Err(TopologyError::UnknownParent(foreign))
     );
 }
+
+/// `switches` as sysfs would place them: per switch a root port, the switch's
+/// upstream port and one downstream port per device, below the root complex
+/// of its socket (bus numbers made up, unique per switch).
+fn pci_devices(switches: &[Switch]) -> Vec<PciDevice> {
+    let mut out = Vec::new();
+    for (s, (root, gpus, nics)) in switches.iter().enumerate() {
+        let bus = 0x10 + 0x20 * s;
+        let chain = |port: usize| -> Vec<String> {
+            vec![
+                format!("pci0000:{:02x}", 0x80 * root),
+                format!("0000:{:02x}:01.0", 0x80 * root),
+                format!("0000:{bus:02x}:00.0"),
+                format!("0000:{:02x}:{port:02x}.0", bus + 1),
+                format!("0000:{:02x}:00.0", bus + 2 + port),
+            ]
+        };
+        let mut port = 0;
+        for &g in gpus {
+            out.push(PciDevice::Gpu {
+                index: g,
+                path: chain(port),
+            });
+            port += 1;
+        }
+        for &(slot, ports) in nics {
+            out.push(PciDevice::Nic {
+                slot,
+                ports,
+                path: chain(port),
+            });
+            port += 1;
+        }
+    }
+    out
+}
+
+/// A GPU's primary and backup.
+type Ports = (u32, PortRef, Option<(PortRef, BackupRule)>);
+
+/// The ports each GPU gets (hops left out: sysfs chains count every port).
+fn ports(pairs: &[Pairing]) -> Vec<Ports> {
+    pairs.iter().map(|p| (p.gpu, p.primary, p.backup)).collect()
+}
+
+#[test]
+fn sysfs_paths_pair_as_the_hand_built_host_whatever_their_order() {
+    for missing in [&[][..], &[3][..], &[0, 5][..]] {
+        let switches = eight_by_eight(missing);
+        let mut devices = pci_devices(&switches);
+        let want = ports(&pair(&host(&switches)).unwrap());
+        let mut rng = Rng::new(0x5f5 + missing.len() as u64);
+        for _ in 0..5 {
+            let topo = Topology::from_pci(&devices).unwrap();
+            let got = pair(&topo).unwrap();
+            check_rules(&topo, &got);
+            assert_eq!(ports(&got), want, "missing {missing:?}");
+            // GPU i and its NIC share a switch: 4 links (down, up, up, down).
+            assert!(got.iter().all(|p| p.primary_hops == 4), "{got:?}");
+            for i in (1..devices.len()).rev() {
+                devices.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+        }
+    }
+}
+
+#[test]
+fn sysfs_paths_without_a_root_complex_are_refused() {
+    let gpu = |path: &[&str]| PciDevice::Gpu {
+        index: 3,
+        path: path.iter().map(|s| s.to_string()).collect(),
+    };
+    for bad in [
+        &[][..],
+        &["0000:17:00.0"][..],
+        &["0000:16:02.0", "0000:17:00.0"][..],
+    ] {
+        let e = Topology::from_pci(&[gpu(bad)]).unwrap_err();
+        assert_eq!(e, TopologyError::BadPciPath { gpu: true, id: 3 });
+        assert!(e.to_string().contains("GPU 3"), "{e}");
+    }
+    // Devices straight below a root complex are fine.
+    let t = Topology::from_pci(&[gpu(&["pci0000:00", "0000:00:05.0"])]).unwrap();
+    assert_eq!(t.gpus().count(), 1);
+    // A NIC listed twice is the builder's error.
+    let nic = PciDevice::Nic {
+        slot: 1,
+        ports: 1,
+        path: vec!["pci0000:00".into(), "0000:00:06.0".into()],
+    };
+    assert_eq!(
+        Topology::from_pci(&[nic.clone(), nic]).unwrap_err(),
+        TopologyError::DuplicateNic(1)
+    );
+}

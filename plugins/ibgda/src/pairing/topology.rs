@@ -1,6 +1,6 @@
 //! A model of a host's PCI tree: root complexes, PCIe switches, GPUs and NICs.
-//! Built by hand in tests; later filled from sysfs (net-ib's scanner) or from the
-//! bootstrap's exchange of bus ids.
+//! Built by hand in tests, or from the devices' sysfs paths
+//! ([`Topology::from_pci`]: the chains net-ib's scanner reads).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -49,6 +49,14 @@ pub enum TopologyError {
     DuplicateGpu(u32),
     /// Two NICs with the same slot.
     DuplicateNic(u32),
+    /// A device's sysfs path without a root complex (`pci…`) above the
+    /// device's own function.
+    BadPciPath {
+        /// A GPU's (else a NIC's).
+        gpu: bool,
+        /// Its index or slot.
+        id: u32,
+    },
     /// A NIC with a port count other than 1 or 2.
     BadPortCount {
         /// The NIC's slot.
@@ -67,6 +75,11 @@ impl fmt::Display for TopologyError {
             }
             TopologyError::DuplicateGpu(i) => write!(f, "GPU {i} is listed twice"),
             TopologyError::DuplicateNic(s) => write!(f, "NIC slot {s} is listed twice"),
+            TopologyError::BadPciPath { gpu, id } => write!(
+                f,
+                "{} {id}'s PCI path has no root complex (pci…) above the device",
+                if *gpu { "GPU" } else { "NIC slot" }
+            ),
             TopologyError::BadPortCount { slot, ports } => {
                 write!(
                     f,
@@ -78,6 +91,27 @@ impl fmt::Display for TopologyError {
 }
 
 impl std::error::Error for TopologyError {}
+
+/// A GPU or NIC as sysfs places it, for [`Topology::from_pci`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PciDevice {
+    /// GPU `index` (its CUDA ordinal).
+    Gpu {
+        /// The ordinal.
+        index: u32,
+        /// Its path (see [`Topology::from_pci`]).
+        path: Vec<String>,
+    },
+    /// The NIC in `slot` (`mlx5_<slot>`) with `ports` ports.
+    Nic {
+        /// The slot.
+        slot: u32,
+        /// Ports, 1 or 2.
+        ports: u8,
+        /// Its path.
+        path: Vec<String>,
+    },
+}
 
 /// A PCI tree. Distance between two devices is the number of links between them
 /// ([`hops`](Self::hops)); the root complexes are joined through one implicit
@@ -129,6 +163,59 @@ impl Topology {
         let node = self.push(Some(parent), depth, Kind::Nic);
         self.nics.insert(slot, NicInfo { slot, ports, node });
         Ok(node)
+    }
+
+    /// The tree of `devices` from their sysfs paths: each path is the
+    /// components of the device's resolved path under `/sys/devices`, from
+    /// its root complex (`pci0000:16`) through every bridge and switch port
+    /// down to the device's own function (`0000:17:00.0`) — what net-ib's
+    /// scanner reads (`PciPath`). One root complex per distinct first
+    /// component, one bridge per distinct prefix, each device below its last
+    /// bridge; the result does not depend on the devices' order.
+    pub fn from_pci(devices: &[PciDevice]) -> Result<Topology, TopologyError> {
+        let mut t = Topology::new();
+        let mut bridges: BTreeMap<Vec<String>, NodeId> = BTreeMap::new();
+        // Sorted, so node numbering (and nothing else) is order-free too.
+        let mut sorted: Vec<&PciDevice> = devices.iter().collect();
+        sorted.sort_by(|a, b| path_of(a).cmp(path_of(b)));
+        for d in sorted {
+            let path = path_of(d);
+            let bad = match d {
+                PciDevice::Gpu { index, .. } => TopologyError::BadPciPath {
+                    gpu: true,
+                    id: *index,
+                },
+                PciDevice::Nic { slot, .. } => TopologyError::BadPciPath {
+                    gpu: false,
+                    id: *slot,
+                },
+            };
+            if path.len() < 2 || !path[0].starts_with("pci") {
+                return Err(bad);
+            }
+            let mut parent = None;
+            for k in 1..path.len() {
+                let prefix = &path[..k];
+                let node = match bridges.get(prefix) {
+                    Some(&n) => n,
+                    None => {
+                        let n = match parent {
+                            None => t.root(),
+                            Some(p) => t.switch(p)?,
+                        };
+                        bridges.insert(prefix.to_vec(), n);
+                        n
+                    }
+                };
+                parent = Some(node);
+            }
+            let parent = parent.expect("a path of two components or more");
+            match d {
+                PciDevice::Gpu { index, .. } => t.gpu(parent, *index)?,
+                PciDevice::Nic { slot, ports, .. } => t.nic(parent, *slot, *ports)?,
+            };
+        }
+        Ok(t)
     }
 
     /// GPUs by index.
@@ -198,5 +285,11 @@ impl Topology {
             return Err(TopologyError::ParentIsDevice(parent));
         }
         Ok(node.depth)
+    }
+}
+
+fn path_of(d: &PciDevice) -> &[String] {
+    match d {
+        PciDevice::Gpu { path, .. } | PciDevice::Nic { path, .. } => path,
     }
 }
