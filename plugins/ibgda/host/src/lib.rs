@@ -329,8 +329,8 @@ impl DevNet for Ibgda {
             )
         };
         format!(
-            "rank {}: proxy handler (no mlx5 handler is built; every peer is on this host): a host thread takes the kernels' requests, two copy-engine streams per rank are the primary and backup paths, signals and fetch-adds are host atomics on the peer's signal words; completion timeout {:?}, recovery {:?}, {} slots per ring, {} signal bytes{faults}",
-            comm.rank, comm.cfg.health.timeout, comm.cfg.health.recovery, comm.cfg.slots, comm.cfg.signal_bytes
+            "rank {}: proxy handler (no mlx5 handler is built; every peer is on this host): a host thread takes the kernels' requests, two copy-engine streams per rank are the primary and backup paths, signals and fetch-adds are host atomics on the peer's signal words; completion timeout {:?}, recovery {:?} (up to {:?} for a flapping path), {} slots per ring, {} signal bytes{faults}",
+            comm.rank, comm.cfg.health.timeout, comm.cfg.health.recovery, comm.cfg.health.max_recovery, comm.cfg.slots, comm.cfg.signal_bytes
         )
     }
 }
