@@ -557,8 +557,7 @@ impl Communicator {
         let mut counts = self.p2p_seq.lock();
         for t in tasks.iter_mut() {
             if let Task::P2p(p) = t {
-                let c = &mut counts[p.peer]
-                    [usize::from(p.dir == Dir::Recv) + 2 * usize::from(p.device)];
+                let c = &mut counts[p.peer][seq_slot(p)];
                 p.seq = *c;
                 *c += 1;
             }
@@ -572,8 +571,7 @@ impl Communicator {
     pub(super) fn unnumber_p2p(&self, ops: &[P2pTask]) {
         let mut counts = self.p2p_seq.lock();
         for p in ops.iter().rev() {
-            let c =
-                &mut counts[p.peer][usize::from(p.dir == Dir::Recv) + 2 * usize::from(p.device)];
+            let c = &mut counts[p.peer][seq_slot(p)];
             if *c == p.seq + 1 {
                 *c = p.seq;
             }
@@ -872,4 +870,10 @@ impl Drop for Communicator {
             let _ = self.destroy();
         }
     }
+}
+
+/// Which of a peer's four counters numbers `p` (`Communicator::p2p_seq`):
+/// sends, receives; host memory, then device memory.
+fn seq_slot(p: &P2pTask) -> usize {
+    usize::from(p.dir == Dir::Recv) + 2 * usize::from(p.device)
 }
