@@ -102,7 +102,7 @@ for s in $STEPS; do
         run_step "fxperf-$b" "$BIN/fxperf" --np "$NP" --mem cuda $SIZES $ITERS -c 1 "$b"
       done ;;
     perf-unreg)  # fxperf registers its buffers by default (-R 1); these do not
-      for b in sendrecv all_gather; do
+      for b in ${PERF_COLLS:-sendrecv all_gather}; do
         # shellcheck disable=SC2086
         run_step "fxperf-$b-unreg" "$BIN/fxperf" --np "$NP" --mem cuda -R 0 $SIZES $ITERS -c 1 "$b"
       done ;;

@@ -35,13 +35,15 @@ fn root_of(raw: i32) -> Result<usize> {
     usize::try_from(raw).map_err(|_| Error::InvalidArgument(format!("root {raw} is negative")))
 }
 
-/// Whether the call's buffers are device memory (by the first non-null one);
-/// host buffers take no stream.
-fn on_device(ptrs: &[usize], stream: *mut c_void) -> Result<bool> {
-    let dev = ptrs
-        .iter()
-        .find(|&&p| p != 0)
-        .is_some_and(|&p| ferrocx_sdk::cuda::device_of(p).is_some());
+/// Whether the call's buffers are device memory (by the first non-null one,
+/// unless the caller already asked the driver: `known`); host buffers take
+/// no stream.
+fn on_device(ptrs: &[usize], stream: *mut c_void, known: Option<bool>) -> Result<bool> {
+    let dev = known.unwrap_or_else(|| {
+        ptrs.iter()
+            .find(|&&p| p != 0)
+            .is_some_and(|&p| ferrocx_sdk::cuda::device_of(p).is_some())
+    });
     if !dev && !stream.is_null() {
         return Err(Error::InvalidArgument(
             "the buffers are host memory but a stream was given (pass NULL: host calls complete before returning)".into(),
@@ -145,12 +147,30 @@ pub unsafe fn collective(
     recv: *mut c_void,
     stream: *mut c_void,
 ) -> i32 {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { collective_known(comm, name, spec, send, recv, stream, None) }
+}
+
+/// [`collective`] where the caller already knows whether the buffers are
+/// device memory (`Some`: the NCCL layer asked the driver; no second query).
+///
+/// # Safety
+/// As [`collective`].
+pub unsafe fn collective_known(
+    comm: *mut FerrocxComm,
+    name: &str,
+    spec: ferrocx::Result<CollSpec>,
+    send: *const c_void,
+    recv: *mut c_void,
+    stream: *mut c_void,
+    device: Option<bool>,
+) -> i32 {
     guard(name, rank_of(comm), || {
         let spec = spec?;
         // SAFETY: the C caller's contract on `comm`.
         let c = &unsafe { comm_ref(comm) }?.comm;
         let (send, recv) = (send as usize, recv as usize);
-        let device = on_device(&[send, recv], stream)?;
+        let device = on_device(&[send, recv], stream, device)?;
         let inp = in_place(c, &spec, send, recv);
         let (sb, rb) = extents(c, &spec)?;
         for (what, p, need) in [("send", send, sb), ("receive", recv, rb)] {
@@ -276,6 +296,27 @@ pub unsafe fn point_to_point(
     peer: i32,
     stream: *mut c_void,
 ) -> i32 {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { point_to_point_known(comm, name, send, buf, count, dtype, peer, stream, None) }
+}
+
+/// [`point_to_point`] where the caller already knows whether the buffer is
+/// device memory (as [`collective_known`]).
+///
+/// # Safety
+/// As [`collective`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn point_to_point_known(
+    comm: *mut FerrocxComm,
+    name: &str,
+    send: bool,
+    buf: *const c_void,
+    count: usize,
+    dtype: Result<DataType>,
+    peer: i32,
+    stream: *mut c_void,
+    device: Option<bool>,
+) -> i32 {
     guard(name, rank_of(comm), || {
         // SAFETY: the C caller's contract on `comm`.
         let c = &unsafe { comm_ref(comm) }?.comm;
@@ -285,7 +326,7 @@ pub unsafe fn point_to_point(
         let peer = usize::try_from(peer)
             .map_err(|_| Error::InvalidArgument(format!("peer rank {peer} is negative")))?;
         let ptr = buf as usize;
-        let device = on_device(&[ptr], stream)?;
+        let device = on_device(&[ptr], stream, device)?;
         let p = Pending::P2p {
             send,
             ptr,
@@ -660,7 +701,7 @@ pub unsafe extern "C" fn ferrocx_register(
         if buf.is_null() {
             return Err(Error::InvalidArgument("the buffer is NULL".into()));
         }
-        let reg = if on_device(&[buf as usize], std::ptr::null_mut())? {
+        let reg = if on_device(&[buf as usize], std::ptr::null_mut(), None)? {
             // SAFETY: the caller's contract.
             unsafe { c.register_device(buf as u64, bytes)? }
         } else {

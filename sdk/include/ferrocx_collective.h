@@ -241,6 +241,13 @@ extern "C" {
  * as op #3, rank 1 called broadcast(float, 8, root 0) as op #3"); the core then skips
  * its own check before the call (FERROCX_CHECK_CALLS). */
 #define FX_COLL_CAP_CHECKS_CALLS (1ull << 4)
+/* p2p_can_run may be asked about ops with the rank itself (peer == this rank) on CUDA
+ * memory: a device group's sends to itself, each met by the receive from itself posted
+ * in the same place among the group's receives from itself, with as many bytes. A plugin
+ * that wins both runs the pair as a local copy inside its launch (and refuses a launch
+ * whose self sends and receives do not pair). Without the bit the core copies them itself
+ * and asks only about other ranks. Added within v1 (2026-11-27). */
+#define FX_COLL_CAP_P2P_SELF (1ull << 5)
 
 /* What comm_init learns about the communicator. */
 typedef struct fx_comm_info {
@@ -301,7 +308,7 @@ typedef struct fx_coll_desc {
 /* One send or receive of a point-to-point group. */
 typedef struct fx_p2p_op {
   int32_t kind;   /* FX_P2P_SEND or FX_P2P_RECV */
-  int32_t peer;   /* the other rank */
+  int32_t peer;   /* the other rank (this rank: FX_COLL_CAP_P2P_SELF) */
   uint64_t bytes; /* a send meets a receive of exactly as many */
   void *buf;      /* NULL only when bytes is 0 */
 } fx_p2p_op_t;

@@ -82,32 +82,67 @@ pub fn check(r: sys::CUresult, what: &str) -> PluginResult<()> {
 /// The device ordinal owning `ptr` when it is CUDA device memory; `None` for host
 /// memory (pageable or pinned), for addresses CUDA does not know, and without CUDA.
 pub fn device_of(ptr: usize) -> Option<i32> {
+    device_span(ptr).map(|s| s.device)
+}
+
+/// Where a device address lies: its GPU and its allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceSpan {
+    /// The device ordinal.
+    pub device: i32,
+    /// The allocation's first byte.
+    pub base: usize,
+    /// Its bytes.
+    pub size: usize,
+}
+
+/// [`device_of`] with the allocation, from one driver call (calls on device
+/// buffers ask this per buffer: one `cuPointerGetAttributes`, which answers
+/// defaults rather than errors for host memory, instead of three queries).
+pub fn device_span(ptr: usize) -> Option<DeviceSpan> {
     if ptr == 0 || available().is_err() {
         return None;
     }
+    use sys::CUpointer_attribute as A;
     let mut kind: u32 = 0;
-    // SAFETY: the driver is initialized; the attribute is a 32-bit value written into
-    // `kind`; unknown host addresses return an error, not a fault.
+    let mut device: i32 = -1;
+    let mut base: sys::CUdeviceptr = 0;
+    let mut size: usize = 0;
+    let mut attrs = [
+        A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    ];
+    let mut data: [*mut std::ffi::c_void; 4] = [
+        &mut kind as *mut u32 as *mut std::ffi::c_void,
+        &mut device as *mut i32 as *mut std::ffi::c_void,
+        &mut base as *mut sys::CUdeviceptr as *mut std::ffi::c_void,
+        &mut size as *mut usize as *mut std::ffi::c_void,
+    ];
+    // SAFETY: the driver is initialized; each data pointer addresses a value as
+    // large as its attribute's type (memory type: 32 bits, ordinal: int, range:
+    // a CUdeviceptr and a size_t); unknown host addresses answer defaults.
     let r = unsafe {
-        sys::cuPointerGetAttribute(
-            &mut kind as *mut u32 as *mut std::ffi::c_void,
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        sys::cuPointerGetAttributes(
+            attrs.len() as u32,
+            attrs.as_mut_ptr(),
+            data.as_mut_ptr(),
             ptr as sys::CUdeviceptr,
         )
     };
-    if r != sys::CUresult::CUDA_SUCCESS || kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+    if r != sys::CUresult::CUDA_SUCCESS
+        || kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+        || device < 0
+        || size == 0
+    {
         return None;
     }
-    let mut dev: i32 = -1;
-    // SAFETY: as above; the ordinal is an int.
-    let r = unsafe {
-        sys::cuPointerGetAttribute(
-            &mut dev as *mut i32 as *mut std::ffi::c_void,
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            ptr as sys::CUdeviceptr,
-        )
-    };
-    (r == sys::CUresult::CUDA_SUCCESS).then_some(dev)
+    Some(DeviceSpan {
+        device,
+        base: base as usize,
+        size,
+    })
 }
 
 /// A device's PCI location packed into 32 bits (domain 16, bus 8, device 5,

@@ -281,6 +281,7 @@ fn expected() -> Expected {
         ("FX_COLL_CAP_WINDOWS", FX_COLL_CAP_WINDOWS),
         ("FX_COLL_CAP_GRAPHS", FX_COLL_CAP_GRAPHS),
         ("FX_COLL_CAP_CHECKS_CALLS", FX_COLL_CAP_CHECKS_CALLS),
+        ("FX_COLL_CAP_P2P_SELF", FX_COLL_CAP_P2P_SELF),
     ] {
         names.push(name);
         out.push(Check::num(name.into(), name.into(), v));

@@ -189,6 +189,12 @@ impl CollectivePlugin {
         self.t().caps & FX_COLL_CAP_CHECKS_CALLS != 0
     }
 
+    /// Whether the plugin's point-to-point hooks take device ops with the
+    /// rank itself (`FX_COLL_CAP_P2P_SELF`).
+    pub fn takes_self_ops(&self) -> bool {
+        self.t().caps & FX_COLL_CAP_P2P_SELF != 0
+    }
+
     /// Whether the plugin uses windows.
     pub fn takes_windows(&self) -> bool {
         self.t().window_register.is_some()

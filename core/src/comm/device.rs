@@ -19,7 +19,7 @@
 
 use super::group::Group;
 use super::{Communicator, Dir};
-use crate::device::{mem, order::Signal, AsStream, Gpu, RawStream};
+use crate::device::{order::Signal, AsStream, Gpu, RawStream};
 use crate::error::{Error, Result};
 use crate::plan::{CollSpec, CollTask, P2pTask, PlanDevice, Task};
 use ferrocx_sdk::cuda::{self, Event};
@@ -52,26 +52,20 @@ impl Communicator {
         let gpu = self.gpu()?;
         gpu.bind()?;
         let ptr = ptr as usize;
-        match cuda::device_of(ptr) {
-            Some(d) if d == gpu.device() => {}
-            Some(d) => {
-                return Err(Error::invalid(format!(
-                    "{what} at {ptr:#x} is on GPU {d}, but rank {} uses GPU {}",
-                    self.rank(),
-                    gpu.device()
-                )))
-            }
-            None => {
-                return Err(Error::invalid(format!(
-                "{what} at {ptr:#x} is not CUDA device memory (use the host API for host buffers)"
-            )))
-            }
-        }
-        let (base, size) = mem::allocation_of(ptr).ok_or_else(|| {
+        let span = cuda::device_span(ptr).ok_or_else(|| {
             Error::invalid(format!(
-                "{what} at {ptr:#x}: CUDA does not know its allocation"
+                "{what} at {ptr:#x} is not CUDA device memory (use the host API for host buffers)"
             ))
         })?;
+        if span.device != gpu.device() {
+            return Err(Error::invalid(format!(
+                "{what} at {ptr:#x} is on GPU {}, but rank {} uses GPU {}",
+                span.device,
+                self.rank(),
+                gpu.device()
+            )));
+        }
+        let (base, size) = (span.base, span.size);
         Ok((ptr, base + size - ptr))
     }
 
@@ -235,13 +229,54 @@ impl Communicator {
         tasks: Vec<Task>,
         streams: Vec<RawStream>,
     ) -> Result<()> {
+        let pairs = crate::plan::self_pairs(&tasks, self.rank())?;
         // SAFETY: the caller's contract.
-        let (tasks, streams) = unsafe { self.device_p2p_on_plugins(tasks, streams)? };
+        let (mut tasks, mut streams) =
+            unsafe { self.device_p2p_on_plugins(tasks, streams, &pairs)? };
+        // SAFETY: the caller's contract.
+        unsafe { self.copy_to_self_on_device(&mut tasks, &mut streams)? };
         if tasks.is_empty() {
             return Ok(());
         }
         // SAFETY: the caller's contract.
         unsafe { self.launch_device(tasks, &streams) }
+    }
+
+    /// This rank's sends to itself left in `tasks` (no plugin took them), as
+    /// copies into their receives queued on their stream, taken out of the
+    /// group (no transport connects a rank to itself).
+    ///
+    /// # Safety
+    /// As [`collective_on`](Self::collective_on), for every task and stream.
+    unsafe fn copy_to_self_on_device(
+        &self,
+        tasks: &mut Vec<Task>,
+        streams: &mut Vec<RawStream>,
+    ) -> Result<()> {
+        let pairs = crate::plan::self_pairs(tasks, self.rank())?;
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let gpu = self.gpu()?;
+        gpu.bind()?;
+        for &(s, r) in &pairs {
+            let (Task::P2p(send), Task::P2p(recv)) = (&tasks[s], &tasks[r]) else {
+                unreachable!("self_pairs pairs sends and receives");
+            };
+            if streams[s] != streams[r] {
+                return Err(Error::invalid(
+                    "a send to the rank itself and its receive must be on one stream",
+                ));
+            }
+            // SAFETY: device buffers of `*_on` calls, whose contracts cover
+            // work queued on their stream.
+            unsafe { gpu.copy_local(recv.ptr, send.ptr, send.len, streams[r] as _) }?;
+        }
+        for i in crate::plan::pair_indices_descending(&pairs) {
+            tasks.remove(i);
+            streams.remove(i);
+        }
+        Ok(())
     }
 
     /// Whether some peer's transport takes no device memory (device data to it is

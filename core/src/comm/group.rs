@@ -94,16 +94,19 @@ impl<'a> Group<'a> {
     /// device operations (`*_on`) is queued instead: it starts once every stream it
     /// names has reached this point, and every one of those streams waits for all of it.
     pub fn group_end(mut self) -> Result<()> {
-        if !self.streams.is_empty() {
-            self.check_one_kind()?;
+        if self.streams.is_empty() {
+            self.copy_to_self()?;
+            if self.tasks.is_empty() {
+                return Ok(());
+            }
+            return self.comm.run_tasks(self.tasks);
         }
-        self.copy_to_self()?;
+        self.check_one_kind()?;
         if self.tasks.is_empty() {
             return Ok(());
         }
-        if self.streams.is_empty() {
-            return self.comm.run_tasks(self.tasks);
-        }
+        // Device sends to this rank itself: a collective plugin may take them
+        // with the rest (`FX_COLL_CAP_P2P_SELF`), else they are copied there.
         // SAFETY: every stream and device buffer was given by `*_on` calls whose
         // contracts cover this launch.
         unsafe {
@@ -112,45 +115,21 @@ impl<'a> Group<'a> {
         }
     }
 
-    /// Do this rank's sends to itself now, as copies into their receives, and take
-    /// them out of the group (no transport connects a rank to itself).
+    /// Do this rank's host sends to itself now, as copies into their receives,
+    /// and take them out of the group (no transport connects a rank to itself;
+    /// device groups: [`Communicator::launch_device_p2p`]).
     fn copy_to_self(&mut self) -> Result<()> {
         let pairs = crate::plan::self_pairs(&self.tasks, self.comm.rank())?;
-        if pairs.is_empty() {
-            return Ok(());
-        }
-        let span = |t: &Task| match t {
-            Task::P2p(p) => (p.ptr, p.len),
-            Task::Coll(_) => (0, 0),
-        };
-        let device = !self.streams.is_empty();
         for &(s, r) in &pairs {
-            let ((src, len), (dst, _)) = (span(&self.tasks[s]), span(&self.tasks[r]));
-            if device {
-                let stream = self.streams[r];
-                if self.streams[s] != stream {
-                    return Err(crate::Error::invalid(
-                        "a send to the rank itself and its receive must be on one stream",
-                    ));
-                }
-                let gpu = self.comm.gpu()?;
-                gpu.bind()?;
-                // SAFETY: device buffers of `*_on` calls, whose contracts cover
-                // work queued on their stream.
-                unsafe { gpu.copy_local(dst, src, len, stream as _) }?;
-            } else {
-                // SAFETY: host buffers this group borrows (or raw ones under
-                // send_raw/recv_raw's contract), validated when added.
-                unsafe { crate::plan::copy_host(dst, src, len) };
-            }
+            let (Task::P2p(send), Task::P2p(recv)) = (&self.tasks[s], &self.tasks[r]) else {
+                unreachable!("self_pairs pairs sends and receives");
+            };
+            // SAFETY: host buffers this group borrows (or raw ones under
+            // send_raw/recv_raw's contract), validated when added.
+            unsafe { crate::plan::copy_host(recv.ptr, send.ptr, send.len) };
         }
-        let mut drop: Vec<usize> = pairs.iter().flat_map(|&(s, r)| [s, r]).collect();
-        drop.sort_unstable();
-        for &i in drop.iter().rev() {
+        for i in crate::plan::pair_indices_descending(&pairs) {
             self.tasks.remove(i);
-            if device {
-                self.streams.remove(i);
-            }
         }
         Ok(())
     }

@@ -116,7 +116,19 @@ impl Communicator {
             flags: capture_flag(capturing),
             reserved: 0,
         };
-        match Runner::best(self.colls.plugins().iter().map(|p| p.p2p_can_run(&d))) {
+        // An op with this rank itself goes only to a plugin that copies such
+        // pairs itself (device memory).
+        let with_self = op.peer as usize == self.rank();
+        let asks = |p: &crate::collective::CollectivePlugin| {
+            !with_self || (mem == FX_MEM_CUDA && p.takes_self_ops())
+        };
+        match Runner::best(self.colls.plugins().iter().map(|p| {
+            if asks(p) {
+                p.p2p_can_run(&d)
+            } else {
+                0
+            }
+        })) {
             Runner::Plugin(i) => Some(i),
             Runner::Core => None,
         }
@@ -310,6 +322,8 @@ impl Communicator {
 
     /// Launch the device sends and receives of `tasks` that a collective
     /// plugin wins; return the rest (with their streams) for the core.
+    /// `pairs`: the (send, receive) indices of the sends to this rank itself
+    /// ([`crate::plan::self_pairs`]); a pair goes to a plugin only whole.
     ///
     /// # Safety
     /// As [`Communicator::collective_on`] for every task and stream.
@@ -317,6 +331,7 @@ impl Communicator {
         &self,
         tasks: Vec<Task>,
         streams: Vec<RawStream>,
+        pairs: &[(usize, usize)],
     ) -> Result<(Vec<Task>, Vec<RawStream>)> {
         let device_p2p = |t: &Task| matches!(t, Task::P2p(p) if p.device);
         if !self.any_p2p_plugin() || !tasks.iter().any(device_p2p) {
@@ -351,9 +366,16 @@ impl Communicator {
             // The plugins' comm hooks are serialized (the ABI's promise), and
             // the bids and launches of one group stay together.
             let _serial = self.coll_serial.lock();
-            let (launches, rest) = split(tasks.len(), |i| {
-                ops[i].and_then(|(op, capturing)| self.p2p_winner(&op, FX_MEM_CUDA, capturing))
-            });
+            let mut winners: SmallVec<[Option<usize>; 4]> = ops
+                .iter()
+                .map(|o| o.and_then(|(op, capturing)| self.p2p_winner(&op, FX_MEM_CUDA, capturing)))
+                .collect();
+            for &(s, r) in pairs {
+                if winners[s] != winners[r] {
+                    (winners[s], winners[r]) = (None, None);
+                }
+            }
+            let (launches, rest) = split(tasks.len(), |i| winners[i]);
             if launches.is_empty() {
                 return Ok((tasks, streams));
             }

@@ -79,12 +79,3 @@ pub(crate) unsafe fn copy_async(
     )
     .map_err(Error::cuda)
 }
-
-/// The allocation containing device address `ptr`: (base, bytes), or `None` when it is
-/// not device memory CUDA knows.
-pub(crate) fn allocation_of(ptr: usize) -> Option<(usize, usize)> {
-    let (mut base, mut size) = (0, 0);
-    // SAFETY: the driver is available (the caller saw a device pointer); out pointers valid.
-    let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr as sys::CUdeviceptr) };
-    (r == sys::CUresult::CUDA_SUCCESS).then_some((base as usize, size))
-}

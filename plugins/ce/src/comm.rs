@@ -890,7 +890,6 @@ impl CeComm {
             self.kernels.is_some() && self.flags.as_ref().is_some_and(|f| f.layout().p2p_slot > 0);
         p2p::accepts(
             op,
-            self.rank,
             self.nranks,
             self.cfg.p2p_bytes,
             region,
@@ -951,7 +950,13 @@ impl CeComm {
             send: Default::default(),
             recv: Default::default(),
         };
-        for cut in p2p::kernels(&d.ops) {
+        let cuts = p2p::kernels(&d.ops);
+        for cut in &cuts {
+            let ops: Vec<P2pOp> = cut.iter().map(|&i| d.ops[i]).collect();
+            p2p::self_paired(&ops, self.rank)
+                .map_err(|e| PluginError::invalid(format!("ce cannot run this group: {e}")))?;
+        }
+        for cut in cuts {
             let ops: Vec<P2pOp> = cut.iter().map(|&i| d.ops[i]).collect();
             let args = p2p::args(&base, &ops, layout.p2p_slot);
             let n = self.p2p_calls;

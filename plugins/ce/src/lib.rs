@@ -207,7 +207,9 @@ pub mod sync;
 pub mod watch;
 pub mod watchdog;
 
-use ferrocx_sdk::abi::{FX_COLL_CAP_CUDA_MEM, FX_COLL_CAP_GRAPHS, FX_COLL_CAP_WINDOWS};
+use ferrocx_sdk::abi::{
+    FX_COLL_CAP_CUDA_MEM, FX_COLL_CAP_GRAPHS, FX_COLL_CAP_P2P_SELF, FX_COLL_CAP_WINDOWS,
+};
 use ferrocx_sdk::collective::{CollDesc, Collective, CommInfo, Oob, P2pDesc, WindowDesc};
 use ferrocx_sdk::{Host, PluginResult};
 use std::ffi::c_void;
@@ -228,7 +230,8 @@ impl Collective for Ce {
     type Comm = CeComm;
     type Window = Window;
     const NAME: &'static str = "ce";
-    const CAPS: u64 = FX_COLL_CAP_CUDA_MEM | FX_COLL_CAP_WINDOWS | FX_COLL_CAP_GRAPHS;
+    const CAPS: u64 =
+        FX_COLL_CAP_CUDA_MEM | FX_COLL_CAP_WINDOWS | FX_COLL_CAP_GRAPHS | FX_COLL_CAP_P2P_SELF;
 
     fn init(host: Host) -> PluginResult<Self> {
         Ok(Ce {

@@ -11,7 +11,6 @@ use ferrocx_sdk::kernels::p2p::{P2pArgs, P2pSide};
 /// Why ce does not take one op (for logs and tests), or `Ok` when it does.
 pub fn accepts(
     op: &P2pOp,
-    me: usize,
     nranks: usize,
     limit: usize,
     region: bool,
@@ -31,8 +30,10 @@ pub fn accepts(
         // capture: the core's path handles graphs.
         return Err("the stream is being captured");
     }
-    if op.peer == me || op.peer >= nranks || nranks > MAX_RANKS {
-        return Err("not a peer of this communicator");
+    // This rank itself too: a send to itself and its receive are a copy
+    // inside the kernel (`FX_COLL_CAP_P2P_SELF`; `self_paired` checks them).
+    if op.peer >= nranks || nranks > MAX_RANKS {
+        return Err("not a rank of this communicator");
     }
     if op.bytes > limit {
         return Err("above FERROCX_CE_P2P_BYTES");
@@ -69,6 +70,27 @@ pub fn kernels(ops: &[P2pOp]) -> Vec<Vec<usize>> {
         out[k].push(i);
     }
     out
+}
+
+/// Whether one kernel's ops (a [`kernels`] cut) with rank `me` itself pair:
+/// a send to itself exactly where there is a receive from itself, of as
+/// many bytes (the core pairs them so; a launch that does not is refused).
+pub fn self_paired(ops: &[P2pOp], me: usize) -> Result<(), String> {
+    let find = |dir| ops.iter().find(|o| o.peer == me && o.dir == dir);
+    match (find(P2pDir::Send), find(P2pDir::Recv)) {
+        (None, None) => Ok(()),
+        (Some(s), Some(r)) if s.bytes == r.bytes => Ok(()),
+        (Some(s), Some(r)) => Err(format!(
+            "rank {me}'s send of {} bytes to itself meets a receive of {} bytes from itself",
+            s.bytes, r.bytes
+        )),
+        (Some(_), None) => Err(format!(
+            "rank {me} sends to itself without a receive from itself"
+        )),
+        (None, Some(_)) => Err(format!(
+            "rank {me} receives from itself without a send to itself"
+        )),
+    }
 }
 
 /// The kernel's arguments for `ops` (one kernel's: at most one each way per
@@ -120,22 +142,26 @@ mod tests {
     #[test]
     fn every_op_is_decided_by_itself() {
         let s = op(P2pDir::Send, 1, 4096);
-        assert_eq!(accepts(&s, 0, 2, 4 << 20, true, true, false), Ok(()));
+        assert_eq!(accepts(&s, 2, 4 << 20, true, true, false), Ok(()));
         // The same op at its receiving end: the same answer.
         let r = op(P2pDir::Recv, 0, 4096);
-        assert_eq!(accepts(&r, 1, 2, 4 << 20, true, true, false), Ok(()));
-        assert!(accepts(&s, 0, 2, 4095, true, true, false).is_err());
+        assert_eq!(accepts(&r, 2, 4 << 20, true, true, false), Ok(()));
+        assert!(accepts(&s, 2, 4095, true, true, false).is_err());
         assert_eq!(
-            accepts(&op(P2pDir::Send, 1, 4096), 0, 2, 4096, true, true, false),
+            accepts(&op(P2pDir::Send, 1, 4096), 2, 4096, true, true, false),
             Ok(())
         );
-        assert!(accepts(&s, 0, 2, 4 << 20, false, true, false).is_err());
-        assert!(accepts(&s, 0, 2, 4 << 20, true, false, false).is_err());
-        assert!(accepts(&s, 0, 2, 4 << 20, true, true, true).is_err());
-        assert!(accepts(&op(P2pDir::Send, 0, 8), 0, 2, 4096, true, true, false).is_err());
-        assert!(accepts(&op(P2pDir::Send, 2, 8), 0, 2, 4096, true, true, false).is_err());
+        assert!(accepts(&s, 2, 4 << 20, false, true, false).is_err());
+        assert!(accepts(&s, 2, 4 << 20, true, false, false).is_err());
+        assert!(accepts(&s, 2, 4 << 20, true, true, true).is_err());
         assert_eq!(
-            accepts(&op(P2pDir::Send, 1, 0), 0, 2, 4096, true, true, false),
+            accepts(&op(P2pDir::Send, 0, 8), 2, 4096, true, true, false),
+            Ok(()),
+            "a send to the rank itself: a copy in the kernel"
+        );
+        assert!(accepts(&op(P2pDir::Send, 2, 8), 2, 4096, true, true, false).is_err());
+        assert_eq!(
+            accepts(&op(P2pDir::Send, 1, 0), 2, 4096, true, true, false),
             Ok(()),
             "an empty message is still a message"
         );
@@ -181,6 +207,42 @@ mod tests {
             }
         }
         assert!(kernels(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_kernels_sends_to_itself_pair_with_its_receives() {
+        use P2pDir::*;
+        // nccl-tests' all-to-all at rank 1 of 2: its own block is a pair.
+        let ops = [
+            op(Send, 0, 64),
+            op(Recv, 0, 64),
+            op(Send, 1, 64),
+            op(Recv, 1, 64),
+        ];
+        let ks = kernels(&ops);
+        assert_eq!(ks, vec![vec![0, 1, 2, 3]]);
+        assert_eq!(self_paired(&ops, 1), Ok(()));
+        assert_eq!(self_paired(&ops[..2], 1), Ok(()), "none with itself");
+        let e = self_paired(&ops[..3], 1).unwrap_err();
+        assert_eq!(e, "rank 1 sends to itself without a receive from itself");
+        let e = self_paired(&[op(Recv, 1, 8)], 1).unwrap_err();
+        assert_eq!(e, "rank 1 receives from itself without a send to itself");
+        let e = self_paired(&[op(Send, 1, 8), op(Recv, 1, 16)], 1).unwrap_err();
+        assert_eq!(
+            e,
+            "rank 1's send of 8 bytes to itself meets a receive of 16 bytes from itself"
+        );
+        // Two pairs go to two kernels, each whole.
+        let two = [
+            op(Send, 1, 8),
+            op(Send, 1, 16),
+            op(Recv, 1, 8),
+            op(Recv, 1, 16),
+        ];
+        for k in kernels(&two) {
+            let cut: Vec<P2pOp> = k.iter().map(|&i| two[i]).collect();
+            assert_eq!(self_paired(&cut, 1), Ok(()), "{k:?}");
+        }
     }
 
     #[test]

@@ -97,6 +97,15 @@ pub const FX_COLL_CAP_GRAPHS: u64 = 1 << 3;
 /// called broadcast(float, 8, root 0) as op #3`). The core then skips its own
 /// check before the call (`FERROCX_CHECK_CALLS`).
 pub const FX_COLL_CAP_CHECKS_CALLS: u64 = 1 << 4;
+/// `p2p_can_run` may be asked about ops with the rank itself (`peer` = this
+/// rank) on CUDA memory: a device group's sends to itself, each met by the
+/// receive from itself posted in the same place among the group's receives
+/// from itself, with as many bytes. A plugin that wins both runs the pair as
+/// a local copy inside its launch (the core validated the pairing; a plugin
+/// still refuses a launch whose self sends and receives do not pair). Without
+/// the bit the core copies them itself (a `cuMemcpyAsync` before the launch)
+/// and asks only about other ranks. Added within v1 (2026-11-27).
+pub const FX_COLL_CAP_P2P_SELF: u64 = 1 << 5;
 
 /// What `comm_init` learns about the communicator.
 #[repr(C)]
@@ -194,7 +203,7 @@ pub struct FxCollDesc {
 pub struct FxP2pOp {
     /// [`FX_P2P_SEND`] or [`FX_P2P_RECV`].
     pub kind: i32,
-    /// The other rank.
+    /// The other rank (this rank itself only with [`FX_COLL_CAP_P2P_SELF`]).
     pub peer: i32,
     /// Bytes (a send meets a receive of exactly as many).
     pub bytes: u64,

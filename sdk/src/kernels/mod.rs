@@ -1587,7 +1587,7 @@ impl Kernels {
         }
         for (what, sides) in [("send", &args.send), ("recv", &args.recv)] {
             for (r, s) in sides.iter().enumerate() {
-                let bad = if r >= n as usize || r == args.rank as usize {
+                let bad = if r >= n as usize {
                     s.chunks != 0
                 } else {
                     s.chunks != 0
@@ -1605,6 +1605,17 @@ impl Kernels {
                     )));
                 }
             }
+        }
+        // The rank's own block: a send to itself exactly where a receive from
+        // itself of as many bytes is (the kernel copies one into the other).
+        let me = args.rank as usize;
+        let (to_me, from_me) = (args.send[me], args.recv[me]);
+        if (to_me.chunks != 0) != (from_me.chunks != 0)
+            || (to_me.chunks != 0 && (to_me.bytes != from_me.bytes || to_me.chunk != from_me.chunk))
+        {
+            return Err(Error::invalid(format!(
+                "point-to-point kernel: rank {me}'s send to itself ({to_me:?}) does not meet its receive from itself ({from_me:?})"
+            )));
         }
         self.bind()?;
         let f = self.func(DataType::U8, Kind::Sum)?;

@@ -17,7 +17,9 @@
 //!   naming the sender, and the sender with [`ERR_SIZE_SENT`] naming the
 //!   receiver (written into its control words, which share the regions'
 //!   mapping), instead of shifting every later message of the pair;
-//! * a message of 0 bytes is one empty chunk, so it still matches.
+//! * a message of 0 bytes is one empty chunk, so it still matches;
+//! * a send to the rank itself (`send[rank]`, met by `recv[rank]` of as many
+//!   bytes) is a copy by the sending blocks, chunk by chunk, through no ring.
 //!
 //! Sending blocks take chunks `b, b + half, …` of each peer's message in
 //! turn, receiving blocks the same of each peer's; every wait points at a
@@ -156,6 +158,16 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
     __syncthreads();
     bool ok = true;
     if (sender) {
+        /* This rank's own block (a send to itself and its receive, as many
+           bytes): copied straight, no ring, no flags. */
+        const fx_p2p_side ss = send_s[me], sr = recv_s[me];
+        if (ss.ptr != sr.ptr) {
+            for (fx_sp_u c = first; c < ss.chunks; c += half) {
+                const fx_sp_u lo = c * ss.chunk;
+                const fx_sp_u len = ss.bytes - lo < ss.chunk ? ss.bytes - lo : ss.chunk;
+                if (len > 0ull) fx_sp_copy(sr.ptr + lo, false, ss.ptr + lo, false, len);
+            }
+        }
         for (int j = 1; ok && j < n; ++j) {
             const int q = (me + j) % n;
             const fx_p2p_side s = send_s[q];

@@ -144,7 +144,10 @@ pub fn run(expect: Option<String>, sizes: &[usize]) -> Result<String, String> {
                 msgs += 1;
             }
 
-            // All to all, and two messages each way to the ring neighbours.
+            // All to all with the rank's own block (a send to itself and its
+            // receive, as NCCL programs post it; ce copies it in its kernel),
+            // two messages each way to the ring neighbours, and a second
+            // message to itself.
             let outs: Vec<DevMem> = (0..n)
                 .map(|_| DevMem::new(len.max(1)))
                 .collect::<Result<_, _>>()?;
@@ -152,8 +155,11 @@ pub fn run(expect: Option<String>, sizes: &[usize]) -> Result<String, String> {
             let extra_out = DevMem::new(len / 2 + 1)?;
             let extra_in = recv_buf(len / 2 + 1)?;
             extra_out.upload(&message(me, right, len / 2 + 1, round + 20))?;
+            let self_out = DevMem::new(len / 2 + 1)?;
+            let self_in = recv_buf(len / 2 + 1)?;
+            self_out.upload(&message(me, me, len / 2 + 1, round + 40))?;
             let mut g = comm.group_start();
-            for p in (0..n).filter(|&p| p != me) {
+            for p in 0..n {
                 outs[p].upload(&message(me, p, len, round + 30))?;
                 // SAFETY: as above.
                 unsafe {
@@ -165,15 +171,26 @@ pub fn run(expect: Option<String>, sizes: &[usize]) -> Result<String, String> {
             unsafe {
                 g.send_on(extra_out.ptr, len / 2 + 1, right, s)
                     .map_err(e2s)?;
+                g.recv_on(self_in.ptr, len / 2 + 1, me, s).map_err(e2s)?;
                 g.recv_on(extra_in.ptr, len / 2 + 1, left, s).map_err(e2s)?;
+                g.send_on(self_out.ptr, len / 2 + 1, me, s).map_err(e2s)?;
             }
             g.group_end().map_err(e2s)?;
             sync(&stream)?;
             comm.device_error().map_err(e2s)?;
-            for p in (0..n).filter(|&p| p != me) {
-                check(&ins[p], p, me, len, round + 30, "all-to-all")?;
+            for (p, inp) in ins.iter().enumerate() {
+                check(inp, p, me, len, round + 30, "all-to-all")?;
                 msgs += 1;
             }
+            check(
+                &self_in,
+                me,
+                me,
+                len / 2 + 1,
+                round + 40,
+                "second message to itself",
+            )?;
+            msgs += 1;
             check(
                 &extra_in,
                 left,
@@ -185,6 +202,19 @@ pub fn run(expect: Option<String>, sizes: &[usize]) -> Result<String, String> {
             msgs += 1;
         }
     }
+    // A send to itself without its receive: refused before anything is
+    // queued, the communicator still usable.
+    let lone = DevMem::new(64)?;
+    let mut g = comm.group_start();
+    // SAFETY: as above (nothing is queued).
+    unsafe { g.send_on(lone.ptr, 64, me, s).map_err(e2s)? };
+    match g.group_end() {
+        Err(e)
+            if e.to_string()
+                .contains("a send to itself needs its receive in the same group") => {}
+        other => return Err(format!("a lone send to itself: {other:?}")),
+    }
+    comm.barrier().map_err(e2s)?;
     comm.destroy().map_err(e2s)?;
     Ok(format!("rank {me}: {msgs} device messages checked"))
 }
