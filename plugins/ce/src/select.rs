@@ -351,11 +351,20 @@ pub struct Route {
 /// 3525 / 3294 and 3356 / 3547 / 3234, reduce_scatter 1803 / 2198 / 1969 and
 /// 1798 / 2040 / 1986 — so at 2 ranks these two run as the kernel to 1 GiB
 /// blocks (alltoall stays: 1736 / 1525 out of place, the common case).
+///
+/// On 4 H100s (`bench/results/2026-11-27-x2-session10/run4`, µs out of place,
+/// kernel / routes / NCCL from run3 on the same machine, by total size):
+/// all_gather 128 MiB 372 / 441–469 / 355, 256 MiB 722–725 / 626–630 / 664,
+/// 512 MiB (routes already) 1141–1154 / 1273; alltoall 128 MiB 378–381 /
+/// 371–384 / 359, 256 MiB 732–741 / 634–695 / 665, 512 MiB 1447–1454 /
+/// 1160–1201 / 1258 (in place the routes lose: 800 / 908 at 256 MiB);
+/// reduce_scatter keeps the kernel (256 MiB 752–767 / 782–804) — so above 2
+/// ranks all_gather and alltoall run as the kernel to 32 MiB blocks.
 pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
     (Coll::AllReduce, 1 << 30, 4 << 20),
     (Coll::ReduceScatter, 1 << 30, 256 << 20),
-    (Coll::AllGather, 64 << 20, 64 << 20),
-    (Coll::AllToAll, 256 << 20, 256 << 20),
+    (Coll::AllGather, 64 << 20, 32 << 20),
+    (Coll::AllToAll, 256 << 20, 32 << 20),
     (Coll::Broadcast, 32 << 20, 64 << 20),
 ];
 
@@ -1167,6 +1176,15 @@ mod tests {
         }
         assert_eq!(k(2, Coll::AllToAll, 256 << 20), simple);
         assert_ne!(k(2, Coll::AllToAll, (256 << 20) + 4), simple);
+        // Above 2 ranks all_gather and alltoall take the routes past 32 MiB
+        // blocks (4 H100s), reduce_scatter the kernel to 256 MiB.
+        for coll in [Coll::AllGather, Coll::AllToAll] {
+            assert_eq!(k(4, coll, 32 << 20), simple, "{coll:?}");
+            assert_ne!(k(4, coll, (32 << 20) + 4), simple, "{coll:?}");
+            assert_eq!(k(2, coll, 64 << 20), simple, "{coll:?} at 2 ranks");
+        }
+        assert_eq!(k(4, Coll::ReduceScatter, 256 << 20), simple);
+        assert_ne!(k(4, Coll::ReduceScatter, (256 << 20) + 4), simple);
         assert_eq!(simple_limit(Coll::AllReduce, 4, 1 << 30), 1 << 30);
         assert_eq!(simple_limit(Coll::Gather, 2, crate::config::SIMPLE_AUTO), 0);
     }
