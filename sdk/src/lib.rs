@@ -43,6 +43,7 @@ pub mod proc;
 pub mod region;
 pub mod same_host;
 pub mod sweep;
+pub mod sysfs;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod transport;

@@ -94,6 +94,21 @@ impl fmt::Display for PairingError {
 
 impl std::error::Error for PairingError {}
 
+/// The slot of each NIC named in `names` (the order the host lists them):
+/// the number after the last `_` (`mlx5_3` → 3) when every name has one and
+/// no two share it — so a missing NIC leaves the others' slots, and their
+/// pairs, as they were — else the position in `names`.
+pub fn nic_slots(names: &[&str]) -> Vec<u32> {
+    let numbered: Option<Vec<u32>> = names
+        .iter()
+        .map(|n| n.rsplit_once('_').and_then(|(_, k)| k.parse().ok()))
+        .collect();
+    match numbered {
+        Some(v) if v.iter().collect::<std::collections::BTreeSet<_>>().len() == v.len() => v,
+        _ => (0..names.len() as u32).collect(),
+    }
+}
+
 /// Pairs every GPU of `topo` with a primary port and a backup (rules above).
 pub fn pair(topo: &Topology) -> Result<Vec<Pairing>, PairingError> {
     let gpus: Vec<(u32, NodeId)> = topo.gpus().collect();

@@ -17,6 +17,7 @@ mod carrier;
 mod clock;
 mod config;
 mod mapped;
+mod nics;
 mod thread;
 mod view;
 
@@ -58,6 +59,8 @@ pub struct IbgdaComm {
     thread: Option<std::thread::JoinHandle<()>>,
     windows: Windows,
     view: DeviceBlock,
+    /// The host's GPU↔NIC pairing from sysfs, for `describe` ([`nics`]).
+    nics: String,
     // Dropped after the thread stopped (field order: the thread is joined in
     // comm_destroy / Drop first).
     _rings: Arc<Pinned>,
@@ -237,6 +240,9 @@ impl DevNet for Ibgda {
         let shared = Arc::new(Shared::default());
         let thread = thread::spawn(ctx.clone(), proxy, carrier, shared.clone(), self.host, rank)
             .map_err(|e| sys("starting the proxy thread", e))?;
+        let own = ferrocx_sdk::cuda::pci_id(dev)
+            .ok()
+            .map(ferrocx_sdk::device::pci_name);
         let comm = IbgdaComm {
             rank,
             nranks: n,
@@ -245,6 +251,7 @@ impl DevNet for Ibgda {
             thread: Some(thread),
             windows,
             view,
+            nics: nics::describe(&ferrocx_sdk::sysfs::Sysfs::system(), own.as_deref()),
             _rings: rings,
             _signals: signals,
             _ctx: ctx,
@@ -329,8 +336,8 @@ impl DevNet for Ibgda {
             )
         };
         format!(
-            "rank {}: proxy handler (no mlx5 handler is built; every peer is on this host): a host thread takes the kernels' requests, two copy-engine streams per rank are the primary and backup paths, signals and fetch-adds are host atomics on the peer's signal words; completion timeout {:?}, recovery {:?} (up to {:?} for a flapping path), {} slots per ring, {} signal bytes{faults}",
-            comm.rank, comm.cfg.health.timeout, comm.cfg.health.recovery, comm.cfg.health.max_recovery, comm.cfg.slots, comm.cfg.signal_bytes
+            "rank {}: proxy handler (no mlx5 handler is built; every peer is on this host): a host thread takes the kernels' requests, two copy-engine streams per rank are the primary and backup paths, signals and fetch-adds are host atomics on the peer's signal words; completion timeout {:?}, recovery {:?} (up to {:?} for a flapping path), {} slots per ring, {} signal bytes{faults}; NIC pairing from sysfs (for the mlx5 handler, unused by the proxy): {}",
+            comm.rank, comm.cfg.health.timeout, comm.cfg.health.recovery, comm.cfg.health.max_recovery, comm.cfg.slots, comm.cfg.signal_bytes, comm.nics
         )
     }
 }

@@ -384,3 +384,13 @@ fn sysfs_paths_without_a_root_complex_are_refused() {
         TopologyError::DuplicateNic(1)
     );
 }
+
+#[test]
+fn nic_slots_come_from_the_names_or_the_order() {
+    assert_eq!(nic_slots(&["mlx5_0", "mlx5_1", "mlx5_3"]), vec![0, 1, 3]);
+    assert_eq!(nic_slots(&["mlx5_10", "mlx5_2"]), vec![10, 2]);
+    // A name without a number, or two with one number: positions.
+    assert_eq!(nic_slots(&["mlx5_0", "ibp12s0"]), vec![0, 1]);
+    assert_eq!(nic_slots(&["a_1", "b_1"]), vec![0, 1]);
+    assert!(nic_slots(&[]).is_empty());
+}

@@ -3,7 +3,9 @@
 //! `bus/pci/devices/<bdf>` as relative symlinks into them.
 
 use super::*;
+use std::fs;
 use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
 /// A throw-away sysfs tree, removed on drop.

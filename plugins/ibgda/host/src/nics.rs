@@ -1,0 +1,212 @@
+//! This host's GPU↔NIC pairing as the mlx5 handler would use it: the GPUs
+//! and RDMA NICs that sysfs lists ([`ferrocx_sdk::sysfs`], net-ib's scan),
+//! placed on their PCI tree ([`Topology::from_pci`]) and paired by
+//! [`ferrocx_ibgda::pairing::pair`]. The proxy handler's paths are
+//! copy-engine streams, so nothing here changes what it does: `describe`
+//! reports the pairing, which is how it is seen on a real host.
+
+use ferrocx_ibgda::pairing::{nic_slots, pair, BackupRule, PciDevice, Topology};
+use ferrocx_sdk::sysfs::Sysfs;
+
+/// One line on this host's pairing for the GPU with bus id `own` (all GPUs
+/// when `None` or not found), or why there is none.
+pub fn describe(sysfs: &Sysfs, own: Option<&str>) -> String {
+    let root = sysfs.root().display();
+    let nics = match sysfs.scan() {
+        Ok(n) => n,
+        Err(e) => return format!("cannot read {root}/class/infiniband: {e}"),
+    };
+    let (placed, unplaced): (Vec<_>, Vec<_>) = nics.iter().partition(|n| n.pci.is_some());
+    if placed.is_empty() {
+        return match unplaced.len() {
+            0 => format!("no RDMA NIC under {root}/class/infiniband: nothing to pair"),
+            k => format!("{k} RDMA device(s) under {root}/class/infiniband, none on PCI (soft-RoCE?): nothing to pair"),
+        };
+    }
+    let gpus = sysfs.gpus();
+    let names: Vec<&str> = placed.iter().map(|n| n.name.as_str()).collect();
+    let slots = nic_slots(&names);
+    let mut devices: Vec<PciDevice> = gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| PciDevice::Gpu {
+            index: i as u32,
+            path: g.path.0.clone(),
+        })
+        .collect();
+    for (n, &slot) in placed.iter().zip(&slots) {
+        devices.push(PciDevice::Nic {
+            slot,
+            // The pairing knows single- and dual-port NICs.
+            ports: n.ports.len().clamp(1, 2) as u8,
+            path: n.pci.as_ref().expect("partitioned").0.clone(),
+        });
+    }
+    let pairs = match Topology::from_pci(&devices).map(|t| pair(&t)) {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => return format!("cannot pair: {e}"),
+        Err(e) => return format!("cannot place the devices on PCI: {e}"),
+    };
+    let name = |slot: u32| {
+        slots
+            .iter()
+            .position(|&s| s == slot)
+            .map_or("?", |i| names[i])
+    };
+    let mine = own.and_then(|b| gpus.iter().position(|g| g.bdf == b));
+    let lines: Vec<String> = pairs
+        .iter()
+        .filter(|p| mine.is_none_or(|m| p.gpu as usize == m))
+        .map(|p| {
+            let backup = match p.backup {
+                Some((b, rule)) => {
+                    let why = match rule {
+                        BackupRule::OtherPort => "its other port",
+                        BackupRule::AdjacentNic => "the adjacent NIC",
+                        BackupRule::ClosestOther => "the closest other NIC",
+                    };
+                    format!("backup {} port {} ({why})", name(b.slot), b.port)
+                }
+                None => "no backup (one single-port NIC)".to_string(),
+            };
+            format!(
+                "GPU {} ({}): primary {} port {} ({} PCI hops), {backup}",
+                p.gpu,
+                gpus[p.gpu as usize].bdf,
+                name(p.primary.slot),
+                p.primary.port,
+                p.primary_hops
+            )
+        })
+        .collect();
+    format!(
+        "{} GPUs and {} NICs in {root}; {}",
+        gpus.len(),
+        placed.len(),
+        lines.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::symlink;
+    use std::path::{Path, PathBuf};
+
+    /// A sysfs tree in a temporary directory, removed on drop.
+    struct Tree(PathBuf);
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn write(p: &Path, s: &str) {
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, format!("{s}\n")).unwrap();
+    }
+
+    impl Tree {
+        fn new(tag: &str) -> Tree {
+            let root =
+                std::env::temp_dir().join(format!("fx-ibgda-sysfs-{tag}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&root);
+            fs::create_dir_all(&root).unwrap();
+            Tree(root)
+        }
+
+        /// A PCI function at `chain` (root complex first), listed under
+        /// bus/pci/devices.
+        fn function(&self, chain: &[&str], vendor: &str, class: &str) -> PathBuf {
+            let dev = chain.iter().fold(self.0.join("devices"), |p, c| p.join(c));
+            write(&dev.join("vendor"), vendor);
+            write(&dev.join("class"), class);
+            let bus = self.0.join("bus/pci/devices");
+            fs::create_dir_all(&bus).unwrap();
+            symlink(&dev, bus.join(chain.last().unwrap())).unwrap();
+            dev
+        }
+
+        fn gpu(&self, chain: &[&str]) {
+            self.function(chain, "0x10de", "0x030200");
+        }
+
+        fn nic(&self, name: &str, chain: &[&str], ports: u8) {
+            let dev = self.function(chain, "0x15b3", "0x020700");
+            let ib = self.0.join("class/infiniband").join(name);
+            fs::create_dir_all(&ib).unwrap();
+            symlink(&dev, ib.join("device")).unwrap();
+            for p in 1..=ports {
+                write(&ib.join(format!("ports/{p}/state")), "4: ACTIVE");
+            }
+        }
+    }
+
+    #[test]
+    fn two_gpus_each_behind_a_switch_with_its_nic() {
+        let t = Tree::new("pairs");
+        let sw0 = ["pci0000:00", "0000:00:01.0", "0000:01:00.0"];
+        let sw1 = ["pci0000:80", "0000:80:01.0", "0000:81:00.0"];
+        t.gpu(&[sw0[0], sw0[1], sw0[2], "0000:02:00.0"]);
+        t.nic("mlx5_0", &[sw0[0], sw0[1], sw0[2], "0000:03:00.0"], 1);
+        t.gpu(&[sw1[0], sw1[1], sw1[2], "0000:82:00.0"]);
+        t.nic("mlx5_1", &[sw1[0], sw1[1], sw1[2], "0000:83:00.0"], 1);
+        let s = Sysfs::new(&t.0);
+        let all = describe(&s, None);
+        assert!(all.starts_with("2 GPUs and 2 NICs in "), "{all}");
+        assert!(
+            all.contains(
+                "GPU 0 (0000:02:00.0): primary mlx5_0 port 1 (2 PCI hops), backup mlx5_1 port 1 (the adjacent NIC)"
+            ),
+            "{all}"
+        );
+        assert!(
+            all.contains(
+                "GPU 1 (0000:82:00.0): primary mlx5_1 port 1 (2 PCI hops), backup mlx5_0 port 1"
+            ),
+            "{all}"
+        );
+        // One GPU's line only.
+        let one = describe(&s, Some("0000:82:00.0"));
+        assert!(
+            one.contains("GPU 1 (0000:82:00.0)") && !one.contains("GPU 0"),
+            "{one}"
+        );
+    }
+
+    #[test]
+    fn a_dual_port_nic_backs_up_on_its_other_port() {
+        let t = Tree::new("dual");
+        let sw = ["pci0000:00", "0000:00:01.0", "0000:01:00.0"];
+        t.gpu(&[sw[0], sw[1], sw[2], "0000:02:00.0"]);
+        t.nic("mlx5_0", &[sw[0], sw[1], sw[2], "0000:03:00.0"], 2);
+        let d = describe(&Sysfs::new(&t.0), None);
+        assert!(
+            d.contains("primary mlx5_0 port 1 (2 PCI hops), backup mlx5_0 port 2 (its other port)"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn no_nics_or_no_sysfs_says_so() {
+        let t = Tree::new("none");
+        t.gpu(&["pci0000:00", "0000:00:01.0", "0000:02:00.0"]);
+        let d = describe(&Sysfs::new(&t.0), None);
+        assert!(d.starts_with("no RDMA NIC under "), "{d}");
+        assert!(d.ends_with("/class/infiniband: nothing to pair"), "{d}");
+        // A NIC on no PCI device (soft-RoCE's rxe).
+        fs::create_dir_all(t.0.join("class/infiniband/rxe0/ports/1")).unwrap();
+        let d = describe(&Sysfs::new(&t.0), None);
+        assert!(
+            d.contains("1 RDMA device(s)") && d.contains("none on PCI"),
+            "{d}"
+        );
+        // NICs but no GPU: nothing to report per GPU, no error.
+        let n = Tree::new("nogpu");
+        n.nic("mlx5_0", &["pci0000:00", "0000:00:01.0", "0000:03:00.0"], 1);
+        let d = describe(&Sysfs::new(&n.0), None);
+        assert!(d.starts_with("0 GPUs and 1 NICs in "), "{d}");
+    }
+}
