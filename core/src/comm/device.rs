@@ -230,6 +230,12 @@ impl Communicator {
         streams: Vec<RawStream>,
     ) -> Result<()> {
         let pairs = crate::plan::self_pairs(&tasks, self.rank())?;
+        // Before anything is queued: a pair the core copies needs one stream.
+        if pairs.iter().any(|&(s, r)| streams[s] != streams[r]) {
+            return Err(Error::invalid(
+                "a send to the rank itself and its receive must be on one stream",
+            ));
+        }
         // SAFETY: the caller's contract.
         let (mut tasks, mut streams) =
             unsafe { self.device_p2p_on_plugins(tasks, streams, &pairs)? };
@@ -253,26 +259,18 @@ impl Communicator {
         tasks: &mut Vec<Task>,
         streams: &mut Vec<RawStream>,
     ) -> Result<()> {
-        let pairs = crate::plan::self_pairs(tasks, self.rank())?;
-        if pairs.is_empty() {
+        if crate::plan::self_pairs(tasks, self.rank())?.is_empty() {
             return Ok(());
         }
         let gpu = self.gpu()?;
         gpu.bind()?;
-        for &(s, r) in &pairs {
-            let (Task::P2p(send), Task::P2p(recv)) = (&tasks[s], &tasks[r]) else {
-                unreachable!("self_pairs pairs sends and receives");
-            };
-            if streams[s] != streams[r] {
-                return Err(Error::invalid(
-                    "a send to the rank itself and its receive must be on one stream",
-                ));
-            }
+        let done = crate::plan::copy_self_pairs(tasks, self.rank(), |(_, s), (r, recv)| {
             // SAFETY: device buffers of `*_on` calls, whose contracts cover
-            // work queued on their stream.
-            unsafe { gpu.copy_local(recv.ptr, send.ptr, send.len, streams[r] as _) }?;
-        }
-        for i in crate::plan::pair_indices_descending(&pairs) {
+            // work queued on their stream (one stream per pair: checked
+            // before anything was queued).
+            unsafe { gpu.copy_local(recv.ptr, s.ptr, s.len, streams[r] as _) }
+        })?;
+        for i in done {
             tasks.remove(i);
             streams.remove(i);
         }

@@ -119,16 +119,14 @@ impl<'a> Group<'a> {
     /// and take them out of the group (no transport connects a rank to itself;
     /// device groups: [`Communicator::launch_device_p2p`]).
     fn copy_to_self(&mut self) -> Result<()> {
-        let pairs = crate::plan::self_pairs(&self.tasks, self.comm.rank())?;
-        for &(s, r) in &pairs {
-            let (Task::P2p(send), Task::P2p(recv)) = (&self.tasks[s], &self.tasks[r]) else {
-                unreachable!("self_pairs pairs sends and receives");
-            };
-            // SAFETY: host buffers this group borrows (or raw ones under
-            // send_raw/recv_raw's contract), validated when added.
-            unsafe { crate::plan::copy_host(recv.ptr, send.ptr, send.len) };
-        }
-        for i in crate::plan::pair_indices_descending(&pairs) {
+        let done =
+            crate::plan::copy_self_pairs(&self.tasks, self.comm.rank(), |(_, s), (_, r)| {
+                // SAFETY: host buffers this group borrows (or raw ones under
+                // send_raw/recv_raw's contract), validated when added.
+                unsafe { crate::plan::copy_host(r.ptr, s.ptr, s.len) };
+                Ok(())
+            })?;
+        for i in done {
             self.tasks.remove(i);
         }
         Ok(())

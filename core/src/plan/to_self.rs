@@ -3,7 +3,7 @@
 //! block). They pair in posting order and become local copies; nothing about
 //! them crosses a transport.
 
-use super::Task;
+use super::{P2pTask, Task};
 use crate::error::{Error, Result};
 use crate::plugin::Dir;
 
@@ -53,12 +53,25 @@ pub(crate) fn self_pairs(tasks: &[Task], rank: usize) -> Result<Vec<(usize, usiz
     Ok(sends.into_iter().zip(recvs).collect())
 }
 
-/// The task indices of `pairs`, highest first (removing them in this order
-/// leaves the others' indices valid).
-pub(crate) fn pair_indices_descending(pairs: &[(usize, usize)]) -> Vec<usize> {
+/// `copy(send, receive)` for each of this rank's sends to itself in
+/// `tasks` and its receive ([`self_pairs`]); the task indices of those
+/// pairs, highest first (removing them in this order leaves the others'
+/// indices valid).
+pub(crate) fn copy_self_pairs(
+    tasks: &[Task],
+    rank: usize,
+    mut copy: impl FnMut((usize, &P2pTask), (usize, &P2pTask)) -> Result<()>,
+) -> Result<Vec<usize>> {
+    let pairs = self_pairs(tasks, rank)?;
+    for &(s, r) in &pairs {
+        let (Task::P2p(send), Task::P2p(recv)) = (&tasks[s], &tasks[r]) else {
+            unreachable!("self_pairs pairs sends and receives");
+        };
+        copy((s, send), (r, recv))?;
+    }
     let mut all: Vec<usize> = pairs.iter().flat_map(|&(s, r)| [s, r]).collect();
     all.sort_unstable_by(|a, b| b.cmp(a));
-    all
+    Ok(all)
 }
 
 #[cfg(test)]

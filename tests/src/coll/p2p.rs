@@ -90,6 +90,8 @@ pub fn run(expect: Option<String>, sizes: &[usize]) -> Result<String, String> {
     for round in 0..2 {
         for &len in sizes {
             route(len, right)?;
+            // Sends to the rank itself: ce's kernel copies them too.
+            route(len, me)?;
             // A ring: one group per rank.
             let out = DevMem::new(len)?;
             out.upload(&message(me, right, len, round))?;
@@ -213,6 +215,19 @@ pub fn run(expect: Option<String>, sizes: &[usize]) -> Result<String, String> {
             if e.to_string()
                 .contains("a send to itself needs its receive in the same group") => {}
         other => return Err(format!("a lone send to itself: {other:?}")),
+    }
+    // A send to itself and its receive on two streams: refused before
+    // anything is queued, whoever would have run them.
+    let lone_in = DevMem::new(64)?;
+    let mut g = comm.group_start();
+    // SAFETY: as above (nothing is queued).
+    unsafe {
+        g.send_on(lone.ptr, 64, me, s).map_err(e2s)?;
+        g.recv_on(lone_in.ptr, 64, me, stream2.raw()).map_err(e2s)?;
+    }
+    match g.group_end() {
+        Err(e) if e.to_string().contains("must be on one stream") => {}
+        other => return Err(format!("a send to itself on two streams: {other:?}")),
     }
     comm.barrier().map_err(e2s)?;
     comm.destroy().map_err(e2s)?;
