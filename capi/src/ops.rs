@@ -134,29 +134,14 @@ fn in_place(c: &Communicator, spec: &CollSpec, send: usize, recv: usize) -> bool
 }
 
 /// Run (or queue) a collective; errors are reported as `name`'s (the layers
-/// over this one pass their own call's name).
+/// over this one pass their own call's name). `device`: whether the buffers
+/// are device memory, where the caller already asked the driver (the NCCL
+/// layer); `None`: asked here.
 ///
 /// # Safety
 /// `comm` null or a handle of this library; buffers (and stream) as the C API's
 /// collectives require.
 pub unsafe fn collective(
-    comm: *mut FerrocxComm,
-    name: &str,
-    spec: ferrocx::Result<CollSpec>,
-    send: *const c_void,
-    recv: *mut c_void,
-    stream: *mut c_void,
-) -> i32 {
-    // SAFETY: the caller's contract, passed on.
-    unsafe { collective_known(comm, name, spec, send, recv, stream, None) }
-}
-
-/// [`collective`] where the caller already knows whether the buffers are
-/// device memory (`Some`: the NCCL layer asked the driver; no second query).
-///
-/// # Safety
-/// As [`collective`].
-pub unsafe fn collective_known(
     comm: *mut FerrocxComm,
     name: &str,
     spec: ferrocx::Result<CollSpec>,
@@ -281,32 +266,12 @@ fn add_p2p<'a>(g: &mut ferrocx::Group<'a>, p: Pending) -> Result<()> {
 }
 
 /// Run (or queue) a send (`send`) or a receive of `count` elements; errors are
-/// reported as `name`'s.
+/// reported as `name`'s; `device` as [`collective`]'s.
 ///
 /// # Safety
 /// As [`collective`].
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn point_to_point(
-    comm: *mut FerrocxComm,
-    name: &str,
-    send: bool,
-    buf: *const c_void,
-    count: usize,
-    dtype: Result<DataType>,
-    peer: i32,
-    stream: *mut c_void,
-) -> i32 {
-    // SAFETY: the caller's contract, passed on.
-    unsafe { point_to_point_known(comm, name, send, buf, count, dtype, peer, stream, None) }
-}
-
-/// [`point_to_point`] where the caller already knows whether the buffer is
-/// device memory (as [`collective_known`]).
-///
-/// # Safety
-/// As [`collective`].
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn point_to_point_known(
     comm: *mut FerrocxComm,
     name: &str,
     send: bool,
@@ -471,7 +436,7 @@ pub unsafe extern "C" fn ferrocx_all_reduce(
 ) -> i32 {
     let s = spec!(CollKind::AllReduce, count, dtype).and_then(|s| Ok(s.op(op_of(op)?)));
     // SAFETY: the C caller's contract, passed on.
-    unsafe { collective(comm, "ferrocx_all_reduce", s, send, recv, stream) }
+    unsafe { collective(comm, "ferrocx_all_reduce", s, send, recv, stream, None) }
 }
 
 /// `ferrocx_broadcast`.
@@ -490,7 +455,7 @@ pub unsafe extern "C" fn ferrocx_broadcast(
 ) -> i32 {
     let s = spec!(CollKind::Broadcast, count, dtype).and_then(|s| Ok(s.root(root_of(root)?)));
     // SAFETY: the C caller's contract, passed on.
-    unsafe { collective(comm, "ferrocx_broadcast", s, send, recv, stream) }
+    unsafe { collective(comm, "ferrocx_broadcast", s, send, recv, stream, None) }
 }
 
 /// `ferrocx_reduce`.
@@ -512,7 +477,7 @@ pub unsafe extern "C" fn ferrocx_reduce(
     let s = spec!(CollKind::Reduce, count, dtype)
         .and_then(|s| Ok(s.op(op_of(op)?).root(root_of(root)?)));
     // SAFETY: the C caller's contract, passed on.
-    unsafe { collective(comm, "ferrocx_reduce", s, send, recv, stream) }
+    unsafe { collective(comm, "ferrocx_reduce", s, send, recv, stream, None) }
 }
 
 /// `ferrocx_all_gather`.
@@ -537,6 +502,7 @@ pub unsafe extern "C" fn ferrocx_all_gather(
             send,
             recv,
             stream,
+            None,
         )
     }
 }
@@ -557,7 +523,7 @@ pub unsafe extern "C" fn ferrocx_reduce_scatter(
 ) -> i32 {
     let s = spec!(CollKind::ReduceScatter, count, dtype).and_then(|s| Ok(s.op(op_of(op)?)));
     // SAFETY: the C caller's contract, passed on.
-    unsafe { collective(comm, "ferrocx_reduce_scatter", s, send, recv, stream) }
+    unsafe { collective(comm, "ferrocx_reduce_scatter", s, send, recv, stream, None) }
 }
 
 /// `ferrocx_all_to_all`.
@@ -582,6 +548,7 @@ pub unsafe extern "C" fn ferrocx_all_to_all(
             send,
             recv,
             stream,
+            None,
         )
     }
 }
@@ -602,7 +569,7 @@ pub unsafe extern "C" fn ferrocx_gather(
 ) -> i32 {
     let s = spec!(CollKind::Gather, count, dtype).and_then(|s| Ok(s.root(root_of(root)?)));
     // SAFETY: the C caller's contract, passed on.
-    unsafe { collective(comm, "ferrocx_gather", s, send, recv, stream) }
+    unsafe { collective(comm, "ferrocx_gather", s, send, recv, stream, None) }
 }
 
 /// `ferrocx_scatter`.
@@ -621,7 +588,7 @@ pub unsafe extern "C" fn ferrocx_scatter(
 ) -> i32 {
     let s = spec!(CollKind::Scatter, count, dtype).and_then(|s| Ok(s.root(root_of(root)?)));
     // SAFETY: the C caller's contract, passed on.
-    unsafe { collective(comm, "ferrocx_scatter", s, send, recv, stream) }
+    unsafe { collective(comm, "ferrocx_scatter", s, send, recv, stream, None) }
 }
 
 /// `ferrocx_send`.
@@ -648,6 +615,7 @@ pub unsafe extern "C" fn ferrocx_send(
             dtype_of(dtype),
             peer,
             stream,
+            None,
         )
     }
 }
@@ -676,6 +644,7 @@ pub unsafe extern "C" fn ferrocx_recv(
             dtype_of(dtype),
             peer,
             stream,
+            None,
         )
     }
 }

@@ -118,9 +118,8 @@ fn collective(
     let before = crate::wait::mark(inner);
     // SAFETY: the C caller's contract on the buffers and stream, passed on; `inner`
     // is a live handle of the C API.
-    let code = unsafe {
-        ferrocx_c::collective_known(inner, name, Ok(spec), send, recv, stream, Some(device))
-    };
+    let code =
+        unsafe { ferrocx_c::collective(inner, name, Ok(spec), send, recv, stream, Some(device)) };
     if let Some(copy) = scaled {
         if ferrocx_c::group_depth() > 0 {
             // Queued: the copy is read at the group's end.
@@ -382,7 +381,7 @@ fn p2p(
     let before = crate::wait::mark(inner);
     // SAFETY: as in `collective`.
     let code = unsafe {
-        ferrocx_c::point_to_point_known(
+        ferrocx_c::point_to_point(
             inner,
             name,
             send,

@@ -108,34 +108,33 @@ pub fn device_span(ptr: usize) -> Option<DeviceSpan> {
     let mut device: i32 = -1;
     let mut base: sys::CUdeviceptr = 0;
     let mut size: usize = 0;
-    let mut attrs = [
-        A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-        A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-        A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-        A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-    ];
-    let mut data: [*mut std::ffi::c_void; 4] = [
-        &mut kind as *mut u32 as *mut std::ffi::c_void,
-        &mut device as *mut i32 as *mut std::ffi::c_void,
-        &mut base as *mut sys::CUdeviceptr as *mut std::ffi::c_void,
-        &mut size as *mut usize as *mut std::ffi::c_void,
-    ];
-    // SAFETY: the driver is initialized; each data pointer addresses a value as
-    // large as its attribute's type (memory type: 32 bits, ordinal: int, range:
-    // a CUdeviceptr and a size_t); unknown host addresses answer defaults.
-    let r = unsafe {
-        sys::cuPointerGetAttributes(
-            attrs.len() as u32,
-            attrs.as_mut_ptr(),
-            data.as_mut_ptr(),
-            ptr as sys::CUdeviceptr,
+    // SAFETY: each out pointer addresses a value as large as its attribute's
+    // type (memory type: 32 bits, ordinal: int, range: a CUdeviceptr and a
+    // size_t).
+    let ok = unsafe {
+        pointer_attributes(
+            ptr as u64,
+            [
+                (
+                    A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                    &mut kind as *mut u32 as _,
+                ),
+                (
+                    A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    &mut device as *mut i32 as _,
+                ),
+                (
+                    A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                    &mut base as *mut u64 as _,
+                ),
+                (
+                    A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                    &mut size as *mut usize as _,
+                ),
+            ],
         )
     };
-    if r != sys::CUresult::CUDA_SUCCESS
-        || kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
-        || device < 0
-        || size == 0
-    {
+    if !ok || kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || device < 0 || size == 0 {
         return None;
     }
     Some(DeviceSpan {
@@ -143,6 +142,31 @@ pub fn device_span(ptr: usize) -> Option<DeviceSpan> {
         base: base as usize,
         size,
     })
+}
+
+/// Several attributes of the address `ptr` from one `cuPointerGetAttributes`
+/// (which answers defaults, not errors, for host memory); whether the call
+/// succeeded.
+///
+/// # Safety
+/// The driver is initialized; each pointer addresses a writable value at
+/// least as large as its attribute's type.
+pub(crate) unsafe fn pointer_attributes<const N: usize>(
+    ptr: u64,
+    attrs: [(sys::CUpointer_attribute, *mut std::ffi::c_void); N],
+) -> bool {
+    let mut which = attrs.map(|a| a.0);
+    let mut data = attrs.map(|a| a.1);
+    // SAFETY: the caller's contract; the two arrays have N entries.
+    let r = unsafe {
+        sys::cuPointerGetAttributes(
+            which.len() as u32,
+            which.as_mut_ptr(),
+            data.as_mut_ptr(),
+            ptr as sys::CUdeviceptr,
+        )
+    };
+    r == sys::CUresult::CUDA_SUCCESS
 }
 
 /// A device's PCI location packed into 32 bits (domain 16, bus 8, device 5,

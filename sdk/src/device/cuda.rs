@@ -132,38 +132,44 @@ fn locate(addr: u64) -> Option<Located> {
     let mut id: u64 = 0;
     let mut ipc: u32 = 0;
     let mut managed: u32 = 0;
-    let mut attrs = [
-        A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-        A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-        A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-        A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-        A::CU_POINTER_ATTRIBUTE_BUFFER_ID,
-        A::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
-        A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
-    ];
-    let mut data: [*mut c_void; 7] = [
-        &mut mem_type as *mut u32 as *mut c_void,
-        &mut ordinal as *mut i32 as *mut c_void,
-        &mut base as *mut sys::CUdeviceptr as *mut c_void,
-        &mut size as *mut usize as *mut c_void,
-        &mut id as *mut u64 as *mut c_void,
-        &mut ipc as *mut u32 as *mut c_void,
-        &mut managed as *mut u32 as *mut c_void,
-    ];
-    // SAFETY: initialized driver; each data pointer addresses a value at least as
+    // SAFETY: initialized driver; each pointer addresses a value at least as
     // large as its attribute's type (booleans land in zero-initialized u32s).
-    let r = unsafe {
-        sys::cuPointerGetAttributes(
-            attrs.len() as u32,
-            attrs.as_mut_ptr(),
-            data.as_mut_ptr(),
-            addr as sys::CUdeviceptr,
+    let ok = unsafe {
+        cuda::pointer_attributes(
+            addr,
+            [
+                (
+                    A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                    &mut mem_type as *mut u32 as *mut c_void,
+                ),
+                (
+                    A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    &mut ordinal as *mut i32 as *mut c_void,
+                ),
+                (
+                    A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                    &mut base as *mut u64 as *mut c_void,
+                ),
+                (
+                    A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                    &mut size as *mut usize as *mut c_void,
+                ),
+                (
+                    A::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                    &mut id as *mut u64 as *mut c_void,
+                ),
+                (
+                    A::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                    &mut ipc as *mut u32 as *mut c_void,
+                ),
+                (
+                    A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                    &mut managed as *mut u32 as *mut c_void,
+                ),
+            ],
         )
     };
-    if r != sys::CUresult::CUDA_SUCCESS
-        || mem_type != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
-        || ordinal < 0
-        || size == 0
+    if !ok || mem_type != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || ordinal < 0 || size == 0
     {
         return None;
     }
