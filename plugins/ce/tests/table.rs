@@ -93,7 +93,7 @@ fn the_table_describes_ce() {
     assert_eq!(&t.name[..3], b"ce\0".map(|c| c as _).as_slice());
     assert_eq!(
         t.caps,
-        FX_COLL_CAP_CUDA_MEM | FX_COLL_CAP_WINDOWS | FX_COLL_CAP_GRAPHS
+        FX_COLL_CAP_CUDA_MEM | FX_COLL_CAP_WINDOWS | FX_COLL_CAP_GRAPHS | FX_COLL_CAP_P2P_SELF
     );
     assert_eq!(t.caps & FX_COLL_CAP_HOST_MEM, 0);
 }
