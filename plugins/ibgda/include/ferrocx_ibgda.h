@@ -327,6 +327,53 @@ FXG_FN fxg_u32 fxg_mlx5_dbrec(fxg_u32 next) {
     return ((v & 0xffu) << 24) | ((v & 0xff00u) << 8);
 }
 
+/* ---- mlx5 completions: what a GPU thread reads of a CQ ------------------
+ *
+ * NEVER WRITTEN BY A NIC HERE EITHER (docs/IBGDA.md): the 64-byte entries of
+ * a CQ as mlx5dv.h lays them out and plugins/ibgda/src/cqe.rs parses them
+ * (tests/device_header.rs compares the two). An entry at consumer index `ci`
+ * of a CQ of 2^log_size entries is software's when its owner bit (op_own,
+ * byte 63, bit 0) equals the lap parity (ci >> log_size) & 1 and its opcode
+ * (op_own's high nibble) is not INVALID; send completions are cumulative. */
+#define FXG_MLX5_CQE_BYTES 64
+#define FXG_MLX5_CQE_REQ_ERR 0xdu
+#define FXG_MLX5_CQE_RESP_ERR 0xeu
+#define FXG_MLX5_CQE_INVALID 0xfu
+/* fxg_mlx5_cqe_poll's answers. */
+#define FXG_MLX5_CQE_EMPTY 0
+#define FXG_MLX5_CQE_DONE 1
+#define FXG_MLX5_CQE_FAILED 2
+
+/* The entry at consumer index `ci` of the CQ at `cq`: EMPTY while the NIC
+   owns it; else DONE or FAILED with its WQE counter and (FAILED) the
+   syndrome byte (0 for DONE). op_own is read first, the rest after it (a
+   fence between, on the device). */
+FXG_FN int fxg_mlx5_cqe_poll(const volatile fxg_u8* cq, fxg_u32 ci, fxg_u32 log_size,
+                             fxg_u32* wqe_counter, fxg_u32* syndrome) {
+    const volatile fxg_u8* e = cq + (fxg_u64)(ci & ((1u << log_size) - 1u)) * FXG_MLX5_CQE_BYTES;
+    const fxg_u32 op_own = e[63];
+    const fxg_u32 opcode = op_own >> 4;
+    if (opcode == FXG_MLX5_CQE_INVALID || (op_own & 1u) != ((ci >> log_size) & 1u))
+        return FXG_MLX5_CQE_EMPTY;
+#ifdef FXG_DEVICE
+    __threadfence_system();
+#endif
+    *wqe_counter = ((fxg_u32)e[60] << 8) | (fxg_u32)e[61];
+    if (opcode == FXG_MLX5_CQE_REQ_ERR || opcode == FXG_MLX5_CQE_RESP_ERR) {
+        *syndrome = e[55];
+        return FXG_MLX5_CQE_FAILED;
+    }
+    *syndrome = 0;
+    return FXG_MLX5_CQE_DONE;
+}
+
+/* The CQ doorbell record's first word after taking the entries before
+   `ci`: the 24-bit consumer index, its bytes big-endian in memory. */
+FXG_FN fxg_u32 fxg_mlx5_cq_dbrec(fxg_u32 ci) {
+    const fxg_u32 v = ci & 0xffffffu;
+    return ((v & 0xffu) << 24) | ((v & 0xff00u) << 8) | ((v >> 8) & 0xff00u);
+}
+
 #ifdef FXG_DEVICE
 
 /* One request queue as a GPU thread sees it: the ring (GPU-visible memory the

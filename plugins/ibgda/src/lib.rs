@@ -22,6 +22,9 @@
 //! * [`wqe`] — encoding mlx5 send WQEs (RDMA WRITE, WRITE WITH IMMEDIATE, atomic
 //!   fetch-add) into the bytes the NIC reads, and the send-queue ring arithmetic
 //!   (index wrap, slots, doorbell record).
+//! * [`cqe`] — reading mlx5 completion queue entries (owner bit and lap,
+//!   WQE counter, error syndromes and whether a failure is the path's or the
+//!   request's) and the CQ's consumer index and doorbell record.
 //! * [`queue`] — the per-(rank, peer, path) work queue a GPU thread writes (put,
 //!   put with signal set/add, fetch-add, quiet/fence records of 64 bytes) and the
 //!   completion queue written back (request id, status, peer, paths, fetched
@@ -55,6 +58,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cqe;
 pub mod fault;
 pub mod health;
 pub mod moe;

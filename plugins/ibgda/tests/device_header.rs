@@ -260,6 +260,8 @@ fn device_functions_compile_with_nvrtc() {
              out[8] = fxg_put_warp(q, 1u, 0ull, 0ull, 8u, 1000ull) + fxg_put_signal_warp(q, 1u, 0ull, 0ull, 8u, 8ull, 1ull, FXG_SIGNAL_SET, 1000ull);\n\
              out[9] = (fxg_u64)fxg_quiet_warp(q, cq, 1000ull) + (fxg_u64)fxg_quiet_block(q, cq, 1000ull);\n\
              out[10] = fxg_put_block(q, 1u, 0ull, 0ull, 8u, 1000ull) + fxg_put_signal_block(q, 1u, 0ull, 0ull, 8u, 8ull, 1ull, FXG_SIGNAL_ADD, 1000ull);\n\
+             fxg_u32 wc = 0, sy = 0;\n\
+             out[11] = (fxg_u64)fxg_mlx5_cqe_poll(cq, 3u, 4u, &wc, &sy) + wc + sy + fxg_mlx5_cq_dbrec(5u);\n\
          }}\n"
     );
     let ptx = nvrtc
@@ -398,4 +400,92 @@ fn host_mlx5_writers_match_the_wqe_encoder() {
         .map(|b| format!("{b:02x}"))
         .collect();
     assert_eq!(lines[n as usize + 1], rec, "the doorbell record");
+}
+
+/// The header's CQ poll reads what `cqe::poll` reads: a CQ of 8 entries
+/// filled lap by lap with completions and errors (random counters,
+/// syndromes, responder or requester) as `cqe::written` lays them out, then
+/// polled at every consumer index of three laps, entries of the current lap
+/// taken and the previous lap's seen as empty; and the CQ doorbell record's
+/// word has the bytes `CompletionRing::doorbell_record` gives.
+#[test]
+fn host_mlx5_cq_poll_matches_the_cqe_parser() {
+    use ferrocx_ibgda::cqe::{poll, written, CompletionRing, Cqe, Syndrome, CQE_BYTES, OPCODE_REQ};
+    let mut rng = Rng(0xc0ff_ee00_1234_5678);
+    let (entries, log) = (8u32, 3u8);
+    let mut buf = CompletionRing::new(entries).unwrap().initial_buffer();
+    let mut src = format!("{HEADER}\n#include <stdio.h>\nint main(void) {{\n    static unsigned char cq[8 * 64];\n    fxg_u32 w, s; int k;\n    for (int i = 0; i < 8; ++i) cq[i * 64 + 63] = 0xf1; /* as a CQ starts */\n");
+    let mut want = Vec::new();
+    let show = |c: &Cqe| match *c {
+        Cqe::Empty => "0".to_string(),
+        Cqe::Done { wqe_counter, .. } => format!("1 {wqe_counter} 0"),
+        Cqe::Failed {
+            wqe_counter,
+            syndrome,
+            ..
+        } => format!("2 {wqe_counter} {}", syndrome.to_u8()),
+    };
+    for ci in 0..3 * entries {
+        let lap = ((ci >> log) & 1) as u8;
+        // Before the NIC writes entry ci: the previous lap's bytes (or the
+        // initial ones) read as empty.
+        let slot = (ci % entries) as usize * CQE_BYTES;
+        let before: &[u8; CQE_BYTES] = buf[slot..slot + CQE_BYTES].try_into().unwrap();
+        assert_eq!(poll(before, ci, log), Cqe::Empty);
+        let c = if rng.next().is_multiple_of(4) {
+            Cqe::Failed {
+                wqe_counter: rng.next() as u16,
+                syndrome: Syndrome::from_u8(rng.next() as u8),
+                vendor: rng.next() as u8,
+                responder: rng.next() & 1 == 1,
+            }
+        } else {
+            Cqe::Done {
+                wqe_counter: rng.next() as u16,
+                opcode: OPCODE_REQ,
+                byte_cnt: rng.next() as u32,
+            }
+        };
+        let src_poll = format!("    k = fxg_mlx5_cqe_poll(cq, {ci}u, {log}u, &w, &s);\n    if (k) printf(\"%d %u %u\\n\", k, w, s); else printf(\"0\\n\");\n");
+        let e = written(&c, lap);
+        let bytes: Vec<String> = e.iter().map(|b| format!("{b}")).collect();
+        // The previous lap's entry first (empty), then the new one.
+        src.push_str(&src_poll);
+        want.push("0".to_string());
+        buf[slot..slot + CQE_BYTES].copy_from_slice(&e);
+        src.push_str(&format!(
+            "    {{ static const unsigned char e[64] = {{{}}}; for (int i = 0; i < 64; ++i) cq[{slot} + i] = e[i]; }}\n",
+            bytes.join(",")
+        ));
+        src.push_str(&src_poll);
+        let now: &[u8; CQE_BYTES] = buf[slot..slot + CQE_BYTES].try_into().unwrap();
+        assert_eq!(poll(now, ci, log), c);
+        want.push(show(&c));
+    }
+    // Taking the 8 entries of lap 2 (they read as lap 0's) leaves the
+    // consumer index at 8.
+    let mut ring = CompletionRing::new(entries).unwrap();
+    while ring.next(&buf[..]) != Cqe::Empty {}
+    let n = ring.consumer_index();
+    assert_eq!(n, entries);
+    src.push_str(&format!(
+        "    fxg_u32 rec = fxg_mlx5_cq_dbrec({n}u);\n    unsigned char* r = (unsigned char*)&rec;\n    \
+         printf(\"%02x%02x%02x%02x\\n\", r[0], r[1], r[2], r[3]);\n    \
+         rec = fxg_mlx5_cq_dbrec(0x1234567u);\n    printf(\"%02x%02x%02x%02x\\n\", r[0], r[1], r[2], r[3]);\n    return 0;\n}}\n"
+    ));
+    let Some(text) = build_and_run("mlx5-cq", &src, &[]) else {
+        return;
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), want.len() + 2, "{text}");
+    for (i, (got, want)) in lines.iter().zip(&want).enumerate() {
+        assert_eq!(got, want, "poll {i}");
+    }
+    let rec: String = ring
+        .doorbell_record()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(lines[want.len()], rec, "the CQ doorbell record");
+    assert_eq!(lines[want.len() + 1], "00234567", "24 bits, big-endian");
 }
