@@ -374,6 +374,109 @@ FXG_FN fxg_u32 fxg_mlx5_cq_dbrec(fxg_u32 ci) {
     return ((v & 0xffu) << 24) | ((v & 0xff00u) << 8) | ((v >> 8) & 0xff00u);
 }
 
+/* ---- per-(me, peer) path health: the mlx5 handler's rules on the GPU ----
+ *
+ * NOT USED YET (the proxy handler keeps health on the host, in
+ * plugins/ibgda/src/health/path.rs's PathHealth). The same state machine in
+ * C for the mlx5 handler, where GPU threads see completions, timeouts and
+ * error CQEs themselves: a path with a timed-out or failed request goes
+ * down (its requests are posted again on the other path); a down path comes
+ * back once its recovery window passes with no new failure (the window
+ * counts from the last one); a path that fails again within its window of
+ * coming back flaps, and its window doubles up to max_recovery, while one
+ * that stayed up a whole window starts again from recovery. One struct per
+ * peer, changed by one thread at a time (the caller serializes: a per-peer
+ * lock, or one owning thread). Times are nanoseconds (%globaltimer on the
+ * device); sums saturate. tests/device_header.rs drives random scripts
+ * through both and compares every answer. */
+#define FXG_PATH_PRIMARY 0u
+#define FXG_PATH_BACKUP 1u
+/* fxg_health_route: both paths (or the only one) are down. */
+#define FXG_PATH_NONE 2u
+
+struct fxg_path_slot {
+    fxg_u32 down, has_restored;
+    fxg_u64 since, last_failure, window, restored;
+};
+
+struct fxg_health {
+    struct fxg_path_slot p[2];
+    fxg_u32 has_backup;
+    fxg_u64 recovery, max_recovery;
+};
+
+FXG_FN fxg_u64 fxg_sat_add(fxg_u64 a, fxg_u64 b) {
+    return a + b < a ? ~0ull : a + b;
+}
+
+FXG_FN void fxg_health_init(struct fxg_health* h, fxg_u32 has_backup, fxg_u64 recovery,
+                            fxg_u64 max_recovery) {
+    for (fxg_u32 i = 0; i < 2; ++i) {
+        h->p[i].down = 0;
+        h->p[i].has_restored = 0;
+        h->p[i].since = h->p[i].last_failure = h->p[i].restored = 0;
+        h->p[i].window = recovery;
+    }
+    h->has_backup = has_backup;
+    h->recovery = recovery;
+    h->max_recovery = max_recovery < recovery ? recovery : max_recovery;
+}
+
+/* The path new traffic takes: the primary while up, else the backup while up. */
+FXG_FN fxg_u32 fxg_health_route(const struct fxg_health* h) {
+    if (!h->p[0].down) return FXG_PATH_PRIMARY;
+    if (h->has_backup && !h->p[1].down) return FXG_PATH_BACKUP;
+    return FXG_PATH_NONE;
+}
+
+/* A failure on `path` at `now`: 1 when it took the path down, 0 when it was
+   down already (its window restarts from now) or does not exist. */
+FXG_FN int fxg_health_mark_bad(struct fxg_health* h, fxg_u32 path, fxg_u64 now) {
+    if (path > FXG_PATH_BACKUP || (path == FXG_PATH_BACKUP && !h->has_backup)) return 0;
+    struct fxg_path_slot* s = &h->p[path];
+    if (s->down) {
+        if (now > s->last_failure) s->last_failure = now;
+        return 0;
+    }
+    const int flapped = s->has_restored && now < fxg_sat_add(s->restored, s->window);
+    if (flapped) {
+        const fxg_u64 twice = fxg_sat_add(s->window, s->window);
+        s->window = twice < h->max_recovery ? twice : h->max_recovery;
+    } else {
+        s->window = h->recovery;
+    }
+    s->down = 1;
+    s->since = s->last_failure = now;
+    return 1;
+}
+
+/* Takes back every down path whose window has passed since its last failure:
+   bit 0 the primary (the switch back), bit 1 the backup. */
+FXG_FN fxg_u32 fxg_health_restore_due(struct fxg_health* h, fxg_u64 now) {
+    fxg_u32 back = 0;
+    for (fxg_u32 i = 0; i < (h->has_backup ? 2u : 1u); ++i) {
+        struct fxg_path_slot* s = &h->p[i];
+        if (s->down && now >= fxg_sat_add(s->last_failure, s->window)) {
+            s->down = 0;
+            s->has_restored = 1;
+            s->restored = now;
+            back |= 1u << i;
+        }
+    }
+    return back;
+}
+
+/* When the next down path is due back; ~0 when none is down. */
+FXG_FN fxg_u64 fxg_health_next_restore(const struct fxg_health* h) {
+    fxg_u64 next = ~0ull;
+    for (fxg_u32 i = 0; i < (h->has_backup ? 2u : 1u); ++i) {
+        const struct fxg_path_slot* s = &h->p[i];
+        const fxg_u64 due = fxg_sat_add(s->last_failure, s->window);
+        if (s->down && due < next) next = due;
+    }
+    return next;
+}
+
 #ifdef FXG_DEVICE
 
 /* One request queue as a GPU thread sees it: the ring (GPU-visible memory the

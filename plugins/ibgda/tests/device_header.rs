@@ -262,6 +262,9 @@ fn device_functions_compile_with_nvrtc() {
              out[10] = fxg_put_block(q, 1u, 0ull, 0ull, 8u, 1000ull) + fxg_put_signal_block(q, 1u, 0ull, 0ull, 8u, 8ull, 1ull, FXG_SIGNAL_ADD, 1000ull);\n\
              fxg_u32 wc = 0, sy = 0;\n\
              out[11] = (fxg_u64)fxg_mlx5_cqe_poll(cq, 3u, 4u, &wc, &sy) + wc + sy + fxg_mlx5_cq_dbrec(5u);\n\
+             struct fxg_health hh;\n\
+             fxg_health_init(&hh, 1u, 10ull, 80ull);\n\
+             out[12] = (fxg_u64)fxg_health_mark_bad(&hh, 0u, out[0]) + fxg_health_route(&hh) + fxg_health_restore_due(&hh, 100ull) + fxg_health_next_restore(&hh);\n\
          }}\n"
     );
     let ptx = nvrtc
@@ -488,4 +491,120 @@ fn host_mlx5_cq_poll_matches_the_cqe_parser() {
         .collect();
     assert_eq!(lines[want.len()], rec, "the CQ doorbell record");
     assert_eq!(lines[want.len() + 1], "00234567", "24 bits, big-endian");
+}
+
+/// The header's GPU-side path health (`fxg_health_*`) decides as
+/// `health::PathHealth` does: 40 random scripts (with and without a backup,
+/// fixed and growing windows) of failures on either path, restores, routes,
+/// next-restore times and windows at random times, often within a window of
+/// the last switch back (so paths flap and windows double to their cap),
+/// run through both; every answer compared.
+#[test]
+fn host_path_health_matches_the_health_machine() {
+    use ferrocx_ibgda::health::{
+        HealthConfig, Nanos, Path, PathFault, PathHealth, PathStatus, PeerId, Seq,
+    };
+    use std::time::Duration;
+    let mut rng = Rng(0x4ea1_7e57_0dd5_eed5);
+    let mut src =
+        format!("{HEADER}\n#include <stdio.h>\nint main(void) {{\n    struct fxg_health h;\n");
+    let mut want: Vec<String> = Vec::new();
+    for script in 0..40 {
+        let has_backup = script % 4 != 3;
+        let recovery = 1_000 + rng.next() % 5_000;
+        let max = if script % 3 == 0 {
+            recovery
+        } else {
+            recovery * (2 + rng.next() % 10)
+        };
+        let cfg = HealthConfig {
+            timeout: Duration::from_nanos(recovery / 2),
+            recovery: Duration::from_nanos(recovery),
+            max_recovery: Duration::from_nanos(max),
+        };
+        let mut h = PathHealth::new(PeerId(1), has_backup, &cfg);
+        src.push_str(&format!(
+            "    fxg_health_init(&h, {}u, {recovery}ull, {max}ull);\n",
+            has_backup as u32
+        ));
+        let mut now = 0u64;
+        for step in 0..120u64 {
+            now += rng.next() % (recovery / 2);
+            let path = if rng.next().is_multiple_of(3) {
+                Path::Backup
+            } else {
+                Path::Primary
+            };
+            let p = if path == Path::Backup { 1 } else { 0 };
+            match rng.next() % 5 {
+                0 | 1 => {
+                    let why = PathFault::Timeout {
+                        seq: Seq(step),
+                        atomic: false,
+                        waited: Duration::ZERO,
+                    };
+                    let took = h.mark_bad(path, why, Nanos(now));
+                    want.push(format!("m{}", took as u32));
+                    src.push_str(&format!(
+                        "    printf(\"m%d\\n\", fxg_health_mark_bad(&h, {p}u, {now}ull));\n"
+                    ));
+                }
+                2 => {
+                    let back = h.restore_due(Nanos(now));
+                    let bits: u32 = back
+                        .iter()
+                        .map(|(q, _)| if *q == Path::Backup { 2 } else { 1 })
+                        .sum();
+                    want.push(format!("r{bits}"));
+                    src.push_str(&format!(
+                        "    printf(\"r%u\\n\", fxg_health_restore_due(&h, {now}ull));\n"
+                    ));
+                }
+                3 => {
+                    let r = match h.route() {
+                        Ok(Path::Primary) => 0,
+                        Ok(Path::Backup) => 1,
+                        Err(_) => 2,
+                    };
+                    want.push(format!("p{r}"));
+                    src.push_str("    printf(\"p%u\\n\", fxg_health_route(&h));\n");
+                    let next = h.next_restore().map_or(u64::MAX, |n| n.0);
+                    want.push(format!("n{next}"));
+                    src.push_str(
+                        "    printf(\"n%llu\\n\", (unsigned long long)fxg_health_next_restore(&h));\n",
+                    );
+                }
+                _ => {
+                    // A window and a state, where the path exists.
+                    if let (Some(w), Some(st)) = (h.window(path), h.status(path)) {
+                        let down = matches!(st, PathStatus::Down { .. }) as u32;
+                        want.push(format!("w{} {down}", w.as_nanos()));
+                        src.push_str(&format!(
+                            "    printf(\"w%llu %u\\n\", (unsigned long long)h.p[{p}].window, h.p[{p}].down);\n"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    src.push_str("    return 0;\n}\n");
+    // The scripts reach what they are for: flaps with windows grown past the base.
+    assert!(
+        want.iter().any(|l| l.starts_with("w")
+            && l.split(' ').next().unwrap()[1..].parse::<u64>().unwrap() > 6_000),
+        "no window grew"
+    );
+    assert!(
+        want.iter().any(|l| l == "p2"),
+        "no script had both paths down"
+    );
+    assert!(want.iter().any(|l| l == "r1") && want.iter().any(|l| l == "r2"));
+    let Some(text) = build_and_run("health", &src, &[]) else {
+        return;
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), want.len(), "{text}");
+    for (i, (got, want)) in lines.iter().zip(&want).enumerate() {
+        assert_eq!(got, want, "answer {i}");
+    }
 }
