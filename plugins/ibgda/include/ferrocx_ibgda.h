@@ -11,8 +11,10 @@
  * against the Rust proxy's encoder), waiting for one request's completion,
  * and a quiet that waits. The view (`struct fxg_view`) a kernel gets from
  * the host side (`device_view`): its queues to every peer and its signal
- * words. Not yet here (docs/IBGDA.md): the health rules on the GPU (the proxy
- * handler keeps them on the host) and the mlx5 doorbell.
+ * words. For the mlx5 handler, which does not exist yet (docs/IBGDA.md): the
+ * WQE writers and doorbell, the CQ poll, and the path health rules on the GPU
+ * (the proxy handler keeps health on the host); host C checks them against
+ * the Rust encoders, parser and state machine.
  */
 #ifndef FERROCX_IBGDA_H
 #define FERROCX_IBGDA_H
