@@ -108,9 +108,9 @@ pub fn device_span(ptr: usize) -> Option<DeviceSpan> {
     let mut device: i32 = -1;
     let mut base: sys::CUdeviceptr = 0;
     let mut size: usize = 0;
-    // SAFETY: each out pointer addresses a value as large as its attribute's
-    // type (memory type: 32 bits, ordinal: int, range: a CUdeviceptr and a
-    // size_t).
+    // SAFETY: the driver is initialized (`available` above); each out pointer
+    // addresses a value as large as its attribute's type (memory type: 32
+    // bits, ordinal: int, range: a CUdeviceptr and a size_t).
     let ok = unsafe {
         pointer_attributes(
             ptr as u64,

@@ -266,6 +266,14 @@ impl Sysfs {
     /// `CUDA_DEVICE_ORDER=PCI_BUS_ID` and nvidia-smi's indices, whatever
     /// `CUDA_VISIBLE_DEVICES` hides from this process.
     pub fn gpus(&self) -> Vec<PciFunction> {
+        self.gpu_bus_ids()
+            .iter()
+            .filter_map(|b| self.pci_function(b))
+            .collect()
+    }
+
+    /// The bus ids of every GPU, in bus-id order.
+    fn gpu_bus_ids(&self) -> Vec<String> {
         let dir = self.root.join("bus/pci/devices");
         let Ok(rd) = fs::read_dir(&dir) else {
             return Vec::new();
@@ -280,7 +288,7 @@ impl Sysfs {
             })
             .collect();
         bdfs.sort();
-        bdfs.iter().filter_map(|b| self.pci_function(b)).collect()
+        bdfs
     }
 
     /// The PCI function with bus id `bdf` (`0000:17:00.0`): its path from
@@ -302,10 +310,9 @@ impl Sysfs {
     /// bus order over every GPU ([`gpus`](Self::gpus)) and no
     /// `CUDA_VISIBLE_DEVICES` remapping.
     pub fn gpu(&self, ordinal: usize) -> Option<(PciPath, i32)> {
-        self.gpus()
-            .into_iter()
-            .nth(ordinal)
-            .map(|f| (f.path, f.numa))
+        // Counted over every GPU, resolvable or not, as CUDA counts them.
+        let bdf = self.gpu_bus_ids().into_iter().nth(ordinal)?;
+        self.pci_function(&bdf).map(|f| (f.path, f.numa))
     }
 
     /// NUMA node of CPU `cpu` (the `node<M>` link in its sysfs directory).

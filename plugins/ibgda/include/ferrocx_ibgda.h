@@ -341,15 +341,19 @@ FXG_FN fxg_u32 fxg_mlx5_dbrec(fxg_u32 next) {
 #define FXG_MLX5_CQE_REQ_ERR 0xdu
 #define FXG_MLX5_CQE_RESP_ERR 0xeu
 #define FXG_MLX5_CQE_INVALID 0xfu
+#define FXG_MLX5_CQE_REQ 0x0u
 /* fxg_mlx5_cqe_poll's answers. */
 #define FXG_MLX5_CQE_EMPTY 0
 #define FXG_MLX5_CQE_DONE 1
 #define FXG_MLX5_CQE_FAILED 2
+/* An opcode a send CQ never carries (the path's failure). */
+#define FXG_MLX5_CQE_UNEXPECTED 3
 
-/* The entry at consumer index `ci` of the CQ at `cq`: EMPTY while the NIC
-   owns it; else DONE or FAILED with its WQE counter and (FAILED) the
-   syndrome byte (0 for DONE). op_own is read first, the rest after it (a
-   fence between, on the device). */
+/* The entry at consumer index `ci` of the CQ at `cq` (a fresh CQ's entries
+   are 0xf0: INVALID, owner 0): EMPTY while the NIC owns it; else DONE,
+   FAILED or UNEXPECTED with its WQE counter and in `syndrome` the error
+   syndrome (FAILED), the opcode (UNEXPECTED) or 0 (DONE). op_own is read
+   first, the rest after it (a fence between, on the device). */
 FXG_FN int fxg_mlx5_cqe_poll(const volatile fxg_u8* cq, fxg_u32 ci, fxg_u32 log_size,
                              fxg_u32* wqe_counter, fxg_u32* syndrome) {
     const volatile fxg_u8* e = cq + (fxg_u64)(ci & ((1u << log_size) - 1u)) * FXG_MLX5_CQE_BYTES;
@@ -364,6 +368,10 @@ FXG_FN int fxg_mlx5_cqe_poll(const volatile fxg_u8* cq, fxg_u32 ci, fxg_u32 log_
     if (opcode == FXG_MLX5_CQE_REQ_ERR || opcode == FXG_MLX5_CQE_RESP_ERR) {
         *syndrome = e[55];
         return FXG_MLX5_CQE_FAILED;
+    }
+    if (opcode != FXG_MLX5_CQE_REQ) {
+        *syndrome = opcode;
+        return FXG_MLX5_CQE_UNEXPECTED;
     }
     *syndrome = 0;
     return FXG_MLX5_CQE_DONE;
@@ -468,7 +476,8 @@ FXG_FN fxg_u32 fxg_health_restore_due(struct fxg_health* h, fxg_u64 now) {
     return back;
 }
 
-/* When the next down path is due back; ~0 when none is down. */
+/* When the next down path is due back; ~0 when none is down (or when the
+   due time saturated: such a path never comes back either way). */
 FXG_FN fxg_u64 fxg_health_next_restore(const struct fxg_health* h) {
     fxg_u64 next = ~0ull;
     for (fxg_u32 i = 0; i < (h->has_backup ? 2u : 1u); ++i) {

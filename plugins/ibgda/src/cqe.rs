@@ -8,7 +8,8 @@
 //! and the owner bit (bit 0): an entry at consumer index `ci` of a CQ of
 //! `2^log_size` entries belongs to software when its owner bit equals lap
 //! parity `(ci >> log_size) & 1` and its opcode is not `INVALID` (how a CQ
-//! starts: every entry `0xf1`). Send-queue completions are cumulative: a
+//! starts: every entry `0xf0`, owner 0, so in the first lap only the opcode
+//! tells an unwritten entry apart). Send-queue completions are cumulative: a
 //! CQE's WQE counter says that WQE and every earlier one are done
 //! ([`crate::wqe::SendQueue::retire`]).
 //!
@@ -184,10 +185,18 @@ pub enum Cqe {
     Done {
         /// The completed WQE's index.
         wqe_counter: u16,
-        /// The opcode nibble (requester: [`OPCODE_REQ`]).
+        /// The opcode nibble ([`OPCODE_REQ`]).
         opcode: u8,
         /// Bytes transferred, as the entry says.
         byte_cnt: u32,
+    },
+    /// An opcode a send CQ should never carry (a responder's, a signature
+    /// error, a resize): treated as the path's failure.
+    Unexpected {
+        /// The entry's WQE counter.
+        wqe_counter: u16,
+        /// Its opcode nibble.
+        opcode: u8,
     },
     /// WQE `wqe_counter` failed; the QP is in error from here on.
     Failed {
@@ -227,10 +236,14 @@ pub fn poll(e: &[u8; CQE_BYTES], ci: u32, log_size: u8) -> Cqe {
             vendor: e[VENDOR_ERR_SYND],
             responder: opcode == OPCODE_RESP_ERR,
         },
-        _ => Cqe::Done {
+        OPCODE_REQ => Cqe::Done {
             wqe_counter,
             opcode,
             byte_cnt: be32(e, BYTE_CNT),
+        },
+        _ => Cqe::Unexpected {
+            wqe_counter,
+            opcode,
         },
     }
 }
@@ -249,6 +262,13 @@ pub fn written(c: &Cqe, lap: u8) -> [u8; CQE_BYTES] {
             byte_cnt,
         } => {
             e[BYTE_CNT..BYTE_CNT + 4].copy_from_slice(&byte_cnt.to_be_bytes());
+            e[WQE_COUNTER..WQE_COUNTER + 2].copy_from_slice(&wqe_counter.to_be_bytes());
+            opcode
+        }
+        Cqe::Unexpected {
+            wqe_counter,
+            opcode,
+        } => {
             e[WQE_COUNTER..WQE_COUNTER + 2].copy_from_slice(&wqe_counter.to_be_bytes());
             opcode
         }
@@ -308,12 +328,13 @@ impl CompletionRing {
         })
     }
 
-    /// The bytes of a fresh CQ's buffer: every entry `INVALID`, owner 1 (so
-    /// lap 0 sees none).
+    /// The bytes of a fresh CQ's buffer as drivers set it up: every entry
+    /// `INVALID` with owner bit 0 (the first lap's parity: only the opcode
+    /// says these are unwritten).
     pub fn initial_buffer(&self) -> Vec<u8> {
         let mut b = vec![0u8; self.entries() as usize * CQE_BYTES];
         for e in b.chunks_exact_mut(CQE_BYTES) {
-            e[OP_OWN] = (OPCODE_INVALID << 4) | 1;
+            e[OP_OWN] = OPCODE_INVALID << 4;
         }
         b
     }

@@ -417,7 +417,7 @@ fn host_mlx5_cq_poll_matches_the_cqe_parser() {
     let mut rng = Rng(0xc0ff_ee00_1234_5678);
     let (entries, log) = (8u32, 3u8);
     let mut buf = CompletionRing::new(entries).unwrap().initial_buffer();
-    let mut src = format!("{HEADER}\n#include <stdio.h>\nint main(void) {{\n    static unsigned char cq[8 * 64];\n    fxg_u32 w, s; int k;\n    for (int i = 0; i < 8; ++i) cq[i * 64 + 63] = 0xf1; /* as a CQ starts */\n");
+    let mut src = format!("{HEADER}\n#include <stdio.h>\nint main(void) {{\n    static unsigned char cq[8 * 64];\n    fxg_u32 w, s; int k;\n    for (int i = 0; i < 8; ++i) cq[i * 64 + 63] = 0xf0; /* as a CQ starts */\n");
     let mut want = Vec::new();
     let show = |c: &Cqe| match *c {
         Cqe::Empty => "0".to_string(),
@@ -427,6 +427,10 @@ fn host_mlx5_cq_poll_matches_the_cqe_parser() {
             syndrome,
             ..
         } => format!("2 {wqe_counter} {}", syndrome.to_u8()),
+        Cqe::Unexpected {
+            wqe_counter,
+            opcode,
+        } => format!("3 {wqe_counter} {opcode}"),
     };
     for ci in 0..3 * entries {
         let lap = ((ci >> log) & 1) as u8;
@@ -435,7 +439,12 @@ fn host_mlx5_cq_poll_matches_the_cqe_parser() {
         let slot = (ci % entries) as usize * CQE_BYTES;
         let before: &[u8; CQE_BYTES] = buf[slot..slot + CQE_BYTES].try_into().unwrap();
         assert_eq!(poll(before, ci, log), Cqe::Empty);
-        let c = if rng.next().is_multiple_of(4) {
+        let c = if rng.next().is_multiple_of(7) {
+            Cqe::Unexpected {
+                wqe_counter: rng.next() as u16,
+                opcode: [0x1u8, 0x2, 0x5, 0xc][(rng.next() % 4) as usize],
+            }
+        } else if rng.next().is_multiple_of(4) {
             Cqe::Failed {
                 wqe_counter: rng.next() as u16,
                 syndrome: Syndrome::from_u8(rng.next() as u8),
@@ -511,11 +520,26 @@ fn host_path_health_matches_the_health_machine() {
     let mut want: Vec<String> = Vec::new();
     for script in 0..40 {
         let has_backup = script % 4 != 3;
-        let recovery = 1_000 + rng.next() % 5_000;
-        let max = if script % 3 == 0 {
-            recovery
-        } else {
-            recovery * (2 + rng.next() % 10)
+        // Most scripts: small windows. Some: a cap below the window (taken
+        // as the window), and windows near the end of time (sums saturate).
+        let (recovery, max) = match script % 10 {
+            7 => {
+                let r = 1_000 + rng.next() % 5_000;
+                (r, r / 2)
+            }
+            8 => (
+                u64::MAX / 3 + rng.next() % 1_000,
+                u64::MAX - rng.next() % 1_000,
+            ),
+            _ => {
+                let r = 1_000 + rng.next() % 5_000;
+                let m = if script % 3 == 0 {
+                    r
+                } else {
+                    r * (2 + rng.next() % 10)
+                };
+                (r, m)
+            }
         };
         let cfg = HealthConfig {
             timeout: Duration::from_nanos(recovery / 2),
@@ -529,7 +553,12 @@ fn host_path_health_matches_the_health_machine() {
         ));
         let mut now = 0u64;
         for step in 0..120u64 {
-            now += rng.next() % (recovery / 2);
+            // Mostly forward; now and then a report of an earlier failure.
+            if rng.next().is_multiple_of(6) {
+                now = now.saturating_sub(rng.next() % recovery.min(1 << 40));
+            } else {
+                now = now.saturating_add(rng.next() % (recovery / 2));
+            }
             let path = if rng.next().is_multiple_of(3) {
                 Path::Backup
             } else {

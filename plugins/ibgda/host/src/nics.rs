@@ -37,8 +37,9 @@ pub fn describe(sysfs: &Sysfs, own: Option<&str>) -> String {
     for (n, &slot) in placed.iter().zip(&slots) {
         devices.push(PciDevice::Nic {
             slot,
-            // The pairing knows single- and dual-port NICs.
-            ports: n.ports.len().clamp(1, 2) as u8,
+            // Active ports only (a down one must not be chosen); the pairing
+            // knows single- and dual-port NICs.
+            ports: n.ports.iter().filter(|p| p.active).count().clamp(1, 2) as u8,
             path: n.pci.as_ref().expect("partitioned").0.clone(),
         });
     }
@@ -54,6 +55,10 @@ pub fn describe(sysfs: &Sysfs, own: Option<&str>) -> String {
             .map_or("?", |i| names[i])
     };
     let mine = own.and_then(|b| gpus.iter().position(|g| g.bdf == b));
+    let missing = match (own, mine) {
+        (Some(b), None) => format!(" (this rank's GPU {b} is not among them: all listed)"),
+        _ => String::new(),
+    };
     let lines: Vec<String> = pairs
         .iter()
         .filter(|p| mine.is_none_or(|m| p.gpu as usize == m))
@@ -70,7 +75,7 @@ pub fn describe(sysfs: &Sysfs, own: Option<&str>) -> String {
                 None => "no backup (one single-port NIC)".to_string(),
             };
             format!(
-                "GPU {} ({}): primary {} port {} ({} PCI hops), {backup}",
+                "host GPU {} ({}): primary {} port {} ({} PCI hops), {backup}",
                 p.gpu,
                 gpus[p.gpu as usize].bdf,
                 name(p.primary.slot),
@@ -80,7 +85,7 @@ pub fn describe(sysfs: &Sysfs, own: Option<&str>) -> String {
         })
         .collect();
     format!(
-        "{} GPUs and {} NICs in {root}; {}",
+        "{} GPUs and {} NICs in {root}{missing}; {}",
         gpus.len(),
         placed.len(),
         lines.join("; ")
@@ -158,21 +163,28 @@ mod tests {
         assert!(all.starts_with("2 GPUs and 2 NICs in "), "{all}");
         assert!(
             all.contains(
-                "GPU 0 (0000:02:00.0): primary mlx5_0 port 1 (2 PCI hops), backup mlx5_1 port 1 (the adjacent NIC)"
+                "host GPU 0 (0000:02:00.0): primary mlx5_0 port 1 (2 PCI hops), backup mlx5_1 port 1 (the adjacent NIC)"
             ),
             "{all}"
         );
         assert!(
             all.contains(
-                "GPU 1 (0000:82:00.0): primary mlx5_1 port 1 (2 PCI hops), backup mlx5_0 port 1"
+                "host GPU 1 (0000:82:00.0): primary mlx5_1 port 1 (2 PCI hops), backup mlx5_0 port 1"
             ),
             "{all}"
         );
-        // One GPU's line only.
+        // One GPU's line only; an unknown own GPU is said, and all are listed.
         let one = describe(&s, Some("0000:82:00.0"));
         assert!(
-            one.contains("GPU 1 (0000:82:00.0)") && !one.contains("GPU 0"),
+            one.contains("host GPU 1 (0000:82:00.0)") && !one.contains("GPU 0"),
             "{one}"
+        );
+        let lost = describe(&s, Some("0001:00:00.0"));
+        assert!(
+            lost.contains("(this rank's GPU 0001:00:00.0 is not among them: all listed)")
+                && lost.contains("host GPU 0")
+                && lost.contains("host GPU 1"),
+            "{lost}"
         );
     }
 
@@ -187,6 +199,13 @@ mod tests {
             d.contains("primary mlx5_0 port 1 (2 PCI hops), backup mlx5_0 port 2 (its other port)"),
             "{d}"
         );
+        // Its second port down: a single-port NIC, no backup.
+        write(
+            &t.0.join("class/infiniband/mlx5_0/ports/2/state"),
+            "1: DOWN",
+        );
+        let d = describe(&Sysfs::new(&t.0), None);
+        assert!(d.contains("no backup (one single-port NIC)"), "{d}");
     }
 
     #[test]

@@ -60,7 +60,28 @@ fn entries_have_the_documented_layout() {
     assert_eq!(&d[44..48], &[0x0a, 0x0b, 0x0c, 0x0d]);
     assert_eq!(&d[60..62], &[0, 7]);
     assert_eq!(d[63], 0x00);
-    assert_eq!(written(&Cqe::Empty, 1)[63], 0xf1, "how a CQ starts");
+    assert_eq!(written(&Cqe::Empty, 0)[63], 0xf0, "how a CQ starts");
+    // A fresh CQ reads empty in lap 0 only because of the opcode.
+    let fresh = CompletionRing::new(4).unwrap().initial_buffer();
+    assert!(fresh.chunks(CQE_BYTES).all(|e| e[63] == 0xf0));
+    assert_eq!(poll(fresh[..64].try_into().unwrap(), 0, 2), Cqe::Empty);
+    // Opcodes a send CQ never carries: the path's failure, not a completion.
+    for opcode in [0x1u8, 0x2, 0x5, 0xc] {
+        let e = written(
+            &Cqe::Unexpected {
+                wqe_counter: 9,
+                opcode,
+            },
+            0,
+        );
+        assert_eq!(
+            poll(&e, 0, 2),
+            Cqe::Unexpected {
+                wqe_counter: 9,
+                opcode
+            }
+        );
+    }
 }
 
 /// A fresh CQ shows nothing; entries written in lap 0 are taken once each
@@ -81,7 +102,12 @@ fn the_owner_bit_tells_each_laps_entries_apart() {
             let k = (rng.below(u64::from(room) + 1)) as u32;
             let mut want = Vec::new();
             for _ in 0..k {
-                let c = if rng.below(5) == 0 {
+                let c = if rng.below(9) == 0 {
+                    Cqe::Unexpected {
+                        wqe_counter: rng.below(1 << 16) as u16,
+                        opcode: [0x1u8, 0x2, 0x5, 0xc][rng.below(4) as usize],
+                    }
+                } else if rng.below(5) == 0 {
                     Cqe::Failed {
                         wqe_counter: rng.below(1 << 16) as u16,
                         syndrome: Syndrome::from_u8(rng.below(256) as u8),
