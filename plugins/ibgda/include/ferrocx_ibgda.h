@@ -717,4 +717,151 @@ FXG_FN void fxg_mlx5_ring(volatile fxg_u32* dbrec, volatile fxg_u64* uar, fxg_u3
 }
 
 #endif /* FXG_DEVICE */
+
+/* ---- the mlx5 handler's put with failover: WQE, doorbell, CQ, health -----
+ *
+ * NOT USED YET, NEVER RUN AGAINST A NIC (docs/IBGDA.md): what a GPU thread
+ * does to put bytes to a peer over two RC QPs (the primary and the backup
+ * path, one per NIC or port), the health rules above deciding which. One
+ * thread owns a peer's struct at a time (the caller serializes). A put is
+ * posted signaled on the route path and waited for: its CQE done, it
+ * returns FXG_MLX5_OK; an error CQE the syndrome blames on the request
+ * (keys, lengths) returns FXG_MLX5_ERR_REQUEST and leaves the path up; no
+ * CQE within the timeout, an error blamed on the path or an opcode a send
+ * CQ never carries marks the path down and posts the put again on the
+ * other path; with both down (or the only one) it returns
+ * FXG_MLX5_ERR_UNREACHABLE. It never waits past twice the timeout. A put
+ * that timed out may have landed too, so the bytes can arrive twice (the
+ * same bytes at the same place); signals and atomics, which must apply
+ * once, are not carried here. A down path comes back after its window (the
+ * host must have reset an errored QP by then; else its next put fails and
+ * the window doubles). CQEs of earlier WQEs (late completions, flushes) are
+ * taken and count as late failures where they are errors.
+ *
+ * Host C (the tests) defines FXG_HOST_CLOCK() (nanoseconds) and
+ * FXG_HOST_IDLE() (a simulated NIC's step) before including the header. */
+#if defined(FXG_DEVICE) || defined(FXG_HOST_CLOCK)
+#ifdef FXG_DEVICE
+#define FXG_PUT_CLOCK() fxg_now()
+#define FXG_PUT_IDLE() ((void)0)
+#define FXG_PUT_FENCE() __threadfence_system()
+#else
+#define FXG_PUT_CLOCK() FXG_HOST_CLOCK()
+#define FXG_PUT_IDLE() FXG_HOST_IDLE()
+#define FXG_PUT_FENCE() ((void)0)
+#endif
+
+#define FXG_MLX5_OK 0
+#define FXG_MLX5_ERR_REQUEST 1
+#define FXG_MLX5_ERR_UNREACHABLE 2
+
+/* One path: an RC QP's send queue (slots basic blocks), its doorbell record
+   and UAR, its CQ (2^cq_log 64-byte entries) and CQ doorbell record, the
+   keys of this rank's source buffer and the peer's window on this path's
+   NIC, the window's address there. pi: the next WQE index; ci: the CQ's
+   consumer index. */
+struct fxg_mlx5_path {
+    fxg_u8* sq;
+    fxg_u32 slots, qpn;
+    volatile fxg_u32* dbrec;
+    volatile fxg_u64* uar;
+    const volatile fxg_u8* cq;
+    fxg_u32 cq_log;
+    volatile fxg_u32* cq_dbrec;
+    fxg_u64 raddr;
+    fxg_u32 rkey, lkey;
+    fxg_u32 pi, ci;
+};
+
+struct fxg_mlx5_peer {
+    struct fxg_mlx5_path path[2];
+    struct fxg_health health;
+    fxg_u64 timeout_ns;
+};
+
+/* Whom an error CQE's syndrome blames: 1 the request (no path could carry
+   it), 0 the path (plugins/ibgda/src/cqe.rs, Syndrome::blame). */
+FXG_FN int fxg_mlx5_blames_request(fxg_u32 syndrome) {
+    switch (syndrome) {
+    case 0x01: case 0x02: case 0x04: case 0x06: case 0x11: case 0x12: case 0x13:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Post a signaled RDMA WRITE of len bytes from src to the window at dst_off
+   on path p; its WQE index. */
+FXG_FN fxg_u32 fxg_mlx5_post_write(struct fxg_mlx5_path* p, fxg_u64 dst_off, fxg_u64 src, fxg_u32 len) {
+    fxg_u8 w[FXG_MLX5_BB_BYTES];
+    const fxg_u32 idx = p->pi;
+    fxg_mlx5_write(w, p->qpn, idx, FXG_MLX5_CQ_UPDATE, p->raddr + dst_off, p->rkey, src, p->lkey, len);
+    fxg_mlx5_place(p->sq, p->slots, idx, w);
+    p->pi = idx + 1u;
+    FXG_PUT_FENCE();
+    *p->dbrec = fxg_mlx5_dbrec(p->pi);
+    FXG_PUT_FENCE();
+    fxg_u64 v = 0;
+    for (fxg_u32 k = 0; k < 8; ++k) v |= (fxg_u64)w[k] << (8 * k);
+    *p->uar = v;
+    FXG_PUT_FENCE();
+    return idx;
+}
+
+/* Take path p's CQEs until the one for WQE `idx`: 1 with its answer in
+   *kind and *syndrome, 0 when none is there yet. Earlier WQEs' error CQEs
+   mark the path down at `now` (late failures). */
+FXG_FN int fxg_mlx5_take(struct fxg_health* h, fxg_u32 path, struct fxg_mlx5_path* p, fxg_u32 idx,
+                         fxg_u64 now, int* kind, fxg_u32* syndrome) {
+    for (;;) {
+        fxg_u32 wc = 0, sy = 0;
+        const int k = fxg_mlx5_cqe_poll(p->cq, p->ci, p->cq_log, &wc, &sy);
+        if (k == FXG_MLX5_CQE_EMPTY) return 0;
+        p->ci = (p->ci + 1u) & 0xffffffu;
+        *p->cq_dbrec = fxg_mlx5_cq_dbrec(p->ci);
+        if (wc == (idx & 0xffffu)) {
+            *kind = k;
+            *syndrome = sy;
+            return 1;
+        }
+        if (k != FXG_MLX5_CQE_DONE) fxg_health_mark_bad(h, path, now);
+    }
+}
+
+/* Put len bytes from src (lkey'd on both NICs) to the peer's window at
+   dst_off: FXG_MLX5_OK, FXG_MLX5_ERR_REQUEST (syndrome in *why) or
+   FXG_MLX5_ERR_UNREACHABLE; *failovers counts the re-posts. */
+FXG_FN int fxg_mlx5_put_sync(struct fxg_mlx5_peer* peer, fxg_u64 dst_off, fxg_u64 src, fxg_u32 len,
+                             fxg_u32* why, fxg_u32* failovers) {
+    for (;;) {
+        fxg_u64 now = FXG_PUT_CLOCK();
+        fxg_health_restore_due(&peer->health, now);
+        const fxg_u32 r = fxg_health_route(&peer->health);
+        if (r == FXG_PATH_NONE) return FXG_MLX5_ERR_UNREACHABLE;
+        struct fxg_mlx5_path* p = &peer->path[r];
+        const fxg_u32 idx = fxg_mlx5_post_write(p, dst_off, src, len);
+        const fxg_u64 deadline = fxg_sat_add(now, peer->timeout_ns);
+        for (;;) {
+            int kind = 0;
+            fxg_u32 sy = 0;
+            now = FXG_PUT_CLOCK();
+            if (fxg_mlx5_take(&peer->health, r, p, idx, now, &kind, &sy)) {
+                if (kind == FXG_MLX5_CQE_DONE) return FXG_MLX5_OK;
+                if (kind == FXG_MLX5_CQE_FAILED && fxg_mlx5_blames_request(sy)) {
+                    *why = sy;
+                    return FXG_MLX5_ERR_REQUEST;
+                }
+                fxg_health_mark_bad(&peer->health, r, now);
+                break;
+            }
+            if (now >= deadline) {
+                fxg_health_mark_bad(&peer->health, r, now);
+                break;
+            }
+            FXG_PUT_IDLE();
+        }
+        *failovers += 1u;
+    }
+}
+#endif /* FXG_DEVICE || FXG_HOST_CLOCK */
 #endif /* FERROCX_IBGDA_H */

@@ -265,6 +265,8 @@ fn device_functions_compile_with_nvrtc() {
              struct fxg_health hh;\n\
              fxg_health_init(&hh, 1u, 10ull, 80ull);\n\
              out[12] = (fxg_u64)fxg_health_mark_bad(&hh, 0u, out[0]) + fxg_health_route(&hh) + fxg_health_restore_due(&hh, 100ull) + fxg_health_next_restore(&hh);\n\
+             fxg_u32 why = 0, failovers = 0;\n\
+             out[13] = (fxg_u64)fxg_mlx5_put_sync((struct fxg_mlx5_peer*)(out + 16), 0ull, (fxg_u64)ring, 8u, &why, &failovers) + why + failovers;\n\
          }}\n"
     );
     let ptx = nvrtc
@@ -636,4 +638,212 @@ fn host_path_health_matches_the_health_machine() {
     for (i, (got, want)) in lines.iter().zip(&want).enumerate() {
         assert_eq!(got, want, "answer {i}");
     }
+}
+
+/// The header's put with failover (`fxg_mlx5_put_sync`) against a simulated
+/// NIC per path, as host C: the NIC reads each WQE the put wrote at the
+/// doorbell's producer index (opcode, addresses, length from the mlx5
+/// layout), copies the bytes and writes a CQE with the lap's owner bit, or
+/// drops the CQE (the bytes landed), or writes an error CQE, or does nothing
+/// (dead). Healthy puts stay on the primary; a lost CQE fails over after the
+/// timeout and the primary is taken back after its window; a
+/// retry-exceeded error fails over at once; a remote-access error is the
+/// request's (the path stays up); both paths dead is unreachable within two
+/// timeouts; a primary failing right after each switch back doubles its
+/// window to the cap. Every byte is checked.
+#[test]
+fn host_mlx5_put_fails_over_and_switches_back() {
+    const PROGRAM: &str = r#"
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static unsigned long long fake_now;
+static void nic_idle(void);
+#define FXG_HOST_CLOCK() (fake_now)
+#define FXG_HOST_IDLE() nic_idle()
+"#;
+    const BODY: &str = r#"
+enum { OK, DROP, ERR_PATH, ERR_REQ, DEAD, LATE, LATE_ERR };
+struct nic {
+    struct fxg_mlx5_path* p;
+    fxg_u32 done, cq_pi;
+    int mode, left; /* `left` WQEs get `mode`, then OK again (DEAD: forever) */
+    fxg_u8 sq[16 * 64];
+    fxg_u8 cq[16 * 64];
+    fxg_u32 dbrec, cq_dbrec;
+    fxg_u64 uar;
+    fxg_u64 late_at; /* LATE, LATE_ERR: when the held CQE is written (0: none held) */
+    fxg_u32 late_idx, late_syndrome;
+};
+static struct nic nics[2];
+static unsigned char window[4096], src[4096];
+static fxg_u64 be(const fxg_u8* b, int n) { fxg_u64 v = 0; for (int i = 0; i < n; ++i) v = (v << 8) | b[i]; return v; }
+static void cqe(struct nic* n, fxg_u32 idx, fxg_u32 opcode, fxg_u32 syndrome) {
+    fxg_u8* e = n->cq + (n->cq_pi & 15u) * 64;
+    memset(e, 0, 64);
+    e[55] = (fxg_u8)syndrome;
+    e[60] = (fxg_u8)(idx >> 8); e[61] = (fxg_u8)idx;
+    e[63] = (fxg_u8)((opcode << 4) | ((n->cq_pi >> 4) & 1u));
+    n->cq_pi++;
+}
+static void nic_step(struct nic* n) {
+    const fxg_u8* d = (const fxg_u8*)&n->dbrec;
+    const fxg_u32 pi = ((fxg_u32)d[2] << 8) | d[3];
+    while ((n->done & 0xffffu) != pi) {
+        const fxg_u8* w = n->sq + (n->done & 15u) * 64;
+        const fxg_u32 idx = (fxg_u32)be(w + 1, 2);
+        const fxg_u64 raddr = be(w + 16, 8), laddr = be(w + 40, 8);
+        const fxg_u32 len = (fxg_u32)be(w + 32, 4);
+        int mode = n->left > 0 || n->mode == DEAD ? n->mode : OK;
+        if (n->left > 0) n->left--;
+        if (w[3] != FXG_MLX5_OPCODE_RDMA_WRITE) mode = ERR_REQ;
+        if (mode == OK || mode == DROP || mode == LATE) memcpy((void*)(size_t)raddr, (const void*)(size_t)laddr, len);
+        if (mode == LATE || mode == LATE_ERR) {
+            n->late_at = fake_now + 30000;
+            n->late_idx = idx;
+            n->late_syndrome = mode == LATE ? 0 : 0x15;
+        }
+        if (mode == OK) cqe(n, idx, 0x0u, 0);
+        if (mode == ERR_PATH) cqe(n, idx, 0xdu, 0x15);
+        if (mode == ERR_REQ) cqe(n, idx, 0xdu, 0x13);
+        n->done++;
+    }
+}
+static void nic_idle(void) {
+    fake_now += 100;
+    for (int i = 0; i < 2; ++i) {
+        if (nics[i].late_at && fake_now >= nics[i].late_at) {
+            cqe(&nics[i], nics[i].late_idx, nics[i].late_syndrome ? 0xdu : 0x0u, nics[i].late_syndrome);
+            nics[i].late_at = 0;
+        }
+        nic_step(&nics[i]);
+    }
+}
+
+static struct fxg_mlx5_peer peer;
+static void setup(void) {
+    memset(&nics, 0, sizeof nics);
+    memset(&peer, 0, sizeof peer);
+    for (int i = 0; i < 2; ++i) {
+        struct fxg_mlx5_path* p = &peer.path[i];
+        nics[i].p = p;
+        p->sq = nics[i].sq; p->slots = 16; p->qpn = 0x100 + i;
+        p->dbrec = &nics[i].dbrec; p->uar = &nics[i].uar;
+        p->cq = nics[i].cq; p->cq_log = 4; p->cq_dbrec = &nics[i].cq_dbrec;
+        p->raddr = (fxg_u64)(size_t)window; p->rkey = 7; p->lkey = 9;
+        for (int e = 0; e < 16; ++e) nics[i].cq[e * 64 + 63] = 0xf0;
+    }
+    peer.timeout_ns = 10000;
+    fxg_health_init(&peer.health, 1u, 50000, 400000);
+    memset(window, 0, sizeof window);
+}
+/* n puts of 64 bytes, each a new pattern; counts and checks every byte. */
+static int put_many(int n, fxg_u32* failovers, int* on_primary, int* bad) {
+    int ok = 0;
+    for (int i = 0; i < n; ++i) {
+        const fxg_u32 off = (fxg_u32)(i % 64) * 64;
+        for (int b = 0; b < 64; ++b) src[off + b] = (unsigned char)(i * 7 + b + 1);
+        fxg_u32 why = 0;
+        if (fxg_health_route(&peer.health) == FXG_PATH_PRIMARY) ++*on_primary;
+        const int r = fxg_mlx5_put_sync(&peer, off, (fxg_u64)(size_t)(src + off), 64, &why, failovers);
+        if (r != FXG_MLX5_OK) { printf("put %d: %d %u\n", i, r, why); return ok; }
+        if (memcmp(window + off, src + off, 64) != 0) ++*bad;
+        ++ok;
+        fake_now += 1000;
+    }
+    return ok;
+}
+int main(void) {
+    alarm(20); /* a put that never returns fails the test instead of hanging it */
+    fxg_u32 fo = 0; int prim = 0, bad = 0, ok;
+    setup();
+    ok = put_many(100, &fo, &prim, &bad);
+    printf("healthy %d %u %d %d\n", ok, fo, prim, bad);
+
+    /* One lost CQE on the primary (the bytes land): a failover at the
+       timeout, the backup until the window passes, then the primary. */
+    setup(); fo = 0; prim = 0; bad = 0;
+    nics[0].mode = DROP; nics[0].left = 1;
+    fxg_u64 t0 = fake_now;
+    fxg_u32 why = 0;
+    int r = fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 64, &why, &fo);
+    printf("lost %d %u waited>=timeout %d route %u\n", r, fo, fake_now - t0 >= 10000, fxg_health_route(&peer.health));
+    ok = put_many(100, &fo, &prim, &bad);
+    printf("after %d %u back %d bad %d route %u\n", ok, fo, prim > 0 && prim < 100, bad, fxg_health_route(&peer.health));
+
+    /* A CQE that comes after the timeout (the bytes landed): the put fails
+       over; once the primary is back, its next put skips the late CQE and
+       waits for its own (its bytes checked right after it returns). */
+    setup(); fo = 0; prim = 0; bad = 0;
+    nics[0].mode = LATE; nics[0].left = 1;
+    r = fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 64, &why, &fo);
+    ok = put_many(100, &fo, &prim, &bad);
+    printf("late %d %u after %d back %d bad %d held %d\n", r, fo, ok, prim > 0 && prim < 100, bad, nics[0].late_at != 0);
+
+    /* The same with a late retry-exceeded error: seen when the primary is
+       back, it takes the primary down again (a flap: twice the window); the
+       put that saw it still completes there (its own CQE is good), later
+       ones take the backup. */
+    setup(); fo = 0; prim = 0; bad = 0;
+    nics[0].mode = LATE_ERR; nics[0].left = 1;
+    r = fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 64, &why, &fo);
+    ok = put_many(100, &fo, &prim, &bad);
+    printf("late error %d %u after %d bad %d window %llu\n", r, fo, ok, bad, peer.health.p[0].window);
+
+    /* Retry exceeded on the primary: a failover at once. */
+    setup(); fo = 0;
+    nics[0].mode = ERR_PATH; nics[0].left = 1;
+    t0 = fake_now;
+    r = fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 64, &why, &fo);
+    printf("retry %d %u quick %d route %u\n", r, fo, fake_now - t0 < 10000, fxg_health_route(&peer.health));
+
+    /* A remote-access error: the request's; the path stays up. */
+    setup(); fo = 0;
+    nics[0].mode = ERR_REQ; nics[0].left = 1;
+    r = fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 64, &why, &fo);
+    printf("request %d why %u %u route %u\n", r, why, fo, fxg_health_route(&peer.health));
+
+    /* Both paths dead: unreachable within two timeouts (plus a poll). */
+    setup(); fo = 0;
+    nics[0].mode = DEAD; nics[1].mode = DEAD;
+    t0 = fake_now;
+    r = fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 64, &why, &fo);
+    printf("dead %d %u bounded %d\n", r, fo, fake_now - t0 <= 2 * 10000 + 200);
+
+    /* The primary fails right after each switch back: its window doubles to
+       the cap (50 -> 100 -> 200 -> 400 us, then 400). */
+    setup(); fo = 0; prim = 0; bad = 0;
+    fxg_u64 windows[6];
+    for (int k = 0; k < 6; ++k) {
+        nics[0].mode = DROP; nics[0].left = 1;
+        while (fxg_health_route(&peer.health) != FXG_PATH_PRIMARY) { fake_now += 1000; fxg_health_restore_due(&peer.health, fake_now); }
+        r = fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 64, &why, &fo);
+        windows[k] = peer.health.p[0].window;
+        if (r != FXG_MLX5_OK) break;
+    }
+    printf("flap %u %llu %llu %llu %llu %llu %llu\n", fo, windows[0], windows[1], windows[2], windows[3], windows[4], windows[5]);
+    return 0;
+}
+"#;
+    let src = format!("{PROGRAM}{HEADER}{BODY}");
+    let Some(text) = build_and_run("mlx5-put", &src, &[]) else {
+        return;
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "healthy 100 0 100 0",
+            "lost 0 1 waited>=timeout 1 route 1",
+            "after 100 1 back 1 bad 0 route 0",
+            "late 0 1 after 100 back 1 bad 0 held 0",
+            "late error 0 1 after 100 bad 0 window 100000",
+            "retry 0 1 quick 1 route 1",
+            "request 1 why 19 0 route 0",
+            "dead 2 2 bounded 1",
+            "flap 6 50000 100000 200000 400000 400000 400000",
+        ],
+        "{text}"
+    );
 }
