@@ -723,20 +723,27 @@ FXG_FN void fxg_mlx5_ring(volatile fxg_u32* dbrec, volatile fxg_u64* uar, fxg_u3
  * NOT USED YET, NEVER RUN AGAINST A NIC (docs/IBGDA.md): what a GPU thread
  * does to put bytes to a peer over two RC QPs (the primary and the backup
  * path, one per NIC or port), the health rules above deciding which. One
- * thread owns a peer's struct at a time (the caller serializes). A put is
- * posted signaled on the route path and waited for: its CQE done, it
- * returns FXG_MLX5_OK; an error CQE the syndrome blames on the request
- * (keys, lengths) returns FXG_MLX5_ERR_REQUEST and leaves the path up; no
- * CQE within the timeout, an error blamed on the path or an opcode a send
- * CQ never carries marks the path down and posts the put again on the
- * other path; with both down (or the only one) it returns
- * FXG_MLX5_ERR_UNREACHABLE. It never waits past twice the timeout. A put
- * that timed out may have landed too, so the bytes can arrive twice (the
- * same bytes at the same place); signals and atomics, which must apply
- * once, are not carried here. A down path comes back after its window (the
- * host must have reset an errored QP by then; else its next put fails and
- * the window doubles). CQEs of earlier WQEs (late completions, flushes) are
- * taken and count as late failures where they are errors.
+ * thread owns a peer's struct at a time (the caller serializes), one put
+ * per peer in flight. A put is posted signaled on the route path and waited
+ * for: its CQE done, it returns FXG_MLX5_OK; no CQE within the timeout, an
+ * error completion or an opcode a send CQ never carries marks the path down
+ * (any error puts an RC QP in the error state) and the put is posted again
+ * on the other path, except for an error the syndrome blames on the request
+ * (keys, lengths), which returns FXG_MLX5_ERR_REQUEST (the path goes down
+ * all the same). A path is tried once per put: with both tried or down it
+ * returns FXG_MLX5_ERR_UNREACHABLE, so a put never waits past twice the
+ * timeout. A path whose send queue holds `slots` WQEs never completed (a
+ * silent NIC) counts as failed without posting. A put that timed out may
+ * have landed too, so its bytes can arrive twice (the same bytes at the
+ * same place); signals and atomics, which must apply once, are not carried
+ * here. The CQs of down paths are drained first, so late errors push their
+ * recovery back as on the host. A down path is taken back after its window;
+ * an errored QP must have been reset and handed over by then (a fresh QP
+ * with pi, ci and done at 0: the handshake is not built, docs/IBGDA.md),
+ * else its next put fails and the window doubles. `dbrec` is the send
+ * doorbell word (dbrec[1] of the QP's record); each path's CQ has at least
+ * as many entries as its send queue has slots (FXG_MLX5_ERR_INVALID
+ * otherwise, and for lengths of 0 or 2^31 and more).
  *
  * Host C (the tests) defines FXG_HOST_CLOCK() (nanoseconds) and
  * FXG_HOST_IDLE() (a simulated NIC's step) before including the header. */
@@ -754,12 +761,14 @@ FXG_FN void fxg_mlx5_ring(volatile fxg_u32* dbrec, volatile fxg_u64* uar, fxg_u3
 #define FXG_MLX5_OK 0
 #define FXG_MLX5_ERR_REQUEST 1
 #define FXG_MLX5_ERR_UNREACHABLE 2
+#define FXG_MLX5_ERR_INVALID 3
 
-/* One path: an RC QP's send queue (slots basic blocks), its doorbell record
-   and UAR, its CQ (2^cq_log 64-byte entries) and CQ doorbell record, the
-   keys of this rank's source buffer and the peer's window on this path's
-   NIC, the window's address there. pi: the next WQE index; ci: the CQ's
-   consumer index. */
+/* One path: an RC QP's send queue (slots basic blocks, a power of two), its
+   send doorbell word and UAR, its CQ (2^cq_log 64-byte entries) and CQ
+   doorbell record, the keys of this rank's source buffer and the peer's
+   window on this path's NIC, the window's address there. pi: WQEs posted;
+   done: WQEs known complete (every one before it); ci: the CQ's consumer
+   index. */
 struct fxg_mlx5_path {
     fxg_u8* sq;
     fxg_u32 slots, qpn;
@@ -770,7 +779,7 @@ struct fxg_mlx5_path {
     volatile fxg_u32* cq_dbrec;
     fxg_u64 raddr;
     fxg_u32 rkey, lkey;
-    fxg_u32 pi, ci;
+    fxg_u32 pi, done, ci;
 };
 
 struct fxg_mlx5_peer {
@@ -791,7 +800,7 @@ FXG_FN int fxg_mlx5_blames_request(fxg_u32 syndrome) {
 }
 
 /* Post a signaled RDMA WRITE of len bytes from src to the window at dst_off
-   on path p; its WQE index. */
+   on path p (the queue has room: see fxg_mlx5_put_sync); its WQE index. */
 FXG_FN fxg_u32 fxg_mlx5_post_write(struct fxg_mlx5_path* p, fxg_u64 dst_off, fxg_u64 src, fxg_u32 len) {
     fxg_u8 w[FXG_MLX5_BB_BYTES];
     const fxg_u32 idx = p->pi;
@@ -808,51 +817,76 @@ FXG_FN fxg_u32 fxg_mlx5_post_write(struct fxg_mlx5_path* p, fxg_u64 dst_off, fxg
     return idx;
 }
 
-/* Take path p's CQEs until the one for WQE `idx`: 1 with its answer in
-   *kind and *syndrome, 0 when none is there yet. Earlier WQEs' error CQEs
-   mark the path down at `now` (late failures). */
-FXG_FN int fxg_mlx5_take(struct fxg_health* h, fxg_u32 path, struct fxg_mlx5_path* p, fxg_u32 idx,
-                         fxg_u64 now, int* kind, fxg_u32* syndrome) {
-    for (;;) {
-        fxg_u32 wc = 0, sy = 0;
-        const int k = fxg_mlx5_cqe_poll(p->cq, p->ci, p->cq_log, &wc, &sy);
-        if (k == FXG_MLX5_CQE_EMPTY) return 0;
-        p->ci = (p->ci + 1u) & 0xffffffu;
-        *p->cq_dbrec = fxg_mlx5_cq_dbrec(p->ci);
-        if (wc == (idx & 0xffffu)) {
-            *kind = k;
-            *syndrome = sy;
-            return 1;
-        }
+/* Take path p's next CQE: 0 when none is there; else its kind and WQE
+   counter widened to the posted index it stands for (the latest such below
+   pi), `done` advanced past it, the CQ doorbell record updated. */
+FXG_FN int fxg_mlx5_take_one(struct fxg_mlx5_path* p, fxg_u32* idx, fxg_u32* syndrome) {
+    fxg_u32 wc = 0;
+    const int k = fxg_mlx5_cqe_poll(p->cq, p->ci, p->cq_log, &wc, syndrome);
+    if (k == FXG_MLX5_CQE_EMPTY) return 0;
+    p->ci = (p->ci + 1u) & 0xffffffu;
+    FXG_PUT_FENCE();
+    *p->cq_dbrec = fxg_mlx5_cq_dbrec(p->ci);
+    *idx = p->pi - 1u - ((p->pi - 1u - wc) & 0xffffu);
+    if (*idx + 1u - p->done <= p->pi - p->done) p->done = *idx + 1u;
+    return k;
+}
+
+/* Every CQE path p holds now (none awaited): errors are failures at `now`. */
+FXG_FN void fxg_mlx5_drain(struct fxg_health* h, fxg_u32 path, struct fxg_mlx5_path* p, fxg_u64 now) {
+    fxg_u32 idx = 0, sy = 0;
+    int k;
+    while ((k = fxg_mlx5_take_one(p, &idx, &sy)) != 0)
         if (k != FXG_MLX5_CQE_DONE) fxg_health_mark_bad(h, path, now);
-    }
 }
 
 /* Put len bytes from src (lkey'd on both NICs) to the peer's window at
-   dst_off: FXG_MLX5_OK, FXG_MLX5_ERR_REQUEST (syndrome in *why) or
-   FXG_MLX5_ERR_UNREACHABLE; *failovers counts the re-posts. */
+   dst_off: FXG_MLX5_OK, FXG_MLX5_ERR_REQUEST (syndrome in *why),
+   FXG_MLX5_ERR_UNREACHABLE or FXG_MLX5_ERR_INVALID; *failovers counts the
+   puts posted again on the other path. */
 FXG_FN int fxg_mlx5_put_sync(struct fxg_mlx5_peer* peer, fxg_u64 dst_off, fxg_u64 src, fxg_u32 len,
                              fxg_u32* why, fxg_u32* failovers) {
+    if (len == 0u || len >= 0x80000000u) return FXG_MLX5_ERR_INVALID;
+    for (fxg_u32 i = 0; i < 2u; ++i) {
+        const struct fxg_mlx5_path* q = &peer->path[i];
+        if ((i == 0u || peer->health.has_backup) && (q->slots & (q->slots - 1u)) != 0u) return FXG_MLX5_ERR_INVALID;
+        if ((i == 0u || peer->health.has_backup) && (1u << q->cq_log) < q->slots) return FXG_MLX5_ERR_INVALID;
+    }
+    fxg_u32 tried = 0;
     for (;;) {
         fxg_u64 now = FXG_PUT_CLOCK();
+        for (fxg_u32 i = 0; i < (peer->health.has_backup ? 2u : 1u); ++i)
+            if (peer->health.p[i].down) fxg_mlx5_drain(&peer->health, i, &peer->path[i], now);
         fxg_health_restore_due(&peer->health, now);
         const fxg_u32 r = fxg_health_route(&peer->health);
-        if (r == FXG_PATH_NONE) return FXG_MLX5_ERR_UNREACHABLE;
+        if (r == FXG_PATH_NONE || (tried & (1u << r))) return FXG_MLX5_ERR_UNREACHABLE;
+        if (tried) *failovers += 1u;
+        tried |= 1u << r;
         struct fxg_mlx5_path* p = &peer->path[r];
+        if (p->pi - p->done >= p->slots) {
+            /* Its queue is full of WQEs the NIC never completed. */
+            fxg_health_mark_bad(&peer->health, r, now);
+            continue;
+        }
         const fxg_u32 idx = fxg_mlx5_post_write(p, dst_off, src, len);
         const fxg_u64 deadline = fxg_sat_add(now, peer->timeout_ns);
         for (;;) {
-            int kind = 0;
-            fxg_u32 sy = 0;
+            fxg_u32 got = 0, sy = 0;
             now = FXG_PUT_CLOCK();
-            if (fxg_mlx5_take(&peer->health, r, p, idx, now, &kind, &sy)) {
-                if (kind == FXG_MLX5_CQE_DONE) return FXG_MLX5_OK;
-                if (kind == FXG_MLX5_CQE_FAILED && fxg_mlx5_blames_request(sy)) {
+            const int k = fxg_mlx5_take_one(p, &got, &sy);
+            if (k != 0 && got == idx) {
+                if (k == FXG_MLX5_CQE_DONE) return FXG_MLX5_OK;
+                fxg_health_mark_bad(&peer->health, r, now);
+                if (k == FXG_MLX5_CQE_FAILED && fxg_mlx5_blames_request(sy)) {
                     *why = sy;
                     return FXG_MLX5_ERR_REQUEST;
                 }
-                fxg_health_mark_bad(&peer->health, r, now);
                 break;
+            }
+            if (k != 0) {
+                /* An earlier WQE's: a late completion, or a late failure. */
+                if (k != FXG_MLX5_CQE_DONE) fxg_health_mark_bad(&peer->health, r, now);
+                continue;
             }
             if (now >= deadline) {
                 fxg_health_mark_bad(&peer->health, r, now);
@@ -860,7 +894,6 @@ FXG_FN int fxg_mlx5_put_sync(struct fxg_mlx5_peer* peer, fxg_u64 dst_off, fxg_u6
             }
             FXG_PUT_IDLE();
         }
-        *failovers += 1u;
     }
 }
 #endif /* FXG_DEVICE || FXG_HOST_CLOCK */

@@ -677,9 +677,14 @@ struct nic {
     fxg_u32 late_idx, late_syndrome;
 };
 static struct nic nics[2];
+static int overflow; /* a CQE the NIC had no room for (the CQ doorbell record not kept) */
+static int max_out;  /* the most WQEs a path held that the NIC had not completed */
 static unsigned char window[4096], src[4096];
 static fxg_u64 be(const fxg_u8* b, int n) { fxg_u64 v = 0; for (int i = 0; i < n; ++i) v = (v << 8) | b[i]; return v; }
 static void cqe(struct nic* n, fxg_u32 idx, fxg_u32 opcode, fxg_u32 syndrome) {
+    const fxg_u8* c = (const fxg_u8*)&n->cq_dbrec;
+    const fxg_u32 consumed = ((fxg_u32)c[1] << 16) | ((fxg_u32)c[2] << 8) | c[3];
+    if (((n->cq_pi - consumed) & 0xffffffu) >= 16u) { overflow = 1; return; }
     fxg_u8* e = n->cq + (n->cq_pi & 15u) * 64;
     memset(e, 0, 64);
     e[55] = (fxg_u8)syndrome;
@@ -690,6 +695,14 @@ static void cqe(struct nic* n, fxg_u32 idx, fxg_u32 opcode, fxg_u32 syndrome) {
 static void nic_step(struct nic* n) {
     const fxg_u8* d = (const fxg_u8*)&n->dbrec;
     const fxg_u32 pi = ((fxg_u32)d[2] << 8) | d[3];
+    /* WQEs posted and not read yet: more than the queue's 16 would have
+       overwritten some. A dead NIC reads none. */
+    const int out = (int)((pi - n->done) & 0xffffu);
+    if (out > max_out) max_out = out;
+    if (n->mode == DEAD && n->left == 0) return;
+    /* The NIC looks at the queue only once the doorbell was rung with the
+       last WQE's first 8 bytes. */
+    if ((n->done & 0xffffu) != pi && memcmp(&n->uar, n->sq + ((pi - 1u) & 15u) * 64, 8) != 0) return;
     while ((n->done & 0xffffu) != pi) {
         const fxg_u8* w = n->sq + (n->done & 15u) * 64;
         const fxg_u32 idx = (fxg_u32)be(w + 1, 2);
@@ -704,7 +717,8 @@ static void nic_step(struct nic* n) {
             n->late_idx = idx;
             n->late_syndrome = mode == LATE ? 0 : 0x15;
         }
-        if (mode == OK) cqe(n, idx, 0x0u, 0);
+        const int signaled = (w[11] & FXG_MLX5_CQ_UPDATE) != 0;
+        if (mode == OK && signaled) cqe(n, idx, 0x0u, 0);
         if (mode == ERR_PATH) cqe(n, idx, 0xdu, 0x15);
         if (mode == ERR_REQ) cqe(n, idx, 0xdu, 0x13);
         n->done++;
@@ -722,7 +736,7 @@ static void nic_idle(void) {
 }
 
 static struct fxg_mlx5_peer peer;
-static void setup(void) {
+static void setup_with(fxg_u64 recovery, fxg_u64 most) {
     memset(&nics, 0, sizeof nics);
     memset(&peer, 0, sizeof peer);
     for (int i = 0; i < 2; ++i) {
@@ -735,9 +749,11 @@ static void setup(void) {
         for (int e = 0; e < 16; ++e) nics[i].cq[e * 64 + 63] = 0xf0;
     }
     peer.timeout_ns = 10000;
-    fxg_health_init(&peer.health, 1u, 50000, 400000);
+    fxg_health_init(&peer.health, 1u, recovery, most);
     memset(window, 0, sizeof window);
+    max_out = 0;
 }
+static void setup(void) { setup_with(50000, 400000); }
 /* n puts of 64 bytes, each a new pattern; counts and checks every byte. */
 static int put_many(int n, fxg_u32* failovers, int* on_primary, int* bad) {
     int ok = 0;
@@ -781,15 +797,14 @@ int main(void) {
     ok = put_many(100, &fo, &prim, &bad);
     printf("late %d %u after %d back %d bad %d held %d\n", r, fo, ok, prim > 0 && prim < 100, bad, nics[0].late_at != 0);
 
-    /* The same with a late retry-exceeded error: seen when the primary is
-       back, it takes the primary down again (a flap: twice the window); the
-       put that saw it still completes there (its own CQE is good), later
-       ones take the backup. */
+    /* The same with a late retry-exceeded error, arriving while the primary
+       is down: the drain before each put counts it, so the primary comes
+       back later (its window unchanged: no flap), as on the host. */
     setup(); fo = 0; prim = 0; bad = 0;
     nics[0].mode = LATE_ERR; nics[0].left = 1;
     r = fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 64, &why, &fo);
     ok = put_many(100, &fo, &prim, &bad);
-    printf("late error %d %u after %d bad %d window %llu\n", r, fo, ok, bad, peer.health.p[0].window);
+    printf("late error %d %u after %d bad %d window %llu primary %d\n", r, fo, ok, bad, peer.health.p[0].window, prim);
 
     /* Retry exceeded on the primary: a failover at once. */
     setup(); fo = 0;
@@ -811,6 +826,44 @@ int main(void) {
     r = fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 64, &why, &fo);
     printf("dead %d %u bounded %d\n", r, fo, fake_now - t0 <= 2 * 10000 + 200);
 
+    /* A window shorter than the timeout, both paths dead: each path is tried
+       once, so the put still ends. */
+    setup_with(5000, 5000); fo = 0;
+    nics[0].mode = DEAD; nics[1].mode = DEAD;
+    t0 = fake_now;
+    r = fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 64, &why, &fo);
+    printf("short window %d %u bounded %d\n", r, fo, fake_now - t0 <= 2 * 10000 + 200);
+
+    /* A silent primary (it reads nothing), retried after every short fixed
+       window: its queue fills with WQEs the NIC never completes, and it is
+       then failed without posting (nothing overwritten: at most 16 unread);
+       every put lands through the backup. */
+    setup_with(20000, 20000); fo = 0; prim = 0; bad = 0;
+    nics[0].mode = DEAD;
+    ok = put_many(600, &fo, &prim, &bad);
+    printf("silent %d bad %d full %d max %d\n", ok, bad, peer.path[0].pi - peer.path[0].done >= 16, max_out);
+
+    /* 70000 healthy puts: the 16-bit WQE counter wraps; the CQ doorbell
+       record is kept (or the NIC would overflow its CQ). */
+    setup(); fo = 0; prim = 0; bad = 0;
+    int many = 0;
+    for (int i = 0; i < 70000; ++i) {
+        src[0] = (unsigned char)i; src[1] = (unsigned char)(i >> 8);
+        if (fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 8, &why, &fo) == FXG_MLX5_OK
+            && window[0] == src[0] && window[1] == src[1]) ++many;
+        fake_now += 10;
+    }
+    printf("many %d %u overflow %d\n", many, fo, overflow);
+
+    /* Bad lengths are refused before anything is posted. */
+    setup(); fo = 0;
+    printf("invalid %d %d posted %u\n", fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 0, &why, &fo),
+           fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 0x80000000u, &why, &fo), peer.path[0].pi);
+
+    /* Whom each syndrome blames. */
+    for (fxg_u32 sy = 0; sy < 256; ++sy) printf("%d", fxg_mlx5_blames_request(sy));
+    printf("\n");
+
     /* The primary fails right after each switch back: its window doubles to
        the cap (50 -> 100 -> 200 -> 400 us, then 400). */
     setup(); fo = 0; prim = 0; bad = 0;
@@ -830,6 +883,17 @@ int main(void) {
     let Some(text) = build_and_run("mlx5-put", &src, &[]) else {
         return;
     };
+    let blame: String = (0..=255u8)
+        .map(|v| {
+            let request = ferrocx_ibgda::cqe::Syndrome::from_u8(v).blame()
+                == ferrocx_ibgda::cqe::Blame::Request;
+            if request {
+                '1'
+            } else {
+                '0'
+            }
+        })
+        .collect();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines,
@@ -838,10 +902,15 @@ int main(void) {
             "lost 0 1 waited>=timeout 1 route 1",
             "after 100 1 back 1 bad 0 route 0",
             "late 0 1 after 100 back 1 bad 0 held 0",
-            "late error 0 1 after 100 bad 0 window 100000",
+            "late error 0 1 after 100 bad 0 window 50000 primary 33",
             "retry 0 1 quick 1 route 1",
-            "request 1 why 19 0 route 0",
-            "dead 2 2 bounded 1",
+            "request 1 why 19 0 route 1",
+            "dead 2 1 bounded 1",
+            "short window 2 1 bounded 1",
+            "silent 600 bad 0 full 1 max 16",
+            "many 70000 0 overflow 0",
+            "invalid 3 3 posted 0",
+            blame.as_str(),
             "flap 6 50000 100000 200000 400000 400000 400000",
         ],
         "{text}"
