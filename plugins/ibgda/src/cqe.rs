@@ -84,7 +84,9 @@ pub enum Blame {
     /// for a completion that never came.
     Path,
     /// The request itself was wrong (keys, lengths, opcode): no path could
-    /// carry it, so it completes as a bad record and the path stays up.
+    /// carry it, so it completes as a bad record rather than being posted
+    /// again (the QP still went to the error state, as after any error: the
+    /// path is down until its QP is reset).
     Request,
 }
 
