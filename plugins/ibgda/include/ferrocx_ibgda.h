@@ -735,8 +735,9 @@ FXG_FN void fxg_mlx5_ring(volatile fxg_u32* dbrec, volatile fxg_u64* uar, fxg_u3
  * timeout. A path whose send queue holds `slots` WQEs never completed (a
  * silent NIC) counts as failed without posting. A put that timed out may
  * have landed too, so its bytes can arrive twice (the same bytes at the
- * same place); signals and atomics, which must apply once, are not carried
- * here. The CQs of down paths are drained first, so late errors push their
+ * same place); fxg_mlx5_put_signal_sync adds a signal SET (a fenced second
+ * WRITE, which may also land twice: the same value); signal adds and atomics,
+ * which must apply once, are not carried here. The CQs of down paths are drained first, so late errors push their
  * recovery back as on the host. A down path is taken back after its window;
  * an errored QP must have been reset and handed over by then (a fresh QP
  * with pi, ci and done at 0: the handshake is not built, docs/IBGDA.md),
@@ -799,14 +800,20 @@ FXG_FN int fxg_mlx5_blames_request(fxg_u32 syndrome) {
     }
 }
 
-/* Post a signaled RDMA WRITE of len bytes from src to the window at dst_off
-   on path p (the queue has room: see fxg_mlx5_put_sync); its WQE index. */
-FXG_FN fxg_u32 fxg_mlx5_post_write(struct fxg_mlx5_path* p, fxg_u64 dst_off, fxg_u64 src, fxg_u32 len) {
-    fxg_u8 w[FXG_MLX5_BB_BYTES];
+/* Write an RDMA WRITE of len bytes from src to the window at dst_off into
+   path p's send queue (the queue has room: see fxg_mlx5_put_signal_sync),
+   with fm_ce_se's flags, into w too; its WQE index. */
+FXG_FN fxg_u32 fxg_mlx5_post_write(struct fxg_mlx5_path* p, fxg_u8* w, fxg_u64 dst_off, fxg_u64 src,
+                                   fxg_u32 len, fxg_u32 fm_ce_se) {
     const fxg_u32 idx = p->pi;
-    fxg_mlx5_write(w, p->qpn, idx, FXG_MLX5_CQ_UPDATE, p->raddr + dst_off, p->rkey, src, p->lkey, len);
+    fxg_mlx5_write(w, p->qpn, idx, fm_ce_se, p->raddr + dst_off, p->rkey, src, p->lkey, len);
     fxg_mlx5_place(p->sq, p->slots, idx, w);
     p->pi = idx + 1u;
+    return idx;
+}
+
+/* Ring path p's doorbell for every WQE posted, the last of them w. */
+FXG_FN void fxg_mlx5_doorbell(struct fxg_mlx5_path* p, const fxg_u8* w) {
     FXG_PUT_FENCE();
     *p->dbrec = fxg_mlx5_dbrec(p->pi);
     FXG_PUT_FENCE();
@@ -814,7 +821,6 @@ FXG_FN fxg_u32 fxg_mlx5_post_write(struct fxg_mlx5_path* p, fxg_u64 dst_off, fxg
     for (fxg_u32 k = 0; k < 8; ++k) v |= (fxg_u64)w[k] << (8 * k);
     *p->uar = v;
     FXG_PUT_FENCE();
-    return idx;
 }
 
 /* Take path p's next CQE: 0 when none is there; else its kind and WQE
@@ -841,16 +847,22 @@ FXG_FN void fxg_mlx5_drain(struct fxg_health* h, fxg_u32 path, struct fxg_mlx5_p
 }
 
 /* Put len bytes from src (lkey'd on both NICs) to the peer's window at
-   dst_off: FXG_MLX5_OK, FXG_MLX5_ERR_REQUEST (syndrome in *why),
+   dst_off and, when sig_src is not 0, then set the 8-byte signal word at
+   sig_off in the window to the 8 bytes at sig_src (a second WRITE, fenced
+   after the data: a peer that sees the signal has the data; setting a word
+   twice is harmless, adding to it would not be, so there is no add here):
+   FXG_MLX5_OK, FXG_MLX5_ERR_REQUEST (syndrome in *why),
    FXG_MLX5_ERR_UNREACHABLE or FXG_MLX5_ERR_INVALID; *failovers counts the
    puts posted again on the other path. */
-FXG_FN int fxg_mlx5_put_sync(struct fxg_mlx5_peer* peer, fxg_u64 dst_off, fxg_u64 src, fxg_u32 len,
-                             fxg_u32* why, fxg_u32* failovers) {
+FXG_FN int fxg_mlx5_put_signal_sync(struct fxg_mlx5_peer* peer, fxg_u64 dst_off, fxg_u64 src, fxg_u32 len,
+                                    fxg_u64 sig_off, fxg_u64 sig_src, fxg_u32* why, fxg_u32* failovers) {
     if (len == 0u || len >= 0x80000000u) return FXG_MLX5_ERR_INVALID;
+    const fxg_u32 wqes = sig_src ? 2u : 1u;
     for (fxg_u32 i = 0; i < 2u; ++i) {
         const struct fxg_mlx5_path* q = &peer->path[i];
-        if ((i == 0u || peer->health.has_backup) && (q->slots & (q->slots - 1u)) != 0u) return FXG_MLX5_ERR_INVALID;
-        if ((i == 0u || peer->health.has_backup) && (1u << q->cq_log) < q->slots) return FXG_MLX5_ERR_INVALID;
+        if (i == 1u && !peer->health.has_backup) break;
+        if ((q->slots & (q->slots - 1u)) != 0u || q->slots < wqes) return FXG_MLX5_ERR_INVALID;
+        if ((1u << q->cq_log) < q->slots) return FXG_MLX5_ERR_INVALID;
     }
     fxg_u32 tried = 0;
     for (;;) {
@@ -863,18 +875,23 @@ FXG_FN int fxg_mlx5_put_sync(struct fxg_mlx5_peer* peer, fxg_u64 dst_off, fxg_u6
         if (tried) *failovers += 1u;
         tried |= 1u << r;
         struct fxg_mlx5_path* p = &peer->path[r];
-        if (p->pi - p->done >= p->slots) {
+        if (p->pi - p->done + wqes > p->slots) {
             /* Its queue is full of WQEs the NIC never completed. */
             fxg_health_mark_bad(&peer->health, r, now);
             continue;
         }
-        const fxg_u32 idx = fxg_mlx5_post_write(p, dst_off, src, len);
+        fxg_u8 w[FXG_MLX5_BB_BYTES];
+        fxg_u32 idx = fxg_mlx5_post_write(p, w, dst_off, src, len, sig_src ? 0u : FXG_MLX5_CQ_UPDATE);
+        if (sig_src) idx = fxg_mlx5_post_write(p, w, sig_off, sig_src, 8u, FXG_MLX5_CQ_UPDATE | FXG_MLX5_FENCE);
+        fxg_mlx5_doorbell(p, w);
         const fxg_u64 deadline = fxg_sat_add(now, peer->timeout_ns);
         for (;;) {
             fxg_u32 got = 0, sy = 0;
             now = FXG_PUT_CLOCK();
             const int k = fxg_mlx5_take_one(p, &got, &sy);
-            if (k != 0 && got == idx) {
+            /* The data WRITE of a signaled put completes with the signal's
+               (unsignaled, it has no CQE of its own unless it fails). */
+            if (k != 0 && (got == idx || (k != FXG_MLX5_CQE_DONE && got + 1u == idx && sig_src))) {
                 if (k == FXG_MLX5_CQE_DONE) return FXG_MLX5_OK;
                 fxg_health_mark_bad(&peer->health, r, now);
                 if (k == FXG_MLX5_CQE_FAILED && fxg_mlx5_blames_request(sy)) {
@@ -895,6 +912,12 @@ FXG_FN int fxg_mlx5_put_sync(struct fxg_mlx5_peer* peer, fxg_u64 dst_off, fxg_u6
             FXG_PUT_IDLE();
         }
     }
+}
+
+/* fxg_mlx5_put_signal_sync without a signal. */
+FXG_FN int fxg_mlx5_put_sync(struct fxg_mlx5_peer* peer, fxg_u64 dst_off, fxg_u64 src, fxg_u32 len,
+                             fxg_u32* why, fxg_u32* failovers) {
+    return fxg_mlx5_put_signal_sync(peer, dst_off, src, len, 0ull, 0ull, why, failovers);
 }
 #endif /* FXG_DEVICE || FXG_HOST_CLOCK */
 #endif /* FERROCX_IBGDA_H */

@@ -678,6 +678,7 @@ struct nic {
 };
 static struct nic nics[2];
 static int overflow; /* a CQE the NIC had no room for (the CQ doorbell record not kept) */
+static int unfenced; /* WRITEs to the signal word posted without the fence flag */
 static int max_out;  /* the most WQEs a path held that the NIC had not completed */
 static unsigned char window[4096], src[4096];
 static fxg_u64 be(const fxg_u8* b, int n) { fxg_u64 v = 0; for (int i = 0; i < n; ++i) v = (v << 8) | b[i]; return v; }
@@ -718,6 +719,7 @@ static void nic_step(struct nic* n) {
             n->late_syndrome = mode == LATE ? 0 : 0x15;
         }
         const int signaled = (w[11] & FXG_MLX5_CQ_UPDATE) != 0;
+        if (raddr == (fxg_u64)(size_t)(window + 4088) && (w[11] & FXG_MLX5_FENCE) == 0) ++unfenced;
         if (mode == OK && signaled) cqe(n, idx, 0x0u, 0);
         if (mode == ERR_PATH) cqe(n, idx, 0xdu, 0x15);
         if (mode == ERR_REQ) cqe(n, idx, 0xdu, 0x13);
@@ -855,6 +857,28 @@ int main(void) {
     }
     printf("many %d %u overflow %d\n", many, fo, overflow);
 
+    /* Puts with a signal set after the data (fenced): 50 healthy ones, the
+       data and the signal checked after each; then the primary drops the
+       signal's CQE (both WRITEs land): the pair goes again on the backup;
+       then a remote-access error on the data WRITE (unsignaled, yet its
+       error has a CQE): the request's error. */
+    setup(); fo = 0;
+    static unsigned char sig[8];
+    int sig_ok = 0;
+    for (int i = 0; i < 50; ++i) {
+        const fxg_u32 off = (fxg_u32)(i % 32) * 64;
+        for (int b = 0; b < 64; ++b) src[off + b] = (unsigned char)(i * 3 + b);
+        for (int b = 0; b < 8; ++b) sig[b] = (unsigned char)(i + b);
+        if (i == 20) { nics[0].mode = DROP; nics[0].left = 2; }
+        if (fxg_mlx5_put_signal_sync(&peer, off, (fxg_u64)(size_t)(src + off), 64, 4088, (fxg_u64)(size_t)sig, &why, &fo) == FXG_MLX5_OK
+            && memcmp(window + off, src + off, 64) == 0 && memcmp(window + 4088, sig, 8) == 0) ++sig_ok;
+        fake_now += 1000;
+    }
+    fxg_u32 sig_route = fxg_health_route(&peer.health);
+    nics[sig_route].mode = ERR_REQ; nics[sig_route].left = 1;
+    r = fxg_mlx5_put_signal_sync(&peer, 0, (fxg_u64)(size_t)src, 64, 4088, (fxg_u64)(size_t)sig, &why, &fo);
+    printf("signal %d %u request %d why %u unfenced %d\n", sig_ok, fo, r, why, unfenced);
+
     /* Bad lengths are refused before anything is posted. */
     setup(); fo = 0;
     printf("invalid %d %d posted %u\n", fxg_mlx5_put_sync(&peer, 0, (fxg_u64)(size_t)src, 0, &why, &fo),
@@ -909,6 +933,7 @@ int main(void) {
             "short window 2 1 bounded 1",
             "silent 600 bad 0 full 1 max 16",
             "many 70000 0 overflow 0",
+            "signal 50 1 request 1 why 19 unfenced 0",
             "invalid 3 3 posted 0",
             blame.as_str(),
             "flap 6 50000 100000 200000 400000 400000 400000",
