@@ -751,6 +751,19 @@ struct Func {
     info: KernelInfo,
 }
 
+impl Func {
+    /// `entry` (one of this module's kernels), or that the module lacks `what`.
+    fn has(&self, entry: sys::CUfunction, what: &str) -> Result<()> {
+        if entry.is_null() {
+            return Err(Error::Unsupported(format!(
+                "{} has no {what}",
+                self.info.name
+            )));
+        }
+        Ok(())
+    }
+}
+
 // SAFETY: module and function handles may be used from any thread (with their
 // context current); they are immutable after loading.
 unsafe impl Send for Func {}
@@ -1441,12 +1454,7 @@ impl Kernels {
             )));
         }
         let f = self.exchange_module("LL", dtype, op, args.rank, args.nranks, args.mode)?;
-        if f.ll.is_null() {
-            return Err(Error::Unsupported(format!(
-                "{} has no LL kernel",
-                f.info.name
-            )));
-        }
+        f.has(f.ll, "LL kernel")?;
         let wave = self.wave(f.ll_blocks_per_sm).max(1);
         let grid = args.lines().div_ceil(BLOCK as u64).clamp(1, wave) as u32;
         let mut a = *args;
@@ -1501,12 +1509,7 @@ impl Kernels {
             )));
         }
         let f = self.exchange_module("Simple", dtype, op, args.rank, args.nranks, args.mode)?;
-        if f.simple.is_null() {
-            return Err(Error::Unsupported(format!(
-                "{} has no Simple kernel",
-                f.info.name
-            )));
-        }
+        f.has(f.simple, "Simple kernel")?;
         let grid = self.ring_grid("Simple", f, f.simple_blocks_per_sm, args.items(), blocks)?;
         let mut a = *args;
         let mut params = a.params();
@@ -1619,12 +1622,7 @@ impl Kernels {
         }
         self.bind()?;
         let f = self.func(DataType::U8, Kind::Sum)?;
-        if f.p2p.is_null() {
-            return Err(Error::Unsupported(format!(
-                "{} has no point-to-point kernel",
-                f.info.name
-            )));
-        }
+        f.has(f.p2p, "point-to-point kernel")?;
         let grid = self.ring_grid(
             "point-to-point",
             f,
@@ -1670,12 +1668,7 @@ impl Kernels {
         }
         self.bind()?;
         let f = self.func(DataType::U8, Kind::Sum)?;
-        if f.graph_wait.is_null() {
-            return Err(Error::Unsupported(format!(
-                "{} has no graph barrier wait",
-                f.info.name
-            )));
-        }
+        f.has(f.graph_wait, "graph barrier wait")?;
         let mut a = *args;
         let mut params = a.params();
         // SAFETY: the module's graph wait kernel, of this (current) context,
