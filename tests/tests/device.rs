@@ -352,10 +352,12 @@ fn ce_runs_mid_calls_as_one_simple_kernel() {
 /// Device sends and receives through ce's point-to-point kernel: rings,
 /// pairs posted in opposite orders, all-to-all groups and two messages each
 /// way in one group, 0 B to 4 MiB + 16 (and to 16 MiB, the default limit, at
-/// 2 ranks), every byte and canary checked and every message's runner asserted; at 2 and 4
-/// ranks, with 64 KiB slots and with 1040-byte slots (a 4 MiB message laps
-/// the 128-slot rings many times); then with the kernel off (the core's
-/// path, the same checks).
+/// 2 ranks), every byte and canary checked and every message's runner
+/// asserted; at 2 and 4 ranks, with 64 KiB slots and with 1040-byte slots (a
+/// 4 MiB message laps the 128-slot rings many times) and LL lines up to 4 KiB
+/// (rings of 1026 lines, lapped by the small messages); messages up to 512
+/// KiB as LL lines (the default) and none (`FERROCX_CE_P2P_LL_BYTES=0`);
+/// then with the kernel off (the core's path, the same checks).
 #[test]
 fn ce_runs_device_sends_as_one_kernel() {
     if !gpus() {
@@ -364,12 +366,13 @@ fn ce_runs_device_sends_as_one_kernel() {
     // The default sizes (0 B to 4 MiB + 16); at 2 ranks with 64 KiB slots also
     // up to the default limit (16 MiB: two laps of the ring).
     let large = "0,13,65543,4194320,8388624,16777216";
-    for (n, slot, expect, sizes) in [
-        (2, "64K", "ce", None),
-        (2, "64K", "ce", Some(large)),
-        (2, "1040", "ce", None),
-        (4, "64K", "ce", None),
-        (2, "64K", "core", None),
+    for (n, slot, lines, expect, sizes) in [
+        (2, "64K", "512K", "ce", None),
+        (2, "64K", "0", "ce", None),
+        (2, "64K", "512K", "ce", Some(large)),
+        (2, "1040", "4K", "ce", None),
+        (4, "64K", "512K", "ce", None),
+        (2, "64K", "512K", "core", None),
     ] {
         let off = if expect == "core" { "0" } else { "16M" };
         let mut args = vec!["p2p-device", "--expect", expect];
@@ -383,46 +386,60 @@ fn ce_runs_device_sends_as_one_kernel() {
                 ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
                 ("FERROCX_CE_SIMPLE_SLOT", slot),
                 ("FERROCX_CE_P2P_BYTES", off),
+                ("FERROCX_CE_P2P_LL_BYTES", lines),
             ],
             Duration::from_secs(600),
         );
     }
 }
 
-/// A device send of 4096 bytes meeting a receive of 8192 through ce's
-/// point-to-point kernel: both ranks get `Error::Mismatch` naming the other
-/// (the chunk headers; the receiver tells the sender), not shifted data or
-/// a hang.
+/// A device send meeting a receive of another size through ce's
+/// point-to-point kernel: both ranks get `Error::Mismatch` naming the other,
+/// not shifted data or a hang — with both messages as LL lines (the header
+/// line), both as chunks (the chunk header), and across the formats (a
+/// receive waiting for lines sees a chunk, one waiting for a chunk sees a
+/// header line; `FERROCX_CE_P2P_LL_BYTES` between the two sizes).
 #[test]
 fn ce_names_a_send_that_meets_a_receive_of_another_size() {
     if !gpus() {
         return;
     }
-    let outs = run(&["p2p-size-mismatch"], &[], Duration::from_secs(120));
-    assert_all_ok(&outs);
-    let o = &outs[1];
-    // Error::Mismatch names both ranks' calls (its Display orders them).
-    assert!(
-        o.stdout.contains("MISMATCH mismatched calls: ")
-            && o.stdout.contains(
-                "rank 1 called a device receive from rank 0 whose size differs from its send (ce point-to-point)"
-            )
-            && o.stdout.contains("rank 0 called a device send to rank 1 of another size"),
-        "rank 1: {}\n{}",
-        o.stdout,
-        o.stderr
-    );
-    let o = &outs[0];
-    assert!(
-        o.stdout.contains("MISMATCH mismatched calls: ")
-            && o.stdout.contains(
-                "rank 0 called a device send to rank 1 whose size differs from its receive (ce point-to-point)"
-            )
-            && o.stdout.contains("rank 1 called a device receive from rank 0 of another size"),
-        "rank 0: {}\n{}",
-        o.stdout,
-        o.stderr
-    );
+    for (sizes, lines) in [
+        ("4096,8192", "512K"),
+        ("4096,8192", "0"),
+        ("4096,8192", "4096"),
+        ("8192,4096", "4096"),
+    ] {
+        let outs = run(
+            &["p2p-size-mismatch", "--sizes", sizes],
+            &[("FERROCX_CE_P2P_LL_BYTES", lines)],
+            Duration::from_secs(120),
+        );
+        assert_all_ok(&outs);
+        let o = &outs[1];
+        // Error::Mismatch names both ranks' calls (its Display orders them).
+        assert!(
+            o.stdout.contains("MISMATCH mismatched calls: ")
+                && o.stdout.contains(
+                    "rank 1 called a device receive from rank 0 whose size differs from its send (ce point-to-point)"
+                )
+                && o.stdout.contains("rank 0 called a device send to rank 1 of another size"),
+            "{sizes} with lines to {lines}: rank 1: {}\n{}",
+            o.stdout,
+            o.stderr
+        );
+        let o = &outs[0];
+        assert!(
+            o.stdout.contains("MISMATCH mismatched calls: ")
+                && o.stdout.contains(
+                    "rank 0 called a device send to rank 1 whose size differs from its receive (ce point-to-point)"
+                )
+                && o.stdout.contains("rank 1 called a device receive from rank 0 of another size"),
+            "{sizes} with lines to {lines}: rank 0: {}\n{}",
+            o.stdout,
+            o.stderr
+        );
+    }
 }
 
 /// Device sends and receives on the core's path carry their fingerprints

@@ -231,6 +231,7 @@ impl CeComm {
             // No rings where the Simple kernel never runs (equal on every rank).
             simple_slot: cfg.simple_rings(nranks),
             p2p_slot: cfg.p2p_rings(nranks),
+            p2p_lines: ferrocx_sdk::kernels::p2p::ring_lines(cfg.p2p_lines_max(nranks)),
         };
         let local = local_setup(info, layout, cfg.scratch_bytes);
         let hello = match &local {
@@ -945,6 +946,8 @@ impl CeComm {
             ctl: flags.ll_ctl(),
             slot: layout.p2p_slot as u64,
             timeout_ns: self.timeout_ns(),
+            ll_off: layout.p2p_ll_offset() as u64,
+            ll_lines: layout.p2p_lines as u64,
             rank: self.rank as i32,
             nranks: self.nranks as i32,
             send: Default::default(),
@@ -958,7 +961,12 @@ impl CeComm {
         }
         for cut in cuts {
             let ops: Vec<P2pOp> = cut.iter().map(|&i| d.ops[i]).collect();
-            let args = p2p::args(&base, &ops, layout.p2p_slot);
+            let args = p2p::args(
+                &base,
+                &ops,
+                layout.p2p_slot,
+                self.cfg.p2p_lines_max(self.nranks),
+            );
             let n = self.p2p_calls;
             let what = p2p::describe(&ops);
             // SAFETY: the caller's contract; the device is bound.

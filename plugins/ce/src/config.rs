@@ -14,6 +14,7 @@
 //! | `FERROCX_CE_SIMPLE_BYTES` | `auto` | the same collectives whose block is above the LL kernel's limit and at most this many bytes (all_reduce: block × nranks ≤ 2 × this, as one-shot; above 2 ranks, beyond that, two-shot while block / nranks ≤ this; `auto`: each collective's measured limit at 2 ranks and above, `select::SIMPLE_TABLE`, two-shot all_reduce to `select::TWO_SHOT_AUTO_BYTES`) run as one Simple kernel ([`ferrocx_sdk::kernels::simple`]: chunks through slot rings in the peers' mapped memory, a flag per chunk; no barrier, no staging, no windows needed); `0`: never. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_SLOT` | `auto` | bytes of one slot of the Simple kernel's rings (and the point-to-point kernel's), the largest chunk (a multiple of 16, 32 B–16 MiB; the Simple kernel's chunks of segments below 256 MiB stay at most 64 KiB); `auto`: 128 KiB for the Simple kernel at 2 ranks, 64 KiB above and for the point-to-point kernel. The rings take nranks × 128 × this bytes of device memory per rank (in the flag buffer, only where the kernel may run). Every rank must set the same value |
 //! | `FERROCX_CE_P2P_BYTES` | `16M` | device sends and receives of at most this many bytes (each decided alone, by its size, so both ends agree) run as ce's point-to-point kernel ([`ferrocx_sdk::kernels::p2p`]: the Simple kernel's rings, a region of their own, every chunk headed by its message's size, which the receive checks) on the caller's stream, one kernel per group (more where a group has several messages to one peer the same way); larger ones, and any on a stream being captured, take the core's path. A send may finish before its receive is posted while the peer's ring has room (128 slots: 8 MiB of 64 KiB slots; a larger send waits for its receive); `0`: never. The rings take nranks × 128 × `FERROCX_CE_SIMPLE_SLOT` bytes of device memory per rank. A send through ce must meet a receive of device memory of exactly its size (else both ranks fail with the core's mismatch error). Every rank must set the same value |
+//! | `FERROCX_CE_P2P_LL_BYTES` | `512K` | of those, messages of at most this many bytes (again by size alone) travel as LL lines (8 data bytes and their flag per 16-byte line, polled by the receiver: no fence, no head word per chunk), larger ones as chunks; at most 16 MiB. Each rank's line rings hold two of the largest (nranks × 4 × this bytes of device memory per rank). A send and a receive on either side of this limit are a size mismatch like any other. `0`: always chunks. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BLOCKS` | `64` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once. This rank's alone (chunks do not depend on it) |
 //! | `FERROCX_CE_SIMPLE_SPREAD` | `1` | above 2 ranks, out of place: a Simple kernel's sending blocks take one (chunk, peer) pair each, a chunk's pairs on consecutive blocks (a gather's receiving blocks too), so every peer's link is busy at once; `0`: a block sends each chunk to every peer in turn. This rank's alone |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
@@ -21,7 +22,8 @@
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
 //! decide what every rank does (its bid, how many barriers a collective
 //! has), and `FERROCX_CE_LL_BYTES`, `FERROCX_CE_SIMPLE_BYTES`,
-//! `FERROCX_CE_P2P_BYTES` and `FERROCX_CE_SIMPLE_SLOT` the flag buffers' layout and the kernels' routes, so `comm_init`
+//! `FERROCX_CE_P2P_BYTES`, `FERROCX_CE_P2P_LL_BYTES` and
+//! `FERROCX_CE_SIMPLE_SLOT` the flag buffers' layout and the kernels' routes, so `comm_init`
 //! checks that every rank read the same values and sits the communicator
 //! out, naming the variable, when they differ.
 //! `FERROCX_CE_REDUCE` and `FERROCX_CE_ONESHOT_BYTES` are agreed the same
@@ -46,6 +48,12 @@ pub const SIMPLE_AUTO: usize = usize::MAX;
 /// receive is posted; a larger one waits for it, as on NCCL (such sends and
 /// receives must be grouped when both ranks send first).
 pub const DEFAULT_P2P_BYTES: usize = 16 << 20;
+/// Default `FERROCX_CE_P2P_LL_BYTES`: not yet measured against the chunk
+/// format on two GPUs (the LL collective kernel moves 1 MiB blocks in 11–14
+/// µs on two H100s where the chunk format takes 16–24 µs at ≤ 1 MiB).
+pub const DEFAULT_P2P_LL_BYTES: usize = 512 << 10;
+/// Largest `FERROCX_CE_P2P_LL_BYTES` (its rings take 4 × this per peer).
+pub const P2P_LL_MAX_BYTES: usize = 16 << 20;
 /// Largest `FERROCX_CE_SIMPLE_SLOT`.
 pub const SIMPLE_SLOT_MAX: usize = 16 << 20;
 /// `FERROCX_CE_SIMPLE_SLOT=auto` (the default): [`AUTO_SLOT_TWO_RANKS`] for
@@ -99,6 +107,8 @@ pub struct Config {
     /// `FERROCX_CE_P2P_BYTES`: the largest device send/receive run by the
     /// point-to-point kernel.
     pub p2p_bytes: usize,
+    /// `FERROCX_CE_P2P_LL_BYTES`: the largest of those sent as LL lines.
+    pub p2p_ll_bytes: usize,
     /// `FERROCX_CE_CHECK_CALLS`: notes on every eager call.
     pub check_calls: bool,
     /// `stage` holds only if ce's check ends up on (auto with the core's check on).
@@ -122,6 +132,7 @@ impl Default for Config {
             simple_blocks: ferrocx_sdk::kernels::simple::TARGET_BLOCKS,
             simple_spread: true,
             p2p_bytes: DEFAULT_P2P_BYTES,
+            p2p_ll_bytes: DEFAULT_P2P_LL_BYTES,
             check_calls: true,
             stage_needs_check: true,
         }
@@ -156,6 +167,16 @@ impl Config {
             (true, SIMPLE_SLOT_AUTO) => ferrocx_sdk::kernels::simple::DEFAULT_SLOT,
             (true, slot) => slot,
         }
+    }
+
+    /// The largest message the point-to-point kernel sends as LL lines at
+    /// `nranks` ranks (0: none, or no point-to-point kernel): what sizes its
+    /// line rings.
+    pub fn p2p_lines_max(&self, nranks: usize) -> usize {
+        if self.p2p_rings(nranks) == 0 {
+            return 0;
+        }
+        self.p2p_ll_bytes.min(self.p2p_bytes)
     }
 
     /// Read the variables through the core's environment view.
@@ -200,6 +221,12 @@ impl Config {
                 "FERROCX_CE_SIMPLE_SLOT={simple_slot}: a multiple of 16 bytes, from 32 to {SIMPLE_SLOT_MAX}"
             )));
         }
+        let p2p_ll_bytes = env::unsigned(&lookup, "FERROCX_CE_P2P_LL_BYTES", d.p2p_ll_bytes)?;
+        if p2p_ll_bytes > P2P_LL_MAX_BYTES {
+            return Err(PluginError::invalid(format!(
+                "FERROCX_CE_P2P_LL_BYTES={p2p_ll_bytes}: at most {P2P_LL_MAX_BYTES} (its line rings take 4 × this per peer)"
+            )));
+        }
         Ok(Config {
             priority,
             ll_bytes,
@@ -222,6 +249,7 @@ impl Config {
             },
             simple_spread: env::boolean(&lookup, "FERROCX_CE_SIMPLE_SPREAD", d.simple_spread)?,
             p2p_bytes: env::unsigned(&lookup, "FERROCX_CE_P2P_BYTES", d.p2p_bytes)?,
+            p2p_ll_bytes,
             batch,
             batch_bytes: env::unsigned(&lookup, "FERROCX_CE_BATCH_BYTES", d.batch_bytes)?,
             memcpy_batch: env::boolean(&lookup, "FERROCX_CE_MEMCPY_BATCH", d.memcpy_batch)?,
@@ -269,6 +297,7 @@ mod tests {
             ("FERROCX_CE_SIMPLE_BLOCKS", "32"),
             ("FERROCX_CE_SIMPLE_SPREAD", "0"),
             ("FERROCX_CE_P2P_BYTES", "1M"),
+            ("FERROCX_CE_P2P_LL_BYTES", "64K"),
         ])
         .unwrap();
         assert_eq!(
@@ -288,6 +317,7 @@ mod tests {
                 simple_blocks: 32,
                 simple_spread: false,
                 p2p_bytes: 1 << 20,
+                p2p_ll_bytes: 64 << 10,
                 check_calls: true,
                 stage_needs_check: false,
             }
@@ -331,6 +361,28 @@ mod tests {
                 .p2p_rings(2),
             small,
             "independent of the Simple collectives"
+        );
+        // LL lines: within the kernel's limit, none without the kernel.
+        assert_eq!(d.p2p_lines_max(2), DEFAULT_P2P_LL_BYTES);
+        assert_eq!(d.p2p_lines_max(1), 0);
+        let small_p2p = with(&[("FERROCX_CE_P2P_BYTES", "4K")]).unwrap();
+        assert_eq!(
+            small_p2p.p2p_lines_max(4),
+            4096,
+            "never above the kernel's limit"
+        );
+        assert_eq!(
+            with(&[("FERROCX_CE_P2P_BYTES", "0")])
+                .unwrap()
+                .p2p_lines_max(2),
+            0
+        );
+        assert_eq!(
+            with(&[("FERROCX_CE_P2P_LL_BYTES", "0")])
+                .unwrap()
+                .p2p_lines_max(2),
+            0,
+            "chunks only"
         );
         assert!(
             with(&[("FERROCX_CE_SIMPLE_SLOT", "16")]).is_err(),
@@ -392,6 +444,8 @@ mod tests {
                 ("FERROCX_CE_SIMPLE_SLOT", "100"),
                 ("FERROCX_CE_SIMPLE_SLOT", "32M"),
                 ("FERROCX_CE_SIMPLE_BLOCKS", "0"),
+                ("FERROCX_CE_P2P_LL_BYTES", "17M"),
+                ("FERROCX_CE_P2P_LL_BYTES", "lots"),
             ],
         );
     }

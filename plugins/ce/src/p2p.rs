@@ -94,13 +94,16 @@ pub fn self_paired(ops: &[P2pOp], me: usize) -> Result<(), String> {
 }
 
 /// The kernel's arguments for `ops` (one kernel's: at most one each way per
-/// peer), with the shared fields from `base`.
-pub fn args(base: &P2pArgs, ops: &[P2pOp], slot: usize) -> P2pArgs {
+/// peer), with the shared fields from `base`: messages of at most `ll_max`
+/// bytes as LL lines, except the rank's own block (a copy, in chunks).
+pub fn args(base: &P2pArgs, ops: &[P2pOp], slot: usize, ll_max: usize) -> P2pArgs {
     let mut a = *base;
     a.send = [P2pSide::default(); MAX_RANKS];
     a.recv = [P2pSide::default(); MAX_RANKS];
+    let me = base.rank as usize;
     for op in ops {
-        let side = P2pSide::new(op.buf, op.bytes, slot);
+        let lines = if op.peer == me { 0 } else { ll_max };
+        let side = P2pSide::new(op.buf, op.bytes, slot, lines);
         match op.dir {
             P2pDir::Send => a.send[op.peer] = side,
             P2pDir::Recv => a.recv[op.peer] = side,
@@ -254,21 +257,39 @@ mod tests {
             ctl: 3,
             slot: 4096,
             timeout_ns: 5,
+            ll_off: 6,
+            ll_lines: 7,
             rank: 0,
             nranks: 3,
-            send: [P2pSide::new(9, 9, 4096); MAX_RANKS],
-            recv: [P2pSide::new(9, 9, 4096); MAX_RANKS],
+            send: [P2pSide::new(9, 9, 4096, 0); MAX_RANKS],
+            recv: [P2pSide::new(9, 9, 4096, 0); MAX_RANKS],
         };
         let ops = [op(Send, 2, 100_000), op(Recv, 1, 0)];
-        let a = args(&base, &ops, 4096);
-        assert_eq!(a.send[2], P2pSide::new(0x3000, 100_000, 4096));
-        assert_eq!(a.recv[1], P2pSide::new(0x2000, 0, 4096));
+        let a = args(&base, &ops, 4096, 0);
+        assert_eq!(a.send[2], P2pSide::new(0x3000, 100_000, 4096, 0));
+        assert_eq!(a.recv[1], P2pSide::new(0x2000, 0, 4096, 0));
         assert_eq!(a.recv[1].chunks, 1);
         assert_eq!(a.send[1].chunks + a.recv[2].chunks + a.send[0].chunks, 0);
-        assert_eq!((a.bases, a.region_off, a.ctl, a.nranks), (1, 2, 3, 3));
+        assert_eq!(
+            (a.bases, a.region_off, a.ctl, a.nranks, a.ll_off, a.ll_lines),
+            (1, 2, 3, 3, 6, 7)
+        );
         assert_eq!(
             describe(&ops),
             "send of 100000 bytes to rank 2 and receive of 0 bytes from rank 1"
         );
+        // With lines up to 64 KiB: the small messages go as lines, the rank's
+        // own block stays in chunks (a copy), the large one in chunks.
+        let ops = [
+            op(Send, 2, 100_000),
+            op(Recv, 1, 65_536),
+            op(Send, 0, 16),
+            op(Recv, 0, 16),
+        ];
+        let a = args(&base, &ops, 4096, 65_536);
+        assert_eq!((a.send[2].lines, a.send[2].chunks > 0), (0, true));
+        assert_eq!((a.recv[1].lines, a.recv[1].chunks), (1 + 8192, 0));
+        assert_eq!((a.send[0].lines, a.send[0].chunks), (0, 1));
+        assert_eq!((a.recv[0].lines, a.recv[0].chunks), (0, 1));
     }
 }

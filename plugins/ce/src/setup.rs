@@ -22,7 +22,7 @@ const MAGIC: u32 = 0x4345_0003;
 /// Bytes of the reason text carried.
 const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
-pub const HELLO_BYTES: usize = 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + HANDLE_BYTES + REASON_BYTES;
+pub const HELLO_BYTES: usize = 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + HANDLE_BYTES + REASON_BYTES;
 
 /// One rank's message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +43,8 @@ pub struct Hello {
     pub simple_slot: u64,
     /// `FERROCX_CE_P2P_BYTES` (which sends and receives take the kernel).
     pub p2p_bytes: u64,
+    /// `FERROCX_CE_P2P_LL_BYTES` (which of those go as lines; it sizes the line rings).
+    pub p2p_ll_bytes: u64,
     /// The rank's flag buffer (NONE when it has none).
     pub handle: IpcHandle,
 }
@@ -65,6 +67,7 @@ impl Hello {
                 0
             },
             p2p_bytes: cfg.p2p_bytes as u64,
+            p2p_ll_bytes: cfg.p2p_ll_bytes as u64,
             handle,
         }
     }
@@ -89,6 +92,7 @@ impl Hello {
         b.extend_from_slice(&self.simple_bytes.to_le_bytes());
         b.extend_from_slice(&self.simple_slot.to_le_bytes());
         b.extend_from_slice(&self.p2p_bytes.to_le_bytes());
+        b.extend_from_slice(&self.p2p_ll_bytes.to_le_bytes());
         b.extend_from_slice(&self.handle.0);
         let mut reason = [0u8; REASON_BYTES];
         if let Some(why) = &self.failed {
@@ -115,8 +119,8 @@ impl Hello {
             return Err(format!("bad magic {:#x}", u32_at(0)));
         }
         let mut handle = [0u8; HANDLE_BYTES];
-        handle.copy_from_slice(&b[56..56 + HANDLE_BYTES]);
-        let text = &b[56 + HANDLE_BYTES..];
+        handle.copy_from_slice(&b[64..64 + HANDLE_BYTES]);
+        let text = &b[64 + HANDLE_BYTES..];
         let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
         Ok(Hello {
             failed: (u32_at(4) == 0).then(|| String::from_utf8_lossy(&text[..end]).into_owned()),
@@ -127,6 +131,7 @@ impl Hello {
             simple_bytes: u64_at(32),
             simple_slot: u64_at(40),
             p2p_bytes: u64_at(48),
+            p2p_ll_bytes: u64_at(56),
             handle: IpcHandle(handle),
         })
     }
@@ -155,7 +160,7 @@ pub fn agree(all: &[Hello]) -> Result<(), String> {
         return Ok(());
     };
     type Knob = (&'static str, fn(&Hello) -> u64);
-    let knobs: [Knob; 7] = [
+    let knobs: [Knob; 8] = [
         ("FERROCX_CE_PRIORITY", |h| h.priority as u64),
         ("FERROCX_CE_BATCH", |h| h.batch),
         ("FERROCX_CE_BATCH_BYTES", |h| h.batch_bytes),
@@ -163,6 +168,7 @@ pub fn agree(all: &[Hello]) -> Result<(), String> {
         ("FERROCX_CE_SIMPLE_BYTES", |h| h.simple_bytes),
         ("FERROCX_CE_SIMPLE_SLOT", |h| h.simple_slot),
         ("FERROCX_CE_P2P_BYTES", |h| h.p2p_bytes),
+        ("FERROCX_CE_P2P_LL_BYTES", |h| h.p2p_ll_bytes),
     ];
     for (var, get) in knobs {
         if let Some((r, h)) = all.iter().enumerate().find(|(_, h)| get(h) != get(first)) {
@@ -307,6 +313,15 @@ mod tests {
         );
         let err = agree(&[ok.clone(), p2p]).unwrap_err();
         assert!(err.starts_with("FERROCX_CE_P2P_BYTES differs"), "{err}");
+        let lines = Hello::ready(
+            &Config {
+                p2p_ll_bytes: 4096,
+                ..cfg
+            },
+            IpcHandle::NONE,
+        );
+        let err = agree(&[ok.clone(), lines]).unwrap_err();
+        assert!(err.starts_with("FERROCX_CE_P2P_LL_BYTES differs"), "{err}");
         let other = Hello::ready(&Config { batch: 4, ..cfg }, IpcHandle::NONE);
         let err = agree(&[ok.clone(), ok, other]).unwrap_err();
         assert!(

@@ -130,6 +130,10 @@ pub struct FlagLayout {
     /// Bytes per slot of the point-to-point kernel's rings (the same
     /// variable; 0: no point-to-point region).
     pub p2p_slot: usize,
+    /// Lines per ring of the point-to-point kernel's LL part
+    /// (`ferrocx_sdk::kernels::p2p::ring_lines` of `FERROCX_CE_P2P_LL_BYTES`;
+    /// 0: none).
+    pub p2p_lines: usize,
 }
 
 impl FlagLayout {
@@ -143,10 +147,26 @@ impl FlagLayout {
     /// writer-major), the LL control words, then the LL region (two parities
     /// × `nranks` writers × one area: `ferrocx_sdk::kernels::ll`), then the
     /// Simple region (`ferrocx_sdk::kernels::simple`), then the
-    /// point-to-point region (the same layout, `ferrocx_sdk::kernels::p2p`).
-    /// All of it is zeroed before a peer can see it.
+    /// point-to-point region (the same layout, `ferrocx_sdk::kernels::p2p`),
+    /// then its LL part (line rings). All of it is zeroed before a peer can
+    /// see it.
     pub fn bytes(&self) -> usize {
-        self.p2p_offset() + self.p2p_bytes()
+        self.p2p_ll_offset() + self.p2p_ll_bytes()
+    }
+
+    /// Byte offset of the point-to-point LL part (256-byte aligned), after
+    /// the point-to-point region.
+    pub fn p2p_ll_offset(&self) -> usize {
+        (self.p2p_offset() + self.p2p_bytes()).div_ceil(256) * 256
+    }
+
+    /// Bytes of the point-to-point LL part (0 without).
+    pub fn p2p_ll_bytes(&self) -> usize {
+        if self.p2p_slot == 0 {
+            return 0;
+        }
+        ferrocx_sdk::kernels::p2p::ll_part_bytes(self.nranks, self.p2p_lines)
+            .unwrap_or(usize::MAX / 2)
     }
 
     /// Byte offset of the point-to-point region (256-byte aligned), after the
@@ -500,6 +520,7 @@ mod tests {
                 ll_bytes: 256 << 10,
                 simple_slot: 4096,
                 p2p_slot: 1040,
+                p2p_lines: 100,
             };
             assert_eq!(l.stride() % 16, 0);
             assert!(l.stride() >= 4 * n);
@@ -523,7 +544,14 @@ mod tests {
             assert_eq!(l.p2p_offset() % 256, 0);
             let p2p = ferrocx_sdk::kernels::simple::region_bytes(n, 1040).unwrap();
             assert_eq!(l.p2p_bytes(), p2p);
-            assert_eq!(l.bytes(), l.p2p_offset() + p2p);
+            // Its line rings after it, aligned.
+            assert!(l.p2p_ll_offset() >= l.p2p_offset() + p2p);
+            assert_eq!(l.p2p_ll_offset() % 256, 0);
+            let lines = ferrocx_sdk::kernels::p2p::ll_part_bytes(n, 100).unwrap();
+            assert_eq!(l.p2p_ll_bytes(), lines);
+            assert_eq!(l.bytes(), l.p2p_ll_offset() + lines);
+            let no_lines = FlagLayout { p2p_lines: 0, ..l };
+            assert_eq!(no_lines.bytes(), no_lines.p2p_ll_offset());
             let none = FlagLayout {
                 simple_slot: 0,
                 p2p_slot: 0,
@@ -561,6 +589,7 @@ mod tests {
                 ll_bytes: 0,
                 simple_slot: 0,
                 p2p_slot: 0,
+                p2p_lines: 0,
             }
             .stride(),
             16
@@ -571,6 +600,7 @@ mod tests {
                 ll_bytes: 0,
                 simple_slot: 0,
                 p2p_slot: 0,
+                p2p_lines: 0,
             }
             .stride(),
             32
@@ -581,6 +611,7 @@ mod tests {
                 ll_bytes: 0,
                 simple_slot: 0,
                 p2p_slot: 0,
+                p2p_lines: 0,
             }
             .offset(Array::GraphReady, 2),
             2 * 16 + 8

@@ -1555,8 +1555,8 @@ impl Kernels {
 
     /// Queue the point-to-point kernel ([`p2p`]) on `stream`: this rank's
     /// sends and receives of one group, at most one each way per peer, `args`
-    /// saying which. Its grid is a sending and a receiving block per chunk of
-    /// the longest message, at most `blocks` of each (0:
+    /// saying which. Its grid is a sending and a receiving block per chunk (or
+    /// per [`BLOCK`] LL lines) of the longest message, at most `blocks` of each (0:
     /// [`simple::TARGET_BLOCKS`]) and one wave. Makes this context current on
     /// the calling thread.
     ///
@@ -1564,8 +1564,9 @@ impl Kernels {
     /// Every address in `args` is device-accessible memory of this context
     /// (the regions as mapped here, the user's buffers for the bytes each
     /// side names), valid until the kernel ends; the peers launch their
-    /// matching messages with the same byte counts and slot, in the same
-    /// order per pair as their other point-to-point kernels on these regions;
+    /// matching messages with the same byte counts, slot, LL limit and line
+    /// rings, in the same order per pair as their other point-to-point
+    /// kernels on these regions;
     /// `stream` is a live stream of this context (or null).
     pub unsafe fn p2p(
         &self,
@@ -1588,30 +1589,36 @@ impl Kernels {
                 ll::MAX_RANKS
             )));
         }
+        let me = args.rank as usize;
         for (what, sides) in [("send", &args.send), ("recv", &args.recv)] {
             for (r, s) in sides.iter().enumerate() {
+                let chunks_ok = s.chunk != 0
+                    && s.chunk.is_multiple_of(16)
+                    && s.chunk + p2p::HEADER as u64 <= args.slot
+                    && s.chunks == simple::chunks(s.bytes as usize, s.chunk as usize) as u64;
+                // Lines: never to itself, never more than a ring holds.
+                let lines_ok = r != me
+                    && s.chunks == 0
+                    && s.lines <= args.ll_lines
+                    && usize::try_from(s.bytes)
+                        .is_ok_and(|b| s.lines == p2p::message_lines(b) as u64);
                 let bad = if r >= n as usize {
-                    s.chunks != 0
+                    s.is_some()
                 } else {
-                    s.chunks != 0
-                        && (s.chunk == 0
-                            || !s.chunk.is_multiple_of(16)
-                            || s.chunk + p2p::HEADER as u64 > args.slot
-                            || s.chunks
-                                != simple::chunks(s.bytes as usize, s.chunk as usize) as u64
-                            || (s.bytes > 0 && s.ptr == 0))
+                    (s.chunks != 0 && !chunks_ok)
+                        || (s.lines != 0 && !lines_ok)
+                        || (s.is_some() && s.bytes > 0 && s.ptr == 0)
                 };
                 if bad {
                     return Err(Error::invalid(format!(
-                        "point-to-point kernel: the {what} side of rank {r} is inconsistent ({s:?}, rank {} of {n}, slot {})",
-                        args.rank, args.slot
+                        "point-to-point kernel: the {what} side of rank {r} is inconsistent ({s:?}, rank {} of {n}, slot {}, rings of {} lines)",
+                        args.rank, args.slot, args.ll_lines
                     )));
                 }
             }
         }
         // The rank's own block: a send to itself exactly where a receive from
         // itself of as many bytes is (the kernel copies one into the other).
-        let me = args.rank as usize;
         let (to_me, from_me) = (args.send[me], args.recv[me]);
         if (to_me.chunks != 0) != (from_me.chunks != 0)
             || (to_me.chunks != 0 && (to_me.bytes != from_me.bytes || to_me.chunk != from_me.chunk))
@@ -1627,7 +1634,7 @@ impl Kernels {
             "point-to-point",
             f,
             f.p2p_blocks_per_sm,
-            args.most_chunks(),
+            args.most_blocks(BLOCK as u64),
             blocks,
         )?;
         let mut a = *args;
@@ -1640,8 +1647,8 @@ impl Kernels {
         let r = unsafe { launch(f.p2p, grid, BLOCK, stream, &mut params) };
         driver(r, || {
             format!(
-                "cuLaunchKernel(point-to-point kernel, {} chunks at most, grid {grid}×{BLOCK})",
-                args.most_chunks()
+                "cuLaunchKernel(point-to-point kernel, {} blocks' work at most, grid {grid}×{BLOCK})",
+                args.most_blocks(BLOCK as u64)
             )
         })
     }

@@ -714,7 +714,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
 "#;
 
 #[cfg(test)]
-mod model;
+pub(in crate::kernels) mod model;
 
 #[cfg(test)]
 mod tests {

@@ -93,6 +93,8 @@ fn main() -> ExitCode {
                     4096,
                     65_520,
                     65_543,
+                    512 << 10,
+                    (512 << 10) + 1,
                     (1 << 20) + 3,
                     4 << 20,
                     (4 << 20) + 16,
@@ -100,7 +102,9 @@ fn main() -> ExitCode {
                 |v| parse_sizes(&v),
             ),
         ),
-        Some("p2p-size-mismatch") => coll::p2p::size_mismatch(),
+        Some("p2p-size-mismatch") => {
+            coll::p2p::size_mismatch(&opt("--sizes").map_or(vec![4096, 8192], |v| parse_sizes(&v)))
+        }
         Some("devnet-ring") => coll::devnet::ring(
             args[1].parse().expect("rounds"),
             args[2].parse().expect("count"),

@@ -234,19 +234,23 @@ pub fn run(expect: Option<String>, sizes: &[usize]) -> Result<String, String> {
     Ok(format!("rank {me}: {msgs} device messages checked"))
 }
 
-/// `p2p-size-mismatch`: rank 0 sends 4096 bytes to rank 1, which receives
-/// 8192. Both must fail with `Error::Mismatch` naming the other (rank 0's
-/// send finished into the ring; rank 1's kernel tells it).
-pub fn size_mismatch() -> Result<String, String> {
+/// `p2p-size-mismatch [--sizes SENT,RECEIVED]`: rank 0 sends SENT bytes
+/// (4096) to rank 1, which receives RECEIVED (8192). Both must fail with
+/// `Error::Mismatch` naming the other (rank 0's send finished into the ring;
+/// rank 1's kernel tells it), whichever format each size takes.
+pub fn size_mismatch(sizes: &[usize]) -> Result<String, String> {
+    let [sent, received] = *sizes else {
+        return Err(format!("--sizes takes two sizes, not {sizes:?}"));
+    };
     let comm = Communicator::from_env().map_err(e2s)?;
     let me = comm.rank();
     let stream = Stream::new().map_err(|e| e.to_string())?;
-    let buf = DevMem::new(8192)?;
+    let buf = DevMem::new(sent.max(received))?;
     // SAFETY: live stream and buffer, synchronized below.
     unsafe {
         match me {
-            0 => comm.send_on(buf.ptr, 4096, 1, stream.raw()),
-            1 => comm.recv_on(buf.ptr, 8192, 0, stream.raw()),
+            0 => comm.send_on(buf.ptr, sent, 1, stream.raw()),
+            1 => comm.recv_on(buf.ptr, received, 0, stream.raw()),
             _ => Ok(()),
         }
     }

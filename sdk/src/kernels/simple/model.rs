@@ -5,8 +5,8 @@
 //! every call's results are NCCL's, no call waits forever, a ring slot is
 //! never overwritten before its reader freed it — not the CUDA translation
 //! (the device tests do that). Also here: the two-shot all_reduce as two
-//! calls, and the point-to-point kernel's protocol (per-peer messages, the
-//! size header) on the same rings.
+//! calls. The point-to-point kernel's model (`p2p/model.rs`) runs on these
+//! rings too.
 
 use super::super::ll::{MODE_FOLD, MODE_GATHER};
 use super::SLOTS;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Ring slots in the model (the kernel has [`SLOTS`]): few, so calls lap.
-const K: u64 = 4;
+pub(in crate::kernels) const K: u64 = 4;
 const _: () = assert!(K < SLOTS as u64);
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -31,21 +31,21 @@ enum Mode {
 }
 
 /// One rank's region and buffers.
-struct Rank {
-    heads: Vec<AtomicU64>, // [w][k]
-    frees: Vec<AtomicU64>, // [r][k]
-    marks: Vec<AtomicU64>, // [k]
-    sent: Vec<AtomicU64>,
-    recvd: Vec<AtomicU64>,
-    data: Vec<AtomicU8>, // [w][k][slot]
+pub(in crate::kernels) struct Rank {
+    pub(in crate::kernels) heads: Vec<AtomicU64>, // [w][k]
+    pub(in crate::kernels) frees: Vec<AtomicU64>, // [r][k]
+    marks: Vec<AtomicU64>,                        // [k]
+    pub(in crate::kernels) sent: Vec<AtomicU64>,
+    pub(in crate::kernels) recvd: Vec<AtomicU64>,
+    pub(in crate::kernels) data: Vec<AtomicU8>, // [w][k][slot]
     /// The user's memory: input and output at their offsets.
-    mem: Vec<AtomicU8>,
+    pub(in crate::kernels) mem: Vec<AtomicU8>,
 }
 
-struct World {
-    n: usize,
-    slot: usize,
-    ranks: Vec<Rank>,
+pub(in crate::kernels) struct World {
+    pub(in crate::kernels) n: usize,
+    pub(in crate::kernels) slot: usize,
+    pub(in crate::kernels) ranks: Vec<Rank>,
 }
 
 /// One call's arguments (offsets into each rank's `mem`).
@@ -76,7 +76,7 @@ impl Call {
     }
 }
 
-fn wait(word: &AtomicU64, want: u64, what: &str) {
+pub(in crate::kernels) fn wait(word: &AtomicU64, want: u64, what: &str) {
     let start = Instant::now();
     while word.load(Acquire) < want {
         assert!(
@@ -364,7 +364,7 @@ impl World {
     }
 }
 
-fn world(n: usize, slot: usize, mem: usize) -> Arc<World> {
+pub(in crate::kernels) fn world(n: usize, slot: usize, mem: usize) -> Arc<World> {
     let words = |len: usize| (0..len).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
     let bytes = |len: usize| (0..len).map(|_| AtomicU8::new(0)).collect::<Vec<_>>();
     Arc::new(World {
@@ -579,275 +579,6 @@ fn two_shot_all_reduce_is_a_reduce_scatter_then_an_all_gather_in_place() {
             }
         }
     }
-}
-
-/// One rank's side of a point-to-point kernel: per peer, what it sends
-/// (input offset, bytes) and receives (output offset, bytes), as
-/// [`super::super::p2p::P2pArgs`] holds them.
-#[derive(Clone, Debug, Default)]
-struct P2pCall {
-    send: Vec<Option<(usize, usize)>>,
-    recv: Vec<Option<(usize, usize)>>,
-}
-
-/// The chunk of a message of `bytes` in the model's slots (header room taken
-/// out as the kernel does) and how many chunks (an empty message is one).
-fn p2p_chunks(bytes: usize, slot: usize) -> (usize, usize) {
-    let chunk = super::super::p2p::chunk_bytes(bytes, slot);
-    (chunk, super::chunks(bytes, chunk))
-}
-
-impl World {
-    /// The point-to-point kernel's sending block `first` of `half`: the
-    /// chunks `first, first + half, …` of each peer's message in turn, each
-    /// headed by (bytes, index), after the slot's credit.
-    fn p2p_sender(
-        &self,
-        me: usize,
-        c: &P2pCall,
-        first: usize,
-        half: usize,
-        sent: &[u64],
-        hdr: &[Vec<AtomicU64>],
-    ) {
-        let n = self.n;
-        let mine = &self.ranks[me];
-        // The rank's own block: copied chunk by chunk, through no ring.
-        if let (Some((input, bytes)), Some((output, _))) = (c.send[me], c.recv[me]) {
-            let (chunk, m) = p2p_chunks(bytes, self.slot);
-            for ch in (first..m).step_by(half) {
-                let lo = ch * chunk;
-                for i in lo..(lo + chunk).min(bytes) {
-                    let b = mine.mem[input + i].load(Relaxed);
-                    mine.mem[output + i].store(b, Relaxed);
-                }
-            }
-        }
-        for j in 1..n {
-            let q = (me + j) % n;
-            let Some((input, bytes)) = c.send[q] else {
-                continue;
-            };
-            let (chunk, m) = p2p_chunks(bytes, self.slot);
-            let mut ch = first;
-            while ch < m {
-                let lo = ch * chunk;
-                let len = chunk.min(bytes - lo.min(bytes));
-                let g = sent[q] + ch as u64;
-                let k = g % K;
-                if g >= K {
-                    wait(
-                        &mine.frees[q * K as usize + k as usize],
-                        g + 1 - K,
-                        "a p2p free",
-                    );
-                }
-                let peer = &self.ranks[q];
-                let head = &peer.heads[me * K as usize + k as usize];
-                assert_eq!(
-                    head.load(Acquire),
-                    (g + 1).saturating_sub(K),
-                    "a slot lapped"
-                );
-                let slot = me * K as usize + k as usize;
-                hdr[q][2 * slot].store(bytes as u64, Relaxed);
-                hdr[q][2 * slot + 1].store(ch as u64, Relaxed);
-                for i in 0..len {
-                    let b = mine.mem[input + lo + i].load(Relaxed);
-                    peer.data[slot * self.slot + i].store(b, Relaxed);
-                }
-                head.store(g + 1, Release);
-                ch += half;
-            }
-        }
-    }
-
-    /// Its receiving block: waits for each chunk's head, checks the header
-    /// against its own receive (`false` on a mismatch, as the kernel's
-    /// ERR_SIZE), copies, frees.
-    fn p2p_receiver(
-        &self,
-        me: usize,
-        c: &P2pCall,
-        first: usize,
-        half: usize,
-        recvd: &[u64],
-        hdr: &[Vec<AtomicU64>],
-    ) -> bool {
-        let n = self.n;
-        let mine = &self.ranks[me];
-        for j in 1..n {
-            let r = (me + n - j) % n;
-            let Some((output, bytes)) = c.recv[r] else {
-                continue;
-            };
-            let (chunk, m) = p2p_chunks(bytes, self.slot);
-            let mut ch = first;
-            while ch < m {
-                let lo = ch * chunk;
-                let len = chunk.min(bytes - lo.min(bytes));
-                let g = recvd[r] + ch as u64;
-                let k = (g % K) as usize;
-                wait(&mine.heads[r * K as usize + k], g + 1, "a p2p head");
-                let slot = r * K as usize + k;
-                if hdr[me][2 * slot].load(Relaxed) != bytes as u64
-                    || hdr[me][2 * slot + 1].load(Relaxed) != ch as u64
-                {
-                    return false;
-                }
-                for i in 0..len {
-                    let b = mine.data[slot * self.slot + i].load(Relaxed);
-                    mine.mem[output + lo + i].store(b, Relaxed);
-                }
-                self.ranks[r].frees[me * K as usize + k].store(g + 1, Release);
-                ch += half;
-            }
-        }
-        true
-    }
-
-    /// Every rank's point-to-point kernel at once; whether every receive's
-    /// headers matched.
-    fn p2p_call(
-        self: &Arc<Self>,
-        calls: &[P2pCall],
-        halves: &[usize],
-        hdr: &Arc<Vec<Vec<AtomicU64>>>,
-    ) -> bool {
-        let mut threads = Vec::new();
-        for me in 0..self.n {
-            let c = calls[me].clone();
-            let sent: Vec<u64> = self.ranks[me]
-                .sent
-                .iter()
-                .map(|a| a.load(Acquire))
-                .collect();
-            let recvd: Vec<u64> = self.ranks[me]
-                .recvd
-                .iter()
-                .map(|a| a.load(Acquire))
-                .collect();
-            let half = halves[me];
-            for b in 0..2 * half {
-                let (w, c, sent, recvd, hdr) = (
-                    self.clone(),
-                    c.clone(),
-                    sent.clone(),
-                    recvd.clone(),
-                    hdr.clone(),
-                );
-                threads.push(std::thread::spawn(move || {
-                    if b < half {
-                        w.p2p_sender(me, &c, b, half, &sent, &hdr);
-                        true
-                    } else {
-                        w.p2p_receiver(me, &c, b - half, half, &recvd, &hdr)
-                    }
-                }));
-            }
-        }
-        let ok = threads
-            .into_iter()
-            .all(|t| t.join().expect("a block panicked"));
-        for (me, c) in calls.iter().enumerate() {
-            for q in (0..self.n).filter(|&q| q != me) {
-                let add = |side: Option<(usize, usize)>| {
-                    side.map_or(0, |(_, b)| p2p_chunks(b, self.slot).1 as u64)
-                };
-                self.ranks[me].sent[q].fetch_add(add(c.send[q]), AcqRel);
-                self.ranks[me].recvd[q].fetch_add(add(c.recv[q]), AcqRel);
-            }
-        }
-        ok
-    }
-}
-
-/// The point-to-point kernel's protocol: random groups (each rank sends to a
-/// random subset of ranks, itself included, sizes from 0 to many laps of
-/// 3-slot rings), every
-/// received byte checked, counters carried from call to call; then a send
-/// that meets a receive of another size is caught by the header, not read.
-#[test]
-fn p2p_groups_on_2_to_5_ranks_and_a_size_mismatch_caught() {
-    let mut rng = crate::testing::Rng::new(0x1234_5678_9abc_def1);
-    let mut next = |m: u64| rng.below(m);
-    for n in 2..=5 {
-        let (slot, span) = (48, 8192);
-        let w = world(n, slot, 2 * span);
-        let hdr: Arc<Vec<Vec<AtomicU64>>> = Arc::new(
-            (0..n)
-                .map(|_| (0..2 * n * K as usize).map(|_| AtomicU64::new(0)).collect())
-                .collect(),
-        );
-        for round in 0..10 {
-            // Message bytes from each rank to each, its own block too (the
-            // kernel copies it): present with probability ~2/3.
-            let bytes: Vec<Vec<Option<usize>>> = (0..n)
-                .map(|_| {
-                    (0..n)
-                        .map(|_| (next(3) > 0).then(|| next(200) as usize))
-                        .collect()
-                })
-                .collect();
-            let value = |s: usize, d: usize, i: usize| (s * 31 + d * 17 + i * 5 + round) as u8;
-            let mut calls = vec![
-                P2pCall {
-                    send: vec![None; n],
-                    recv: vec![None; n]
-                };
-                n
-            ];
-            for s in 0..n {
-                for d in 0..n {
-                    let Some(b) = bytes[s][d] else { continue };
-                    let input = d * 256;
-                    for i in 0..b {
-                        w.ranks[s].mem[input + i].store(value(s, d, i), Relaxed);
-                    }
-                    calls[s].send[d] = Some((input, b));
-                    calls[d].recv[s] = Some((span + s * 256, b));
-                }
-            }
-            let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
-            assert!(
-                w.p2p_call(&calls, &halves, &hdr),
-                "n={n} round={round}: a header mismatched"
-            );
-            for (s, row) in bytes.iter().enumerate() {
-                for (d, b) in row.iter().enumerate() {
-                    let Some(b) = *b else { continue };
-                    for i in 0..b {
-                        assert_eq!(
-                            w.ranks[d].mem[span + s * 256 + i].load(Relaxed),
-                            value(s, d, i),
-                            "n={n} round={round} {s}→{d} byte {i} of {b}"
-                        );
-                    }
-                }
-            }
-        }
-    }
-    // A send of 40 bytes meets a receive of 80: the first chunk's header says so.
-    let w = world(2, 48, 1024);
-    let hdr: Arc<Vec<Vec<AtomicU64>>> = Arc::new(
-        (0..2)
-            .map(|_| (0..4 * K as usize).map(|_| AtomicU64::new(0)).collect())
-            .collect(),
-    );
-    let calls = vec![
-        P2pCall {
-            send: vec![None, Some((0, 40))],
-            recv: vec![None, None],
-        },
-        P2pCall {
-            send: vec![None, None],
-            recv: vec![Some((512, 80)), None],
-        },
-    ];
-    assert!(
-        !w.p2p_call(&calls, &[1, 1], &hdr),
-        "the mismatch went unseen"
-    );
 }
 
 /// A broadcast above 2 ranks as ce composes it for large blocks: a scatter
