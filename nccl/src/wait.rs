@@ -92,6 +92,7 @@ pub fn group_ended(ok: bool) -> Result<()> {
 }
 
 fn finish(stream: usize) -> Result<()> {
+    tracing::debug!(target: "ferrocx::nccl", "waiting for stream {stream:#x}: a call on it may need a host thread (FERROCX_NCCL_BLOCKING)");
     // SAFETY: a stream the caller passed to a call that accepted it.
     if unsafe { crate::cuda::capturing(stream) } {
         return Ok(());

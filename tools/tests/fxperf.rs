@@ -97,7 +97,7 @@ fn check_run(np: usize, op: &str, extra: &[&str], expect_rows: usize) -> Vec<Vec
     assert_eq!(rows.len(), expect_rows, "{ctx}");
     for r in &rows {
         assert_eq!(r[8], "0", "out-of-place #wrong in {r:?}\n{ctx}");
-        if op == "sendrecv" {
+        if op == "sendrecv" || op == "alltoall_sends" {
             assert_eq!(r[12], "N/A", "{ctx}");
         } else {
             assert_eq!(r[12], "0", "in-place #wrong in {r:?}\n{ctx}");
@@ -145,6 +145,11 @@ fn every_benchmark_on_2_and_3_ranks() {
             }
         }
         check_run(np, "sendrecv", &[], SIZES);
+        // A block of size / np (down to 16 bytes) with every rank, itself included.
+        let rows = check_run(np, "alltoall_sends", &[], SIZES);
+        let last = &rows[SIZES - 1];
+        let blk = 65536 / np / 16 * 16;
+        assert_eq!(last[0], (blk * np).to_string(), "{last:?}");
     }
     // Every type and operator, every root.
     let rows = check_run(2, "all_reduce", &["-d", "all", "-o", "all"], 12 * 5 * SIZES);

@@ -474,7 +474,7 @@ impl Communicator {
         tracing::trace!(target: "ferrocx::device", "launched on {} stream(s)", uniq.len());
         self.device_ops.lock().push(done);
         // The progress thread drives it: the stream may wait for that thread.
-        self.note_host_bound();
+        self.note_host_bound(|| "the core's path (its progress thread drives the copies)".into());
         Ok(())
     }
 
@@ -491,8 +491,10 @@ impl Communicator {
         self.host_bound.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// A device call queued work that may wait for a host thread.
-    pub(crate) fn note_host_bound(&self) {
+    /// A device call queued work that may wait for a host thread (`why`,
+    /// logged at debug: what a blocking caller then waits for).
+    pub(crate) fn note_host_bound(&self, why: impl FnOnce() -> String) {
+        tracing::debug!(target: "ferrocx::device", "a device call may wait for a host thread: {}", why());
         self.host_bound
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }

@@ -250,7 +250,13 @@ impl Communicator {
         }
         let Err(e) = r else {
             if !host && !p.launch_bounded() {
-                self.note_host_bound();
+                self.note_host_bound(|| {
+                    format!(
+                        "{}'s launch of a {} may need a host thread",
+                        p.shared_name(),
+                        s.kind.name()
+                    )
+                });
             }
             return Ok(true);
         };

@@ -450,7 +450,13 @@ impl Communicator {
             return Err(self.p2p_launch_error(e, group.len()));
         }
         if !plugin.launch_bounded() {
-            self.note_host_bound();
+            self.note_host_bound(|| {
+                format!(
+                    "{}'s launch of {} sends and receives may need a host thread",
+                    plugin.shared_name(),
+                    group.len()
+                )
+            });
         }
         if !others.is_empty() {
             let e = Event::new().map_err(Error::cuda)?;

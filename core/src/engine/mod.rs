@@ -469,6 +469,15 @@ impl Engine {
 
     /// Fail every queued operation and plan with `err`; free connections.
     fn fail_all(st: &mut State, err: &Error) {
+        // Every GPU stream held at a plan's gate goes first: freeing a
+        // connection (device memory, events, IPC mappings) may wait for the
+        // device to go idle, which a held stream never lets it. Seen on 2 ×
+        // H200 after a mismatch: this thread in cuMemFree, another in
+        // cuIpcCloseMemHandle, the user's stream at a gate only this thread
+        // opens (2 of 82 runs, bench/results/2026-11-27-session11/run6).
+        for run in st.plans.iter_mut() {
+            run.plan.finish_device();
+        }
         for q in st.conns.iter_mut().filter_map(Option::take) {
             for p in q.posted {
                 p.q.done.finish(Some(err.clone()));

@@ -74,7 +74,7 @@ fn run(a: &args::PerfArgs) -> ferrocx::Result<bool> {
     }
     let comm = Communicator::from_env()?;
     let n = comm.nranks();
-    if a.bench == Bench::SendRecv && n < 2 {
+    if matches!(a.bench, Bench::SendRecv) && n < 2 {
         return Err(ferrocx::Error::InvalidArgument(
             "sendrecv needs at least 2 ranks (--np 2)".into(),
         ));
@@ -124,7 +124,8 @@ fn run(a: &args::PerfArgs) -> ferrocx::Result<bool> {
         }
     };
     let rows = match a.bench {
-        Bench::SendRecv => sendrecv::run(&comm, a, print)?,
+        Bench::SendRecv => sendrecv::run(&comm, a, false, print)?,
+        Bench::AllToAllSends => sendrecv::run(&comm, a, true, print)?,
         Bench::Coll(kind) => coll::run(&comm, a, kind, print)?,
     };
     let wrong = table::total_wrong(&rows);

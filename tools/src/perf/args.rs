@@ -10,6 +10,9 @@ pub enum Bench {
     Coll(CollKind),
     /// Each rank sends to rank+1 and receives from rank-1 in one group.
     SendRecv,
+    /// An all-to-all as one group of sends and receives, one each way with
+    /// every rank (itself included): what nccl-tests' `alltoall` posts.
+    AllToAllSends,
 }
 
 /// The collectives fxperf measures, in the order `--help` lists them: every
@@ -27,6 +30,9 @@ impl Bench {
         if s == "sendrecv" {
             return Some(Bench::SendRecv);
         }
+        if s == "alltoall_sends" {
+            return Some(Bench::AllToAllSends);
+        }
         collectives().find(|k| k.name() == s).map(Bench::Coll)
     }
 
@@ -35,6 +41,7 @@ impl Bench {
         match self {
             Bench::Coll(k) => k.name(),
             Bench::SendRecv => "sendrecv",
+            Bench::AllToAllSends => "alltoall_sends",
         }
     }
 
@@ -42,6 +49,7 @@ impl Bench {
     pub fn known() -> String {
         let mut v: Vec<&str> = collectives().map(|k| k.name()).collect();
         v.push("sendrecv");
+        v.push("alltoall_sends");
         v.join(", ")
     }
 }
@@ -108,6 +116,8 @@ pub const USAGE: &str = "usage: fxperf [--np N] [--bind core|share|none] [-b MIN
 
 Benchmarks (nccl-tests' names; `all_reduce_perf` etc. are accepted too):
   all_reduce all_gather reduce_scatter broadcast reduce alltoall alltoallv gather scatter sendrecv
+  alltoall_sends (an all-to-all as one group of sends and receives with every rank, itself
+  included: what nccl-tests' alltoall posts through NCCL's API)
 
   --np N      start N local ranks of this benchmark (otherwise run under fxrun/mpirun/srun/torchrun)
   --bind B    with --np: core (rank i on CPU i modulo the CPUs, like mpirun; the default),
@@ -138,14 +148,15 @@ count): count = (size/eltsize/nranks) rounded down to a multiple of 16 bytes, so
 give 0-byte rows as in nccl-tests. alltoallv (not in classic nccl-tests) moves the same total as
 alltoall, T = nranks*count elements per rank, split unevenly: rank r sends peer p
 floor(T*(1+d)/(nranks*(nranks+1)/2)) elements, d = (p-r) mod nranks, the rounding remainder going
-to the peer at d = nranks-1; every rank sends and receives T in total.
+to the peer at d = nranks-1; every rank sends and receives T in total. alltoall_sends moves
+bytes (uint8), size/nranks rounded down to 16 bytes to each rank.
 
 time: average per iteration over -n iterations started after a barrier, the maximum over ranks
 (nccl-tests -a 3; its default -a 1 averages over ranks). algbw = bytes/time with bytes = count*
 eltsize (all_reduce, broadcast, reduce, sendrecv) or count*eltsize*nranks (the others).
 busbw = algbw * 2(n-1)/n (all_reduce), (n-1)/n (all_gather, reduce_scatter, alltoall(v), gather,
-scatter), 1 (broadcast, reduce, sendrecv). Each row runs out-of-place then in-place (NCCL's
-in-place layouts); sendrecv has no in-place column.
+scatter, alltoall_sends), 1 (broadcast, reduce, sendrecv). Each row runs out-of-place then
+in-place (NCCL's in-place layouts); sendrecv and alltoall_sends have no in-place column.
 
 Checking (-c 1) runs one extra, untimed call per row and placement on fresh inputs and a poisoned
 output, and compares every element on every rank: integers and sum/prod/min/max of floats

@@ -1,4 +1,6 @@
-//! `fxperf sendrecv`: every rank sends to rank+1 and receives from rank-1 in one group.
+//! `fxperf sendrecv`: every rank sends to rank+1 and receives from rank-1 in
+//! one group; `fxperf alltoall_sends`: every rank sends a block to every rank
+//! (itself included) and receives one from each, in one group.
 
 use super::args::{sizes, PerfArgs};
 use super::device::DevBufs;
@@ -11,11 +13,33 @@ fn pattern(rank: usize, round: usize, i: usize) -> u8 {
     (i.wrapping_mul(31) ^ rank.wrapping_mul(131) ^ round.wrapping_mul(7) ^ (i >> 8)) as u8
 }
 
-/// Run the benchmark; `emit` receives each finished row (rank 0 prints).
-pub fn run(comm: &Communicator, a: &PerfArgs, mut emit: impl FnMut(&Row)) -> Result<Vec<Row>> {
+/// The messages of one row: (peer, offset in the send buffer, offset in the
+/// receive buffer, bytes) for the sends, and the same for the receives.
+type Messages = Vec<(usize, usize, usize, usize)>;
+
+/// What rank `rank` of `n` sends and receives for a row of `size` bytes:
+/// sendrecv one message each way with its neighbours, alltoall_sends a block
+/// of `size / n` (down to 16 bytes) with every rank.
+fn messages(all: bool, rank: usize, n: usize, size: usize) -> (Messages, Messages) {
+    if !all {
+        let (right, left) = ((rank + 1) % n, (rank + n - 1) % n);
+        return (vec![(right, 0, 0, size)], vec![(left, 0, 0, size)]);
+    }
+    let per = size / n / 16 * 16;
+    let sends = (0..n).map(|p| (p, p * per, 0, per)).collect();
+    let recvs = (0..n).map(|p| (p, 0, p * per, per)).collect();
+    (sends, recvs)
+}
+
+/// Run the benchmark (`all`: alltoall_sends); `emit` receives each finished
+/// row (rank 0 prints).
+pub fn run(
+    comm: &Communicator,
+    a: &PerfArgs,
+    all: bool,
+    mut emit: impl FnMut(&Row),
+) -> Result<Vec<Row>> {
     let (rank, n) = (comm.rank(), comm.nranks());
-    let right = (rank + 1) % n;
-    let left = (rank + n - 1) % n;
     let max = a.max_bytes;
     let sbuf = vec![0u8; max.max(1)];
     let mut rbuf = vec![0u8; max.max(1)];
@@ -38,6 +62,8 @@ pub fn run(comm: &Communicator, a: &PerfArgs, mut emit: impl FnMut(&Row)) -> Res
     let mut rows = Vec::new();
     let mut sbuf = sbuf;
     for (round, size) in sizes(a).into_iter().enumerate() {
+        let (sends, recvs) = messages(all, rank, n, size);
+        let size = if all { sends[0].3 * n } else { size };
         for (i, b) in sbuf[..size].iter_mut().enumerate() {
             *b = pattern(rank, round, i);
         }
@@ -48,14 +74,39 @@ pub fn run(comm: &Communicator, a: &PerfArgs, mut emit: impl FnMut(&Row)) -> Res
             let mut g = comm.group_start();
             match &dev {
                 // SAFETY: the stream and buffers live until the end of the run, after
-                // every synchronization.
+                // every synchronization; every message lies within them.
                 Some(d) => unsafe {
-                    g.send_on(d.send.ptr, size, right, d.stream.raw())?;
-                    g.recv_on(d.recv.ptr, size, left, d.stream.raw())?;
+                    for &(peer, at, _, len) in &sends {
+                        g.send_on(d.send.ptr + at as u64, len, peer, d.stream.raw())?;
+                        if let Some(&(from, _, to, len)) = all.then(|| &recvs[peer]) {
+                            g.recv_on(d.recv.ptr + to as u64, len, from, d.stream.raw())?;
+                        }
+                    }
+                    if !all {
+                        let (from, _, to, len) = recvs[0];
+                        g.recv_on(d.recv.ptr + to as u64, len, from, d.stream.raw())?;
+                    }
                 },
                 None => {
-                    g.send(&sbuf[..size], right)?;
-                    g.recv(&mut rbuf[..size], left)?;
+                    // Host receives borrow the buffer apart, one block each.
+                    let mut rest: &mut [u8] = rbuf;
+                    let mut parts = Vec::with_capacity(recvs.len());
+                    for &(from, _, _, len) in &recvs {
+                        let (part, tail) = std::mem::take(&mut rest).split_at_mut(len);
+                        parts.push((from, part));
+                        rest = tail;
+                    }
+                    let mut parts = parts.into_iter();
+                    for &(peer, at, _, len) in &sends {
+                        g.send(&sbuf[at..at + len], peer)?;
+                        if all {
+                            let (from, part) = parts.next().expect("one block per rank");
+                            g.recv(part, from)?;
+                        }
+                    }
+                    for (from, part) in parts {
+                        g.recv(part, from)?;
+                    }
                 }
             }
             g.group_end()
@@ -75,16 +126,27 @@ pub fn run(comm: &Communicator, a: &PerfArgs, mut emit: impl FnMut(&Row)) -> Res
             if let Some(d) = &dev {
                 d.recv.download(&mut rbuf[..size])?;
             }
-            let local = rbuf[..size]
-                .iter()
-                .enumerate()
-                .filter(|(i, &b)| b != pattern(left, round, *i))
-                .count() as u64;
+            // Sender `from` sent its bytes from `at` (its own send offset for us).
+            let mut local = 0u64;
+            for &(from, _, to, len) in &recvs {
+                let at = if all { rank * len } else { 0 };
+                local += rbuf[to..to + len]
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, &b)| b != pattern(from, round, at + *i))
+                    .count() as u64;
+            }
             Some(sum_over_ranks(comm, local)?)
         } else {
             None
         };
         let algbw = size as f64 / time_us / 1e3;
+        // An all-to-all's busbw: (n − 1) / n of algbw, as nccl-tests'.
+        let busbw = if all {
+            algbw * (n - 1) as f64 / n as f64
+        } else {
+            algbw
+        };
         let row = Row {
             size,
             count: size,
@@ -94,7 +156,7 @@ pub fn run(comm: &Communicator, a: &PerfArgs, mut emit: impl FnMut(&Row)) -> Res
             oop: Timing {
                 time_us,
                 algbw,
-                busbw: algbw,
+                busbw,
                 wrong,
             },
             ip: None,
