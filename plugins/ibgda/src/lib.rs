@@ -38,6 +38,11 @@
 //!   host crate's copy-engine carrier on one host), writes exactly one completion per request (an error
 //!   naming the peer and paths when it is unreachable; a bad-record one for what
 //!   the carrier says it can never carry), and honours quiet.
+//! * [`rc`] — connecting the mlx5 handler's RC queue pairs: the record each
+//!   rank publishes per path (port address, window and key on that NIC, its
+//!   QP to every peer) with its wire format and checks, and each QP's RESET →
+//!   INIT → RTR → RTS attributes (primary meets primary, backup meets backup;
+//!   the ACK timeout from the health timeout).
 //! * [`fault`] — fault injection: drop or delay the completions of a chosen path
 //!   after N requests; plans parsed from text (`FERROCX_IBGDA_FAULT`).
 //! * [`moe`] — the MoE all-to-all-v of the example: which bytes each rank puts
@@ -50,8 +55,9 @@
 //!   tests (the mlx5 writers compared with [`wqe`] byte for byte, never read by
 //!   a NIC).
 //!
-//! What does not exist yet: the mlx5 handler (QPs, CQs, UAR and doorbell
-//! mapping, memory registration through verbs) and the GPU-side health rules it
+//! What does not exist yet: the mlx5 handler's verbs side (creating the QPs
+//! and CQs, applying [`rc`]'s transitions, UAR and doorbell mapping, memory
+//! registration) and the GPU-side health rules it
 //! needs, and carriers across hosts (net-socket, net-ib). `docs/IBGDA.md` says
 //! what runs, what is tested and what comes next.
 
@@ -65,6 +71,7 @@ pub mod moe;
 pub mod pairing;
 pub mod proxy;
 pub mod queue;
+pub mod rc;
 pub mod wqe;
 
 #[cfg(test)]
