@@ -416,29 +416,29 @@ fn ce_names_a_send_that_meets_a_receive_of_another_size() {
             Duration::from_secs(120),
         );
         assert_all_ok(&outs);
-        let o = &outs[1];
-        // Error::Mismatch names both ranks' calls (its Display orders them).
-        assert!(
-            o.stdout.contains("MISMATCH mismatched calls: ")
-                && o.stdout.contains(
-                    "rank 1 called a device receive from rank 0 whose size differs from its send (ce point-to-point)"
-                )
-                && o.stdout.contains("rank 0 called a device send to rank 1 of another size"),
-            "{sizes} with lines to {lines}: rank 1: {}\n{}",
-            o.stdout,
-            o.stderr
-        );
-        let o = &outs[0];
-        assert!(
-            o.stdout.contains("MISMATCH mismatched calls: ")
-                && o.stdout.contains(
-                    "rank 0 called a device send to rank 1 whose size differs from its receive (ce point-to-point)"
-                )
-                && o.stdout.contains("rank 1 called a device receive from rank 0 of another size"),
-            "{sizes} with lines to {lines}: rank 0: {}\n{}",
-            o.stdout,
-            o.stderr
-        );
+        // Error::Mismatch names both ranks' calls (its Display orders them):
+        // each rank's own call says what it saw, the other's what it did.
+        let said = [
+            (
+                "rank 0 called a device send to rank 1 whose size differs from its receive (ce point-to-point)",
+                "rank 1 called a device receive from rank 0 of another size",
+            ),
+            (
+                "rank 1 called a device receive from rank 0 whose size differs from its send (ce point-to-point)",
+                "rank 0 called a device send to rank 1 of another size",
+            ),
+        ];
+        for (rank, (own, other)) in said.iter().enumerate() {
+            let o = &outs[rank];
+            assert!(
+                o.stdout.contains("MISMATCH mismatched calls: ")
+                    && o.stdout.contains(own)
+                    && o.stdout.contains(other),
+                "{sizes} with lines to {lines}: rank {rank}: {}\n{}",
+                o.stdout,
+                o.stderr
+            );
+        }
     }
 }
 
