@@ -18,7 +18,7 @@
 use crate::config::Config;
 use ferrocx_sdk::device::{IpcHandle, HANDLE_BYTES};
 
-const MAGIC: u32 = 0x4345_0003;
+const MAGIC: u32 = 0x4345_0004;
 /// Bytes of the reason text carried.
 const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
@@ -67,7 +67,12 @@ impl Hello {
                 0
             },
             p2p_bytes: cfg.p2p_bytes as u64,
-            p2p_ll_bytes: cfg.p2p_ll_bytes as u64,
+            // What sizes the line rings: nothing where the kernel never runs.
+            p2p_ll_bytes: if cfg.p2p_bytes > 0 {
+                cfg.p2p_ll_bytes.min(cfg.p2p_bytes) as u64
+            } else {
+                0
+            },
             handle,
         }
     }
@@ -322,6 +327,19 @@ mod tests {
         );
         let err = agree(&[ok.clone(), lines]).unwrap_err();
         assert!(err.starts_with("FERROCX_CE_P2P_LL_BYTES differs"), "{err}");
+        // With the point-to-point kernel off everywhere the line limit sizes
+        // nothing and is not compared.
+        let no_p2p = |ll| {
+            Hello::ready(
+                &Config {
+                    p2p_bytes: 0,
+                    p2p_ll_bytes: ll,
+                    ..cfg
+                },
+                IpcHandle::NONE,
+            )
+        };
+        assert_eq!(agree(&[no_p2p(4096), no_p2p(1 << 20)]), Ok(()));
         let other = Hello::ready(&Config { batch: 4, ..cfg }, IpcHandle::NONE);
         let err = agree(&[ok.clone(), ok, other]).unwrap_err();
         assert!(

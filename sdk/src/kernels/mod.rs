@@ -1595,10 +1595,14 @@ impl Kernels {
                 let chunks_ok = s.chunk != 0
                     && s.chunk.is_multiple_of(16)
                     && s.chunk + p2p::HEADER as u64 <= args.slot
-                    && s.chunks == simple::chunks(s.bytes as usize, s.chunk as usize) as u64;
+                    && s.chunks == simple::chunks(s.bytes as usize, s.chunk as usize) as u64
+                    // A chunk's index shares its header word with a count.
+                    && s.chunks <= u64::from(u32::MAX);
                 // Lines: never to itself, never more than a ring holds.
+                // The header line holds the size in 32 bits.
                 let lines_ok = r != me
                     && s.chunks == 0
+                    && s.bytes <= u64::from(u32::MAX)
                     && s.lines <= args.ll_lines
                     && usize::try_from(s.bytes)
                         .is_ok_and(|b| s.lines == p2p::message_lines(b) as u64);

@@ -21,19 +21,27 @@
 //!   [`P2pArgs::send`] and [`P2pArgs::recv`], indexed by rank, empty where
 //!   there is none;
 //! * every chunk carries a 16-byte header before its data ([`HEADER`]: the
-//!   message's byte count and the chunk's index in it), and every LL message
-//!   a header line, which the receiver compares with its own receive before it
-//!   uses the data: a send that meets a receive of another size fails the
-//!   receiver with [`ERR_SIZE`] naming the sender, and the sender with
-//!   [`ERR_SIZE_SENT`] naming the receiver (written into its control words,
-//!   which share the regions' mapping), instead of shifting every later
-//!   message of the pair;
+//!   message's byte count, the chunk's index in it and, in the index's upper
+//!   32 bits, how many LL lines the sender had sent the pair before this
+//!   message), and every LL message a header line (its byte count, and how
+//!   many chunks the sender had sent the pair before it), which the receiver
+//!   compares with its own receive and its own counts: a send that meets a
+//!   receive of another size fails the receiver with [`ERR_SIZE`] naming the
+//!   sender, and the sender with [`ERR_SIZE_SENT`] naming the receiver
+//!   (written into its control words, which share the regions' mapping),
+//!   instead of shifting every later message of the pair. The counts catch
+//!   messages of the two formats taken in another order than sent (a sender
+//!   runs ahead: lines X then chunks Y sent, receives posted for Y's size then
+//!   X's would otherwise each find a header of their size). A receive's LL
+//!   data lines are written while its header is checked: on a mismatch the
+//!   receive buffer is undefined (never written past its size);
 //! * a receive whose size picks the other format than the send's (one end
 //!   below the LL limit, the other above) is the same mismatch: a receiver
 //!   waiting for lines also watches the chunk ring's next head word, and one
 //!   waiting for a chunk the line ring's next header, and the other format's
-//!   sign fails the receive with [`ERR_SIZE`] (a right message in its own
-//!   format, sent earlier, is visible by then: one more look tells them apart);
+//!   sign fails the receive with [`ERR_SIZE`] at once (a right message in its
+//!   own format, sent earlier, is visible by then: one more look tells them
+//!   apart; the counts above decide the rest);
 //! * a message of 0 bytes is one empty chunk or a lone header line, so it
 //!   still matches;
 //! * a send to the rank itself (`send[rank]`, met by `recv[rank]` of as many
@@ -52,8 +60,11 @@
 //! previous content (the lap before, or zero) for 2³² − 1 laps. A sender
 //! waits until its credit says the reader consumed every line up to
 //! `L + lines − R` (the lines its message overwrites), then writes. The
-//! counters and the credit advance at the kernel's end (its last block), so
-//! a message sent and received in one call frees its lines for the next.
+//! reader's last receiving block done with its lines writes the credits (a
+//! fourth word counts those blocks), before its chunks: a sender waiting for
+//! room never waits for the rest of the reader's kernel, which may include a
+//! send of its own that only the sender's next call takes. The counters
+//! advance at the kernel's end (its last block).
 //! Rings hold two of the largest LL messages ([`ring_lines`]): a send
 //! finishes before its receive while the ring has room.
 //!
@@ -102,9 +113,10 @@ pub fn ring_lines(ll_max: usize) -> usize {
     2 * message_lines(ll_max)
 }
 
-/// Bytes of the LL words (three per rank), 256-byte aligned: the rings follow.
+/// Bytes of the LL words (three per rank and the receiving blocks' count),
+/// 256-byte aligned: the rings follow.
 pub fn ll_words_bytes(nranks: usize) -> usize {
-    (3 * nranks * 8).div_ceil(256) * 256
+    ((3 * nranks + 1) * 8).div_ceil(256) * 256
 }
 
 /// Bytes of one rank's LL part at `nranks` ranks with rings of `lines`
@@ -230,10 +242,11 @@ struct fx_p2p_args {
 };
 
 /* The LL part's words: lines sent to q [q], received from r [n + r], of this
-   rank's ring in r's part consumed by r [2n + r]; then writer w's ring. */
+   rank's ring in r's part consumed by r [2n + r], receiving blocks of the
+   running kernel done with their lines [3n]; then writer w's ring. */
 FX_FN fx_sp_u fx_p2p_word(fx_sp_u part, int i) { return part + (fx_sp_u)i * 8ull; }
 FX_FN fx_sp_u fx_p2p_line(fx_sp_u part, int n, fx_sp_u lines, int w, fx_sp_u at) {
-    const fx_sp_u words = (3ull * (fx_sp_u)n * 8ull + 255ull) / 256ull * 256ull;
+    const fx_sp_u words = ((3ull * (fx_sp_u)n + 1ull) * 8ull + 255ull) / 256ull * 256ull;
     return part + words + ((fx_sp_u)w * lines + at % lines) * 16ull;
 }
 /* Line at's flag in rings of `lines` lines: its lap, never 0 (a zeroed ring). */
@@ -343,7 +356,8 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
             const fx_sp_u peer_ll = bases[q] + a.ll_off;
             for (fx_sp_u i = first * blockDim.x + threadIdx.x; i < s.lines; i += half * blockDim.x) {
                 const fx_sp_u at = start + i;
-                const fx_sp_u v = i == 0ull ? s.bytes : fx_ll_get(s.ptr, i - 1ull, s.bytes);
+                /* The header: the size, and the chunks sent to q before this message. */
+                const fx_sp_u v = i == 0ull ? (s.bytes | (sent_s[q] << 32)) : fx_ll_get(s.ptr, i - 1ull, s.bytes);
                 fx_ll_store(fx_p2p_line(peer_ll, n, R, me, at), v, fx_p2p_flag(at, R));
             }
         }
@@ -375,7 +389,8 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
                 ok = ok_s != 0;
                 if (!ok) break;
                 const fx_sp_u at = fx_sp_data(peer, n, a.slot, me, k);
-                if (threadIdx.x == 0) fx_sp_st16(at, s.bytes, c);
+                /* The header: the size, the chunk's index, the lines sent to q before this message. */
+                if (threadIdx.x == 0) fx_sp_st16(at, s.bytes, c | (lsent_s[q] << 32));
                 if (len > 0ull) fx_sp_copy(at + 16ull, true, s.ptr + lo, false, len);
                 __syncthreads();
                 if (threadIdx.x == 0) {
@@ -395,12 +410,15 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
                 const fx_sp_u line = fx_p2p_line(own_ll, n, R, r, at);
                 fx_sp_u v;
                 if (i == 0ull) {
-                    /* The header, watching for a chunk from r where this receive's turn is. */
+                    /* The header, watching for a chunk from r where this receive's turn is:
+                       its size and the chunks r sent before it must be this receive's and
+                       the chunks received from r so far (else the two formats' messages
+                       were taken in another order than sent). */
                     const fx_sp_u g = got_s[r];
                     const int got = fx_p2p_wait(true, line, fx_p2p_flag(at, R), fx_sp_head(own, r, g % FX_SP_K), g + 1ull, ctl, deadline, r, &v);
-                    if (got == 1 && v != s.bytes) fx_p2p_mismatch(ctl, bases, me, r);
-                    if (got == 2) fx_p2p_mismatch(ctl, bases, me, r);
-                    ok = got == 1 && v == s.bytes;
+                    const bool same = got == 1 && v == (s.bytes | (g << 32));
+                    if (got != 0 && !same) fx_p2p_mismatch(ctl, bases, me, r);
+                    ok = same;
                 } else if (fx_ll_wait(line, fx_p2p_flag(at, R), ctl, deadline, r, &v)) {
                     fx_ll_put(s.ptr, i - 1ull, s.bytes, v);
                 } else {
@@ -410,6 +428,20 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
         }
         /* Every thread agrees before the block-wide chunk loops. */
         ok = __syncthreads_and(ok) != 0;
+        /* The last receiving block done with its lines gives the senders their
+           ring space back now, not at the kernel's end: a send further on in
+           this kernel may be what a sender waits for. */
+        if (R != 0ull && threadIdx.x == 0) {
+            __threadfence();
+            const fx_sp_u before = atomicAdd((fx_sp_u*)fx_p2p_word(own_ll, 3 * n), 1ull);
+            if (before == half - 1ull) {
+                fx_sp_store(fx_p2p_word(own_ll, 3 * n), 0ull);
+                for (int q = 0; q < n; ++q)
+                    if (q != me && recv_s[q].lines != 0ull)
+                        fx_sp_store(fx_p2p_word(bases[q] + a.ll_off, 2 * n + me), lgot_s[q] + recv_s[q].lines);
+                __threadfence_system();
+            }
+        }
         for (int j = 1; ok && j < n; ++j) {
             const int r = (me + n - j) % n;
             const fx_p2p_side s = recv_s[r];
@@ -431,7 +463,8 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
                         fx_sp_fence();
                         fx_sp_u bytes, index;
                         fx_sp_ld16(at, &bytes, &index);
-                        good = bytes == s.bytes && index == c;
+                        /* The lines r sent before this message: those received from r so far. */
+                        good = bytes == s.bytes && index == (c | (lgot_s[r] << 32));
                     }
                     if (got == 2 || (got == 1 && !good)) fx_p2p_mismatch(ctl, bases, me, r);
                     ok_s = good;
@@ -463,9 +496,6 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
                 if (R == 0ull) continue;
                 fx_sp_store(fx_p2p_word(own_ll, q), lsent_s[q] + send_s[q].lines);
                 fx_sp_store(fx_p2p_word(own_ll, n + q), lgot_s[q] + recv_s[q].lines);
-                /* Every block read its lines: q's credit for its ring here. */
-                if (recv_s[q].lines != 0ull)
-                    fx_sp_store(fx_p2p_word(bases[q] + a.ll_off, 2 * n + me), lgot_s[q] + recv_s[q].lines);
             }
             __threadfence();
         }
@@ -534,7 +564,9 @@ mod tests {
         assert!(!P2pSide::default().is_some());
         assert_eq!(ll_part_bytes(4, 0), Some(0));
         assert_eq!(ll_part_bytes(4, 100), Some(256 + 4 * 100 * 16));
-        assert_eq!(ll_words_bytes(16), 512, "48 words, 256-byte aligned");
+        assert_eq!(ll_words_bytes(16), 512, "49 words, 256-byte aligned");
+        assert_eq!(ll_words_bytes(10), 256, "31 words");
+        assert_eq!(ll_words_bytes(11), 512, "34 words");
         assert_eq!(ll_part_bytes(usize::MAX / 8, 100), None);
     }
 

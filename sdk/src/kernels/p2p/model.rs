@@ -156,8 +156,9 @@ impl P2pWorld {
             }
             for i in (first..lines).step_by(half) {
                 let at = lsent[q] + i as u64;
+                // The header: the size, and the chunks sent to q before this message.
                 let v = if i == 0 {
-                    bytes as u64
+                    bytes as u64 | sent[q] << 32
                 } else {
                     let lo = 8 * (i - 1);
                     (lo..(lo + 8).min(bytes)).fold(0u64, |v, k| {
@@ -216,7 +217,8 @@ impl P2pWorld {
                 );
                 let slot = me * K as usize + k as usize;
                 self.hdr[q][2 * slot].store(bytes as u64, Relaxed);
-                self.hdr[q][2 * slot + 1].store(ch as u64, Relaxed);
+                // With the lines sent to q before this message.
+                self.hdr[q][2 * slot + 1].store(ch as u64 | lsent[q] << 32, Relaxed);
                 for i in 0..len {
                     let b = mine.mem[input + lo + i].load(Relaxed);
                     peer.data[slot * w.slot + i].store(b, Relaxed);
@@ -226,17 +228,19 @@ impl P2pWorld {
         }
     }
 
-    /// Receiving block `first` of `half`: the LL messages' lines (the header
-    /// line watching the chunk ring), then the chunks (each wait watching the
-    /// line ring); false on a mismatch or abort.
+    /// Receiving block `first` of `half`, with the chunks and lines received
+    /// from each rank before this call: the LL messages' lines (the header
+    /// line watching the chunk ring), the credits once every receiving block
+    /// is done with its lines, then the chunks (each wait watching the line
+    /// ring); false on a mismatch or abort.
     fn receiver(
         &self,
         me: usize,
         c: &P2pCall,
         first: usize,
         half: usize,
-        recvd: &[u64],
-        lgot: &[u64],
+        (recvd, lgot): (&[u64], &[u64]),
+        lines_done: &AtomicUsize,
     ) -> bool {
         let (w, n, r) = (&self.w, self.w.n, self.ring);
         let mine = &w.ranks[me];
@@ -252,39 +256,59 @@ impl P2pWorld {
         let header_in = |from: usize| {
             r > 0 && line_has(line_at(from, lgot[from]), flag(lgot[from], r)).is_some()
         };
-        for j in 1..n {
-            let from = (me + n - j) % n;
-            let Some((output, bytes)) = c.recv[from] else {
-                continue;
-            };
-            let (_, _, lines) = self.side(me, from, bytes);
-            for i in (first..lines).step_by(half) {
-                let at = lgot[from] + i as u64;
-                let line = line_at(from, at);
-                let ready = || line_has(line, flag(at, r)).is_some();
-                let ok = if i == 0 {
-                    self.wait_either(ready, || head_in(from, recvd[from]), "an LL header")
-                } else {
-                    self.wait_either(ready, || false, "an LL line")
+        let lines_ok = (|| {
+            for j in 1..n {
+                let from = (me + n - j) % n;
+                let Some((output, bytes)) = c.recv[from] else {
+                    continue;
                 };
-                if !ok {
-                    return false;
-                }
-                let v = line_has(line, flag(at, r)).expect("seen");
-                let place = from * r as usize + (at % r) as usize;
-                self.lines[me].read[place].store(at + 1, Release);
-                if i == 0 {
-                    if v != bytes as u64 {
-                        self.abort.store(true, Release);
+                let (_, _, lines) = self.side(me, from, bytes);
+                for i in (first..lines).step_by(half) {
+                    let at = lgot[from] + i as u64;
+                    let line = line_at(from, at);
+                    let ready = || line_has(line, flag(at, r)).is_some();
+                    let ok = if i == 0 {
+                        self.wait_either(ready, || head_in(from, recvd[from]), "an LL header")
+                    } else {
+                        self.wait_either(ready, || false, "an LL line")
+                    };
+                    if !ok {
                         return false;
                     }
-                    continue;
-                }
-                let lo = 8 * (i - 1);
-                for k in lo..(lo + 8).min(bytes) {
-                    mine.mem[output + k].store((v >> (8 * (k - lo))) as u8, Relaxed);
+                    let v = line_has(line, flag(at, r)).expect("seen");
+                    let place = from * r as usize + (at % r) as usize;
+                    self.lines[me].read[place].store(at + 1, Release);
+                    if i == 0 {
+                        // Its size, and the chunks sent before it: those received so far.
+                        if v != (bytes as u64 | recvd[from] << 32) {
+                            self.abort.store(true, Release);
+                            return false;
+                        }
+                        continue;
+                    }
+                    let lo = 8 * (i - 1);
+                    for k in lo..(lo + 8).min(bytes) {
+                        mine.mem[output + k].store((v >> (8 * (k - lo))) as u8, Relaxed);
+                    }
                 }
             }
+            true
+        })();
+        // The last receiving block done with its lines gives the senders
+        // their ring space back (the kernel's fourth LL word), before its
+        // chunks, whether or not its lines matched.
+        if lines_done.fetch_add(1, AcqRel) + 1 == half {
+            for from in (0..n).filter(|&f| f != me) {
+                if let Some((_, bytes)) = c.recv[from] {
+                    let (_, _, l) = self.side(me, from, bytes);
+                    if l > 0 {
+                        self.lines[from].credit[me].store(lgot[from] + l as u64, Release);
+                    }
+                }
+            }
+        }
+        if !lines_ok {
+            return false;
         }
         for j in 1..n {
             let from = (me + n - j) % n;
@@ -302,7 +326,7 @@ impl P2pWorld {
                 }
                 let slot = from * K as usize + k;
                 if self.hdr[me][2 * slot].load(Relaxed) != bytes as u64
-                    || self.hdr[me][2 * slot + 1].load(Relaxed) != ch as u64
+                    || self.hdr[me][2 * slot + 1].load(Relaxed) != (ch as u64 | lgot[from] << 32)
                 {
                     self.abort.store(true, Release);
                     return false;
@@ -317,8 +341,8 @@ impl P2pWorld {
         true
     }
 
-    /// Rank `me`'s counters and its peers' credits after its kernel: what
-    /// the kernel's last block does.
+    /// Rank `me`'s counters after its kernel: what the kernel's last block
+    /// does.
     fn finish(&self, me: usize, c: &P2pCall) {
         for q in (0..self.w.n).filter(|&q| q != me) {
             let add = |side: Option<(usize, usize)>| {
@@ -332,17 +356,15 @@ impl P2pWorld {
             self.w.ranks[me].sent[q].fetch_add(sm, AcqRel);
             self.w.ranks[me].recvd[q].fetch_add(rm, AcqRel);
             self.lines[me].sent[q].fetch_add(sl, AcqRel);
-            let got = self.lines[me].got[q].fetch_add(rl, AcqRel) + rl;
-            if rl > 0 {
-                self.lines[q].credit[me].store(got, Release);
-            }
+            self.lines[me].got[q].fetch_add(rl, AcqRel);
         }
     }
 
     /// Every rank's kernel at once (ranks with nothing to do too); whether
-    /// every receive matched. Each rank's counters and credits advance when
-    /// its own last block ends, as in the kernel, so a send may wait for the
-    /// end of its peer's kernel of the same call.
+    /// every receive matched. Each rank's credits advance when its receiving
+    /// blocks are done with their lines and its counters when its own last
+    /// block ends, as in the kernel, so a send may wait for its peer's kernel
+    /// of the same call.
     fn call(self: &Arc<Self>, calls: &[P2pCall], halves: &[usize]) -> bool {
         let n = self.w.n;
         let load = |v: &[AtomicU64]| v.iter().map(|a| a.load(Acquire)).collect::<Vec<u64>>();
@@ -352,8 +374,10 @@ impl P2pWorld {
             let (lsent, lgot) = (load(&self.lines[me].sent), load(&self.lines[me].got));
             let half = halves[me];
             let done = Arc::new(AtomicUsize::new(0));
+            let lines_done = Arc::new(AtomicUsize::new(0));
             for b in 0..2 * half {
                 let (p, c, done) = (self.clone(), calls[me].clone(), done.clone());
+                let lines_done = lines_done.clone();
                 let (sent, recvd, lsent, lgot) =
                     (sent.clone(), recvd.clone(), lsent.clone(), lgot.clone());
                 threads.push(std::thread::spawn(move || {
@@ -361,7 +385,7 @@ impl P2pWorld {
                         p.sender(me, &c, b, half, &sent, &lsent);
                         true
                     } else {
-                        p.receiver(me, &c, b - half, half, &recvd, &lgot)
+                        p.receiver(me, &c, b - half, half, (&recvd, &lgot), &lines_done)
                     };
                     if done.fetch_add(1, AcqRel) + 1 == 2 * half {
                         p.finish(me, &c);
@@ -385,7 +409,7 @@ impl P2pWorld {
 /// Many sends finish a call or two before their receive is posted (queued
 /// per pair while both rings hold them), and one pair per call may send into
 /// a ring that only its peer's kernel of the same call frees (the credit
-/// arrives at that kernel's end). Every received byte is checked, the
+/// arrives once that kernel's receiving blocks are done with their lines). Every received byte is checked, the
 /// counters and credits carried from call to call (a slip hangs a later wait,
 /// or trips the check that no line is overwritten before its lap is read).
 #[test]
@@ -512,8 +536,8 @@ fn groups_in_both_formats_on_2_to_5_ranks() {
 fn size_mismatches_are_caught_in_and_across_formats() {
     // Lines up to 48 bytes; (sent, received) bytes.
     for (sent, received, what) in [
-        (40, 80, "chunks sent, lines"),
-        (80, 40, "lines sent, chunks"),
+        (40, 80, "lines sent, chunks received"),
+        (80, 40, "chunks sent, lines received"),
         (40, 16, "lines both ways"),
         (80, 96, "chunks both ways"),
     ] {
@@ -530,5 +554,69 @@ fn size_mismatches_are_caught_in_and_across_formats() {
         ];
         assert!(!p.call(&calls, &[1, 2]), "{what}: unseen");
         assert!(p.abort.load(Acquire), "{what}: no abort raised");
+    }
+}
+
+/// Messages of the two formats taken in another order than sent: rank 0's
+/// sends finish before rank 1 receives (lines X then chunks Y, or chunks Y
+/// then lines X), and rank 1 posts the receives the other way round. Each
+/// receive finds a header of its own size at once; the counts in the headers
+/// (chunks sent before a line message, lines before a chunk message) fail it
+/// instead of swapping the messages. Posted in the sent order, both arrive.
+#[test]
+fn messages_of_both_formats_taken_out_of_order_are_caught() {
+    // Lines up to 48 bytes: X (40 B) as lines, Y (80 B) as 3 chunks of 32.
+    let (x, y) = (40, 80);
+    for lines_first in [true, false] {
+        for swapped in [true, false] {
+            let p = P2pWorld::new(2, 48, 1024, 48);
+            let send = |bytes: usize| {
+                vec![
+                    P2pCall {
+                        send: vec![None, Some((0, bytes))],
+                        recv: vec![None, None],
+                    },
+                    P2pCall {
+                        send: vec![None, None],
+                        recv: vec![None, None],
+                    },
+                ]
+            };
+            let recv = |bytes: usize| {
+                vec![
+                    P2pCall {
+                        send: vec![None, None],
+                        recv: vec![None, None],
+                    },
+                    P2pCall {
+                        send: vec![None, None],
+                        recv: vec![Some((512, bytes)), None],
+                    },
+                ]
+            };
+            let order = if lines_first { [x, y] } else { [y, x] };
+            for (k, &b) in order.iter().enumerate() {
+                for i in 0..b {
+                    p.w.ranks[0].mem[i].store((k * 100 + i) as u8, Relaxed);
+                }
+                assert!(p.call(&send(b), &[1, 1]), "sending {b}");
+            }
+            let what = format!("lines first: {lines_first}, taken swapped: {swapped}");
+            if swapped {
+                assert!(!p.call(&recv(order[1]), &[1, 2]), "{what}: swapped unseen");
+                assert!(p.abort.load(Acquire), "{what}");
+            } else {
+                for (k, &b) in order.iter().enumerate() {
+                    assert!(p.call(&recv(b), &[1, 2]), "{what}: receiving {b}");
+                    for i in 0..b {
+                        assert_eq!(
+                            p.w.ranks[1].mem[512 + i].load(Relaxed),
+                            (k * 100 + i) as u8,
+                            "{what}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }
