@@ -97,9 +97,8 @@ for s in $STEPS; do
     kill) [ -n "$(grep -l ring-loop-dev "$BIN/fxtest-worker" 2>/dev/null)" ] && \
         run_step kill "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" ring-loop-dev 8388608 --victim 1 --kill-after-ms 800 ;;
     perf)  # PERF_COLLS: which (default all six)
-      # Untimed first: the first benchmark otherwise pays the idle GPUs' first
-      # milliseconds (sendrecv 8 B 38 us instead of 9-13, bench/results/2026-11-27-session11).
-      timeout 60 "$BIN/fxperf" --np "$NP" --mem cuda -b 8 -e 1M -f 4 -n 200 -w 20 -c 0 all_reduce > /dev/null 2>&1
+      # fxperf warms each process's first row for 200 ms (idle GPUs start slow:
+      # sendrecv 8 B 38 us instead of 9-13, bench/results/2026-11-27-session11).
       for b in ${PERF_COLLS:-sendrecv alltoall all_gather all_reduce reduce_scatter broadcast}; do
         # shellcheck disable=SC2086
         run_step "fxperf-$b" "$BIN/fxperf" --np "$NP" --mem cuda $SIZES $ITERS -c 1 "$b"

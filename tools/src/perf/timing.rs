@@ -2,22 +2,44 @@
 
 use super::args::PerfArgs;
 use ferrocx::{Communicator, Result};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long the first timed row on device buffers is warmed up at least: idle
+/// GPUs take their first milliseconds of work slower (2 × H200: sendrecv 8 B
+/// 38 µs per call in a run's first row, 9–13 once warm; 2026-11-27-session11).
+pub const DEVICE_WARMUP: Duration = Duration::from_millis(200);
+
+/// Whether this process has warmed its GPU up ([`DEVICE_WARMUP`]).
+static WARM: AtomicBool = AtomicBool::new(false);
 
 /// Warm up, then time `iters` calls after a barrier; µs per call, max over ranks.
 /// `sync` waits for queued device work (a no-op for host buffers): calls on device
 /// buffers are queued on a stream, timed from the first queued call until the stream
-/// has run the last one, as nccl-tests does.
+/// has run the last one, as nccl-tests does. The first row on device buffers
+/// repeats its warm-up until [`DEVICE_WARMUP`] passed on the slowest rank (every
+/// rank makes as many calls: they agree after each round).
 pub fn time_calls(
     comm: &Communicator,
     a: &PerfArgs,
     mut call: impl FnMut() -> Result<()>,
     sync: impl Fn() -> Result<()>,
 ) -> Result<f64> {
+    let start = Instant::now();
     for _ in 0..a.warmup {
         call()?;
     }
     sync()?;
+    while a.cuda && !WARM.load(Ordering::Relaxed) {
+        if max_over_ranks(comm, start.elapsed().as_secs_f64())? >= DEVICE_WARMUP.as_secs_f64() {
+            WARM.store(true, Ordering::Relaxed);
+            break;
+        }
+        for _ in 0..a.warmup.max(1) {
+            call()?;
+        }
+        sync()?;
+    }
     comm.barrier()?;
     let t0 = Instant::now();
     for _ in 0..a.iters {
