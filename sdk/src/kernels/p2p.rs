@@ -71,9 +71,12 @@
 //! Sending blocks take chunks `b, b + half, …` of each peer's message in
 //! turn (and lines `b × blockDim + t, …` of each LL message first),
 //! receiving blocks the same of each peer's; every wait points at a slot's
-//! previous use, an earlier kernel's credit or a line the peer writes after
-//! waiting for no more than that, so with every block resident the kernel
-//! progresses whenever the peers' kernels run. A send needs no receive to be
+//! previous use, a credit the peer's receiving blocks give back once done
+//! with their lines (which wait only for lines sent), or a line the peer
+//! writes after waiting for no more than that, so with every block resident
+//! the kernel progresses whenever the peers' kernels run. (One count for all
+//! of a kernel's receiving blocks: a credit also waits for that kernel's
+//! lines from other peers.) A send needs no receive to be
 //! running: it completes once the peer's ring has room (128 slots, or the
 //! line ring).
 
@@ -434,7 +437,8 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
         if (R != 0ull && threadIdx.x == 0) {
             __threadfence();
             const fx_sp_u before = atomicAdd((fx_sp_u*)fx_p2p_word(own_ll, 3 * n), 1ull);
-            if (before == half - 1ull) {
+            if (before == (fx_sp_u)gridDim.x - half - 1ull) {
+                __threadfence();
                 fx_sp_store(fx_p2p_word(own_ll, 3 * n), 0ull);
                 for (int q = 0; q < n; ++q)
                     if (q != me && recv_s[q].lines != 0ull)
@@ -568,6 +572,18 @@ mod tests {
         assert_eq!(ll_words_bytes(10), 256, "31 words");
         assert_eq!(ll_words_bytes(11), 512, "34 words");
         assert_eq!(ll_part_bytes(usize::MAX / 8, 100), None);
+    }
+
+    /// The kernel finds the rings past the words that [`ll_words_bytes`]
+    /// sizes: the same expression in its C.
+    #[test]
+    fn the_kernel_places_the_rings_where_the_layout_does() {
+        assert!(SOURCE.contains(
+            "const fx_sp_u words = ((3ull * (fx_sp_u)n + 1ull) * 8ull + 255ull) / 256ull * 256ull;"
+        ));
+        for n in 1..=16usize {
+            assert_eq!(ll_words_bytes(n), ((3 * n + 1) * 8).div_ceil(256) * 256);
+        }
     }
 
     #[test]

@@ -620,3 +620,63 @@ fn messages_of_both_formats_taken_out_of_order_are_caught() {
         }
     }
 }
+
+/// Both ranks send ahead until their rings are full, then each receives one
+/// message and sends another in the same call: that send needs the ring
+/// space its peer's receive of the same call frees, so the credit must come
+/// back once the peer's receiving blocks are done with their lines, not at
+/// the end of the peer's kernel (which holds a send waiting the same way).
+/// Then the last two messages each way, every byte checked.
+#[test]
+fn credits_come_back_before_the_receivers_kernel_ends() {
+    // Lines up to 48 bytes: 7 lines a message, rings of 14 lines.
+    let b = 48;
+    for halves in [[1, 1], [2, 3], [3, 1]] {
+        let p = P2pWorld::new(2, 48, 4096, b);
+        assert_eq!(p.ring, 14);
+        let value = |s: usize, m: usize, i: usize| (s * 71 + m * 13 + i) as u8;
+        // Message m of rank s sits at s's input m × 64, lands at the peer's 1024 + m × 64.
+        for s in 0..2 {
+            for m in 0..3 {
+                for i in 0..b {
+                    p.w.ranks[s].mem[m * 64 + i].store(value(s, m, i), Relaxed);
+                }
+            }
+        }
+        let call = |send: Option<usize>, recv: Option<usize>| {
+            (0..2)
+                .map(|s| {
+                    let q = 1 - s;
+                    let mut c = P2pCall {
+                        send: vec![None, None],
+                        recv: vec![None, None],
+                    };
+                    c.send[q] = send.map(|m| (m * 64, b));
+                    c.recv[q] = recv.map(|m| (1024 + m * 64, b));
+                    c
+                })
+                .collect::<Vec<_>>()
+        };
+        let steps = [
+            (Some(0), None),
+            (Some(1), None),
+            (Some(2), Some(0)),
+            (None, Some(1)),
+            (None, Some(2)),
+        ];
+        for (k, (send, recv)) in steps.into_iter().enumerate() {
+            assert!(p.call(&call(send, recv), &halves), "{halves:?} call {k}");
+        }
+        for d in 0..2 {
+            for m in 0..3 {
+                for i in 0..b {
+                    assert_eq!(
+                        p.w.ranks[d].mem[1024 + m * 64 + i].load(Relaxed),
+                        value(1 - d, m, i),
+                        "{halves:?}: rank {d}, message {m}, byte {i}"
+                    );
+                }
+            }
+        }
+    }
+}
