@@ -43,6 +43,9 @@
 //!   QP to every peer) with its wire format and checks, and each QP's RESET →
 //!   INIT → RTR → RTS attributes (primary meets primary, backup meets backup;
 //!   the ACK timeout from the health timeout).
+//! * [`mlx5_peer`] — the mlx5 handler's per-peer table a kernel reads
+//!   (`struct fxg_mlx5_peer`: both paths' queues, the peer's window on each
+//!   NIC, the health at its start), as bytes in the device header's layout.
 //! * [`fault`] — fault injection: drop or delay the completions of a chosen path
 //!   after N requests; plans parsed from text (`FERROCX_IBGDA_FAULT`).
 //! * [`moe`] — the MoE all-to-all-v of the example: which bytes each rank puts
@@ -67,6 +70,7 @@
 pub mod cqe;
 pub mod fault;
 pub mod health;
+pub mod mlx5_peer;
 pub mod moe;
 pub mod pairing;
 pub mod proxy;

@@ -941,3 +941,94 @@ int main(void) {
         "{text}"
     );
 }
+
+/// The mlx5 handler's per-peer entry built in Rust (`mlx5_peer`) is what the
+/// header's `struct fxg_mlx5_peer` reads, compiled for the host: sizes and
+/// offsets, every field read back, and its health exactly as
+/// `fxg_health_init` leaves it.
+#[test]
+fn host_reads_the_mlx5_peer_entry_rust_builds() {
+    use ferrocx_ibgda::mlx5_peer::{LocalQueues, Mlx5Path, Mlx5Peer, PATH_BYTES, PEER_BYTES};
+    let q = |k: u64| LocalQueues {
+        sq: 0x7f00_0000_0000 + k * 0x10_0000,
+        slots: 16 << k,
+        qpn: 0xabc + k as u32,
+        dbrec: 0x7f10_0000_0040 + k * 0x40,
+        uar: 0x7f20_0000_0800 + k * 0x1000,
+        cq: 0x7f30_0000_0000 + k * 0x10_0000,
+        cq_log: 6 + k as u32,
+        cq_dbrec: 0x7f40_0000_0080 + k * 0x40,
+        lkey: 0x1234_5600 + k as u32,
+    };
+    let p = Mlx5Peer {
+        paths: [
+            Mlx5Path {
+                local: q(0),
+                raddr: 0x9000_0000,
+                rkey: 0x7777,
+            },
+            Mlx5Path {
+                local: q(1),
+                raddr: 0xa000_0000,
+                rkey: 0x8888,
+            },
+        ],
+        has_backup: true,
+        recovery_ns: 3_000_000_000,
+        max_recovery_ns: 60_000_000_000,
+        timeout_ns: 1_000_000_000,
+    };
+    p.check().unwrap();
+    let dir = std::env::temp_dir().join(format!("fxg-peer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("peer.bin");
+    std::fs::write(&file, p.encode()).unwrap();
+    // The mlx5 part of the header is compiled for host C with a clock.
+    let src = format!(
+        "#define FXG_HOST_CLOCK() 0ull\n#define FXG_HOST_IDLE() ((void)0)\n{HEADER}\n\
+#include <stdio.h>\n#include <stddef.h>\n#include <string.h>\n\
+int main(int argc, char** argv) {{\n\
+    struct fxg_mlx5_peer p; struct fxg_health h;\n\
+    FILE* f = fopen(argv[1], \"rb\");\n\
+    if (argc < 2 || !f || fread(&p, sizeof p, 1, f) != 1) return 2;\n\
+    printf(\"%zu %zu %zu %zu\\n\", sizeof(struct fxg_mlx5_path), sizeof(struct fxg_mlx5_peer),\n\
+           offsetof(struct fxg_mlx5_path, cq_dbrec), offsetof(struct fxg_mlx5_peer, timeout_ns));\n\
+    for (int i = 0; i < 2; ++i) {{\n\
+        const struct fxg_mlx5_path* q = &p.path[i];\n\
+        printf(\"%llx %u %x %llx %llx %llx %u %llx %llx %x %x %u %u %u\\n\",\n\
+               (unsigned long long)(size_t)q->sq, q->slots, q->qpn, (unsigned long long)(size_t)q->dbrec,\n\
+               (unsigned long long)(size_t)q->uar, (unsigned long long)(size_t)q->cq, q->cq_log,\n\
+               (unsigned long long)(size_t)q->cq_dbrec, (unsigned long long)q->raddr, q->rkey, q->lkey,\n\
+               q->pi, q->done, q->ci);\n\
+    }}\n\
+    memset(&h, 0, sizeof h);\n\
+    fxg_health_init(&h, 1u, 3000000000ull, 60000000000ull);\n\
+    printf(\"%d %llu\\n\", memcmp(&h, &p.health, sizeof h) == 0, (unsigned long long)p.timeout_ns);\n\
+    return 0;\n\
+}}\n"
+    );
+    let Some(out) = build_and_run("mlx5_peer", &src, &[&file]) else {
+        return;
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut want = format!("{PATH_BYTES} {PEER_BYTES} 48 {}\n", PEER_BYTES - 8);
+    for path in &p.paths {
+        let l = &path.local;
+        want += &format!(
+            "{:x} {} {:x} {:x} {:x} {:x} {} {:x} {:x} {:x} {:x} 0 0 0\n",
+            l.sq,
+            l.slots,
+            l.qpn,
+            l.dbrec,
+            l.uar,
+            l.cq,
+            l.cq_log,
+            l.cq_dbrec,
+            path.raddr,
+            path.rkey,
+            l.lkey
+        );
+    }
+    want += "1 1000000000\n";
+    assert_eq!(out, want);
+}
