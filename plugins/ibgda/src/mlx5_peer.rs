@@ -7,7 +7,7 @@
 //! device memory once. Not used yet: the verbs side that creates the queues
 //! is not built (docs/IBGDA.md).
 
-use crate::rc::{self, PathEnd};
+use crate::rc::{self, put_u32, put_u64, PathEnd};
 
 /// Bytes of `struct fxg_mlx5_path`.
 pub const PATH_BYTES: usize = 88;
@@ -113,13 +113,6 @@ impl Mlx5Path {
         }
         Ok(())
     }
-}
-
-fn put_u32(b: &mut Vec<u8>, v: u32) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put_u64(b: &mut Vec<u8>, v: u64) {
-    b.extend_from_slice(&v.to_le_bytes());
 }
 
 impl Mlx5Peer {

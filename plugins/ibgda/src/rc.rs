@@ -139,10 +139,12 @@ pub fn path_name(path: usize) -> &'static str {
 fn put_u16(b: &mut Vec<u8>, v: u16) {
     b.extend_from_slice(&v.to_le_bytes());
 }
-fn put_u32(b: &mut Vec<u8>, v: u32) {
+/// Append `v` little-endian (also the mlx5 peer table's writer).
+pub(crate) fn put_u32(b: &mut Vec<u8>, v: u32) {
     b.extend_from_slice(&v.to_le_bytes());
 }
-fn put_u64(b: &mut Vec<u8>, v: u64) {
+/// Append `v` little-endian.
+pub(crate) fn put_u64(b: &mut Vec<u8>, v: u64) {
     b.extend_from_slice(&v.to_le_bytes());
 }
 
