@@ -41,6 +41,19 @@ pub fn accepts(
     Ok(())
 }
 
+/// How a device send or receive of `bytes` bytes travels at `nranks` ranks
+/// under `cfg` (each end decides alike from its own size): as ce's kernel's
+/// LL lines or chunks, or on the core's path; what fxinfo prints.
+pub fn route(cfg: &crate::config::Config, nranks: usize, bytes: usize) -> &'static str {
+    if cfg.p2p_rings(nranks) == 0 || bytes > cfg.p2p_bytes {
+        "core"
+    } else if bytes <= cfg.p2p_lines_max(nranks) {
+        "kernel, lines"
+    } else {
+        "kernel, chunks"
+    }
+}
+
 /// The kernels of a group: op indices per kernel. The `k`-th op of each
 /// (peer, direction) goes into kernel `k`, so every kernel has at most one
 /// send and one receive per peer, and the messages between two ranks keep
@@ -245,6 +258,38 @@ mod tests {
         for k in kernels(&two) {
             let cut: Vec<P2pOp> = k.iter().map(|&i| two[i]).collect();
             assert_eq!(self_paired(&cut, 1), Ok(()), "{k:?}");
+        }
+    }
+
+    /// The route follows the size alone, boundaries ±1 byte, as the kernel's
+    /// arguments take it ([`args`] with the same limit).
+    #[test]
+    fn routes_by_size_at_the_boundaries() {
+        let cfg = crate::config::Config::default();
+        let (lines, limit) = (cfg.p2p_lines_max(2), cfg.p2p_bytes);
+        assert_eq!(route(&cfg, 2, 0), "kernel, lines");
+        assert_eq!(route(&cfg, 2, lines), "kernel, lines");
+        assert_eq!(route(&cfg, 2, lines + 1), "kernel, chunks");
+        assert_eq!(route(&cfg, 2, limit), "kernel, chunks");
+        assert_eq!(route(&cfg, 2, limit + 1), "core");
+        assert_eq!(route(&cfg, 1, 8), "core", "no peer: no rings");
+        assert_eq!(
+            route(&cfg, 17, 8),
+            "core",
+            "more ranks than the kernel takes"
+        );
+        let chunks_only = crate::config::Config {
+            p2p_ll_bytes: 0,
+            ..cfg
+        };
+        assert_eq!(route(&chunks_only, 2, 8), "kernel, chunks");
+        for bytes in [0, 8, lines, lines + 1, limit] {
+            let side = P2pSide::new(0x1000, bytes, 65536, lines);
+            assert_eq!(
+                side.lines > 0,
+                route(&cfg, 2, bytes) == "kernel, lines",
+                "{bytes}"
+            );
         }
     }
 

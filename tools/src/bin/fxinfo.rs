@@ -216,6 +216,12 @@ fn ce_routes(n: usize) {
     for (row, cells) in ferrocx_ce::select::table(n, &red, &sizes) {
         println!("  {row:<23} {}", cells.join(" | "));
     }
+    // Sends and receives: the message's size (FERROCX_CE_P2P_BYTES, _P2P_LL_BYTES).
+    let cells: Vec<&str> = sizes
+        .iter()
+        .map(|&b| ferrocx_ce::p2p::route(&cfg, n, b))
+        .collect();
+    println!("  {:<23} {}", "send/recv (message)", cells.join(" | "));
 }
 
 fn info() -> ExitCode {
