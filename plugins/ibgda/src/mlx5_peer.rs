@@ -185,6 +185,71 @@ pub fn table(me: usize, peers: &[Option<Mlx5Peer>]) -> Result<Vec<u8>, String> {
     Ok(b)
 }
 
+/// The health settings every entry starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthStart {
+    /// The first recovery window (ns).
+    pub recovery_ns: u64,
+    /// Its cap (ns).
+    pub max_recovery_ns: u64,
+    /// The put timeout per path (ns).
+    pub timeout_ns: u64,
+}
+
+/// Rank `me`'s table from every rank's RC record (`all`, rank order, as
+/// the all-gather gave them) and this rank's queues toward each peer
+/// (`queues[q][path]`; `None` for itself and for a backup it has not): each
+/// path takes the peer's window and key from the peer's record for that path,
+/// and its QP must be the one this rank published for that peer and path.
+pub fn from_records(
+    me: usize,
+    all: &[rc::Endpoints],
+    queues: &[[Option<LocalQueues>; 2]],
+    health: HealthStart,
+) -> Result<Vec<u8>, String> {
+    if queues.len() != all.len() || me >= all.len() {
+        return Err(format!(
+            "rank {me}: {} ranks' records, queues toward {}",
+            all.len(),
+            queues.len()
+        ));
+    }
+    let mine = &all[me];
+    let peers: Vec<Option<Mlx5Peer>> = (0..all.len())
+        .map(|q| {
+            if q == me {
+                return Ok(None);
+            }
+            let mut paths = [Mlx5Path::default(); 2];
+            for (p, slot) in paths.iter_mut().enumerate() {
+                let Some(local) = queues[q][p] else {
+                    if p == 0 {
+                        return Err(format!("rank {me} has no primary queue toward rank {q}"));
+                    }
+                    continue;
+                };
+                let published = mine.paths[p].qpn[q];
+                if local.qpn != published {
+                    return Err(format!(
+                        "rank {me}'s {} QP toward rank {q} is {:#x}, its record says {published:#x}",
+                        rc::path_name(p),
+                        local.qpn
+                    ));
+                }
+                *slot = Mlx5Path::new(local, &all[q].paths[p]);
+            }
+            Ok(Some(Mlx5Peer {
+                paths,
+                has_backup: queues[q][1].is_some(),
+                recovery_ns: health.recovery_ns,
+                max_recovery_ns: health.max_recovery_ns,
+                timeout_ns: health.timeout_ns,
+            }))
+        })
+        .collect::<Result<_, String>>()?;
+    table(me, &peers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,5 +369,93 @@ mod tests {
         };
         let p = Mlx5Path::new(queues(0), &remote);
         assert_eq!((p.raddr, p.rkey), (0xdead_0000, 0x4242));
+    }
+
+    /// From the all-gathered records: each peer's window on each path's NIC,
+    /// this rank's QPs checked against what it published.
+    #[test]
+    fn a_table_from_the_records() {
+        let n = 3;
+        let record = |rank: u32| rc::Endpoints {
+            rank,
+            paths: [0, 1].map(|p| PathEnd {
+                addr: rc::PortAddr {
+                    link: rc::Link::Ethernet,
+                    lid: 0,
+                    gid: [rank as u8; 16],
+                    gid_index: 0,
+                    port: 1 + p as u8,
+                    mtu: 4096,
+                },
+                window: 0x1_0000_0000 * (rank as u64 + 1) + p as u64 * 0x1000_0000,
+                window_bytes: 1 << 20,
+                rkey: 0x100 * (rank + 1) + p,
+                qpn: (0..n as u32)
+                    .map(|q| {
+                        if q == rank {
+                            0
+                        } else {
+                            0x1000 + rank * 0x10 + p * 0x8 + q
+                        }
+                    })
+                    .collect(),
+            }),
+        };
+        let all: Vec<rc::Endpoints> = (0..n as u32).map(record).collect();
+        let me = 1;
+        let queues: Vec<[Option<LocalQueues>; 2]> = (0..n)
+            .map(|q| {
+                if q == me {
+                    return [None, None];
+                }
+                [0, 1].map(|p| {
+                    Some(LocalQueues {
+                        qpn: all[me].paths[p].qpn[q],
+                        ..queues(q as u64 * 2 + p as u64)
+                    })
+                })
+            })
+            .collect();
+        let h = HealthStart {
+            recovery_ns: 3_000_000_000,
+            max_recovery_ns: 60_000_000_000,
+            timeout_ns: 1_000_000_000,
+        };
+        let t = from_records(me, &all, &queues, h).unwrap();
+        assert_eq!(t.len(), n * PEER_BYTES);
+        let u64_at = |o: usize| u64::from_le_bytes(t[o..o + 8].try_into().unwrap());
+        let u32_at = |o: usize| u32::from_le_bytes(t[o..o + 4].try_into().unwrap());
+        for q in [0, 2] {
+            for p in 0..2 {
+                let o = q * PEER_BYTES + p * PATH_BYTES;
+                assert_eq!(u64_at(o + 56), all[q].paths[p].window, "raddr {q}/{p}");
+                assert_eq!(u32_at(o + 64), all[q].paths[p].rkey, "rkey {q}/{p}");
+                assert_eq!(u32_at(o + 12), all[me].paths[p].qpn[q], "qpn {q}/{p}");
+            }
+        }
+        // A QP that is not the published one, a missing primary.
+        let mut wrong = queues.clone();
+        wrong[2][1].as_mut().unwrap().qpn += 1;
+        let e = from_records(me, &all, &wrong, h).unwrap_err();
+        assert!(
+            e.starts_with("rank 1's backup QP toward rank 2 is 0x"),
+            "{e}"
+        );
+        let mut none = queues.clone();
+        none[0][0] = None;
+        assert_eq!(
+            from_records(me, &all, &none, h).unwrap_err(),
+            "rank 1 has no primary queue toward rank 0"
+        );
+        // No backup: the entry says so.
+        let mut lone = queues.clone();
+        lone[0][1] = None;
+        let t = from_records(me, &all, &lone, h).unwrap();
+        assert_eq!(u32_at_of(&t, 2 * PATH_BYTES + 2 * SLOT_BYTES), 0);
+        assert!(from_records(3, &all, &queues, h).is_err());
+    }
+
+    fn u32_at_of(t: &[u8], o: usize) -> u32 {
+        u32::from_le_bytes(t[o..o + 4].try_into().unwrap())
     }
 }
