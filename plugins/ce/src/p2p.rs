@@ -47,7 +47,7 @@ pub fn accepts(
 pub fn route(cfg: &crate::config::Config, nranks: usize, bytes: usize) -> &'static str {
     if cfg.p2p_rings(nranks) == 0 || bytes > cfg.p2p_bytes {
         "core"
-    } else if bytes <= cfg.p2p_lines_max(nranks) {
+    } else if ferrocx_sdk::kernels::p2p::as_lines(bytes, cfg.p2p_lines_max(nranks)) {
         "kernel, lines"
     } else {
         "kernel, chunks"
@@ -283,6 +283,11 @@ mod tests {
             ..cfg
         };
         assert_eq!(route(&chunks_only, 2, 8), "kernel, chunks");
+        assert_eq!(
+            route(&chunks_only, 2, 0),
+            "kernel, chunks",
+            "even an empty message"
+        );
         for bytes in [0, 8, lines, lines + 1, limit] {
             let side = P2pSide::new(0x1000, bytes, 65536, lines);
             assert_eq!(

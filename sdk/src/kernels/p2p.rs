@@ -107,6 +107,12 @@ pub fn message_lines(bytes: usize) -> usize {
     1 + bytes.div_ceil(super::ll::LINE_DATA)
 }
 
+/// Whether a message of `bytes` bytes travels as LL lines under the limit
+/// `ll_max` (0: never): the one rule both ends apply to their own size.
+pub fn as_lines(bytes: usize, ll_max: usize) -> bool {
+    ll_max > 0 && bytes <= ll_max
+}
+
 /// Lines per ring for LL messages of at most `ll_max` bytes (0: no line
 /// rings): two of the largest.
 pub fn ring_lines(ll_max: usize) -> usize {
@@ -155,7 +161,7 @@ impl P2pSide {
     /// A message of `bytes` bytes at `ptr`: LL lines up to `ll_max` bytes
     /// (0: never), else chunks in slots of `slot` bytes.
     pub fn new(ptr: u64, bytes: usize, slot: usize, ll_max: usize) -> P2pSide {
-        if ll_max > 0 && bytes <= ll_max {
+        if as_lines(bytes, ll_max) {
             return P2pSide {
                 ptr,
                 bytes: bytes as u64,

@@ -71,6 +71,8 @@ pub fn run(
             d.send.upload(&sbuf[..size])?;
         }
         let step = |sbuf: &[u8], rbuf: &mut [u8]| -> Result<()> {
+            // The sends, then the receives: one group, so the order within it
+            // does not matter (ce runs it as one kernel either way).
             let mut g = comm.group_start();
             match &dev {
                 // SAFETY: the stream and buffers live until the end of the run, after
@@ -78,34 +80,22 @@ pub fn run(
                 Some(d) => unsafe {
                     for &(peer, at, _, len) in &sends {
                         g.send_on(d.send.ptr + at as u64, len, peer, d.stream.raw())?;
-                        if let Some(&(from, _, to, len)) = all.then(|| &recvs[peer]) {
-                            g.recv_on(d.recv.ptr + to as u64, len, from, d.stream.raw())?;
-                        }
                     }
-                    if !all {
-                        let (from, _, to, len) = recvs[0];
+                    for &(from, _, to, len) in &recvs {
                         g.recv_on(d.recv.ptr + to as u64, len, from, d.stream.raw())?;
                     }
                 },
                 None => {
-                    if all {
-                        // One block of the receive buffer per rank, borrowed
-                        // apart without allocating (a call's cost is timed).
-                        let per = sends[0].3;
-                        let mut parts = rbuf[..per * n].chunks_mut(per.max(1));
-                        for &(peer, at, _, len) in &sends {
-                            g.send(&sbuf[at..at + len], peer)?;
-                            let part = if per == 0 {
-                                &mut [][..]
-                            } else {
-                                parts.next().expect("one block per rank")
-                            };
-                            g.recv(part, peer)?;
-                        }
-                    } else {
-                        let ((right, _, _, len), (left, ..)) = (sends[0], recvs[0]);
-                        g.send(&sbuf[..len], right)?;
-                        g.recv(&mut rbuf[..len], left)?;
+                    for &(peer, at, _, len) in &sends {
+                        g.send(&sbuf[at..at + len], peer)?;
+                    }
+                    // The receive blocks lie one after another from 0: borrowed
+                    // apart without allocating (a call's cost is timed).
+                    let mut rest: &mut [u8] = rbuf;
+                    for &(from, _, _, len) in &recvs {
+                        let (part, tail) = std::mem::take(&mut rest).split_at_mut(len);
+                        g.recv(part, from)?;
+                        rest = tail;
                     }
                 }
             }
