@@ -176,7 +176,17 @@ impl Config {
         if self.p2p_rings(nranks) == 0 {
             return 0;
         }
-        self.p2p_ll_bytes.min(self.p2p_bytes)
+        self.p2p_lines_limit()
+    }
+
+    /// The line limit as far as the variables alone say (`FERROCX_CE_P2P_LL_BYTES`
+    /// within `FERROCX_CE_P2P_BYTES`; 0 with the kernel off): what the ranks agree on.
+    pub fn p2p_lines_limit(&self) -> usize {
+        if self.p2p_bytes == 0 {
+            0
+        } else {
+            self.p2p_ll_bytes.min(self.p2p_bytes)
+        }
     }
 
     /// Read the variables through the core's environment view.

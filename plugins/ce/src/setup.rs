@@ -68,11 +68,7 @@ impl Hello {
             },
             p2p_bytes: cfg.p2p_bytes as u64,
             // What sizes the line rings: nothing where the kernel never runs.
-            p2p_ll_bytes: if cfg.p2p_bytes > 0 {
-                cfg.p2p_ll_bytes.min(cfg.p2p_bytes) as u64
-            } else {
-                0
-            },
+            p2p_ll_bytes: cfg.p2p_lines_limit() as u64,
             handle,
         }
     }
