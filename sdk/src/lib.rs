@@ -42,6 +42,7 @@ pub mod kernels;
 pub mod proc;
 pub mod region;
 pub mod same_host;
+pub mod spans;
 pub mod sweep;
 pub mod sysfs;
 #[cfg(any(test, feature = "testing"))]

@@ -23,6 +23,7 @@ use crate::device::{order::Signal, AsStream, Gpu, RawStream};
 use crate::error::{Error, Result};
 use crate::plan::{CollSpec, CollTask, P2pTask, PlanDevice, Task};
 use ferrocx_sdk::cuda::{self, Event};
+use ferrocx_sdk::spans::{self, Point};
 use std::sync::Arc;
 
 impl Communicator {
@@ -77,6 +78,7 @@ impl Communicator {
         in_place: bool,
     ) -> Result<CollTask> {
         let name = spec.kind.name();
+        let _span = spans::enter(Point::CoreBufferChecks);
         let s = self.device_extent(&format!("{name}: the send buffer"), send)?;
         let r = self.device_extent(&format!("{name}: the receive buffer"), recv)?;
         let mut t = self.coll_task(spec, s, r, in_place)?;
@@ -86,7 +88,9 @@ impl Communicator {
 
     fn device_p2p(&self, dir: Dir, ptr: u64, len: usize, peer: usize) -> Result<P2pTask> {
         let verb = if dir == Dir::Send { "send" } else { "recv" };
+        let span = spans::enter(Point::CoreBufferChecks);
         let (p, avail) = self.device_extent(&format!("{verb}: the buffer"), ptr)?;
+        drop(span);
         if len > 0 && p == 0 {
             return Err(Error::invalid(format!(
                 "{verb}: buffer is null but length is {len}"
@@ -116,6 +120,7 @@ impl Communicator {
         recv: u64,
         stream: impl AsStream,
     ) -> Result<()> {
+        let _span = spans::enter(Point::CoreCollective);
         let t = self.device_coll_task(spec, send, recv, false)?;
         let stream = stream.raw_stream();
         // SAFETY: the caller's contract.
@@ -153,8 +158,12 @@ impl Communicator {
                 std::ptr::null_mut(),
             );
         }
+        let span = spans::enter(Point::CoreDeviceError);
         self.device_error()?;
+        drop(span);
+        let span = spans::enter(Point::CoreCaptureQuery);
         let capturing = crate::device::order::is_capturing(stream)?;
+        drop(span);
         let call = super::dispatch::Call {
             spec,
             send,
@@ -177,6 +186,7 @@ impl Communicator {
         buf: u64,
         stream: impl AsStream,
     ) -> Result<()> {
+        let _span = spans::enter(Point::CoreCollective);
         let t = self.device_coll_task(spec, buf, buf, true)?;
         let stream = stream.raw_stream();
         // SAFETY: the caller's contract.

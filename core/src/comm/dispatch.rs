@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::plan::{CollSpec, Label};
 use crate::window::Entry;
 use ferrocx_sdk::abi::*;
+use ferrocx_sdk::spans::{self, Point};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -189,11 +190,13 @@ impl Communicator {
         // The names and priorities are kept only for the log.
         let log = tracing::enabled!(target: "ferrocx::collective", tracing::Level::INFO);
         let mut scores = Vec::new();
+        let span = spans::enter(Point::CoreBids);
         let runner = self.bid(&d, |name, p| {
             if log {
                 scores.push((name.to_string(), p))
             }
         });
+        drop(span);
         if log {
             let choice = Choice::decide(&scores);
             let s = call.spec;
@@ -240,9 +243,11 @@ impl Communicator {
         } else {
             status.begin(Label::Plugin(fp, p.shared_name()));
         }
+        let span = spans::enter(Point::CorePluginLaunch);
         // SAFETY: the buffers were validated by the caller (host slices, or device
         // buffers the caller keeps alive until the stream passes the call).
         let r = unsafe { p.launch(&d.for_plugin(i), stream) };
+        drop(span);
         match (&r, host) {
             (_, true) => status.plugin_end(r.is_ok()),
             (Ok(()), false) => status.finished(),

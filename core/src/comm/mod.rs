@@ -829,6 +829,10 @@ impl Communicator {
             ));
         }
         let broken = self.engine.broken();
+        if let Some(r) = ferrocx_sdk::spans::report() {
+            // FERROCX_SPANS=1: where this process's device calls spent host time.
+            eprintln!("ferrocx rank {}: host time per span\n{r}", self.rank());
+        }
         self.teardown("communicator destroyed");
         {
             let _serial = self.coll_serial.lock();

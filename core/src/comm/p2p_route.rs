@@ -22,6 +22,7 @@ use crate::plugin::Dir;
 use ferrocx_algo::Fingerprint;
 use ferrocx_sdk::abi::*;
 use ferrocx_sdk::cuda::Event;
+use ferrocx_sdk::spans::{self, Point};
 use smallvec::SmallVec;
 use std::ffi::c_void;
 
@@ -337,6 +338,7 @@ impl Communicator {
         if !self.any_p2p_plugin() || !tasks.iter().any(device_p2p) {
             return Ok((tasks, streams));
         }
+        let _span = spans::enter(Point::CoreP2pGroup);
         self.check_live()?;
         self.device_error()?;
         // Per task: its raw op and whether its stream is being captured
@@ -443,9 +445,11 @@ impl Communicator {
             flags: capture_flag(capturing),
             reserved: 0,
         };
+        let span = spans::enter(Point::CorePluginLaunch);
         // SAFETY: the caller's contract for the buffers and the stream; the
         // descriptor and its ops live across the call.
         let r = unsafe { plugin.p2p_launch(&desc, abi_stream(launch)) };
+        drop(span);
         if let Err(e) = r {
             return Err(self.p2p_launch_error(e, group.len()));
         }

@@ -17,6 +17,7 @@ use ferrocx_sdk::cuda::{self, sys, Stream};
 use ferrocx_sdk::device::cuda::CudaDriver;
 use ferrocx_sdk::device::{Device, Driver, Reach};
 use ferrocx_sdk::kernels::Kernels;
+use ferrocx_sdk::spans::{self, Point};
 use ferrocx_sdk::{Host, PluginError, PluginResult};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -409,6 +410,7 @@ impl CeComm {
         d: &CollDesc<'_, Window>,
         stream: *mut c_void,
     ) -> PluginResult<()> {
+        let _span = spans::enter(Point::CeLaunch);
         self.bounded = false;
         self.watchdog.status()?;
         if self.host.aborted() {
@@ -416,8 +418,9 @@ impl CeComm {
         }
         let _bound = self.dev.bind()?;
         let stream = stream as sys::CUstream;
-        // SAFETY: the caller's contract.
-        let capturing = d.capturing || unsafe { driver::is_capturing(stream) }?;
+        // The host asked the driver about this stream for the call
+        // (`FX_COLL_CAPTURING`): no second query per launch.
+        let capturing = d.capturing;
         let mode = if capturing { Mode::Graph } else { Mode::Eager };
         if capturing {
             // First: every rank takes part in the exchange, whatever this
@@ -434,18 +437,7 @@ impl CeComm {
             return Ok(()); // count 0
         };
         let block = d.count * d.elem;
-        // The bid saw the core's capture flag; a stream captured without it
-        // still gets no exchange kernel (see select::exchange).
-        let route = if route.kernel.is_some() && capturing {
-            let none = Agreed {
-                ll_bytes: 0,
-                simple_bytes: 0,
-                ..self.agreed()
-            };
-            select::route(self.rank, self.nranks, &none, d).map_err(invalid)?
-        } else {
-            route
-        };
+        // A captured call's route has no exchange kernel (select::exchange).
         if let Some(kernel) = route.kernel {
             // SAFETY: the caller's contract.
             unsafe { self.launch_exchange(d, mode, stream, kernel) }?;
@@ -914,6 +906,7 @@ impl CeComm {
     /// The ops' buffers are valid device memory until the stream passed them;
     /// `stream` is a live stream of this rank's device (or null).
     pub unsafe fn p2p_launch(&mut self, d: &P2pDesc, stream: *mut c_void) -> PluginResult<()> {
+        let _span = spans::enter(Point::CeP2pLaunch);
         self.bounded = false;
         self.watchdog.status()?;
         if self.host.aborted() {
@@ -929,12 +922,8 @@ impl CeComm {
         }
         let _bound = self.dev.bind()?;
         let stream = stream as sys::CUstream;
-        // SAFETY: the caller's contract.
-        if unsafe { driver::is_capturing(stream) }? {
-            return Err(PluginError::invalid(
-                "ce's point-to-point kernel does not run in a captured stream (the core's path does)",
-            ));
-        }
+        // A captured stream (`FX_COLL_CAPTURING`, the host's driver query)
+        // was turned down by `p2p_accepts` above.
         let flags = self
             .flags
             .as_ref()

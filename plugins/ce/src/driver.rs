@@ -118,18 +118,6 @@ pub fn version_name(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
-/// Whether `stream` is being captured into a graph (any capture status but NONE).
-///
-/// # Safety
-/// `stream` is a live stream of the current context, or null.
-pub unsafe fn is_capturing(stream: sys::CUstream) -> PluginResult<bool> {
-    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: the caller's contract; `st` is a valid out pointer.
-    let r = unsafe { sys::cuStreamIsCapturing(stream, &mut st) };
-    check(r, "cuStreamIsCapturing")?;
-    Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
-}
-
 /// Whether `stream` is the legacy default stream (null or `CU_STREAM_LEGACY`),
 /// which `cuMemcpyBatchAsync` refuses.
 pub fn is_legacy(stream: sys::CUstream) -> bool {

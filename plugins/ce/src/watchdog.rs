@@ -3,7 +3,10 @@
 //! only records an event behind the collective and hands it over — and it
 //! never spins: it parks on a condition variable, waking every
 //! [`POLL`] while eager collectives are pending (to poll their events, check
-//! deadlines and the abort flag) and otherwise only when told.
+//! deadlines and the abort flag) and otherwise only when told: by a launch
+//! that finds it parked idle, or that finds [`VERIFY_BATCH`] calls' notes to
+//! compare (never once per call: a wake costs the launching thread a futex
+//! call).
 //!
 //! * An entry whose event completed is dropped (its event goes back to the
 //!   pool). Launches also retire completed entries at the front.
@@ -37,6 +40,7 @@ use crate::sync::{Array, FlagLayout};
 use crate::watch::{self, Entry, Expect, Snapshot, Tracker};
 use ferrocx_sdk::cuda::{check, sys, Event, PinnedHost, Stream};
 use ferrocx_sdk::device::Device;
+use ferrocx_sdk::spans::{self, Point};
 use ferrocx_sdk::{Host, PluginError, PluginResult};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -46,6 +50,13 @@ use std::time::{Duration, Instant};
 pub const POLL: Duration = Duration::from_millis(100);
 /// How long it parks with nothing pending (it is woken when work comes).
 const IDLE: Duration = Duration::from_secs(1);
+/// Completed calls whose notes make a launch wake the thread to compare
+/// them (well inside the `notes::RING / 2` it compares per wake), so a
+/// stream of fast calls is checked whole without a wake per call.
+const VERIFY_BATCH: usize = notes::RING / 4;
+/// Tracked calls from which a launch retires the completed ones itself (the
+/// thread does at every wake): fewer event queries per call.
+const RETIRE_AT: usize = 4;
 /// Longest wait for its own stream (a flag read, a release).
 const OWN_STREAM_WAIT: Duration = Duration::from_secs(5);
 
@@ -67,6 +78,11 @@ struct State {
     abort_raised: bool,
     /// The stream of the newest tracked collective.
     last_stream: Option<usize>,
+    /// The thread is parked for [`IDLE`] (nothing pending): a new entry
+    /// must wake it. Otherwise it looks again within [`POLL`] by itself, and
+    /// a launch does not pay for a wake (a futex call, and a thread that
+    /// contends for the lock and the driver).
+    parked_idle: bool,
 }
 
 struct Shared {
@@ -285,6 +301,7 @@ impl Watchdog {
                 ll_used: false,
                 abort_raised: false,
                 last_stream: None,
+                parked_idle: false,
             }),
             wake: Condvar::new(),
             host,
@@ -325,8 +342,18 @@ impl Watchdog {
     /// `stream` is a live stream (or null) of the device's context, bound on
     /// this thread.
     pub unsafe fn order(&self, stream: sys::CUstream) -> PluginResult<()> {
+        let _span = spans::enter(Point::CeOrder);
         let mut st = self.shared.lock();
-        st.retire_done(false);
+        // A pending barrier route is retired at once (`barriers_pending`
+        // reads the tracker right after this launch); self-timed kernels
+        // only once a few are tracked.
+        if st.tracker.len() >= RETIRE_AT || st.tracker.oldest_with_barriers().is_some() {
+            let before = st.unverified.len();
+            st.retire_done(false);
+            if before < VERIFY_BATCH && st.unverified.len() >= VERIFY_BATCH {
+                self.shared.wake.notify_all();
+            }
+        }
         if st.last_stream != Some(stream as usize) {
             if let Some(ev) = st.tracker.last_event() {
                 // SAFETY: the caller's contract for the stream; the event is live (held
@@ -362,6 +389,7 @@ impl Watchdog {
         expects: Vec<Expect>,
         note: Option<(u64, notes::Call)>,
     ) -> PluginResult<()> {
+        let _span = spans::enter(Point::CeTrack);
         let mut st = self.shared.lock();
         let ev = match st.pool.pop() {
             Some(e) => e,
@@ -372,7 +400,7 @@ impl Watchdog {
             st.pool.push(ev);
             return Err(e);
         }
-        let was_idle = st.tracker.is_empty();
+        let wake = st.parked_idle;
         st.tracker.push(Entry {
             seq,
             what,
@@ -383,7 +411,7 @@ impl Watchdog {
         });
         st.last_stream = Some(stream as usize);
         drop(st);
-        if was_idle {
+        if wake {
             self.shared.wake.notify_all();
         }
         Ok(())
@@ -612,10 +640,12 @@ fn run(shared: Arc<Shared>, reader: Reader) {
                 .saturating_duration_since(Instant::now())
                 .clamp(Duration::from_millis(1), POLL),
         };
+        st.parked_idle = wait == IDLE;
         st = shared
             .wake
             .wait_timeout(st, wait)
             .unwrap_or_else(PoisonError::into_inner)
             .0;
+        st.parked_idle = false;
     }
 }

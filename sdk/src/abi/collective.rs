@@ -78,7 +78,8 @@ pub const FX_COLL_IN_PLACE: u32 = 1 << 0;
 pub const FX_COLL_SEND_WINDOW: u32 = 1 << 1;
 /// `recv` lies in `recv_win` at `recv_offset`.
 pub const FX_COLL_RECV_WINDOW: u32 = 1 << 2;
-/// The stream is being captured into a CUDA graph.
+/// The stream is being captured into a CUDA graph: the host asks the driver
+/// (`cuStreamIsCapturing`) for every device call, so a plugin need not.
 pub const FX_COLL_CAPTURING: u32 = 1 << 3;
 
 /// Runs collectives on host memory.

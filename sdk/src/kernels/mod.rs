@@ -863,6 +863,7 @@ pub unsafe fn launch(
     stream: sys::CUstream,
     params: &mut [*mut c_void],
 ) -> sys::CUresult {
+    let _span = crate::spans::enter(crate::spans::Point::KernelLaunch);
     // SAFETY: the caller's contract; no `extra` launch options.
     unsafe {
         sys::cuLaunchKernel(
@@ -1220,8 +1221,9 @@ impl Kernels {
     /// use; the context must be current).
     fn func(&self, dtype: DataType, kind: Kind) -> Result<&Func> {
         let slot = &self.shared.slots[slot(dtype, kind)];
-        let name = kernel_name(dtype, kind);
+        // The name only where it is needed (loading, errors): not per launch.
         let r = slot.get_or_init(|| {
+            let name = kernel_name(dtype, kind);
             let cc = self.cc.0 * 10 + self.cc.1;
             let image = compiled(self.nvrtc, cc, self.image, dtype, kind)?;
             let exchange = ll_name(dtype, kind).zip(simple_name(dtype, kind));
@@ -1243,7 +1245,8 @@ impl Kernels {
         });
         r.as_ref().map_err(|e| {
             Error::Unsupported(format!(
-                "device reduction kernel {name} ({} {}) unavailable on device {} (sm_{}{}): {e}",
+                "device reduction kernel {} ({} {}) unavailable on device {} (sm_{}{}): {e}",
+                kernel_name(dtype, kind),
                 dtype,
                 kind.name(),
                 self.device,

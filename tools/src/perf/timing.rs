@@ -45,9 +45,26 @@ pub fn time_calls(
     for _ in 0..a.iters {
         call()?;
     }
+    let queued = t0.elapsed();
     sync()?;
-    let us = t0.elapsed().as_secs_f64() * 1e6 / a.iters as f64;
-    max_over_ranks(comm, us)
+    let us = max_over_ranks(comm, t0.elapsed().as_secs_f64() * 1e6 / a.iters as f64)?;
+    if show_queue_time() {
+        // Where a device call's time goes: queuing it on the host, or the stream
+        // running it (calls queue ahead of the stream, as nccl-tests' do).
+        let q = max_over_ranks(comm, queued.as_secs_f64() * 1e6 / a.iters as f64)?;
+        if comm.rank() == 0 {
+            eprintln!(
+                "fxperf: {us:.2} µs per call, {q:.2} of it queuing on the host (slowest rank)"
+            );
+        }
+    }
+    Ok(us)
+}
+
+/// `FXPERF_QUEUE_TIME=1`: print, per timed row, how long the host took to queue
+/// the calls beside the time per call.
+fn show_queue_time() -> bool {
+    std::env::var("FXPERF_QUEUE_TIME").is_ok_and(|v| v == "1")
 }
 
 /// The largest of every rank's `v`.
