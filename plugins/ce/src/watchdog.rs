@@ -4,7 +4,7 @@
 //! never spins: it parks on a condition variable, waking every
 //! [`POLL`] while eager collectives are pending (to poll their events, check
 //! deadlines and the abort flag) and otherwise only when told: by a launch
-//! that finds it parked idle, or that finds [`VERIFY_BATCH`] calls' notes to
+//! that finds it parked idle, or that finds `VERIFY_BATCH` calls' notes to
 //! compare (never once per call: a wake costs the launching thread a futex
 //! call).
 //!
