@@ -46,7 +46,8 @@ impl Communicator {
 
     /// `ptr` checked to be device memory of this rank's GPU: (ptr, bytes from it to
     /// the end of its allocation). Null stays (0, 0) for the size checks to judge.
-    fn device_extent(&self, what: &str, ptr: u64) -> Result<(usize, usize)> {
+    /// `what` names the buffer in an error (formatted only then: this runs per call).
+    fn device_extent(&self, what: impl Fn() -> String, ptr: u64) -> Result<(usize, usize)> {
         if ptr == 0 {
             return Ok((0, 0));
         }
@@ -55,12 +56,14 @@ impl Communicator {
         let ptr = ptr as usize;
         let span = cuda::device_span(ptr).ok_or_else(|| {
             Error::invalid(format!(
-                "{what} at {ptr:#x} is not CUDA device memory (use the host API for host buffers)"
+                "{} at {ptr:#x} is not CUDA device memory (use the host API for host buffers)",
+                what()
             ))
         })?;
         if span.device != gpu.device() {
             return Err(Error::invalid(format!(
-                "{what} at {ptr:#x} is on GPU {}, but rank {} uses GPU {}",
+                "{} at {ptr:#x} is on GPU {}, but rank {} uses GPU {}",
+                what(),
                 span.device,
                 self.rank(),
                 gpu.device()
@@ -79,8 +82,8 @@ impl Communicator {
     ) -> Result<CollTask> {
         let name = spec.kind.name();
         let _span = spans::enter(Point::CoreBufferChecks);
-        let s = self.device_extent(&format!("{name}: the send buffer"), send)?;
-        let r = self.device_extent(&format!("{name}: the receive buffer"), recv)?;
+        let s = self.device_extent(|| format!("{name}: the send buffer"), send)?;
+        let r = self.device_extent(|| format!("{name}: the receive buffer"), recv)?;
         let mut t = self.coll_task(spec, s, r, in_place)?;
         t.device = true;
         Ok(t)
@@ -89,7 +92,7 @@ impl Communicator {
     fn device_p2p(&self, dir: Dir, ptr: u64, len: usize, peer: usize) -> Result<P2pTask> {
         let verb = if dir == Dir::Send { "send" } else { "recv" };
         let span = spans::enter(Point::CoreBufferChecks);
-        let (p, avail) = self.device_extent(&format!("{verb}: the buffer"), ptr)?;
+        let (p, avail) = self.device_extent(|| format!("{verb}: the buffer"), ptr)?;
         drop(span);
         if len > 0 && p == 0 {
             return Err(Error::invalid(format!(
@@ -308,7 +311,7 @@ impl Communicator {
     /// The memory must stay allocated until it is deregistered.
     pub unsafe fn register_device(&self, ptr: u64, len: usize) -> Result<super::RegHandle> {
         self.check_live()?;
-        let (p, avail) = self.device_extent("register_device: the buffer", ptr)?;
+        let (p, avail) = self.device_extent(|| "register_device: the buffer".into(), ptr)?;
         if len > avail {
             return Err(Error::invalid(format!(
                 "register_device: {len} bytes at {p:#x} run past the end of its device allocation ({avail} bytes left)"
