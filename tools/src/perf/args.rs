@@ -126,7 +126,7 @@ Benchmarks (nccl-tests' names; `all_reduce_perf` etc. are accepted too):
   -b, -e      smallest / largest size in bytes (K, M, G suffixes), default 8 / 256M
   -f          size multiplier between rows, default 2 (the last row is always -e)
   -n, -w      timed / warm-up iterations per row and placement, default 20 / 5; with --mem cuda
-              the first row repeats its warm-up for at least 200 ms (idle GPUs start slow)
+              the first row warms up for at least 200 ms in doubling rounds (idle GPUs start slow)
   -c          check every element of the result on every rank (the #wrong columns), default 1
   -d          element type: int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double
               f8e4m3 f8e5m2,

@@ -30,15 +30,21 @@ pub fn time_calls(
         call()?;
     }
     sync()?;
+    // Rounds that double, so the GPU is kept busy (an agreement per few calls
+    // left it idle most of the warm-up: run 4 of 2026-11-27-session12 still
+    // had a cold first row) and a slow first row stops within about twice
+    // the warm-up.
+    let mut batch = a.warmup.max(1);
     while a.cuda && !WARM.load(Ordering::Relaxed) {
         if max_over_ranks(comm, start.elapsed().as_secs_f64())? >= DEVICE_WARMUP.as_secs_f64() {
             WARM.store(true, Ordering::Relaxed);
             break;
         }
-        for _ in 0..a.warmup.max(1) {
+        for _ in 0..batch {
             call()?;
         }
         sync()?;
+        batch = batch.saturating_mul(2);
     }
     comm.barrier()?;
     let t0 = Instant::now();
