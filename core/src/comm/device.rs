@@ -81,9 +81,10 @@ impl Communicator {
         in_place: bool,
     ) -> Result<CollTask> {
         let name = spec.kind.name();
-        let _span = spans::enter(Point::CoreBufferChecks);
+        let span = spans::enter(Point::CoreBufferChecks);
         let s = self.device_extent(|| format!("{name}: the send buffer"), send)?;
         let r = self.device_extent(|| format!("{name}: the receive buffer"), recv)?;
+        drop(span);
         let mut t = self.coll_task(spec, s, r, in_place)?;
         t.device = true;
         Ok(t)

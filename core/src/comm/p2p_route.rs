@@ -381,9 +381,10 @@ impl Communicator {
             if launches.is_empty() {
                 return Ok((tasks, streams));
             }
+            let several = launches.len() > 1;
             for (p, idx) in &launches {
                 // SAFETY: the caller's contract for every op's buffer and stream.
-                unsafe { self.p2p_launch_on(*p, idx, &ops, &streams)? };
+                unsafe { self.p2p_launch_on(*p, idx, &ops, &streams, several)? };
             }
             let mut keep = vec![false; tasks.len()];
             for &i in &rest {
@@ -405,7 +406,9 @@ impl Communicator {
 
     /// One plugin's launch of ops `idx` (posted order): on the first op's
     /// stream, which waits for the ops' other streams first and which they
-    /// wait for after. The caller holds `coll_serial`.
+    /// wait for after. `several`: other plugins launch parts of the same
+    /// group (their joins may have changed a stream's capture). The caller
+    /// holds `coll_serial`.
     ///
     /// # Safety
     /// As [`Communicator::collective_on`] for every op's buffer and stream.
@@ -415,6 +418,7 @@ impl Communicator {
         idx: &[usize],
         ops: &[Option<(FxP2pOp, bool)>],
         streams: &[RawStream],
+        several: bool,
     ) -> Result<()> {
         let plugin = self.colls.get(p)?;
         let group: Vec<FxP2pOp> = idx
@@ -423,7 +427,7 @@ impl Communicator {
             .collect();
         // The launch stream joins any capture of the others, so the launch is
         // captured if any op's stream is.
-        let capturing = idx.iter().any(|&i| ops[i].is_some_and(|(_, c)| c));
+        let mut capturing = idx.iter().any(|&i| ops[i].is_some_and(|(_, c)| c));
         let Some((launch, others)) = join_plan(idx.iter().map(|&i| streams[i])) else {
             return Ok(());
         };
@@ -437,6 +441,12 @@ impl Communicator {
                 // SAFETY: as above, for the launch stream.
                 unsafe { order::wait_event(launch, &e)? };
             }
+        }
+        if !capturing && (several || !others.is_empty()) {
+            // Joins (this launch's, or another plugin's of the same group) may
+            // have drawn the launch stream into a capture since the flags were
+            // read: the plugin's flag must say what the stream is now.
+            capturing = order::is_capturing(launch)?;
         }
         let desc = FxP2pDesc {
             ops: group.as_ptr(),

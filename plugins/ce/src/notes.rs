@@ -20,9 +20,10 @@
 //! error comes from `status` / the next launch, as NCCL's asynchronous errors
 //! do), check graph-captured calls (their numbers repeat), or compare every
 //! call when calls complete faster than the watchdog looks (it compares the
-//! last `RING / 2` completed calls at each wake: every 100 ms while busy, and
-//! whenever a launch finds `RING / 4` completed calls waiting, so a rank that
-//! keeps up compares them all; a mismatch that lasts is always found). A slot
+//! last `RING / 2` completed calls per pass: every 100 ms while busy, and
+//! whenever a launch finds `RING / 4` completed calls waiting, so it normally
+//! compares them all, unless its thread is kept from running; a mismatch that
+//! lasts is always found). A slot
 //! overwritten by a later call (the peer ran more than [`RING`] calls ahead
 //! of this rank's watchdog), or caught half rewritten (its words' tags
 //! differ), is skipped, never reported. Counts are compared modulo 2⁴⁴

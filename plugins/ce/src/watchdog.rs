@@ -348,11 +348,11 @@ impl Watchdog {
         // reads the tracker right after this launch); self-timed kernels
         // only once a few are tracked.
         if st.tracker.len() >= RETIRE_AT || st.tracker.oldest_with_barriers().is_some() {
-            let before = st.unverified.len();
             st.retire_done(false);
-            if before < VERIFY_BATCH && st.unverified.len() >= VERIFY_BATCH {
-                self.shared.wake.notify_all();
-            }
+        }
+        // By level, not by crossing: notes that `drain` retired count too.
+        if st.unverified.len() >= VERIFY_BATCH {
+            self.shared.wake.notify_all();
         }
         if st.last_stream != Some(stream as usize) {
             if let Some(ev) = st.tracker.last_event() {
@@ -523,6 +523,7 @@ fn run(shared: Arc<Shared>, reader: Reader) {
     let _bound = reader.dev.bind();
     let me = shared.rank;
     let timeout = shared.host.timeout();
+    let mut last_verify = Instant::now();
     let mut st = shared.lock();
     while !st.stop {
         let mut failed = None;
@@ -570,7 +571,15 @@ fn run(shared: Arc<Shared>, reader: Reader) {
                 continue;
             }
         }
-        if !st.unverified.is_empty() {
+        // Compare in batches while calls keep completing (a pass reads the
+        // ring from the device: one per completed call would keep this thread
+        // and the driver busy beside the launching thread), and whatever is
+        // left once nothing is pending or a poll period passed.
+        let due = st.unverified.len() >= VERIFY_BATCH
+            || st.tracker.is_empty()
+            || last_verify.elapsed() >= POLL;
+        if !st.unverified.is_empty() && due {
+            last_verify = Instant::now();
             // Compare the completed collectives' notes with the peers' (notes.rs):
             // read the ring without the lock.
             let calls = std::mem::take(&mut st.unverified);
@@ -633,8 +642,8 @@ fn run(shared: Arc<Shared>, reader: Reader) {
                 continue;
             }
         }
+        // Nothing pending: the notes were compared above (`due`).
         let wait = match st.tracker.next_deadline() {
-            None if !st.unverified.is_empty() && st.broken.is_none() => POLL,
             None => IDLE,
             Some(d) => d
                 .saturating_duration_since(Instant::now())

@@ -53,11 +53,13 @@ pub fn time_calls(
     }
     let queued = t0.elapsed();
     sync()?;
-    let us = max_over_ranks(comm, t0.elapsed().as_secs_f64() * 1e6 / a.iters as f64)?;
+    let per_call = |d: Duration| d.as_secs_f64() * 1e6 / a.iters as f64;
+    // Both in one exchange, whatever the ranks' environments say (a rank
+    // that gathered once more than another would pair later rows wrongly).
+    let [us, q] = max_over_ranks_n(comm, [per_call(t0.elapsed()), per_call(queued)])?;
     if show_queue_time() {
         // Where a device call's time goes: queuing it on the host, or the stream
         // running it (calls queue ahead of the stream, as nccl-tests' do).
-        let q = max_over_ranks(comm, queued.as_secs_f64() * 1e6 / a.iters as f64)?;
         if comm.rank() == 0 {
             eprintln!(
                 "fxperf: {us:.2} µs per call, {q:.2} of it queuing on the host (slowest rank)"
@@ -75,11 +77,24 @@ fn show_queue_time() -> bool {
 
 /// The largest of every rank's `v`.
 pub fn max_over_ranks(comm: &Communicator, v: f64) -> Result<f64> {
-    let all = comm.all_gather_oob(&v.to_le_bytes())?;
-    Ok(all
-        .iter()
-        .map(|b| f64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])))
-        .fold(0.0, f64::max))
+    max_over_ranks_n(comm, [v]).map(|[m]| m)
+}
+
+/// The largest of every rank's `v[i]`, for each `i`, in one exchange.
+pub fn max_over_ranks_n<const N: usize>(comm: &Communicator, v: [f64; N]) -> Result<[f64; N]> {
+    let mine: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let all = comm.all_gather_oob(&mine)?;
+    let mut out = [0.0; N];
+    for b in &all {
+        for (i, m) in out.iter_mut().enumerate() {
+            let x = b
+                .get(8 * i..8 * i + 8)
+                .and_then(|s| s.try_into().ok())
+                .map_or(0.0, f64::from_le_bytes);
+            *m = f64::max(*m, x);
+        }
+    }
+    Ok(out)
 }
 
 /// The sum of every rank's `v`.
