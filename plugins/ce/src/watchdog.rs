@@ -572,12 +572,11 @@ fn run(shared: Arc<Shared>, reader: Reader) {
             }
         }
         // Compare in batches while calls keep completing (a pass reads the
-        // ring from the device: one per completed call would keep this thread
-        // and the driver busy beside the launching thread), and whatever is
-        // left once nothing is pending or a poll period passed.
-        let due = st.unverified.len() >= VERIFY_BATCH
-            || st.tracker.is_empty()
-            || last_verify.elapsed() >= POLL;
+        // ring from the device: one per completed call, or per call the GPU
+        // finished before the host queued the next, would keep this thread and
+        // the driver busy beside the launching thread), and whatever is left
+        // a poll period after the last comparison.
+        let due = st.unverified.len() >= VERIFY_BATCH || last_verify.elapsed() >= POLL;
         if !st.unverified.is_empty() && due {
             last_verify = Instant::now();
             // Compare the completed collectives' notes with the peers' (notes.rs):
@@ -642,8 +641,11 @@ fn run(shared: Arc<Shared>, reader: Reader) {
                 continue;
             }
         }
-        // Nothing pending: the notes were compared above (`due`).
         let wait = match st.tracker.next_deadline() {
+            // Notes not due yet: at the end of the poll period.
+            None if !st.unverified.is_empty() => POLL
+                .saturating_sub(last_verify.elapsed())
+                .max(Duration::from_millis(1)),
             None => IDLE,
             Some(d) => d
                 .saturating_duration_since(Instant::now())
