@@ -942,14 +942,16 @@ impl CeComm {
             send: Default::default(),
             recv: Default::default(),
         };
-        let cuts = p2p::kernels(&d.ops);
-        for cut in &cuts {
-            let ops: Vec<P2pOp> = cut.iter().map(|&i| d.ops[i]).collect();
-            p2p::self_paired(&ops, self.rank)
+        // Every kernel's ops, all checked before the first is queued.
+        let cuts: Vec<Vec<P2pOp>> = p2p::kernels(&d.ops)
+            .iter()
+            .map(|cut| cut.iter().map(|&i| d.ops[i]).collect())
+            .collect();
+        for ops in &cuts {
+            p2p::self_paired(ops, self.rank)
                 .map_err(|e| PluginError::invalid(format!("ce cannot run this group: {e}")))?;
         }
-        for cut in cuts {
-            let ops: Vec<P2pOp> = cut.iter().map(|&i| d.ops[i]).collect();
+        for ops in cuts {
             let args = p2p::args(
                 &base,
                 &ops,

@@ -48,9 +48,10 @@ pub const SIMPLE_AUTO: usize = usize::MAX;
 /// receive is posted; a larger one waits for it, as on NCCL (such sends and
 /// receives must be grouped when both ranks send first).
 pub const DEFAULT_P2P_BYTES: usize = 16 << 20;
-/// Default `FERROCX_CE_P2P_LL_BYTES`: not yet measured against the chunk
-/// format on two GPUs (the LL collective kernel moves 1 MiB blocks in 11–14
-/// µs on two H100s where the chunk format takes 16–24 µs at ≤ 1 MiB).
+/// Default `FERROCX_CE_P2P_LL_BYTES`. On two H200s (BENCH.md, sessions 11
+/// and 12) lines took 2–4 µs off chunks from 128 KiB to 512 KiB and gained
+/// nothing at 1 MiB, whose ring would be twice the size; below 128 KiB both
+/// are bound by the host's cost per call.
 pub const DEFAULT_P2P_LL_BYTES: usize = 512 << 10;
 /// Largest `FERROCX_CE_P2P_LL_BYTES` (its rings take 4 × this per peer).
 pub const P2P_LL_MAX_BYTES: usize = 16 << 20;

@@ -9,7 +9,8 @@
 //! call).
 //!
 //! * An entry whose event completed is dropped (its event goes back to the
-//!   pool). Launches also retire completed entries at the front.
+//!   pool). Launches also retire completed entries at the front, once a few
+//!   are tracked or a barrier route is.
 //! * An entry still pending at its deadline (launch + `Host::timeout()`):
 //!   the thread reads this rank's eager flag arrays (`cuMemcpyDtoHAsync` on
 //!   its own non-blocking stream into pinned memory, then waits — bounded —

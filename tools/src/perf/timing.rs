@@ -57,14 +57,10 @@ pub fn time_calls(
     // Both in one exchange, whatever the ranks' environments say (a rank
     // that gathered once more than another would pair later rows wrongly).
     let [us, q] = max_over_ranks_n(comm, [per_call(t0.elapsed()), per_call(queued)])?;
-    if show_queue_time() {
-        // Where a device call's time goes: queuing it on the host, or the stream
-        // running it (calls queue ahead of the stream, as nccl-tests' do).
-        if comm.rank() == 0 {
-            eprintln!(
-                "fxperf: {us:.2} µs per call, {q:.2} of it queuing on the host (slowest rank)"
-            );
-        }
+    // Where a device call's time goes: queuing it on the host, or the stream
+    // running it (calls queue ahead of the stream, as nccl-tests' do).
+    if show_queue_time() && comm.rank() == 0 {
+        eprintln!("fxperf: {us:.2} µs per call, {q:.2} of it queuing on the host (slowest rank)");
     }
     Ok(us)
 }
