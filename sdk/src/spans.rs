@@ -36,13 +36,15 @@ pub enum Point {
     CeP2pLaunch,
     /// ce: ordering after earlier calls (the watchdog's queue).
     CeOrder,
+    /// ce: within `order`, completed calls retired (event queries).
+    CeRetire,
     /// ce: handing a queued call to the watchdog (its event recorded).
     CeTrack,
     /// The SDK: `cuLaunchKernel` of an exchange or point-to-point kernel.
     KernelLaunch,
 }
 
-const POINTS: [(Point, &str); 12] = [
+const POINTS: [(Point, &str); 13] = [
     (Point::CoreCollective, "core: device collective"),
     (Point::CoreP2pGroup, "core: device send/recv bids+launch"),
     (Point::CoreBufferChecks, "core: buffer checks"),
@@ -53,6 +55,7 @@ const POINTS: [(Point, &str); 12] = [
     (Point::CeLaunch, "ce: collective launch"),
     (Point::CeP2pLaunch, "ce: send/recv launch"),
     (Point::CeOrder, "ce: order"),
+    (Point::CeRetire, "ce: retire (in order)"),
     (Point::CeTrack, "ce: track"),
     (Point::KernelLaunch, "sdk: cuLaunchKernel"),
 ];

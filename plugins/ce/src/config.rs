@@ -58,14 +58,20 @@ pub const P2P_LL_MAX_BYTES: usize = 16 << 20;
 /// Largest `FERROCX_CE_SIMPLE_SLOT`.
 pub const SIMPLE_SLOT_MAX: usize = 16 << 20;
 /// `FERROCX_CE_SIMPLE_SLOT=auto` (the default): [`AUTO_SLOT_TWO_RANKS`] for
-/// the Simple kernel at 2 ranks, the SDK's `DEFAULT_SLOT` (64 KiB) above
-/// and for the point-to-point kernel.
+/// the Simple kernel at 2 ranks, [`AUTO_SLOT_FOUR_RANKS`] at 3 and 4, the
+/// SDK's `DEFAULT_SLOT` (64 KiB) above and for the point-to-point kernel.
 pub const SIMPLE_SLOT_AUTO: usize = usize::MAX;
 /// The Simple kernel's slot at 2 ranks under `auto`: whole-slot chunks of
 /// segments from `simple::LARGE_SEG` (smaller ones still take 64 KiB), 10–12
 /// % faster at 256 MiB–1 GiB on 2 H100s (`bench/results/2026-11-27-x2-checks/run6`).
-/// Not measured above 2 ranks.
 pub const AUTO_SLOT_TWO_RANKS: usize = 128 << 10;
+/// The Simple kernel's slot at 3 and 4 ranks under `auto`: on 4 H200s
+/// reduce_scatter of 1 GiB (256 MiB blocks, whole-slot chunks) took 2628 µs
+/// with 256 KiB slots against 2934 with 64 KiB (NCCL 2433); smaller blocks
+/// and all_reduce, broadcast at 1–256 MiB moved within the spread
+/// (`bench/results/2026-11-27-session13/run2`, `t/`). The rings are 128 slots
+/// per peer: 32 MiB each. Above 4 ranks not measured: 64 KiB.
+pub const AUTO_SLOT_FOUR_RANKS: usize = 256 << 10;
 /// Default copies per batch (NCCL's intra-batch sync frequency).
 pub const DEFAULT_BATCH: usize = 8;
 /// Default size from which a collective is split into batches (NCCL's threshold).
@@ -150,6 +156,7 @@ impl Config {
         match (runs, self.simple_slot) {
             (false, _) => 0,
             (true, SIMPLE_SLOT_AUTO) if nranks <= 2 => AUTO_SLOT_TWO_RANKS,
+            (true, SIMPLE_SLOT_AUTO) if nranks <= 4 => AUTO_SLOT_FOUR_RANKS,
             (true, SIMPLE_SLOT_AUTO) => ferrocx_sdk::kernels::simple::DEFAULT_SLOT,
             (true, slot) => slot,
         }
@@ -338,10 +345,12 @@ mod tests {
         // Rings only where the Simple kernel can run.
         let d = with(&[]).unwrap();
         let small = ferrocx_sdk::kernels::simple::DEFAULT_SLOT;
-        // auto: larger slots for the Simple kernel at 2 ranks only.
+        // auto: larger slots for the Simple kernel at 2 to 4 ranks only.
         assert_eq!(d.simple_slot, SIMPLE_SLOT_AUTO);
         assert_eq!(d.simple_rings(2), AUTO_SLOT_TWO_RANKS);
-        assert_eq!(d.simple_rings(3), small);
+        assert_eq!(d.simple_rings(3), AUTO_SLOT_FOUR_RANKS);
+        assert_eq!(d.simple_rings(4), AUTO_SLOT_FOUR_RANKS);
+        assert_eq!(d.simple_rings(5), small);
         assert_eq!(d.simple_rings(17), 0, "more ranks than the kernel takes");
         let set = with(&[("FERROCX_CE_SIMPLE_SLOT", "1040")]).unwrap();
         assert_eq!((set.simple_rings(2), set.simple_rings(4)), (1040, 1040));

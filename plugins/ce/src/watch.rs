@@ -87,15 +87,32 @@ impl<E> Tracker<E> {
         self.entries.push_back(e);
     }
 
-    /// Drop the oldest entries while `done` says their event completed
-    /// (cheap: what a launch does); they come back (their events for reuse,
-    /// their notes to check).
+    /// Drop the oldest entries whose event completed (what a launch does);
+    /// they come back (their events for reuse, their notes to check).
+    /// Launches are ordered (`Watchdog::order` chains streams), so the
+    /// completed entries are a prefix: the newest is asked first (a
+    /// host-bound stream of calls has completed them all), then the end of
+    /// the prefix is found by bisection — about log2(n) event queries
+    /// instead of one per entry.
     pub fn retire_front(&mut self, mut done: impl FnMut(&E) -> bool) -> Vec<Entry<E>> {
-        let mut out = Vec::new();
-        while self.entries.front().is_some_and(|e| done(&e.event)) {
-            out.extend(self.entries.pop_front());
+        let n = self.entries.len();
+        if n == 0 {
+            return Vec::new();
         }
-        out
+        if done(&self.entries[n - 1].event) {
+            return self.entries.drain(..).collect();
+        }
+        // entries[..lo] completed, entries[hi..] pending.
+        let (mut lo, mut hi) = (0, n - 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if done(&self.entries[mid].event) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        self.entries.drain(..lo).collect()
     }
 
     /// Drop every entry whose event completed, wherever it is (collectives
@@ -319,9 +336,9 @@ mod tests {
         }
         assert_eq!(t.next_deadline(), Some(t0 + s));
         assert_eq!(t.last_event(), Some(&3));
-        // Front only: stops at the first pending one.
+        // Front only: stops at the first pending one (the newest is pending).
         let events = |v: Vec<Entry<u32>>| v.into_iter().map(|e| e.event).collect::<Vec<_>>();
-        assert_eq!(events(t.retire_front(|&e| e != 1)), vec![0]);
+        assert_eq!(events(t.retire_front(|&e| e == 0)), vec![0]);
         assert_eq!(t.len(), 3);
         assert_eq!(events(t.retire_all(|&e| e == 2)), vec![2]);
         assert_eq!(t.len(), 2);
@@ -330,6 +347,51 @@ mod tests {
         assert_eq!(t.oldest().map(|e| e.event), Some(1));
         assert_eq!(t.clear(), vec![1, 3]);
         assert!(t.is_empty() && t.next_deadline().is_none());
+    }
+
+    #[test]
+    fn tracker_retires_everything_after_one_query_when_the_newest_completed() {
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        for i in 0..5 {
+            t.push(entry(vec![], i, t0));
+        }
+        let mut asked = Vec::new();
+        let freed = t.retire_front(|&e| {
+            asked.push(e);
+            true
+        });
+        assert_eq!(asked, vec![4], "only the newest is queried");
+        assert_eq!(
+            freed.iter().map(|e| e.event).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
+        assert!(t.is_empty());
+        // Newest pending: bisection, a few queries for many entries.
+        for i in 0..32 {
+            t.push(entry(vec![], i, t0));
+        }
+        let mut n = 0;
+        let freed = t.retire_front(|&e| {
+            n += 1;
+            e < 20
+        });
+        assert_eq!(freed.len(), 20);
+        assert!(n <= 7, "{n} queries for 32 entries");
+        assert_eq!(t.oldest().map(|e| e.event), Some(20));
+        t.clear();
+        // One entry: asked once, not twice.
+        t.push(entry(vec![], 9, t0));
+        let mut n = 0;
+        assert_eq!(
+            t.retire_front(|_| {
+                n += 1;
+                true
+            })
+            .len(),
+            1
+        );
+        assert_eq!(n, 1);
     }
 
     #[test]

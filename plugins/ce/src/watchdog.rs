@@ -9,8 +9,9 @@
 //! call).
 //!
 //! * An entry whose event completed is dropped (its event goes back to the
-//!   pool). Launches also retire completed entries at the front, once a few
-//!   are tracked or a barrier route is.
+//!   pool). Launches also retire completed entries at the front, once
+//!   `RETIRE_AT` are tracked or a barrier route is (the newest event asked
+//!   first, then bisection: completions come in launch order).
 //! * An entry still pending at its deadline (launch + `Host::timeout()`):
 //!   the thread reads this rank's eager flag arrays (`cuMemcpyDtoHAsync` on
 //!   its own non-blocking stream into pinned memory, then waits — bounded —
@@ -56,8 +57,12 @@ const IDLE: Duration = Duration::from_secs(1);
 /// stream of fast calls is checked whole without a wake per call.
 const VERIFY_BATCH: usize = notes::RING / 4;
 /// Tracked calls from which a launch retires the completed ones itself (the
-/// thread does at every wake): fewer event queries per call.
-const RETIRE_AT: usize = 4;
+/// thread does at every wake). Each retire costs 1 + log2(n) event queries
+/// (`Tracker::retire_front`; a query costs 1.5–3 µs), so a larger batch
+/// means fewer per call: at 4, asking from the oldest, `order` took 2.9–4.0
+/// µs of a launch, at 32 with bisection 0.8–1.9 (2 of 4 H200s,
+/// `bench/results/2026-11-27-session13/run3`, `FERROCX_SPANS=1`).
+const RETIRE_AT: usize = 32;
 /// Longest wait for its own stream (a flag read, a release).
 const OWN_STREAM_WAIT: Duration = Duration::from_secs(5);
 
@@ -349,6 +354,7 @@ impl Watchdog {
         // reads the tracker right after this launch); self-timed kernels
         // only once a few are tracked.
         if st.tracker.len() >= RETIRE_AT || st.tracker.oldest_with_barriers().is_some() {
+            let _span = spans::enter(Point::CeRetire);
             st.retire_done(false);
         }
         // By level, not by crossing: notes that `drain` retired count too.
