@@ -822,6 +822,12 @@ fn devnet_a_killed_peer_is_named_and_nothing_hangs() {
         return;
     }
     let outs = run_n(3, &["devnet-killed"], &[], Duration::from_secs(120));
+    killed_peer_is_named(&outs);
+}
+
+/// `devnet-killed` on 3 ranks, rank 2 killed: rank 0's wait ended at its
+/// timeout, rank 1 got the peer's error naming it.
+fn killed_peer_is_named(outs: &[RankOutput]) {
     assert_eq!(outs[2].code, None, "rank 2 was killed: {}", outs[2].stderr);
     for (r, needle) in [(0, "WAIT-TIMEOUT"), (1, "UNREACHABLE")] {
         let o = &outs[r];
@@ -833,6 +839,74 @@ fn devnet_a_killed_peer_is_named_and_nothing_hangs() {
         "{}",
         outs[1].stdout
     );
+}
+
+/// ibgda's TCP carrier (the one that serves peers on other hosts), forced
+/// for peers of this host with `FERROCX_IBGDA_CARRIER=net`: the put/signal
+/// ring with fetch-adds (2 and 3 ranks; every byte, the exact signal count,
+/// each fetched value once), 100 induced primary failures (one dropped
+/// acknowledgement per round: exactly 100 path-downs, failovers and
+/// switch-backs per rank, every byte and signal once), and a killed peer
+/// (its connections close: named at once, nobody hangs). `describe` must say
+/// the peers go over TCP.
+#[test]
+fn devnet_net_carrier_ring_failover_and_killed_peer() {
+    if !gpus() {
+        return;
+    }
+    const NET: (&str, &str) = ("FERROCX_IBGDA_CARRIER", "net");
+    let tcp = |outs: &[RankOutput]| {
+        for o in outs {
+            assert!(
+                o.stdout.contains("over TCP"),
+                "rank {}: describe does not name the TCP carrier: {}",
+                o.rank,
+                o.stdout
+            );
+        }
+    };
+    for n in [2, 3] {
+        let outs = run_n(
+            n,
+            &["devnet-ring", "4", "300", "4096"],
+            &[("FERROCX_IBGDA_SLOTS", "16"), NET],
+            Duration::from_secs(300),
+        );
+        assert_all_ok(&outs);
+        for o in &outs {
+            assert!(o.stdout.contains("PASS"), "rank {}: {}", o.rank, o.stdout);
+        }
+        tcp(&outs);
+    }
+    let (rounds, count) = (100, 10);
+    let plans: Vec<String> = (0..rounds)
+        .map(|j| format!("path=primary,after={},count=1,drop", j * count))
+        .collect();
+    let plans = plans.join(";");
+    let (r, c) = (rounds.to_string(), count.to_string());
+    // 100 ms, not 20: a put here is a copy out of the GPU, a socket round
+    // trip and a copy into the peer's GPU.
+    let outs = run_n(
+        2,
+        &["devnet-ring", &r, &c, "1024", "--faults"],
+        &[
+            ("FERROCX_IBGDA_FAULT", plans.as_str()),
+            ("FERROCX_IBGDA_TIMEOUT", "100ms"),
+            ("FERROCX_IBGDA_RECOVERY", "300ms"),
+            ("FERROCX_IBGDA_RECOVERY_MAX", "300ms"),
+            NET,
+        ],
+        Duration::from_secs(300),
+    );
+    assert_all_ok(&outs);
+    let want = format!("failovers {rounds} paths down {rounds} restored {rounds}");
+    for o in &outs {
+        assert!(o.stdout.contains("PASS"), "rank {}: {}", o.rank, o.stdout);
+        assert!(o.stdout.contains(&want), "rank {}: {}", o.rank, o.stdout);
+    }
+    tcp(&outs);
+    let outs = run_n(3, &["devnet-killed"], &[NET], Duration::from_secs(120));
+    killed_peer_is_named(&outs);
 }
 
 /// The MoE all-to-all-v on ibgda's device API (issue 20's example): random

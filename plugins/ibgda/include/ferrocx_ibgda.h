@@ -789,6 +789,15 @@ struct fxg_mlx5_peer {
     fxg_u64 timeout_ns;
 };
 
+/* The mlx5 handler's table of a view: nranks entries (this rank's own is
+   zero), each owned by one thread at a time; NULL where the proxy handler
+   alone serves the communicator (describe says why). The host keeps its
+   address in the view's reserved[0]. Puts go from and to the first device
+   window registered (the signal words before one is). */
+FXG_FN struct fxg_mlx5_peer* fxg_mlx5_peers(const struct fxg_view* v) {
+    return (struct fxg_mlx5_peer*)(v->reserved[0]);
+}
+
 /* Whom an error CQE's syndrome blames: 1 the request (no path could carry
    it), 0 the path (plugins/ibgda/src/cqe.rs, Syndrome::blame). */
 FXG_FN int fxg_mlx5_blames_request(fxg_u32 syndrome) {

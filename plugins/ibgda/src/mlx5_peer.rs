@@ -4,8 +4,10 @@
 //! on each path's NIC ([`crate::rc`]'s records), the path health at its start
 //! and the put timeout — built as bytes in the header's layout (64-bit
 //! little-endian: pointers are 8 bytes), so the host side copies the table to
-//! device memory once. Not used yet: the verbs side that creates the queues
-//! is not built (docs/IBGDA.md).
+//! device memory once, then rewrites only the window keys when a window is
+//! registered ([`window_patch`]). The host side that creates the queues is
+//! `ferrocx-ibgda-host`'s `mlx5` module; no NIC has run any of it
+//! (docs/IBGDA.md).
 
 use crate::rc::{self, put_u32, put_u64, PathEnd};
 
@@ -17,6 +19,10 @@ pub const SLOT_BYTES: usize = 40;
 pub const HEALTH_BYTES: usize = 2 * SLOT_BYTES + 8 + 8 + 8;
 /// Bytes of `struct fxg_mlx5_peer`.
 pub const PEER_BYTES: usize = 2 * PATH_BYTES + HEALTH_BYTES + 8;
+
+/// Offset in `struct fxg_mlx5_path` of `raddr`, followed by `rkey` and
+/// `lkey`: the 16 bytes that name the window a put goes from and to.
+pub const PATH_KEYS_AT: usize = 56;
 
 /// Bytes of one send-queue slot (a 64-byte basic block).
 pub const SQ_SLOT_BYTES: u64 = 64;
@@ -250,6 +256,45 @@ pub fn from_records(
     table(me, &peers)
 }
 
+/// One rank's window on one path's NIC: its address there and remote key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WindowKey {
+    /// The window's address as the NIC addresses it.
+    pub addr: u64,
+    /// Its remote key on that NIC.
+    pub rkey: u32,
+}
+
+/// The writes that turn rank `me`'s table toward another window: for every
+/// peer and path, its offset in the table and the 16 bytes of `raddr`,
+/// `rkey`, `lkey` — the peer's window on that path (`windows[q][path]`) and
+/// the local key of this rank's sources there (`lkeys[path]`). Only those
+/// fields: the queues' counters and the path health the GPU keeps in the
+/// same entries are not touched, so a table in use stays consistent.
+/// `backup`: whether entries have a backup path (else only the primary's).
+pub fn window_patch(
+    me: usize,
+    windows: &[[WindowKey; 2]],
+    lkeys: [u32; 2],
+    backup: bool,
+) -> Vec<(usize, [u8; 16])> {
+    let paths = if backup { 2 } else { 1 };
+    let mut out = Vec::with_capacity(windows.len() * paths);
+    for (q, w) in windows.iter().enumerate() {
+        if q == me {
+            continue;
+        }
+        for p in 0..paths {
+            let mut b = [0u8; 16];
+            b[..8].copy_from_slice(&w[p].addr.to_le_bytes());
+            b[8..12].copy_from_slice(&w[p].rkey.to_le_bytes());
+            b[12..].copy_from_slice(&lkeys[p].to_le_bytes());
+            out.push((q * PEER_BYTES + p * PATH_BYTES + PATH_KEYS_AT, b));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,6 +357,59 @@ mod tests {
         assert_eq!(u64_at(h + SLOT_BYTES + 24), 3_000_000_000);
         assert_eq!(u32_at(h + 2 * SLOT_BYTES), 1);
         assert_eq!(u64_at(PEER_BYTES - 8), 1_000_000_000);
+    }
+
+    /// A table patched toward a window equals the table built with that
+    /// window's keys, and a table whose GPU state moved keeps that state.
+    #[test]
+    fn a_window_patch_rewrites_only_the_keys() {
+        let me = 1;
+        let mut peers = [Some(peer(0)), None, Some(peer(2)), Some(peer(3))];
+        let mut t = table(me, &peers).unwrap();
+        // The GPU has posted on rank 3's primary and a path went down.
+        let pi = 3 * PEER_BYTES + 72;
+        t[pi..pi + 4].copy_from_slice(&7u32.to_le_bytes());
+        let down = 3 * PEER_BYTES + 2 * PATH_BYTES;
+        t[down] = 1;
+        let moved = t.clone();
+        let key = |q: usize, p: usize| WindowKey {
+            addr: 0x9000_0000 + (q as u64) * 0x100 + p as u64,
+            rkey: 0xd000 + (10 * q + p) as u32,
+        };
+        let windows: Vec<[WindowKey; 2]> = (0..4).map(|q| [key(q, 0), key(q, 1)]).collect();
+        for (at, b) in window_patch(me, &windows, [0xe0, 0xe1], true) {
+            t[at..at + 16].copy_from_slice(&b);
+        }
+        for (q, p) in peers.iter_mut().enumerate() {
+            if let Some(p) = p {
+                for (k, path) in p.paths.iter_mut().enumerate() {
+                    path.raddr = key(q, k).addr;
+                    path.rkey = key(q, k).rkey;
+                    path.local.lkey = 0xe0 + k as u32;
+                }
+            }
+        }
+        let mut want = table(me, &peers).unwrap();
+        want[pi..pi + 4].copy_from_slice(&7u32.to_le_bytes());
+        want[down] = 1;
+        assert_eq!(t, want);
+        // Nothing but keys changed: every differing byte is in a key field.
+        for (i, (a, b)) in moved.iter().zip(&t).enumerate() {
+            if a != b {
+                let o = i % PEER_BYTES % PATH_BYTES;
+                assert!(
+                    i % PEER_BYTES < 2 * PATH_BYTES
+                        && (PATH_KEYS_AT..PATH_KEYS_AT + 16).contains(&o),
+                    "byte {i}"
+                );
+            }
+        }
+        // Without a backup, primaries only; never this rank's zero entry.
+        let w = window_patch(me, &windows, [1, 2], false);
+        assert_eq!(w.len(), 3);
+        assert!(w
+            .iter()
+            .all(|(at, _)| at % PEER_BYTES == PATH_KEYS_AT && at / PEER_BYTES != me));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! bootstrap's all-gather, and the attributes of every QP's RESET → INIT →
 //! RTR → RTS transitions, computed from both ends' records and the health
 //! timeout. The verbs calls that create the QPs and apply these attributes
-//! are the host side's (not built: no RDMA NIC has been lent, docs/IBGDA.md).
+//! are the host side's (`ferrocx-ibgda-host`'s `mlx5` module; never run: no
+//! RDMA NIC has been lent, docs/IBGDA.md).
 //!
 //! Path `p` of rank `a` to rank `b` is one RC QP on `a`'s path-`p` port,
 //! connected to `b`'s QP for `a` on `b`'s path-`p` port: primary to primary,

@@ -1004,6 +1004,11 @@ int main(int argc, char** argv) {{\n\
     memset(&h, 0, sizeof h);\n\
     fxg_health_init(&h, 1u, 3000000000ull, 60000000000ull);\n\
     printf(\"%d %llu\\n\", memcmp(&h, &p.health, sizeof h) == 0, (unsigned long long)p.timeout_ns);\n\
+    /* The table's address in a view (the host writes reserved[0], byte 32). */\n\
+    {{ union {{ struct fxg_view v; unsigned char b[64]; }} u; memset(&u, 0, sizeof u);\n\
+      printf(\"%d \", fxg_mlx5_peers(&u.v) == NULL);\n\
+      unsigned long long t = (unsigned long long)(size_t)&p; memcpy(u.b + 32, &t, 8);\n\
+      printf(\"%d %zu\\n\", fxg_mlx5_peers(&u.v) == &p, offsetof(struct fxg_view, reserved)); }}\n\
     return 0;\n\
 }}\n"
     );
@@ -1030,5 +1035,7 @@ int main(int argc, char** argv) {{\n\
         );
     }
     want += "1 1000000000\n";
+    // No table: NULL; the address at byte 32 (lib.rs writes it there): the table.
+    want += "1 1 32\n";
     assert_eq!(out, want);
 }

@@ -9,6 +9,10 @@
 //! twice (the same bytes, as when an RDMA WRITE is re-posted), but its signal
 //! or fetch-add goes through the destination's [`Receiver`], which applies
 //! each (sender, sequence number) once.
+//!
+//! Also here: what every carrier of this crate gives the proxy thread
+//! ([`HostCarrier`], [`Outcome`]) and the checks of a record that do not
+//! depend on the carrier ([`check_record`]).
 
 use crate::mapped::Signals;
 use ferrocx_ibgda::fault::{Fault, FaultInjector};
@@ -29,6 +33,81 @@ pub const SIGNAL_WINDOW: u32 = u32::MAX;
 pub const REFUSED_PEER_GONE: u32 = 0x1;
 /// Status of a refused post: the copy engine refused the copy.
 pub const REFUSED_COPY: u32 = 0x2;
+
+/// What a carrier saw of one attempt of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A completion (for [`Proxy::on_completion`](ferrocx_ibgda::proxy::Proxy::on_completion)).
+    Done(Completion),
+    /// An error completion with the carrier's status (for
+    /// [`Proxy::on_error_completion`](ferrocx_ibgda::proxy::Proxy::on_error_completion)).
+    Failed {
+        /// The peer the request went to.
+        peer: PeerId,
+        /// The path it went on.
+        path: Path,
+        /// The request.
+        seq: Seq,
+        /// The carrier's status code.
+        status: u32,
+    },
+}
+
+/// A carrier as the proxy thread drives it: posts (through [`Carrier`]) and,
+/// every round, [`progress`](Self::progress).
+pub trait HostCarrier: Carrier + Send {
+    /// Moves the transfers on and appends what completed (or failed) by `now`
+    /// to `out`; returns how much happened (completions, copies finished,
+    /// messages handled), so the thread keeps spinning while there is work.
+    fn progress(&mut self, now: Nanos, out: &mut Vec<Outcome>) -> usize;
+    /// Transfers the thread should keep spinning for.
+    fn in_flight(&self) -> usize;
+    /// The earliest time something is due without other activity (a delayed
+    /// completion).
+    fn next_due(&self) -> Option<Nanos>;
+    /// A line for the log (a connection broke...), oldest first.
+    fn take_note(&mut self) -> Option<String> {
+        None
+    }
+}
+
+/// Checks of `work` that hold for every carrier: the window is registered
+/// and the transfer inside it (every rank's window has the same size), a
+/// fetch-add names the signal words, signal and fetch-add words are aligned
+/// words of the `signal_bytes` every rank has.
+pub fn check_record(windows: &Windows, signal_bytes: u64, work: &WorkRecord) -> Result<(), String> {
+    let signal_ok =
+        |at: u64| at.is_multiple_of(8) && at.checked_add(8).is_some_and(|e| e <= signal_bytes);
+    if let Some(t) = work.transfer() {
+        let wins = windows.read();
+        let w = wins
+            .get(t.window as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| format!("window {} is not registered", t.window))?;
+        let fits = |off: u64| {
+            off.checked_add(u64::from(t.bytes))
+                .is_some_and(|e| e <= w.bytes)
+        };
+        if !fits(t.dst) || !fits(t.src) {
+            return Err(format!(
+                "{} bytes from offset {} to offset {} run past window {}'s {} bytes",
+                t.bytes, t.src, t.dst, t.window, w.bytes
+            ));
+        }
+    }
+    match *work {
+        WorkRecord::FetchAdd { window, .. } if window != SIGNAL_WINDOW => Err(format!(
+            "a fetch-add acts on the signal words (window FXG_SIGNALS), not window {window}"
+        )),
+        WorkRecord::PutSignal { signal, .. } if !signal_ok(signal) => Err(format!(
+            "signal word at {signal} is not an aligned word of the {signal_bytes} signal bytes"
+        )),
+        WorkRecord::FetchAdd { dst, .. } if !signal_ok(dst) => Err(format!(
+            "fetch-add word at {dst} is not an aligned word of the {signal_bytes} signal bytes"
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// A registered window as the carrier uses it.
 #[derive(Debug, Clone)]
@@ -95,8 +174,9 @@ pub struct SameHost {
     /// Completions ready for the proxy.
     ready: Vec<Completion>,
     windows: Windows,
-    /// Per rank: its signal words (this rank's own too).
-    signals: Vec<Arc<Signals>>,
+    /// Per rank: its signal words (this rank's own too), where this process
+    /// opened them (the peers this carrier serves).
+    signals: Vec<Option<Arc<Signals>>>,
     /// Per destination: its receiving side for this rank's requests.
     receivers: Vec<Receiver>,
     pids: Vec<i32>,
@@ -110,7 +190,7 @@ impl SameHost {
     pub fn new(
         paths: [Box<dyn Queue>; 2],
         windows: Windows,
-        signals: Vec<Arc<Signals>>,
+        signals: Vec<Option<Arc<Signals>>>,
         pids: Vec<i32>,
         faults: FaultInjector,
     ) -> SameHost {
@@ -131,7 +211,7 @@ impl SameHost {
     }
 
     /// Requests posted and not yet completed (or dropped).
-    pub fn in_flight(&self) -> usize {
+    fn flights(&self) -> usize {
         self.unmarked.iter().map(Vec::len).sum::<usize>()
             + self
                 .batches
@@ -144,7 +224,7 @@ impl SameHost {
 
     /// Marks what was queued, and collects the completions due at `now`
     /// (copies done, signals applied once, faults obeyed) for the proxy.
-    pub fn progress(&mut self, now: Nanos) -> Vec<Completion> {
+    fn completions(&mut self, now: Nanos) -> Vec<Completion> {
         for p in 0..2 {
             if self.unmarked[p].is_empty() {
                 continue;
@@ -180,16 +260,15 @@ impl SameHost {
         std::mem::take(&mut self.ready)
     }
 
-    /// The earliest delayed completion.
-    pub fn next_due(&self) -> Option<Nanos> {
-        self.delayed.iter().map(|d| d.0).min()
-    }
-
     /// A request's data is in place: apply what must happen once and complete it.
     fn land(&mut self, f: Flight, now: Nanos) {
         let peer = f.peer.0 as usize;
+        // `check` refused peers whose words are not open here.
+        let Some(words) = self.signals[peer].as_deref() else {
+            return;
+        };
         let mut apply = Apply {
-            words: &self.signals[peer],
+            words,
             work: f.work,
         };
         let Some(c) = self.receivers[peer].on_request(f.path, &f.req, &mut apply) else {
@@ -222,55 +301,49 @@ fn path_index(p: Path) -> usize {
     }
 }
 
+impl HostCarrier for SameHost {
+    fn progress(&mut self, now: Nanos, out: &mut Vec<Outcome>) -> usize {
+        let done = self.completions(now);
+        let n = done.len();
+        out.extend(done.into_iter().map(Outcome::Done));
+        n
+    }
+
+    fn in_flight(&self) -> usize {
+        self.flights()
+    }
+
+    fn next_due(&self) -> Option<Nanos> {
+        self.delayed.iter().map(|d| d.0).min()
+    }
+}
+
 impl Carrier for SameHost {
     fn check(&self, peer: PeerId, work: &WorkRecord) -> Result<(), String> {
         let p = peer.0 as usize;
         if p >= self.pids.len() {
             return Err(format!("peer {p} is not a rank of this communicator"));
         }
-        let words = self.signals[p].len() as u64;
-        let signal_ok =
-            |at: u64| at.is_multiple_of(8) && at.checked_add(8).is_some_and(|e| e <= words);
+        let words = self.signals[p]
+            .as_ref()
+            .ok_or_else(|| format!("rank {p} is not served by the same-host carrier"))?;
+        check_record(&self.windows, words.len() as u64, work)?;
         if let Some(t) = work.transfer() {
             let wins = self.windows.read();
-            let w = wins
-                .get(t.window as usize)
-                .and_then(Option::as_ref)
-                .ok_or_else(|| format!("window {} is not registered", t.window))?;
-            let fits = |off: u64| {
-                off.checked_add(u64::from(t.bytes))
-                    .is_some_and(|e| e <= w.bytes)
-            };
-            if !fits(t.dst) || !fits(t.src) {
-                return Err(format!(
-                    "{} bytes from offset {} to offset {} run past window {}'s {} bytes",
-                    t.bytes, t.src, t.dst, t.window, w.bytes
-                ));
-            }
-            if w.peer_bases.get(p).is_none_or(|&b| b == 0) {
+            let w = wins.get(t.window as usize).and_then(Option::as_ref);
+            if w.is_none_or(|w| w.peer_bases.get(p).is_none_or(|&b| b == 0)) {
                 return Err(format!(
                     "rank {p}'s window {} is not mapped in this process",
                     t.window
                 ));
             }
         }
-        match *work {
-            WorkRecord::FetchAdd { window, .. } if window != SIGNAL_WINDOW => Err(format!(
-                "a fetch-add acts on the signal words (window FXG_SIGNALS), not window {window}"
-            )),
-            WorkRecord::PutSignal { signal, .. } if !signal_ok(signal) => Err(format!(
-                "signal word at {signal} is not an aligned word of the {words} signal bytes"
-            )),
-            WorkRecord::FetchAdd { dst, .. } if !signal_ok(dst) => Err(format!(
-                "fetch-add word at {dst} is not an aligned word of the {words} signal bytes"
-            )),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 
     fn post(&mut self, peer: PeerId, path: Path, req: &CarrierRequest) -> Result<(), Refused> {
         let p = peer.0 as usize;
-        if !self.peer_alive(p) {
+        if self.signals.get(p).is_none_or(Option::is_none) || !self.peer_alive(p) {
             return Err(Refused {
                 status: REFUSED_PEER_GONE,
             });

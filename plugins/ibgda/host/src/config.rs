@@ -18,6 +18,38 @@ pub struct Config {
     pub signal_bytes: usize,
     /// Injected faults (`FERROCX_IBGDA_FAULT`).
     pub faults: Vec<FaultPlan>,
+    /// Which NIC handler (`FERROCX_IBGDA_HANDLER`).
+    pub handler: Handler,
+    /// `FERROCX_IBGDA_CARRIER=net`: every peer through the TCP carrier, also
+    /// those of this host.
+    pub force_net: bool,
+    /// `FERROCX_IBGDA_NET_IFS`: the interfaces the TCP carrier may use.
+    pub net_ifs: Option<ferrocx_net_socket::IfSpec>,
+}
+
+/// `FERROCX_IBGDA_HANDLER`: which NIC handler `comm_init` sets up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handler {
+    /// mlx5 where every rank can bring it up, else the proxy (the default).
+    Auto,
+    /// The proxy handler, mlx5 not tried.
+    Proxy,
+    /// mlx5 or an error saying why not.
+    Mlx5,
+}
+
+impl Handler {
+    /// From the variable's value (case-insensitive; empty is `auto`).
+    pub fn parse(v: &str) -> PluginResult<Handler> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Handler::Auto),
+            "proxy" => Ok(Handler::Proxy),
+            "mlx5" => Ok(Handler::Mlx5),
+            _ => Err(PluginError::invalid(format!(
+                "FERROCX_IBGDA_HANDLER={v}: expected auto, proxy or mlx5"
+            ))),
+        }
+    }
 }
 
 impl Config {
@@ -56,11 +88,25 @@ impl Config {
             Some(v) if !v.trim().is_empty() => parse_plans(&v).map_err(PluginError::invalid)?,
             _ => Vec::new(),
         };
+        let handler = Handler::parse(&lookup("FERROCX_IBGDA_HANDLER").unwrap_or_default())?;
+        let force_net =
+            crate::dispatch::force_net(&lookup("FERROCX_IBGDA_CARRIER").unwrap_or_default())?;
+        let net_ifs = match lookup("FERROCX_IBGDA_NET_IFS") {
+            Some(v) if !v.trim().is_empty() => {
+                Some(ferrocx_net_socket::IfSpec::parse(&v).map_err(|e| {
+                    PluginError::invalid(format!("FERROCX_IBGDA_NET_IFS: {}", e.message()))
+                })?)
+            }
+            _ => None,
+        };
         Ok(Config {
             health,
             slots: slots as u32,
             signal_bytes,
             faults,
+            handler,
+            force_net,
+            net_ifs,
         })
     }
 }
@@ -98,6 +144,18 @@ mod tests {
         assert_eq!(c.health.recovery, Duration::from_millis(60));
         assert_eq!(c.health.max_recovery, Duration::from_millis(480));
         assert_eq!((c.slots, c.signal_bytes, c.faults.len()), (64, 4096, 1));
+        assert_eq!(cfg(&[]).unwrap().handler, Handler::Auto);
+        for (v, h) in [
+            ("proxy", Handler::Proxy),
+            ("MLX5", Handler::Mlx5),
+            (" auto ", Handler::Auto),
+        ] {
+            assert_eq!(
+                cfg(&[("FERROCX_IBGDA_HANDLER", v)]).unwrap().handler,
+                h,
+                "{v}"
+            );
+        }
         let c = cfg(&[("FERROCX_IBGDA_RECOVERY_MAX", "3s")]).unwrap();
         assert_eq!(c.health.max_recovery, c.health.recovery, "no back-off");
         assert!(cfg(&[("FERROCX_IBGDA_RECOVERY_MAX", "2s")])
@@ -131,6 +189,10 @@ mod tests {
             (
                 &[("FERROCX_IBGDA_FAULT", "pth=primary")][..],
                 "FERROCX_IBGDA_FAULT",
+            ),
+            (
+                &[("FERROCX_IBGDA_HANDLER", "gpu")][..],
+                "FERROCX_IBGDA_HANDLER=gpu: expected auto, proxy or mlx5",
             ),
         ] {
             let e = cfg(vars).unwrap_err().to_string();

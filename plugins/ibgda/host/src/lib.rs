@@ -5,18 +5,20 @@
 //! per-peer request rings in pinned host memory (`ferrocx_ibgda.h`); a host
 //! thread of this rank (`thread.rs`) takes them, routes each through the
 //! per-(me, peer) path health machine of `ferrocx-ibgda`, carries it
-//! (`carrier.rs`: copy-engine streams to peers of this host, one per path) and
-//! writes one completion per request back.
+//! (`carrier.rs`: copy-engine streams to peers of this host, one per path;
+//! `net/`: two TCP connections to peers of other hosts; `dispatch.rs`: which
+//! serves which peer) and writes one completion per request back.
 //!
-//! What this handler does not do yet (docs/IBGDA.md): peers on other hosts
-//! (the carriers over net-socket and net-ib), and the mlx5 handler where a GPU
-//! rings the NIC itself. `comm_init` says so (`FX_UNSUPPORTED`) rather than
-//! pretend.
+//! What this handler does not do yet (docs/IBGDA.md): a carrier over RDMA
+//! (net-ib), and the mlx5 handler where a GPU rings the NIC itself.
 
 mod carrier;
 mod clock;
 mod config;
+mod dispatch;
 mod mapped;
+mod mlx5;
+mod net;
 mod nics;
 mod thread;
 mod view;
@@ -24,9 +26,9 @@ mod view;
 pub use carrier::SIGNAL_WINDOW;
 pub use view::{View, VIEW_HEADER_BYTES, VIEW_MAGIC, VIEW_PEER_BYTES, VIEW_VERSION};
 
-use carrier::{SameHost, Win, Windows};
+use carrier::{Win, Windows};
 use config::Config;
-use ferrocx_ibgda::fault::FaultInjector;
+use dispatch::Route;
 use ferrocx_ibgda::health::{Path, PeerId};
 use ferrocx_ibgda::proxy::{Proxy, ProxyConfig, QueueId};
 use ferrocx_ibgda::queue::{CompletionQueue, RequestQueue};
@@ -61,10 +63,20 @@ pub struct IbgdaComm {
     view: DeviceBlock,
     /// The host's GPU↔NIC pairing from sysfs, for `describe` ([`nics`]).
     nics: String,
+    /// How each rank is reached ([`dispatch`]).
+    routes: Vec<Route>,
+    /// Which carrier serves which peers, for `describe`.
+    carriers: String,
+    /// The mlx5 handler, where every rank brought it up; else why not.
+    /// Before the signal words and the context: its MRs cover the former,
+    /// its table and registrations need the latter.
+    mlx5: Result<Box<mlx5::setup::Mlx5>, String>,
+    /// The core's all-gather, for the mlx5 handler's window registration.
+    oob: Oob,
     // Dropped after the thread stopped (field order: the thread is joined in
     // comm_destroy / Drop first).
     _rings: Arc<Pinned>,
-    _signals: Vec<Arc<Signals>>,
+    _signals: Vec<Option<Arc<Signals>>>,
     _ctx: Arc<Context>,
 }
 
@@ -94,19 +106,15 @@ impl DevNet for Ibgda {
         let cfg = Config::from_env(&|n| self.host.env(n));
         // Every rank learns every rank's outcome before anything is shared,
         // so one rank's refusal is everyone's (no rank waits in a later step).
-        let me = &info.peers[info.rank];
         let local = match (&cfg, info.cuda_device) {
             (Err(e), _) => Err(e.to_string()),
             (_, None) => Err(format!("rank {} has no GPU", info.rank)),
-            _ => match info.peers.iter().find(|p| p.host_hash != me.host_hash) {
-                Some(p) => Err(format!(
-                    "rank {} is on another host: the proxy handler carries between ranks of one host only (its net-socket and net-ib carriers are not built)",
-                    p.rank
-                )),
-                None => Ok(()),
-            },
+            _ => Ok(()),
         };
-        let word = |ok: &Result<(), String>| [ok.is_ok() as u8];
+        // Peers of other hosts (or all, FERROCX_IBGDA_CARRIER=net) go over
+        // TCP; every rank must agree on the knob, or the routes would not pair.
+        let force_net = cfg.as_ref().is_ok_and(|c| c.force_net);
+        let word = |ok: &Result<(), String>| [ok.is_ok() as u8, force_net as u8];
         let all = oob.all_gather(&word(&local))?;
         if let Err(why) = local {
             let cfg_error = cfg.is_err();
@@ -121,6 +129,18 @@ impl DevNet for Ibgda {
                 "rank {r} cannot use ibgda (see its log)"
             )));
         }
+        if let Some(r) = all
+            .iter()
+            .position(|v| v.get(1) != Some(&(force_net as u8)))
+        {
+            return Err(PluginError::invalid(format!(
+                "FERROCX_IBGDA_CARRIER differs between ranks: rank {} has {}, rank {r} the other",
+                info.rank,
+                if force_net { "net" } else { "auto" }
+            )));
+        }
+        let hosts: Vec<u64> = info.peers.iter().map(|p| p.host_hash).collect();
+        let routes = dispatch::routes(info.rank, &hosts, force_net);
         let cfg = cfg.expect("checked above");
         let dev = info.cuda_device.expect("checked above");
         let ctx = Arc::new(Context::primary(dev)?);
@@ -144,10 +164,9 @@ impl DevNet for Ibgda {
         oob.barrier()?;
         let mut signals = Vec::with_capacity(n);
         let mut opened = Ok(());
-        for r in 0..n {
-            if r == rank {
-                continue;
-            }
+        // Only the same-host carrier writes a peer's words (the TCP carrier's
+        // far side writes its own).
+        for r in (0..n).filter(|&r| routes[r] == Route::SameHost) {
             match Signals::open(&name(r), cfg.signal_bytes) {
                 Ok(s) => signals.push((r, Arc::new(s))),
                 Err(e) => {
@@ -165,9 +184,13 @@ impl DevNet for Ibgda {
             )));
         }
         let signals_device = own.device().expect("own segment is mapped");
-        signals.push((rank, Arc::new(own)));
-        signals.sort_by_key(|s| s.0);
-        let signals: Vec<Arc<Signals>> = signals.into_iter().map(|s| s.1).collect();
+        let own_words = Arc::new(own);
+        signals.push((rank, own_words.clone()));
+        let mut by_rank: Vec<Option<Arc<Signals>>> = vec![None; n];
+        for (r, s) in signals {
+            by_rank[r] = Some(s);
+        }
+        let signals = by_rank;
 
         // Rings: per peer a request ring and a completion ring, in pinned memory.
         let pcfg = ProxyConfig {
@@ -225,18 +248,34 @@ impl DevNet for Ibgda {
         };
         view.write(view_at, &v.encode())?;
 
+        // The mlx5 handler (collective; FERROCX_IBGDA_HANDLER): its table's
+        // device address goes to the view's reserved[0] (byte 32).
+        let own_bdf = ferrocx_sdk::cuda::pci_id(dev)
+            .ok()
+            .map(ferrocx_sdk::device::pci_name);
+        let words = (own_words.word(0).as_ptr() as u64, own_words.len() as u64);
+        let mlx5 = match mlx5::setup::bring_up(rank, n, &cfg, own_bdf.as_deref(), words, &oob)? {
+            mlx5::setup::Brought::Up(m) => {
+                view.write(view_at + 32, &m.table().to_le_bytes())?;
+                Ok(m)
+            }
+            mlx5::setup::Brought::Proxy(why) => Err(why),
+        };
+
         let drv = ferrocx_sdk::device::cuda::CudaDriver;
         let device = drv.device(dev)?;
-        let paths = [device.queue()?, device.queue()?];
         let windows: Windows = Arc::default();
-        let pids = info.peers.iter().map(|p| p.pid).collect();
-        let carrier = SameHost::new(
-            paths,
+        // Collective (the TCP carrier connects every pair it serves).
+        let (carrier, carriers) = dispatch::build(
+            info,
+            &cfg,
+            &oob,
+            &*device,
+            &routes,
             windows.clone(),
             signals.clone(),
-            pids,
-            FaultInjector::new(cfg.faults.clone()),
-        );
+            own_words,
+        )?;
         let shared = Arc::new(Shared::default());
         let thread = thread::spawn(ctx.clone(), proxy, carrier, shared.clone(), self.host, rank)
             .map_err(|e| sys("starting the proxy thread", e))?;
@@ -252,6 +291,10 @@ impl DevNet for Ibgda {
             windows,
             view,
             nics: nics::describe(&ferrocx_sdk::sysfs::Sysfs::system(), own.as_deref()),
+            mlx5,
+            oob,
+            routes,
+            carriers,
             _rings: rings,
             _signals: signals,
             _ctx: ctx,
@@ -277,21 +320,35 @@ impl DevNet for Ibgda {
                 "ibgda windows are device memory (register the window with window_register_device)",
             ));
         }
-        if let Some(r) = (0..comm.nranks).find(|&r| desc.peer_bases[r] == 0) {
+        // The copy-engine carrier writes into the peers' windows mapped here;
+        // the TCP carrier's far side writes into its own.
+        let mapped = |r: usize| comm.routes[r] != Route::SameHost || desc.peer_bases[r] != 0;
+        if let Some(r) = (0..comm.nranks).find(|&r| !mapped(r)) {
             return Err(PluginError::unsupported(format!(
-                "rank {r}'s window is not mapped in this process (CUDA IPC failed or another host)"
+                "rank {r}'s window is not mapped in this process (CUDA IPC failed)"
             )));
         }
-        let mut wins = comm.windows.write();
-        wins.push(Some(Win {
-            base: desc.base,
-            bytes: desc.bytes,
-            peer_bases: desc.peer_bases.clone(),
-        }));
-        Ok((wins.len() - 1) as u32)
+        let id = {
+            let mut wins = comm.windows.write();
+            wins.push(Some(Win {
+                base: desc.base,
+                bytes: desc.bytes,
+                peer_bases: desc.peer_bases.clone(),
+            }));
+            (wins.len() - 1) as u32
+        };
+        // The mlx5 table names one device window: the first registered while
+        // none is (collective, as this hook is; every rank decides alike).
+        if let Ok(m) = &mut comm.mlx5 {
+            m.attach_window(id, desc.base, desc.bytes, &comm.oob)?;
+        }
+        Ok(id)
     }
 
     fn window_deregister(&self, comm: &mut IbgdaComm, id: u32) -> PluginResult<()> {
+        if let Ok(m) = &mut comm.mlx5 {
+            m.detach_window(id)?;
+        }
         let mut wins = comm.windows.write();
         match wins.get_mut(id as usize) {
             Some(w @ Some(_)) => {
@@ -335,9 +392,16 @@ impl DevNet for Ibgda {
                 list.join("; ")
             )
         };
+        let handler = match &comm.mlx5 {
+            Ok(m) => format!(
+                "{}; the header's ring API (fxg_put, …) is served by the proxy handler",
+                m.describe()
+            ),
+            Err(why) => format!("proxy handler (mlx5 handler not used: {why})"),
+        };
         format!(
-            "rank {}: proxy handler (no mlx5 handler is built; every peer is on this host): a host thread takes the kernels' requests, two copy-engine streams per rank are the primary and backup paths, signals and fetch-adds are host atomics on the peer's signal words; completion timeout {:?}, recovery {:?} (up to {:?} for a flapping path), {} slots per ring, {} signal bytes{faults}; NIC pairing from sysfs (for the mlx5 handler, unused by the proxy): {}",
-            comm.rank, comm.cfg.health.timeout, comm.cfg.health.recovery, comm.cfg.health.max_recovery, comm.cfg.slots, comm.cfg.signal_bytes, comm.nics
+            "rank {}: {handler}: a host thread takes the kernels' requests; {}; completion timeout {:?}, recovery {:?} (up to {:?} for a flapping path), {} slots per ring, {} signal bytes{faults}; NIC pairing from sysfs (for the mlx5 handler, unused by the proxy): {}",
+            comm.rank, comm.carriers, comm.cfg.health.timeout, comm.cfg.health.recovery, comm.cfg.health.max_recovery, comm.cfg.slots, comm.cfg.signal_bytes, comm.nics
         )
     }
 }

@@ -5,23 +5,30 @@
 //! copy-engine streams, so nothing here changes what it does: `describe`
 //! reports the pairing, which is how it is seen on a real host.
 
-use ferrocx_ibgda::pairing::{nic_slots, pair, BackupRule, PciDevice, Topology};
-use ferrocx_sdk::sysfs::Sysfs;
+use ferrocx_ibgda::pairing::{nic_slots, pair, BackupRule, Pairing, PciDevice, Topology};
+use ferrocx_sdk::sysfs::{GidEntry, GidKind, LinkLayer, Nic, PortInfo, Sysfs};
 
-/// One line on this host's pairing for the GPU with bus id `own` (all GPUs
-/// when `None` or not found), or why there is none.
-pub fn describe(sysfs: &Sysfs, own: Option<&str>) -> String {
+/// This host's GPUs and RDMA NICs on PCI, paired ([`pair`]).
+struct Paired {
+    gpus: Vec<ferrocx_sdk::sysfs::PciFunction>,
+    /// The NICs on PCI, in the order of `slots`.
+    nics: Vec<Nic>,
+    slots: Vec<u32>,
+    pairs: Vec<Pairing>,
+}
+
+/// Scan and pair, or why not (the reasons `describe` prints).
+fn paired(sysfs: &Sysfs) -> Result<Paired, String> {
     let root = sysfs.root().display();
-    let nics = match sysfs.scan() {
-        Ok(n) => n,
-        Err(e) => return format!("cannot read {root}/class/infiniband: {e}"),
-    };
-    let (placed, unplaced): (Vec<_>, Vec<_>) = nics.iter().partition(|n| n.pci.is_some());
+    let nics = sysfs
+        .scan()
+        .map_err(|e| format!("cannot read {root}/class/infiniband: {e}"))?;
+    let (placed, unplaced): (Vec<_>, Vec<_>) = nics.into_iter().partition(|n| n.pci.is_some());
     if placed.is_empty() {
-        return match unplaced.len() {
+        return Err(match unplaced.len() {
             0 => format!("no RDMA NIC under {root}/class/infiniband: nothing to pair"),
             k => format!("{k} RDMA device(s) under {root}/class/infiniband, none on PCI (soft-RoCE?): nothing to pair"),
-        };
+        });
     }
     let gpus = sysfs.gpus();
     let names: Vec<&str> = placed.iter().map(|n| n.name.as_str()).collect();
@@ -39,15 +46,115 @@ pub fn describe(sysfs: &Sysfs, own: Option<&str>) -> String {
             slot,
             // Active ports only (a down one must not be chosen); the pairing
             // knows single- and dual-port NICs.
-            ports: n.ports.iter().filter(|p| p.active).count().clamp(1, 2) as u8,
+            ports: active_ports(n).len().clamp(1, 2) as u8,
             path: n.pci.as_ref().expect("partitioned").0.clone(),
         });
     }
     let pairs = match Topology::from_pci(&devices).map(|t| pair(&t)) {
         Ok(Ok(p)) => p,
-        Ok(Err(e)) => return format!("cannot pair: {e}"),
-        Err(e) => return format!("cannot place the devices on PCI: {e}"),
+        Ok(Err(e)) => return Err(format!("cannot pair: {e}")),
+        Err(e) => return Err(format!("cannot place the devices on PCI: {e}")),
     };
+    Ok(Paired {
+        gpus,
+        nics: placed,
+        slots,
+        pairs,
+    })
+}
+
+fn active_ports(n: &Nic) -> Vec<&PortInfo> {
+    n.ports.iter().filter(|p| p.active).collect()
+}
+
+/// One port the mlx5 handler opens: the verbs device, the port's number and
+/// the GID it sends from (`None`: InfiniBand without a listed GID, GID 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortChoice {
+    /// Verbs device name (`mlx5_0`).
+    pub device: String,
+    /// Port number, from 1.
+    pub port: u8,
+    /// GID index and GID.
+    pub gid: Option<(u8, [u8; 16])>,
+}
+
+/// The GID a port sends from: on RoCE a RoCE v2 IPv4-mapped one, else any
+/// RoCE v2, else the first; on InfiniBand the first. (net-ib's `choose_gid`
+/// has the same rule but lives in a crate this one cannot depend on.)
+fn gid_of(p: &PortInfo) -> Option<(u8, [u8; 16])> {
+    let v4 = |g: &&GidEntry| g.gid[..10] == [0; 10] && g.gid[10..12] == [0xff, 0xff];
+    let v2 = |g: &&GidEntry| g.kind == GidKind::RoceV2;
+    let g = if p.link_layer == LinkLayer::InfiniBand {
+        p.gids.first()
+    } else {
+        p.gids
+            .iter()
+            .filter(v2)
+            .find(v4)
+            .or_else(|| p.gids.iter().find(v2))
+            .or_else(|| p.gids.first())
+    };
+    g.map(|g| (g.index, g.gid))
+}
+
+/// The primary and backup ports the pairing gives the GPU with bus id
+/// `own`, or why the mlx5 handler has none.
+pub fn ports_for(sysfs: &Sysfs, own: &str) -> Result<[PortChoice; 2], String> {
+    let p = paired(sysfs)?;
+    let gpu = p.gpus.iter().position(|g| g.bdf == own).ok_or_else(|| {
+        format!(
+            "this rank's GPU {own} is not under {}",
+            sysfs.root().display()
+        )
+    })?;
+    let pr = p
+        .pairs
+        .iter()
+        .find(|x| x.gpu as usize == gpu)
+        .ok_or_else(|| format!("the pairing has no entry for GPU {own}"))?;
+    let choice = |slot: u32, port: u8| -> Result<PortChoice, String> {
+        let i = p
+            .slots
+            .iter()
+            .position(|&s| s == slot)
+            .ok_or("unknown NIC slot")?;
+        let nic = &p.nics[i];
+        // The pairing counts active ports; the k-th is the one it means.
+        let info = active_ports(nic)
+            .get(usize::from(port.max(1)) - 1)
+            .copied()
+            .ok_or_else(|| format!("{} has no active port {port}", nic.name))?;
+        Ok(PortChoice {
+            device: nic.name.clone(),
+            port: info.port,
+            gid: gid_of(info),
+        })
+    };
+    let primary = choice(pr.primary.slot, pr.primary.port)?;
+    let Some((b, _)) = pr.backup else {
+        return Err(format!(
+            "no backup port for GPU {own} (one single-port NIC, {}:{}): the mlx5 handler needs two paths",
+            primary.device, primary.port
+        ));
+    };
+    Ok([primary, choice(b.slot, b.port)?])
+}
+
+/// One line on this host's pairing for the GPU with bus id `own` (all GPUs
+/// when `None` or not found), or why there is none.
+pub fn describe(sysfs: &Sysfs, own: Option<&str>) -> String {
+    let root = sysfs.root().display();
+    let Paired {
+        gpus,
+        nics: placed,
+        slots,
+        pairs,
+    } = match paired(sysfs) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let names: Vec<&str> = placed.iter().map(|n| n.name.as_str()).collect();
     let name = |slot: u32| {
         slots
             .iter()
@@ -114,6 +221,17 @@ mod tests {
     }
 
     impl Tree {
+        /// GPU 0 with mlx5_0 behind one switch, GPU 1 with mlx5_1 behind
+        /// another (on the other root complex), single-port NICs.
+        fn two_switches_each_with_a_gpu_and_a_nic(&self) {
+            let sw0 = ["pci0000:00", "0000:00:01.0", "0000:01:00.0"];
+            let sw1 = ["pci0000:80", "0000:80:01.0", "0000:81:00.0"];
+            self.gpu(&[sw0[0], sw0[1], sw0[2], "0000:02:00.0"]);
+            self.nic("mlx5_0", &[sw0[0], sw0[1], sw0[2], "0000:03:00.0"], 1);
+            self.gpu(&[sw1[0], sw1[1], sw1[2], "0000:82:00.0"]);
+            self.nic("mlx5_1", &[sw1[0], sw1[1], sw1[2], "0000:83:00.0"], 1);
+        }
+
         fn new(tag: &str) -> Tree {
             let root =
                 std::env::temp_dir().join(format!("fx-ibgda-sysfs-{tag}-{}", std::process::id()));
@@ -152,12 +270,7 @@ mod tests {
     #[test]
     fn two_gpus_each_behind_a_switch_with_its_nic() {
         let t = Tree::new("pairs");
-        let sw0 = ["pci0000:00", "0000:00:01.0", "0000:01:00.0"];
-        let sw1 = ["pci0000:80", "0000:80:01.0", "0000:81:00.0"];
-        t.gpu(&[sw0[0], sw0[1], sw0[2], "0000:02:00.0"]);
-        t.nic("mlx5_0", &[sw0[0], sw0[1], sw0[2], "0000:03:00.0"], 1);
-        t.gpu(&[sw1[0], sw1[1], sw1[2], "0000:82:00.0"]);
-        t.nic("mlx5_1", &[sw1[0], sw1[1], sw1[2], "0000:83:00.0"], 1);
+        t.two_switches_each_with_a_gpu_and_a_nic();
         let s = Sysfs::new(&t.0);
         let all = describe(&s, None);
         assert!(all.starts_with("2 GPUs and 2 NICs in "), "{all}");
@@ -227,5 +340,52 @@ mod tests {
         n.nic("mlx5_0", &["pci0000:00", "0000:00:01.0", "0000:03:00.0"], 1);
         let d = describe(&Sysfs::new(&n.0), None);
         assert!(d.starts_with("0 GPUs and 1 NICs in "), "{d}");
+    }
+
+    /// The ports the mlx5 handler opens: the pairing's primary and backup
+    /// for this rank's GPU, the GID it sends from, or why none.
+    #[test]
+    fn the_mlx5_handler_gets_this_gpu_s_two_ports_or_the_reason() {
+        let t = Tree::new("ports");
+        t.two_switches_each_with_a_gpu_and_a_nic();
+        // mlx5_1 is RoCE: a link-local v1 GID, then an IPv4-mapped v2 one.
+        let p = t.0.join("class/infiniband/mlx5_1/ports/1");
+        write(&p.join("link_layer"), "Ethernet");
+        write(&p.join("gids/0"), "fe80:0000:0000:0000:0000:0000:0000:0001");
+        write(&p.join("gid_attrs/types/0"), "IB/RoCE v1");
+        write(&p.join("gids/1"), "0000:0000:0000:0000:0000:ffff:0a00:0001");
+        write(&p.join("gid_attrs/types/1"), "RoCE v2");
+        let s = Sysfs::new(&t.0);
+        let [a, b] = ports_for(&s, "0000:82:00.0").unwrap();
+        assert_eq!((a.device.as_str(), a.port), ("mlx5_1", 1));
+        let mut v4 = [0u8; 16];
+        v4[10..].copy_from_slice(&[0xff, 0xff, 10, 0, 0, 1]);
+        assert_eq!(a.gid, Some((1, v4)));
+        assert_eq!((b.device.as_str(), b.port), ("mlx5_0", 1));
+        let e = ports_for(&s, "0000:99:00.0").unwrap_err();
+        assert!(
+            e.starts_with("this rank's GPU 0000:99:00.0 is not under "),
+            "{e}"
+        );
+
+        // One single-port NIC: no backup, so no mlx5 handler.
+        let sw0 = ["pci0000:00", "0000:00:01.0", "0000:01:00.0"];
+        let one = Tree::new("ports1");
+        one.gpu(&[sw0[0], sw0[1], sw0[2], "0000:02:00.0"]);
+        one.nic("mlx5_0", &[sw0[0], sw0[1], sw0[2], "0000:03:00.0"], 2);
+        write(
+            &one.0.join("class/infiniband/mlx5_0/ports/1/state"),
+            "1: DOWN",
+        );
+        let e = ports_for(&Sysfs::new(&one.0), "0000:02:00.0").unwrap_err();
+        // Its first port down: the one active port is port 2.
+        assert!(
+            e.starts_with("no backup port for GPU 0000:02:00.0 (one single-port NIC, mlx5_0:2)"),
+            "{e}"
+        );
+        let none = Tree::new("ports0");
+        none.gpu(&[sw0[0], sw0[1], "0000:02:00.0"]);
+        let e = ports_for(&Sysfs::new(&none.0), "0000:02:00.0").unwrap_err();
+        assert!(e.starts_with("no RDMA NIC under "), "{e}");
     }
 }

@@ -2,7 +2,7 @@
 //! machine and the carrier, writes completions, and parks when idle (the CI
 //! machine has two cores and runs several ranks).
 
-use crate::carrier::SameHost;
+use crate::carrier::{HostCarrier, Outcome};
 use crate::clock;
 use ferrocx_ibgda::health::Nanos;
 use ferrocx_ibgda::proxy::{Proxy, ProxyEvent};
@@ -31,11 +31,42 @@ const MAX_PARK: Duration = Duration::from_micros(500);
 /// Rounds without work before the thread starts sleeping.
 const SPINS: u32 = 2000;
 
+/// One round of the loop at `now`: the proxy takes and routes requests, the
+/// carrier moves its transfers, their outcomes go back to the proxy. Returns
+/// how much happened (0: nothing to do).
+pub fn step(
+    proxy: &mut Proxy,
+    carrier: &mut impl HostCarrier,
+    now: Nanos,
+    out: &mut Vec<Outcome>,
+) -> usize {
+    let mut work = proxy.poll(carrier, now);
+    work += carrier.progress(now, out);
+    for o in out.drain(..) {
+        // An outcome the sender no longer knows (a late or duplicate one, a
+        // request already failed over) is counted as stray.
+        let _ = match o {
+            Outcome::Done(c) => proxy.on_completion(c, carrier, now),
+            Outcome::Failed {
+                peer,
+                path,
+                seq,
+                status,
+            } => proxy.on_error_completion(peer, path, seq, status, carrier, now),
+        };
+    }
+    if work > 0 {
+        // Completions made room: take what waited for it.
+        work += proxy.poll(carrier, now);
+    }
+    work
+}
+
 /// Start the thread on `ctx`'s device; it logs through `host`.
-pub fn spawn(
+pub fn spawn<C: HostCarrier + 'static>(
     ctx: Arc<Context>,
     mut proxy: Proxy,
-    mut carrier: SameHost,
+    mut carrier: C,
     shared: Arc<Shared>,
     host: Host,
     rank: usize,
@@ -50,20 +81,14 @@ pub fn spawn(
                 return;
             }
             let mut idle = 0u32;
+            let mut out = Vec::new();
             while !shared.stop.load(Ordering::Acquire) {
                 let now = Nanos(clock::now());
-                let mut work = proxy.poll(&mut carrier, now);
-                let done = carrier.progress(now);
-                work += done.len();
-                for c in done {
-                    // A completion the sender no longer knows is counted as stray.
-                    let _ = proxy.on_completion(c, &mut carrier, now);
-                }
-                if work > 0 {
-                    // Completions made room: take what waited for it.
-                    proxy.poll(&mut carrier, now);
-                }
+                let work = step(&mut proxy, &mut carrier, now, &mut out);
                 record(&mut proxy, &shared, &host, rank);
+                while let Some(note) = carrier.take_note() {
+                    host.warn(format!("ibgda rank {rank}: {note}"));
+                }
                 if work > 0 || carrier.in_flight() > 0 {
                     idle = 0;
                     std::hint::spin_loop();
