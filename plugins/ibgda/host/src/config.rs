@@ -89,8 +89,7 @@ impl Config {
             _ => Vec::new(),
         };
         let handler = Handler::parse(&lookup("FERROCX_IBGDA_HANDLER").unwrap_or_default())?;
-        let force_net =
-            crate::dispatch::force_net(&lookup("FERROCX_IBGDA_CARRIER").unwrap_or_default())?;
+        let force_net = force_net(&lookup("FERROCX_IBGDA_CARRIER").unwrap_or_default())?;
         let net_ifs = match lookup("FERROCX_IBGDA_NET_IFS") {
             Some(v) if !v.trim().is_empty() => {
                 Some(ferrocx_net_socket::IfSpec::parse(&v).map_err(|e| {
@@ -108,6 +107,18 @@ impl Config {
             force_net,
             net_ifs,
         })
+    }
+}
+
+/// `FERROCX_IBGDA_CARRIER`: `auto` (or empty: each peer by its host) or
+/// `net` (every peer over TCP); whether it forces the net carrier.
+pub fn force_net(v: &str) -> PluginResult<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "auto" => Ok(false),
+        "net" => Ok(true),
+        _ => Err(PluginError::invalid(format!(
+            "FERROCX_IBGDA_CARRIER={v}: expected auto or net"
+        ))),
     }
 }
 
@@ -198,5 +209,14 @@ mod tests {
             let e = cfg(vars).unwrap_err().to_string();
             assert!(e.contains(needle), "{vars:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_carrier_knob_takes_auto_or_net() {
+        assert!(!force_net("").unwrap());
+        assert!(!force_net(" Auto ").unwrap());
+        assert!(force_net("NET").unwrap());
+        let e = force_net("ib").unwrap_err().to_string();
+        assert!(e.contains("FERROCX_IBGDA_CARRIER=ib"), "{e}");
     }
 }

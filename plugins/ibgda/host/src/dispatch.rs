@@ -50,18 +50,6 @@ pub fn routes(me: usize, host_hashes: &[u64], force_net: bool) -> Vec<Route> {
         .collect()
 }
 
-/// `FERROCX_IBGDA_CARRIER`: `auto` (or empty: each peer by its host) or
-/// `net` (every peer over TCP); whether it forces the net carrier.
-pub fn force_net(v: &str) -> PluginResult<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "" | "auto" => Ok(false),
-        "net" => Ok(true),
-        _ => Err(PluginError::invalid(format!(
-            "FERROCX_IBGDA_CARRIER={v}: expected auto or net"
-        ))),
-    }
-}
-
 /// The peers (by rank) `routes` sends through `route`, for messages.
 pub fn ranks_of(routes: &[Route], route: Route) -> Vec<usize> {
     (0..routes.len()).filter(|&r| routes[r] == route).collect()
@@ -235,14 +223,5 @@ mod tests {
         assert_eq!(routes(1, &hosts, true), [Net, Me, Net, Net, Net]);
         assert_eq!(ranks_of(&routes(1, &hosts, false), Net), [2, 4]);
         assert_eq!(routes(0, &[3], false), [Me]);
-    }
-
-    #[test]
-    fn the_carrier_knob_takes_auto_or_net() {
-        assert!(!force_net("").unwrap());
-        assert!(!force_net(" Auto ").unwrap());
-        assert!(force_net("NET").unwrap());
-        let e = force_net("ib").unwrap_err().to_string();
-        assert!(e.contains("FERROCX_IBGDA_CARRIER=ib"), "{e}");
     }
 }

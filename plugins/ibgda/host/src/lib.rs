@@ -114,7 +114,14 @@ impl DevNet for Ibgda {
         // Peers of other hosts (or all, FERROCX_IBGDA_CARRIER=net) go over
         // TCP; every rank must agree on the knob, or the routes would not pair.
         let force_net = cfg.as_ref().is_ok_and(|c| c.force_net);
-        let word = |ok: &Result<(), String>| [ok.is_ok() as u8, force_net as u8];
+        // So must the signal words' size: each rank checks the words a peer
+        // names against its own (a mismatch would read as a network fault).
+        let signal_bytes = cfg.as_ref().map_or(0, |c| c.signal_bytes as u64);
+        let word = |ok: &Result<(), String>| {
+            let mut w = vec![ok.is_ok() as u8, force_net as u8];
+            w.extend_from_slice(&signal_bytes.to_le_bytes());
+            w
+        };
         let all = oob.all_gather(&word(&local))?;
         if let Err(why) = local {
             let cfg_error = cfg.is_err();
@@ -127,6 +134,15 @@ impl DevNet for Ibgda {
         if let Some(r) = all.iter().position(|v| v.first() != Some(&1)) {
             return Err(PluginError::unsupported(format!(
                 "rank {r} cannot use ibgda (see its log)"
+            )));
+        }
+        if let Some(r) = all
+            .iter()
+            .position(|v| v.get(2..10) != Some(&signal_bytes.to_le_bytes()[..]))
+        {
+            return Err(PluginError::invalid(format!(
+                "FERROCX_IBGDA_SIGNAL_BYTES differs between ranks: rank {} has {signal_bytes}, rank {r} another",
+                info.rank
             )));
         }
         if let Some(r) = all
@@ -315,33 +331,38 @@ impl DevNet for Ibgda {
     }
 
     fn window_register(&self, comm: &mut IbgdaComm, desc: &WindowDesc) -> PluginResult<u32> {
-        if desc.mem != MemKind::Cuda {
-            return Err(PluginError::unsupported(
+        let local = if desc.mem != MemKind::Cuda {
+            Err(PluginError::unsupported(
                 "ibgda windows are device memory (register the window with window_register_device)",
-            ));
-        }
-        // The copy-engine carrier writes into the peers' windows mapped here;
-        // the TCP carrier's far side writes into its own.
-        let mapped = |r: usize| comm.routes[r] != Route::SameHost || desc.peer_bases[r] != 0;
-        if let Some(r) = (0..comm.nranks).find(|&r| !mapped(r)) {
-            return Err(PluginError::unsupported(format!(
-                "rank {r}'s window is not mapped in this process (CUDA IPC failed)"
-            )));
-        }
-        let id = {
-            let mut wins = comm.windows.write();
-            wins.push(Some(Win {
-                base: desc.base,
-                bytes: desc.bytes,
-                peer_bases: desc.peer_bases.clone(),
-            }));
-            (wins.len() - 1) as u32
+            ))
+        } else {
+            // The copy-engine carrier writes into the peers' windows mapped
+            // here; the TCP carrier's far side writes into its own.
+            let mapped = |r: usize| comm.routes[r] != Route::SameHost || desc.peer_bases[r] != 0;
+            match (0..comm.nranks).find(|&r| !mapped(r)) {
+                Some(r) => Err(PluginError::unsupported(format!(
+                    "rank {r}'s window is not mapped in this process (CUDA IPC failed)"
+                ))),
+                None => Ok(()),
+            }
         };
+        let id = comm.windows.read().len() as u32;
         // The mlx5 table names one device window: the first registered while
-        // none is (collective, as this hook is; every rank decides alike).
+        // none is. Collective whatever this rank met (its failure is its
+        // outcome in the all-gather), so no rank waits alone.
         if let Ok(m) = &mut comm.mlx5 {
-            m.attach_window(id, desc.base, desc.bytes, &comm.oob)?;
+            let mine = local
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| e.message().to_string());
+            m.attach_window(id, desc.base, desc.bytes, mine, &comm.oob)?;
         }
+        local?;
+        comm.windows.write().push(Some(Win {
+            base: desc.base,
+            bytes: desc.bytes,
+            peer_bases: desc.peer_bases.clone(),
+        }));
         Ok(id)
     }
 

@@ -42,11 +42,16 @@ fn paired(sysfs: &Sysfs) -> Result<Paired, String> {
         })
         .collect();
     for (n, &slot) in placed.iter().zip(&slots) {
+        // Active ports only (a down one must not be chosen; a NIC with none
+        // is not offered, keeping its slot so the others pair as before);
+        // the pairing knows single- and dual-port NICs.
+        let active = active_ports(n).len();
+        if active == 0 {
+            continue;
+        }
         devices.push(PciDevice::Nic {
             slot,
-            // Active ports only (a down one must not be chosen); the pairing
-            // knows single- and dual-port NICs.
-            ports: active_ports(n).len().clamp(1, 2) as u8,
+            ports: active.min(2) as u8,
             path: n.pci.as_ref().expect("partitioned").0.clone(),
         });
     }

@@ -117,6 +117,18 @@ impl Receiver {
         })
     }
 
+    /// Whether `from`'s request `seq` (carrying `completed_below`) still needs
+    /// its data landed, for a receiver that lands a put's bytes before
+    /// [`on_request`](Self::on_request): not when it was applied before (a
+    /// copy re-posted on the other path brings the same bytes), nor when the
+    /// sender completed it already — a late copy of an old put would land
+    /// over newer data the sender wrote since.
+    pub fn needs_data(&mut self, from: PeerId, seq: Seq, completed_below: Seq) -> bool {
+        let src = self.sources.entry(from).or_default();
+        src.learn_completed_below(completed_below.0);
+        !src.is_applied(seq.0) && seq.0 >= src.completed_below
+    }
+
     /// Every request of `from` below this number has been applied.
     pub fn applied_below(&self, from: PeerId) -> Seq {
         Seq(self.sources.get(&from).map_or(0, |s| s.applied_below))

@@ -564,6 +564,36 @@ fn the_receiver_applies_once_and_repeats_its_first_answer() {
     assert_eq!(mem.adds[&(ME, Seq(0))].len(), 1);
 }
 
+/// A receiver that lands bytes itself asks first: fresh requests need their
+/// data, copies of applied ones do not, and a late copy of a request the
+/// sender completed must not land (newer data may be there).
+#[test]
+fn the_receiver_says_which_puts_still_need_their_data() {
+    let mut rx = Receiver::new(P1);
+    let mut mem = super::sim::LogMemory::default();
+    let req = |seq, below| Request {
+        from: ME,
+        seq: Seq(seq),
+        op: write(seq),
+        completed_below: Seq(below),
+    };
+    assert!(rx.needs_data(ME, Seq(0), Seq(0)));
+    rx.on_request(Path::Primary, &req(0, 0), &mut mem).unwrap();
+    // Its copy on the backup: applied, no data, still acknowledged.
+    assert!(!rx.needs_data(ME, Seq(0), Seq(0)));
+    assert!(rx.on_request(Path::Backup, &req(0, 0), &mut mem).is_some());
+    // 1 is sent, then the sender completes it and 2 says so; a copy of 1
+    // arriving after that needs nothing, and nobody waits for its answer.
+    assert!(rx.needs_data(ME, Seq(1), Seq(1)));
+    rx.on_request(Path::Primary, &req(1, 1), &mut mem).unwrap();
+    assert!(rx.needs_data(ME, Seq(2), Seq(2)));
+    assert!(!rx.needs_data(ME, Seq(1), Seq(1)));
+    assert_eq!(rx.on_request(Path::Backup, &req(1, 1), &mut mem), None);
+    // Another sender is apart.
+    assert!(rx.needs_data(P1, Seq(0), Seq(0)));
+    assert_eq!(mem.writes[&(ME, Seq(1))], 1);
+}
+
 /// Faults of one primary path: each episode drops everything, drops some hops,
 /// delays completions past the timeout, or loses only the completions (the data
 /// landed). Episodes are spaced so the primary is taken back between them, and the

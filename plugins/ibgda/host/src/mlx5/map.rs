@@ -14,8 +14,17 @@ use std::ffi::c_void;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 
-/// Host page bytes (registrations are whole pages).
-pub const PAGE: u64 = 4096;
+/// Host page bytes (registrations are whole pages): 4 KiB on x86-64, 4 or
+/// 64 KiB on aarch64 (GH200).
+pub fn page() -> u64 {
+    // SAFETY: sysconf reads a constant of the running system.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
+}
 
 /// Merge `ranges` (start, bytes) into sorted, disjoint runs of whole pages.
 pub fn plan(ranges: &[(u64, u64)], page: u64) -> Vec<(u64, u64)> {
@@ -74,26 +83,54 @@ impl HostMap {
             flags |= sys::CU_MEMHOSTREGISTER_IOMEMORY;
         }
         let what = if io { "a UAR page" } else { "queue memory" };
-        for (start, len) in plan(ranges, PAGE) {
-            let p = start as *mut c_void;
-            // SAFETY: whole pages of live mappings (libmlx5's queue buffers or
-            // its mmap of the UAR), kept until this map is dropped, which the
-            // caller orders before the QPs and CQs are destroyed.
-            let r = unsafe { sys::cuMemHostRegister_v2(p, len as usize, flags) };
-            let already = r == sys::CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-            if !already {
-                check(r, "cuMemHostRegister")
-                    .map_err(|e| format!("{what}, {len} bytes at {start:#x}: {}", e.message()))?;
-                m.owned.push(start);
+        let page = page();
+        for (start, len) in plan(ranges, page) {
+            match m.register_run(start, len, flags, what)? {
+                true => {}
+                // Part of the run was registered before (by someone else, who
+                // may have covered only some of it): page by page, each
+                // translated on its own.
+                false => {
+                    for at in (start..start + len).step_by(page as usize) {
+                        m.register_run(at, page, flags, what)?;
+                    }
+                }
             }
-            let mut dev = 0;
-            // SAFETY: registered (here or before) with DEVICEMAP.
-            let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, p, 0) };
-            check(r, "cuMemHostGetDevicePointer")
-                .map_err(|e| format!("{what} at {start:#x}: {}", e.message()))?;
-            m.spans.0.push((start, len, dev));
         }
         Ok(m)
+    }
+
+    /// Register one run and record where it is for the GPU; `false` (and
+    /// nothing recorded) where CUDA says some of it is registered already,
+    /// except for a single page, which is then translated as it is.
+    fn register_run(
+        &mut self,
+        start: u64,
+        len: u64,
+        flags: u32,
+        what: &str,
+    ) -> Result<bool, String> {
+        let p = start as *mut c_void;
+        // SAFETY: whole pages of live mappings (libmlx5's queue buffers or
+        // its mmap of the UAR), kept until this map is dropped, which the
+        // caller orders before the QPs and CQs are destroyed.
+        let r = unsafe { sys::cuMemHostRegister_v2(p, len as usize, flags) };
+        let already = r == sys::CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        if already && len > page() {
+            return Ok(false);
+        }
+        if !already {
+            check(r, "cuMemHostRegister")
+                .map_err(|e| format!("{what}, {len} bytes at {start:#x}: {}", e.message()))?;
+            self.owned.push(start);
+        }
+        let mut dev = 0;
+        // SAFETY: registered (here or before) with DEVICEMAP.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, p, 0) };
+        check(r, "cuMemHostGetDevicePointer")
+            .map_err(|e| format!("{what} at {start:#x}: {}", e.message()))?;
+        self.spans.0.push((start, len, dev));
+        Ok(true)
     }
 
     /// Where the registered runs are for the GPU.
@@ -138,7 +175,7 @@ fn dmabuf(addr: u64, len: u64) -> Result<(OwnedFd, u64), String> {
     let span = ferrocx_sdk::cuda::device_span(addr as usize)
         .ok_or_else(|| format!("{addr:#x} is not device memory"))?;
     let base = span.base as u64;
-    let size = (span.size as u64).div_ceil(PAGE) * PAGE;
+    let size = (span.size as u64).div_ceil(page()) * page();
     if addr + len > base + span.size as u64 {
         return Err(format!(
             "{len} bytes at {addr:#x} run past their allocation"
@@ -192,6 +229,8 @@ pub fn register_window(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PAGE: u64 = 4096;
 
     #[test]
     fn ranges_merge_into_whole_disjoint_pages() {

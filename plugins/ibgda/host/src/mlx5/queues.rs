@@ -472,15 +472,24 @@ pub struct Qp {
     pub raw: Raw,
 }
 
+/// Entries to ask of `ibv_create_cq` for a QP of `slots` send WRs: one per
+/// basic block of the send queue libmlx5 makes for them (see [`Qp::create`]).
+pub fn cq_entries(slots: u32) -> i32 {
+    slots.saturating_mul(4).min(i32::MAX as u32) as i32
+}
+
 // SAFETY: as for `Port`.
 unsafe impl Send for Qp {}
 // SAFETY: as for `Port`.
 unsafe impl Sync for Qp {}
 
 impl Qp {
-    /// A QP of `slots` send WRs (one basic block each: a WRITE or an atomic
-    /// with one gather entry and no inline data) and a CQ of as many
-    /// entries, on `port`; then its buffers through mlx5dv.
+    /// A QP of `slots` send WRs and a CQ of [`cq_entries`] entries, on
+    /// `port`; then its buffers through mlx5dv. The GPU writes one basic
+    /// block per WQE (a WRITE or an atomic with one gather entry, no inline
+    /// data), but libmlx5 sizes the send queue for the largest RC WQE (a
+    /// memory-window bind: 4 blocks), so the queue has up to 4 × `slots`
+    /// blocks, and the header wants a CQE for each.
     pub fn create(port: &Arc<Port>, slots: u32) -> Result<Qp, String> {
         let v = &port.verbs;
         let name = &port.name;
@@ -488,7 +497,7 @@ impl Qp {
         let cq = unsafe {
             (v.create_cq)(
                 port.ctx,
-                slots as i32,
+                cq_entries(slots),
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
                 0,
@@ -496,7 +505,8 @@ impl Qp {
         };
         if cq.is_null() {
             return Err(format!(
-                "ibv_create_cq({name}, {slots}) failed: {}",
+                "ibv_create_cq({name}, {}) failed: {}",
+                cq_entries(slots),
                 errno()
             ));
         }

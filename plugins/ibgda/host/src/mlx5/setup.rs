@@ -127,12 +127,14 @@ struct PathSide {
     signals: Mr,
 }
 
-/// Everything one rank made in step 1.
+/// Everything one rank made in step 1. Dropped in field order, as `Mlx5`:
+/// the CUDA registrations of the queue pages before libmlx5 frees them (a
+/// rank whose bring-up ends with the proxy drops this).
 struct Local {
+    io: HostMap,
+    host: HostMap,
     paths: Vec<PathSide>,
     record: Endpoints,
-    host: HostMap,
-    io: HostMap,
 }
 
 /// The mlx5 handler of one communicator, once up. Dropped in field order:
@@ -198,24 +200,35 @@ impl Mlx5 {
     }
 
     /// Make the table name a device window (`id`, `base`, `bytes` as this
-    /// rank registered it): collective, every rank with the handler up, at
-    /// the registration of the first window while none is attached. Each
-    /// rank registers the window on both paths' NICs (dma-buf, else peer
-    /// memory); one all-gather of the outcomes and keys; where every rank
-    /// succeeded, this rank's table gets the peers' window keys and its own
-    /// sources' local keys ([`mlx5_peer::window_patch`]: the queues' counters
-    /// and the path health in the table are left alone). Where a rank
-    /// failed, the table keeps naming the signal words and `describe` says
-    /// why. No put may be in flight (the registration contract). Errors only
-    /// where the all-gather or the table's copy failed.
-    pub fn attach_window(&mut self, id: u32, base: u64, bytes: u64, oob: &Oob) -> PluginResult<()> {
+    /// rank registers it; `this_rank`: whether its registration holds so
+    /// far): collective, every rank with the handler up, at every window
+    /// registration (a no-op on every rank while one is attached: all
+    /// decide alike). Each rank registers the window on both paths' NICs
+    /// (dma-buf, else peer memory); one all-gather of the outcomes and keys;
+    /// where every rank succeeded, this rank's table gets the peers' window
+    /// keys and its own sources' local keys ([`mlx5_peer::window_patch`]:
+    /// the queues' counters and the path health in the table are left
+    /// alone). Where a rank failed, the table keeps naming the signal words
+    /// and `describe` says why. No put may be in flight (the registration
+    /// contract). Errors where the all-gather or the table's copy failed.
+    pub fn attach_window(
+        &mut self,
+        id: u32,
+        base: u64,
+        bytes: u64,
+        this_rank: Result<(), String>,
+        oob: &Oob,
+    ) -> PluginResult<()> {
         if self.attached.is_some() {
             return Ok(());
         }
         let mut mrs = Vec::with_capacity(PATHS);
         let mut how = Registered::DmaBuf;
-        let mut local: Result<(), String> = Ok(());
+        let mut local = this_rank;
         for (p, side) in self._paths.iter().enumerate() {
+            if local.is_err() {
+                break;
+            }
             match register_window(&side.port, base, bytes, true) {
                 Ok((mr, h)) => {
                     how = h;
@@ -245,10 +258,11 @@ impl Mlx5 {
             .map(|b| window_keys(&b[OUTCOME_BYTES..]))
             .collect();
         let lkeys = [mrs[0].lkey(), mrs[1].lkey()];
-        self.patch(&keys, lkeys)?;
+        // Attached on every rank alike (the decision was collective); a table
+        // this rank could not rewrite is this rank's error.
         self.attached = Some(Attached { id, how, _mrs: mrs });
         self.window_note = None;
-        Ok(())
+        self.patch(&keys, lkeys)
     }
 
     /// The table names the signal words again when window `id` (the
@@ -316,6 +330,7 @@ fn port_line(c: &PortChoice, p: &Port) -> String {
 
 /// Step 1 on this rank.
 fn local(
+    verbs: Result<Arc<Verbs>, String>,
     me: usize,
     n: usize,
     cfg: &Config,
@@ -323,7 +338,7 @@ fn local(
     signals: (u64, u64),
 ) -> Result<(Local, [String; PATHS]), String> {
     // The libraries first: without rdma-core nothing else matters.
-    let verbs = Arc::new(Verbs::load()?);
+    let verbs = verbs?;
     let own = own_gpu.ok_or("this rank's GPU has no PCI bus id")?;
     let choice = nics::ports_for(&ferrocx_sdk::sysfs::Sysfs::system(), own)?;
     let mut paths = Vec::with_capacity(PATHS);
@@ -412,10 +427,14 @@ fn connect(
         for (q, qp) in side.qps.iter().enumerate() {
             let Some(qp) = qp else { continue };
             let which = rc::path_name(p);
-            let c = rc::connect(&all[me], &all[q], p, timeout_ns).map_err(|e| e.to_string())?;
+            let c = rc::connect(&all[me], &all[q], p, timeout_ns)
+                .map_err(|e| format!("{which} path to rank {q}: {e}"))?;
             qp.connect(&c)
                 .map_err(|e| format!("{which} path to rank {q}: {e}"))?;
-            let hq: HostQueues = qp.raw.check().map_err(|e| e.to_string())?;
+            let hq: HostQueues = qp
+                .raw
+                .check()
+                .map_err(|e| format!("{which} path to rank {q}: {e}"))?;
             cq_entries = 1 << hq.cq_log;
             let lq = hq
                 .local(
@@ -460,10 +479,23 @@ pub fn bring_up(
     signals: (u64, u64),
     oob: &Oob,
 ) -> PluginResult<Brought> {
+    bring_up_with(Verbs::shared, me, n, cfg, own_gpu, signals, oob)
+}
+
+/// [`bring_up`] with the libraries from `verbs` (tests load missing ones).
+fn bring_up_with(
+    verbs: impl FnOnce() -> Result<Arc<Verbs>, String>,
+    me: usize,
+    n: usize,
+    cfg: &Config,
+    own_gpu: Option<&str>,
+    signals: (u64, u64),
+    oob: &Oob,
+) -> PluginResult<Brought> {
     let forced = cfg.handler == Handler::Mlx5;
     let step1 = match cfg.handler {
         Handler::Proxy => Err("FERROCX_IBGDA_HANDLER=proxy".to_string()),
-        _ => local(me, n, cfg, own_gpu, signals),
+        _ => local(verbs(), me, n, cfg, own_gpu, signals),
     };
     let rec_len = Endpoints::encoded_len(n);
     let mut mine = Outcome {

@@ -11,6 +11,7 @@
 
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::{Arc, OnceLock};
 
 /// `struct ibv_device` (opaque).
 pub type IbvDevice = c_void;
@@ -448,6 +449,13 @@ impl Verbs {
     /// ("libmlx5.so.1 not found: <dlerror>").
     pub fn load() -> Result<Verbs, String> {
         Self::load_from(LIBIBVERBS, LIBMLX5)
+    }
+
+    /// [`load`](Self::load) once per process: rdma-core is not meant to be
+    /// unloaded, and every `comm_init` asks.
+    pub fn shared() -> Result<Arc<Verbs>, String> {
+        static ONCE: OnceLock<Result<Arc<Verbs>, String>> = OnceLock::new();
+        ONCE.get_or_init(|| Self::load().map(Arc::new)).clone()
     }
 
     /// [`load`](Self::load) from the given names (tests name ones that do not exist).

@@ -231,6 +231,14 @@ impl NetCarrier {
                 {
                     return reply(self, AckStatus::OutOfBounds, None);
                 }
+                // A copy of a put applied before brings the same bytes; one the
+                // sender completed already must not land over newer data.
+                let fresh =
+                    self.receiver
+                        .needs_data(PeerId(req.from), Seq(seq), Seq(req.completed_below));
+                if !fresh {
+                    return self.land(p, &req);
+                }
                 let data = std::mem::take(&mut req.payload);
                 if self.writes[p]
                     .write(&w, dst, data, Incoming { req })
@@ -367,8 +375,22 @@ impl HostCarrier for NetCarrier {
                     Ok(bytes) => {
                         let mut req = o.req;
                         req.payload = bytes;
-                        if let Some(c) = self.conn(o.peer, p) {
-                            c.send(&Msg::Request(req));
+                        let seq = req.seq;
+                        match self.conn(o.peer, p) {
+                            Some(c) if c.broken().is_none() => c.send(&Msg::Request(req)),
+                            // The connection broke while the bytes were read (and
+                            // its sweep may have passed): fail it now, not at the
+                            // health timeout.
+                            _ => {
+                                if self.awaiting.remove(&(o.peer, p, seq)).is_some() {
+                                    out.push(Outcome::Failed {
+                                        peer: PeerId(o.peer),
+                                        path,
+                                        seq: Seq(seq),
+                                        status: STATUS_CONN_BROKEN,
+                                    });
+                                }
+                            }
                         }
                     }
                     Err(_) => {
@@ -514,8 +536,13 @@ impl Carrier for NetCarrier {
                 signal: Some((signal, value, op)),
             },
             WorkRecord::FetchAdd { dst, add, .. } => Op::FetchAdd { dst, add },
-            // The proxy keeps quiets; nothing reaches a carrier.
-            WorkRecord::Quiet => return Ok(()),
+            // The proxy keeps quiets; one that reached a carrier would never
+            // complete, so it is refused.
+            WorkRecord::Quiet => {
+                return Err(Refused {
+                    status: REFUSED_COPY,
+                })
+            }
         };
         let wire = WireRequest {
             from: self.me,

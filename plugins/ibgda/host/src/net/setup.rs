@@ -46,7 +46,6 @@ pub fn connect(
     local: Result<[SocketAddr; 2], String>,
     timeout: Duration,
 ) -> Result<Links, String> {
-    let deadline = Instant::now() + timeout;
     let listening = local.and_then(|l| {
         let a = conn::listen(l[0]).map_err(|e| format!("listen on {}: {e}", l[0]))?;
         let b = conn::listen(l[1]).map_err(|e| format!("listen on {}: {e}", l[1]))?;
@@ -54,6 +53,9 @@ pub fn connect(
     });
     let record = addr::encode(listening.as_ref().ok().map(|l| &l.1));
     let all = g.all_gather(&record)?;
+    // From here: waiting for slow ranks to reach the all-gather does not eat
+    // into the time to dial and accept.
+    let deadline = Instant::now() + timeout;
     let mine = listening.and_then(|(listeners, at)| {
         let conns = links(me, net, token, &all, &listeners, deadline)?;
         Ok(Links { conns, local: at })

@@ -1,19 +1,21 @@
 use super::*;
 use ferrocx_ibgda::mlx5_peer::{self, Mlx5Path, Mlx5Peer};
 
-/// What mlx5dv gives for a QP of 128 send WRs: 128 basic blocks of 64
-/// bytes, a 256-entry CQ of 64-byte CQEs, BlueFlame of 256 bytes.
+/// What mlx5dv gives for a QP of 128 send WRs: 512 basic blocks of 64
+/// bytes (libmlx5 sizes an RC WQE for every send operation, memory-window
+/// binds included: 4 blocks), a CQ asked for 4 × 128 entries (1024: libmlx5
+/// rounds n + 1 up to a power of two) of 64-byte CQEs, BlueFlame of 256 bytes.
 fn raw() -> Raw {
     Raw {
         qpn: 0x1a2b,
         sq_buf: 0x7f00_0001_0000,
-        sq_wqe_cnt: 128,
+        sq_wqe_cnt: 512,
         sq_stride: 64,
         dbrec: 0x7f00_0000_0040,
         bf_reg: 0x7f10_0000_0800,
         bf_size: 256,
         cq_buf: 0x7f00_0004_0000,
-        cqe_cnt: 256,
+        cqe_cnt: 1024,
         cqe_size: 64,
         cq_dbrec: 0x7f00_0000_0080,
     }
@@ -22,13 +24,13 @@ fn raw() -> Raw {
 #[test]
 fn queues_as_returned_become_the_table_s_local_queues() {
     let h = raw().check().unwrap();
-    assert_eq!((h.slots, h.cq_log, h.qpn), (128, 8, 0x1a2b));
+    assert_eq!((h.slots, h.cq_log, h.qpn), (512, 10, 0x1a2b));
     assert_eq!(
         h.host_ranges(),
         [
-            (0x7f00_0001_0000, 128 * 64),
+            (0x7f00_0001_0000, 512 * 64),
             (0x7f00_0000_0040, 8),
-            (0x7f00_0004_0000, 256 * 64),
+            (0x7f00_0004_0000, 1024 * 64),
             (0x7f00_0000_0080, 8)
         ]
     );
@@ -41,13 +43,13 @@ fn queues_as_returned_become_the_table_s_local_queues() {
         l,
         LocalQueues {
             sq: 0x2_0001_0000,
-            slots: 128,
+            slots: 512,
             qpn: 0x1a2b,
             // The send counter: the record's second word.
             dbrec: 0x2_0000_0044,
             uar: 0x3_0000_0800,
             cq: 0x2_0004_0000,
-            cq_log: 8,
+            cq_log: 10,
             cq_dbrec: 0x2_0000_0080,
             lkey: 0x55,
         }
@@ -95,14 +97,14 @@ fn buffers_the_device_header_cannot_drive_are_refused_with_the_value() {
         bad(&|r| r.cqe_cnt = 64),
         QueueError::CqEntries {
             cqes: 64,
-            slots: 128
+            slots: 512
         }
     );
     assert_eq!(
         bad(&|r| r.cqe_cnt = 300),
         QueueError::CqEntries {
             cqes: 300,
-            slots: 128
+            slots: 512
         }
     );
     assert_eq!(bad(&|r| r.sq_buf = 0), QueueError::Address("send queue", 0));
@@ -235,4 +237,19 @@ fn port_attributes_become_the_record_s_address() {
     assert!(port_addr(2, &a, Some((0, [1; 16])))
         .unwrap_err()
         .contains("MTU enum 9"));
+}
+
+/// The CQ is asked for enough entries for the send queue libmlx5 makes of
+/// `slots` WRs (up to 4 basic blocks a WR), which `Raw::check` demands.
+#[test]
+fn the_cq_covers_the_send_queue_libmlx5_makes() {
+    for slots in [1u32, 16, 128, 256, 4096] {
+        let blocks = 4 * slots.next_power_of_two();
+        // libmlx5: a CQ of n entries has the power of two above n.
+        let cqes = (cq_entries(slots) as u32 + 1).next_power_of_two();
+        assert!(
+            cqes >= blocks,
+            "{slots} WRs: {cqes} CQEs for {blocks} blocks"
+        );
+    }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::mlx5::verbs::LIBMLX5;
 use ferrocx_sdk::abi::{FxCommOob, FX_OK};
 use std::ffi::c_void;
 
@@ -135,9 +136,9 @@ fn cfg(handler: &str) -> Config {
         .unwrap()
 }
 
-/// The real bring-up on this machine, one rank: where rdma-core is absent
-/// (this machine, CI without it) the real dlopen fails, the choice says so
-/// and falls back to the proxy; forced, it is an error saying the same.
+/// The bring-up on one rank with libraries that do not exist (a real
+/// dlopen failing): the choice says so and falls back to the proxy; forced,
+/// it is an error saying the same; `proxy` asks for nothing.
 #[test]
 fn without_rdma_core_the_bring_up_falls_back_to_the_proxy_saying_why() {
     let raw = FxCommOob {
@@ -149,22 +150,18 @@ fn without_rdma_core_the_bring_up_falls_back_to_the_proxy_saying_why() {
     let oob = unsafe { Oob::from_raw(&raw, 1) };
     let words = [0u64; 8];
     let signals = (words.as_ptr() as u64, 64);
-    let missing = Verbs::load().err();
-    let Some(missing) = missing else {
-        eprintln!("skipped the fallback check: libibverbs and libmlx5 load here");
-        return;
-    };
-    match bring_up(0, 1, &cfg("auto"), Some("0000:00:00.0"), signals, &oob).unwrap() {
+    let absent = || Verbs::load_from("libibverbs-absent.so.1", LIBMLX5).map(Arc::new);
+    let missing = absent().err().expect("no such library");
+    assert!(
+        missing.starts_with("libibverbs-absent.so.1 not found: "),
+        "{missing}"
+    );
+    let up = |handler: &str, gpu| bring_up_with(absent, 0, 1, &cfg(handler), gpu, signals, &oob);
+    match up("auto", Some("0000:00:00.0")).unwrap() {
         Brought::Proxy(why) => assert_eq!(why, format!("rank 0: {missing}")),
         Brought::Up(_) => panic!("mlx5 came up without rdma-core"),
     }
-    assert!(
-        missing.starts_with("libibverbs.so.1 not found: ")
-            || missing.starts_with("libmlx5.so.1 not found: ")
-    );
-    let e = bring_up(0, 1, &cfg("mlx5"), Some("0000:00:00.0"), signals, &oob)
-        .err()
-        .unwrap();
+    let e = up("mlx5", Some("0000:00:00.0")).err().unwrap();
     assert_eq!(
         e.message(),
         format!("FERROCX_IBGDA_HANDLER=mlx5 on rank 0, but the mlx5 handler is unavailable: rank 0: {missing}")
@@ -172,6 +169,14 @@ fn without_rdma_core_the_bring_up_falls_back_to_the_proxy_saying_why() {
     match bring_up(0, 1, &cfg("proxy"), None, signals, &oob).unwrap() {
         Brought::Proxy(why) => assert_eq!(why, "rank 0: FERROCX_IBGDA_HANDLER=proxy"),
         Brought::Up(_) => panic!("proxy asked for"),
+    }
+    // The real libraries where they load: a GPU on no PCI tree of this
+    // machine has no ports to pair, and the reason says so.
+    if Verbs::shared().is_ok() {
+        match bring_up(0, 1, &cfg("auto"), Some("0000:ff:1f.7"), signals, &oob).unwrap() {
+            Brought::Proxy(why) => assert!(why.starts_with("rank 0: "), "{why}"),
+            Brought::Up(_) => panic!("mlx5 came up for a GPU that is not there"),
+        }
     }
 }
 
