@@ -37,6 +37,7 @@ mod error;
 mod export;
 pub mod failover;
 mod host;
+pub mod iface;
 #[cfg(feature = "cuda")]
 pub mod kernels;
 pub mod proc;

@@ -66,15 +66,15 @@ mod blob;
 pub mod config;
 mod conn;
 mod dial;
-pub mod iface;
 mod linger;
 mod recv;
 mod send;
 mod sock;
 mod wire;
 
-pub use config::{Config, IfSpec};
+pub use config::Config;
 pub use conn::{SocketConn, SocketRequest};
+pub use ferrocx_sdk::iface::{self, IfSpec};
 
 use ferrocx_sdk::abi::{FxPeerInfo, FX_CAP_CROSS_HOST, FX_CAP_HOST_MEM};
 use ferrocx_sdk::failover::PathHealth;

@@ -11,7 +11,7 @@ fn ctx(dh: &DetachedHost) -> NetSocket {
     // SAFETY: `dh` outlives the context in every test.
     let host = unsafe { Host::from_raw(dh.as_ptr()) };
     let cfg = Config {
-        ifname: Some(IfSpec::parse("lo").unwrap()),
+        ifname: Some(IfSpec::parse("FERROCX_SOCKET_IFNAME", "lo").unwrap()),
         ..Config::default()
     };
     NetSocket::with_config(host, cfg).unwrap()

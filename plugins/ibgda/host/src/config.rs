@@ -4,6 +4,7 @@
 use ferrocx_ibgda::fault::{parse_plans, FaultPlan};
 use ferrocx_ibgda::health::HealthConfig;
 use ferrocx_sdk::env::{duration, unsigned};
+use ferrocx_sdk::iface::IfSpec;
 use ferrocx_sdk::{PluginError, PluginResult};
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ pub struct Config {
     /// those of this host.
     pub force_net: bool,
     /// `FERROCX_IBGDA_NET_IFS`: the interfaces the TCP carrier may use.
-    pub net_ifs: Option<ferrocx_net_socket::IfSpec>,
+    pub net_ifs: Option<IfSpec>,
 }
 
 /// `FERROCX_IBGDA_HANDLER`: which NIC handler `comm_init` sets up.
@@ -91,11 +92,7 @@ impl Config {
         let handler = Handler::parse(&lookup("FERROCX_IBGDA_HANDLER").unwrap_or_default())?;
         let force_net = force_net(&lookup("FERROCX_IBGDA_CARRIER").unwrap_or_default())?;
         let net_ifs = match lookup("FERROCX_IBGDA_NET_IFS") {
-            Some(v) if !v.trim().is_empty() => {
-                Some(ferrocx_net_socket::IfSpec::parse(&v).map_err(|e| {
-                    PluginError::invalid(format!("FERROCX_IBGDA_NET_IFS: {}", e.message()))
-                })?)
-            }
+            Some(v) if !v.trim().is_empty() => Some(IfSpec::parse("FERROCX_IBGDA_NET_IFS", &v)?),
             _ => None,
         };
         Ok(Config {

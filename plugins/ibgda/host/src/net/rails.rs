@@ -1,11 +1,11 @@
 //! Which local addresses the two paths listen on: the interfaces net-socket
-//! would choose (its `iface` module: up, not loopback or docker, IPv4 first;
-//! loopback when nothing else qualifies), or those `FERROCX_IBGDA_NET_IFS`
-//! allows (net-socket's `FERROCX_SOCKET_IFNAME` syntax). The primary path
+//! would choose (the SDK's `iface`, which both use: up, not loopback or
+//! docker, IPv4 first; loopback when nothing else qualifies), or those
+//! `FERROCX_IBGDA_NET_IFS` allows (`FERROCX_SOCKET_IFNAME`'s syntax). The primary path
 //! takes the first rail, the backup the second; a host with one rail carries
 //! both paths on it (two connections, the same interface).
 
-use ferrocx_net_socket::{iface, IfSpec};
+use ferrocx_sdk::iface::{self, IfSpec};
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 
 /// The two paths' local addresses (port 0), and the interfaces' names for

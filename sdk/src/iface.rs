@@ -1,9 +1,76 @@
-//! Interface enumeration (`getifaddrs`) and the choice of the address to listen on.
+//! Network interfaces: which names a list in NCCL's syntax allows, their
+//! enumeration (`getifaddrs`) and the choice of the addresses to listen on —
+//! shared by the transports that open sockets (net-socket, ibgda's TCP
+//! carrier).
 
-use crate::config::IfSpec;
-use ferrocx_sdk::{PluginError, PluginResult};
+use crate::{PluginError, PluginResult};
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// An interface list in NCCL's syntax (`FERROCX_SOCKET_IFNAME`,
+/// `FERROCX_IBGDA_NET_IFS`): which interface names may be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfSpec {
+    /// `^…`: the list names interfaces to avoid.
+    pub exclude: bool,
+    /// `=…`: names must match exactly (otherwise they are prefixes).
+    pub exact: bool,
+    /// The names or prefixes.
+    pub names: Vec<String>,
+}
+
+impl IfSpec {
+    /// Parse NCCL's syntax: `[^][=]name[,name…]`, the value of `var` (named
+    /// in the error).
+    pub fn parse(var: &str, s: &str) -> PluginResult<Self> {
+        let mut rest = s.trim();
+        let exclude = rest.starts_with('^');
+        if exclude {
+            rest = &rest[1..];
+        }
+        let exact = rest.starts_with('=');
+        if exact {
+            rest = &rest[1..];
+        }
+        let names: Vec<String> = rest
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if names.is_empty() {
+            return Err(PluginError::invalid(format!(
+                "{var}={s:?} names no interface (use e.g. eth0, =eth0 or ^docker,lo)"
+            )));
+        }
+        Ok(IfSpec {
+            exclude,
+            exact,
+            names,
+        })
+    }
+
+    /// The default when the variable is unset: anything but docker bridges and loopback.
+    pub fn default_spec() -> Self {
+        IfSpec {
+            exclude: true,
+            exact: false,
+            names: vec!["docker".into(), "lo".into()],
+        }
+    }
+
+    /// Whether the interface `name` may be used.
+    pub fn allows(&self, name: &str) -> bool {
+        let hit = self.names.iter().any(|n| {
+            if self.exact {
+                name == n
+            } else {
+                name.starts_with(n.as_str())
+            }
+        });
+        hit != self.exclude
+    }
+}
 
 /// One address of one interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +92,7 @@ pub fn list() -> PluginResult<Vec<IfAddr>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list head into `head`; freed below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(PluginError::last_os("net-socket: getifaddrs"));
+        return Err(PluginError::last_os("getifaddrs"));
     }
     let mut out = Vec::new();
     let mut cur = head;
@@ -187,9 +254,9 @@ mod tests {
         let l = vec![a("lo", "127.0.0.1", true), a("lo", "::1", true)];
         assert_eq!(choose(&l, None).unwrap().ip.to_string(), "127.0.0.1");
         let six = vec![a("lo", "::1", true), a("eth0", "10.0.0.1", true)];
-        let lo = IfSpec::parse("lo").unwrap();
+        let lo = IfSpec::parse("V", "lo").unwrap();
         assert_eq!(choose(&six, Some(&lo)).unwrap().ip.to_string(), "::1");
-        let none = IfSpec::parse("=ib0").unwrap();
+        let none = IfSpec::parse("V", "=ib0").unwrap();
         assert!(choose(&six, Some(&none)).is_err());
     }
 
@@ -204,7 +271,7 @@ mod tests {
             a("fxr2", "10.202.0.1", false),
             a("fxr3", "10.203.0.1", true),
         ];
-        let fxr = IfSpec::parse("fxr").unwrap();
+        let fxr = IfSpec::parse("V", "fxr").unwrap();
         let names = |r: Vec<IfAddr>| -> Vec<String> {
             r.iter().map(|a| format!("{}={}", a.name, a.ip)).collect()
         };
@@ -232,5 +299,45 @@ mod tests {
     fn the_machine_has_a_usable_address() {
         let l = list().unwrap();
         assert!(choose(&l, None).is_ok(), "{l:?}");
+    }
+
+    #[test]
+    fn prefix_match_by_default() {
+        let s = IfSpec::parse("V", "eth").unwrap();
+        assert!(!s.exclude && !s.exact);
+        assert!(s.allows("eth0") && s.allows("eth1") && !s.allows("ib0") && !s.allows("lo"));
+        let s = IfSpec::parse("V", "lo").unwrap();
+        assert!(s.allows("lo") && !s.allows("eth0"));
+    }
+
+    #[test]
+    fn exact_match() {
+        let s = IfSpec::parse("V", "=eth0").unwrap();
+        assert!(s.exact && !s.exclude);
+        assert!(s.allows("eth0") && !s.allows("eth01") && !s.allows("eth"));
+    }
+
+    #[test]
+    fn exclude_lists() {
+        let s = IfSpec::parse("V", "^docker,lo").unwrap();
+        assert_eq!(s.names, vec!["docker", "lo"]);
+        assert!(s.exclude);
+        assert!(!s.allows("docker0") && !s.allows("lo") && s.allows("eth0"));
+        let s = IfSpec::parse("V", "^=eth0").unwrap();
+        assert!(s.exclude && s.exact);
+        assert!(!s.allows("eth0") && s.allows("eth01"));
+        assert_eq!(
+            IfSpec::default_spec(),
+            IfSpec::parse("V", "^docker,lo").unwrap()
+        );
+    }
+
+    #[test]
+    fn lists_and_blanks() {
+        let s = IfSpec::parse("V", " eth0 , ib ,").unwrap();
+        assert_eq!(s.names, vec!["eth0", "ib"]);
+        assert!(s.allows("ib3") && s.allows("eth0") && !s.allows("enp1"));
+        assert!(IfSpec::parse("V", "^").is_err());
+        assert!(IfSpec::parse("V", ",").is_err());
     }
 }
