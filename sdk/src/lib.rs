@@ -46,6 +46,7 @@ pub mod same_host;
 pub mod spans;
 pub mod sweep;
 pub mod sysfs;
+pub mod tcp;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod transport;

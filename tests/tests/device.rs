@@ -804,12 +804,7 @@ fn devnet_a_hundred_primary_failures_fail_over_and_switch_back() {
             &env,
             Duration::from_secs(300),
         );
-        assert_all_ok(&outs);
-        let want = format!("failovers {rounds} paths down {rounds} restored {rounds}");
-        for o in &outs {
-            assert!(o.stdout.contains("PASS"), "rank {}: {}", o.rank, o.stdout);
-            assert!(o.stdout.contains(&want), "rank {}: {}", o.rank, o.stdout);
-        }
+        failed_over_each_round(&outs, rounds);
     }
 }
 
@@ -823,6 +818,17 @@ fn devnet_a_killed_peer_is_named_and_nothing_hangs() {
     }
     let outs = run_n(3, &["devnet-killed"], &[], Duration::from_secs(120));
     killed_peer_is_named(&outs);
+}
+
+/// `devnet-ring --faults` passed on every rank, each path down, failed over
+/// and restored exactly once per round.
+fn failed_over_each_round(outs: &[RankOutput], rounds: impl std::fmt::Display) {
+    assert_all_ok(outs);
+    let want = format!("failovers {rounds} paths down {rounds} restored {rounds}");
+    for o in outs {
+        assert!(o.stdout.contains("PASS"), "rank {}: {}", o.rank, o.stdout);
+        assert!(o.stdout.contains(&want), "rank {}: {}", o.rank, o.stdout);
+    }
 }
 
 /// `devnet-killed` on 3 ranks, rank 2 killed: rank 0's wait ended at its
@@ -898,12 +904,7 @@ fn devnet_net_carrier_ring_failover_and_killed_peer() {
         ],
         Duration::from_secs(300),
     );
-    assert_all_ok(&outs);
-    let want = format!("failovers {rounds} paths down {rounds} restored {rounds}");
-    for o in &outs {
-        assert!(o.stdout.contains("PASS"), "rank {}: {}", o.rank, o.stdout);
-        assert!(o.stdout.contains(&want), "rank {}: {}", o.rank, o.stdout);
-    }
+    failed_over_each_round(&outs, rounds);
     tcp(&outs);
     let outs = run_n(3, &["devnet-killed"], &[NET], Duration::from_secs(120));
     killed_peer_is_named(&outs);

@@ -110,7 +110,7 @@ pub fn build(
             "on other hosts"
         };
         lines.push(format!(
-            "ranks {net_ranks:?} ({why}) over TCP (primary path {} on {}, backup path {} on {}; the receiving rank writes the bytes into its window and applies signals and fetch-adds once, then acknowledges)",
+            "ranks {net_ranks:?} ({why}) over TCP (primary path {} on {}, backup path {} on {}; the receiving rank writes the bytes into its window and applies signals and fetch-adds once, then acknowledges; the higher rank of a pair dials a broken connection again)",
             links.local[0],
             names[0],
             links.local[1],
@@ -122,7 +122,7 @@ pub fn build(
         ];
         Some(NetCarrier::new(
             rank,
-            links.conns,
+            links,
             queues,
             windows,
             own,

@@ -20,15 +20,26 @@
 //!   path; an error acknowledgement is an error completion (the path fails
 //!   over). Injected faults (`FERROCX_IBGDA_FAULT`) drop or delay the
 //!   acknowledgement when it arrives: the data landed, as with a lost ACK.
-//! * **Failures**: a connection that breaks (reset, end of stream, bytes that
-//!   are not messages) stays broken; every request waiting on it gets an
-//!   error completion at once, and later posts on it are refused, so the
-//!   peer is carried on the other path, and a peer whose process died (both
-//!   connections closed by its kernel) is unreachable at once. A connection
-//!   that just goes silent (a host gone without closing) is left to the
-//!   health machine's timeout: unreachable within two timeouts.
+//! * **Failures**: when a connection breaks (reset, end of stream, bytes
+//!   that are not messages) every request waiting on it gets an error
+//!   completion at once, and posts on it are refused until it is replaced,
+//!   so the peer is carried on the other path, and a peer whose process
+//!   died (both connections closed by its kernel) is unreachable at once. A
+//!   connection that just goes silent (a host gone without closing) is left
+//!   to the health machine's timeout: unreachable within two timeouts.
+//! * **Reconnecting** ([`relink`](super::relink)): the rank that dialed the
+//!   path at setup dials it again from the break on, the other accepts; the
+//!   new connection replaces the broken one (fresh buffers and decoder) and
+//!   sequence numbers go on (the `Receiver` drops duplicates). Each
+//!   replacement is a new *generation* of that (peer, path): a put read or
+//!   landed for an older generation is not sent or acknowledged on the new
+//!   connection, so an acknowledgement on a connection always answers a
+//!   request sent on that same connection, and can only match an attempt
+//!   made on it (the older generation's attempts were failed at its break).
 
 use super::conn::Conn;
+use super::relink::{Fresh, Relink};
+use super::setup::Links;
 use super::stage::{Copies, Done};
 use super::wire::{Ack, AckStatus, Msg, Op, WireRequest};
 use crate::carrier::{check_record, HostCarrier, Outcome, Windows, REFUSED_COPY};
@@ -79,21 +90,27 @@ fn path_index(p: Path) -> usize {
 
 const PATHS: [Path; 2] = [Path::Primary, Path::Backup];
 
-/// A put whose bytes are being read out of this rank's window.
+/// A put whose bytes are being read out of this rank's window, for the
+/// connection of generation `gen`.
 struct Outgoing {
     peer: u32,
+    gen: u64,
     req: WireRequest,
 }
 
-/// A received put whose bytes are being written into this rank's window.
+/// A received put whose bytes are being written into this rank's window;
+/// it came on the connection of generation `gen`.
 struct Incoming {
+    gen: u64,
     req: WireRequest,
 }
 
-/// A request sent and not acknowledged yet.
+/// A request sent (on the connection of generation `gen`) and not
+/// acknowledged yet.
 struct Awaiting {
     fault: Option<Fault>,
     since: Nanos,
+    gen: u64,
 }
 
 /// Applies a received request's signal or fetch-add to this rank's words.
@@ -129,6 +146,15 @@ pub struct NetCarrier {
     conns: Vec<[Option<Conn>; 2]>,
     /// Per rank, per path: a broken connection's requests were failed.
     swept: Vec<[bool; 2]>,
+    /// Per rank, per path: connections replaced so far (the generation of
+    /// the one in `conns`).
+    gens: Vec<[u64; 2]>,
+    /// Dials and accepts new connections for broken ones.
+    relink: Relink,
+    /// Connections `relink` made ready this round.
+    fresh: Vec<Fresh>,
+    /// Connections replaced, every peer and path together.
+    reconnects: u64,
     /// Per path: reads out of this rank's window for puts being sent.
     reads: [Copies<Outgoing>; 2],
     /// Per path: writes into this rank's window of puts received.
@@ -149,26 +175,38 @@ pub struct NetCarrier {
 }
 
 impl NetCarrier {
-    /// The carrier of rank `me` over `conns` (per rank, [primary, backup];
-    /// `None` for ranks not reached over the network), with two copy queues
-    /// per path of this rank's device ([reads, writes] for each path).
-    /// Requests unacknowledged for `stale` are forgotten.
+    /// The carrier of rank `me` over what setup connected (`links`: per
+    /// rank [primary, backup] connections, `None` for ranks not reached over
+    /// the network; the listeners and addresses reconnects use), with two
+    /// copy queues per path of this rank's device ([reads, writes] for each
+    /// path). Requests unacknowledged for `stale` are forgotten.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         me: usize,
-        conns: Vec<[Option<Conn>; 2]>,
+        links: Links,
         queues: [[Box<dyn Queue>; 2]; 2],
         windows: Windows,
         words: Arc<dyn SignalWords>,
         faults: FaultInjector,
         stale: Duration,
     ) -> NetCarrier {
+        let Links {
+            conns,
+            listeners,
+            addrs,
+            token,
+            ..
+        } = links;
         let n = conns.len();
         let [[r0, w0], [r1, w1]] = queues;
         NetCarrier {
             me: me as u32,
             conns,
             swept: vec![[false; 2]; n],
+            gens: vec![[0; 2]; n],
+            relink: Relink::new(me, token, listeners, addrs),
+            fresh: Vec::new(),
+            reconnects: 0,
             reads: [Copies::new(r0), Copies::new(r1)],
             writes: [Copies::new(w0), Copies::new(w1)],
             windows,
@@ -236,26 +274,31 @@ impl NetCarrier {
                 let fresh =
                     self.receiver
                         .needs_data(PeerId(req.from), Seq(seq), Seq(req.completed_below));
+                let gen = self.gens[from as usize][p];
                 if !fresh {
-                    return self.land(p, &req);
+                    return self.land(p, gen, &req);
                 }
                 let data = std::mem::take(&mut req.payload);
                 if self.writes[p]
-                    .write(&w, dst, data, Incoming { req })
+                    .write(&w, dst, data, Incoming { gen, req })
                     .is_err()
                 {
                     reply(self, AckStatus::CopyFailed, None);
                 }
             }
             Op::FetchAdd { dst, .. } if !word_ok(dst) => reply(self, AckStatus::BadWord, None),
-            Op::FetchAdd { .. } => self.land(p, &req),
+            Op::FetchAdd { .. } => {
+                let gen = self.gens[from as usize][p];
+                self.land(p, gen, &req)
+            }
         }
     }
 
     /// A received request's data is in place: apply what must happen once
     /// (through the `Receiver`) and acknowledge, unless the sender completed
-    /// it already.
-    fn land(&mut self, p: usize, r: &WireRequest) {
+    /// it already or the connection it came on (generation `gen`) was
+    /// replaced since (the sender failed that attempt at the break).
+    fn land(&mut self, p: usize, gen: u64, r: &WireRequest) {
         let (op, signal) = match r.op {
             Op::Put { dst, signal, .. } => (
                 health::Op::Write {
@@ -280,6 +323,9 @@ impl NetCarrier {
             return;
         };
         let me = self.me;
+        if self.gens[r.from as usize][p] != gen {
+            return;
+        }
         if let Some(conn) = self.conn(r.from, p) {
             conn.send(&Msg::Ack(Ack {
                 from: me,
@@ -326,40 +372,146 @@ impl NetCarrier {
         }
     }
 
+    /// Forgets the attempt of `seq` to `peer` on path `p` made on the
+    /// connection of generation `gen`; whether it was still waiting.
+    fn take_awaiting(&mut self, peer: u32, p: usize, seq: u64, gen: u64) -> bool {
+        let key = (peer, p, seq);
+        let ours = self.awaiting.get(&key).is_some_and(|w| w.gen == gen);
+        if ours {
+            self.awaiting.remove(&key);
+        }
+        ours
+    }
+
     /// Fails what waits on connections that broke since the last sweep.
-    fn sweep(&mut self, out: &mut Vec<Outcome>) {
+    fn sweep(&mut self, now: Nanos, out: &mut Vec<Outcome>) {
         for r in 0..self.conns.len() {
-            for (p, path) in PATHS.into_iter().enumerate() {
-                let Some(why) = self.conns[r][p]
-                    .as_ref()
-                    .and_then(|c| c.broken().map(str::to_owned))
-                else {
-                    continue;
-                };
-                if self.swept[r][p] {
-                    continue;
-                }
-                self.swept[r][p] = true;
-                self.notes
-                    .push_back(format!("the net carrier's {path} to rank {r} broke: {why}"));
-                let r = r as u32;
-                let keys: Vec<_> = self
-                    .awaiting
-                    .keys()
-                    .filter(|k| k.0 == r && k.1 == p)
-                    .copied()
-                    .collect();
-                for k in keys {
-                    self.awaiting.remove(&k);
-                    out.push(Outcome::Failed {
-                        peer: PeerId(r),
-                        path,
-                        seq: Seq(k.2),
-                        status: STATUS_CONN_BROKEN,
-                    });
+            for p in 0..2 {
+                self.sweep_one(r, p, now, out);
+            }
+        }
+    }
+
+    /// If rank `r`'s connection on path `p` broke and was not swept yet:
+    /// logs it, fails every request waiting on it and starts dialing it
+    /// again (on the rank that dials).
+    fn sweep_one(&mut self, r: usize, p: usize, now: Nanos, out: &mut Vec<Outcome>) {
+        let path = PATHS[p];
+        let Some(why) = self.conns[r][p]
+            .as_ref()
+            .and_then(|c| c.broken().map(str::to_owned))
+        else {
+            return;
+        };
+        if self.swept[r][p] {
+            return;
+        }
+        self.swept[r][p] = true;
+        self.notes
+            .push_back(format!("the net carrier's {path} to rank {r} broke: {why}"));
+        self.relink.broke(r, p, now);
+        let r = r as u32;
+        let keys: Vec<_> = self
+            .awaiting
+            .keys()
+            .filter(|k| k.0 == r && k.1 == p)
+            .copied()
+            .collect();
+        for k in keys {
+            self.awaiting.remove(&k);
+            out.push(Outcome::Failed {
+                peer: PeerId(r),
+                path,
+                seq: Seq(k.2),
+                status: STATUS_CONN_BROKEN,
+            });
+        }
+    }
+
+    /// Writes and reads rank `r`'s connection on path `p` (if it is live)
+    /// and handles what came; the messages handled.
+    fn service(&mut self, r: usize, p: usize, now: Nanos, out: &mut Vec<Outcome>) -> usize {
+        let Some(c) = self.conns[r][p].as_mut() else {
+            return 0;
+        };
+        if c.broken().is_some() {
+            return 0;
+        }
+        let mut msgs = Vec::new();
+        c.flush();
+        c.receive(&mut self.buf, &mut msgs);
+        self.handle(r, p, msgs, now, out)
+    }
+
+    /// Messages that came from rank `r` on path `p`; how many.
+    fn handle(
+        &mut self,
+        r: usize,
+        p: usize,
+        msgs: Vec<Msg>,
+        now: Nanos,
+        out: &mut Vec<Outcome>,
+    ) -> usize {
+        let n = msgs.len();
+        let from = r as u32;
+        for m in msgs {
+            match m {
+                Msg::Request(q) if q.from == from => self.on_request(from, p, q),
+                Msg::Ack(a) if a.from == from => self.on_ack(from, p, a, now, out),
+                other => {
+                    let why = format!("rank {r} sent an unexpected message: {other:?}");
+                    if let Some(c) = self.conn(from, p) {
+                        c.fail(why);
+                    }
                 }
             }
         }
+        n
+    }
+
+    /// Puts `f.conn` in place of its peer's connection on its path: an
+    /// accepted one only where the old one is broken (refused otherwise,
+    /// logged), after the old one's requests were failed. Returns whether it
+    /// was put in place.
+    fn install(&mut self, f: Fresh, now: Nanos, out: &mut Vec<Outcome>) -> bool {
+        let (r, p, path) = (f.peer as usize, f.path, PATHS[f.path]);
+        let mut conn = f.conn;
+        if f.accepted {
+            // The old connection's end may be on its way behind the new
+            // one's hello (the dialing side closed it first): read it now.
+            self.service(r, p, now, out);
+            if self.conns[r][p]
+                .as_ref()
+                .is_some_and(|c| c.broken().is_none())
+            {
+                self.notes.push_back(format!(
+                    "refused rank {r}'s new connection on the net carrier's {path}: the one it would replace is not broken"
+                ));
+                return false;
+            }
+            conn.send(&Msg::Hello(self.relink.hello(p)));
+            conn.flush();
+        } else if let Some(old) = self.conns[r][p].as_mut() {
+            // Dialed only after a break; should the old one be live, its
+            // requests must still be failed, not forgotten.
+            old.fail("replaced by a new connection".into());
+        }
+        self.sweep_one(r, p, now, out);
+        self.relink.replaced(r, p);
+        self.conns[r][p] = Some(conn);
+        self.swept[r][p] = false;
+        self.gens[r][p] += 1;
+        self.reconnects += 1;
+        let how = if f.accepted {
+            "accepted its new connection".to_string()
+        } else {
+            format!("dialed, attempt {}", f.attempt)
+        };
+        self.notes.push_back(format!(
+            "the net carrier's {path} to rank {r} is connected again ({how})"
+        ));
+        self.handle(r, p, f.msgs, now, out);
+        true
     }
 }
 
@@ -376,13 +528,17 @@ impl HostCarrier for NetCarrier {
                         let mut req = o.req;
                         req.payload = bytes;
                         let seq = req.seq;
+                        let gen = self.gens[o.peer as usize][p];
                         match self.conn(o.peer, p) {
-                            Some(c) if c.broken().is_none() => c.send(&Msg::Request(req)),
+                            Some(c) if c.broken().is_none() && gen == o.gen => {
+                                c.send(&Msg::Request(req))
+                            }
                             // The connection broke while the bytes were read (and
                             // its sweep may have passed): fail it now, not at the
-                            // health timeout.
+                            // health timeout. One that replaced it since is not
+                            // this attempt's.
                             _ => {
-                                if self.awaiting.remove(&(o.peer, p, seq)).is_some() {
+                                if self.take_awaiting(o.peer, p, seq, o.gen) {
                                     out.push(Outcome::Failed {
                                         peer: PeerId(o.peer),
                                         path,
@@ -394,43 +550,22 @@ impl HostCarrier for NetCarrier {
                         }
                     }
                     Err(_) => {
-                        self.awaiting.remove(&(o.peer, p, o.req.seq));
-                        out.push(Outcome::Failed {
-                            peer: PeerId(o.peer),
-                            path,
-                            seq: Seq(o.req.seq),
-                            status: REFUSED_COPY,
-                        });
+                        if self.take_awaiting(o.peer, p, o.req.seq, o.gen) {
+                            out.push(Outcome::Failed {
+                                peer: PeerId(o.peer),
+                                path,
+                                seq: Seq(o.req.seq),
+                                status: REFUSED_COPY,
+                            });
+                        }
                     }
                 }
             }
         }
         // Every connection: write, read, handle what came.
-        let mut msgs = Vec::new();
         for r in 0..self.conns.len() {
             for p in 0..2 {
-                let Some(c) = self.conns[r][p].as_mut() else {
-                    continue;
-                };
-                if c.broken().is_some() {
-                    continue;
-                }
-                c.flush();
-                c.receive(&mut self.buf, &mut msgs);
-                for m in msgs.drain(..) {
-                    n += 1;
-                    let from = r as u32;
-                    match m {
-                        Msg::Request(q) if q.from == from => self.on_request(from, p, q),
-                        Msg::Ack(a) if a.from == from => self.on_ack(from, p, a, now, out),
-                        other => {
-                            let why = format!("rank {r} sent an unexpected message: {other:?}");
-                            if let Some(c) = self.conn(from, p) {
-                                c.fail(why);
-                            }
-                        }
-                    }
-                }
+                n += self.service(r, p, now, out);
             }
         }
         // Received puts whose bytes landed: apply once, acknowledge.
@@ -442,10 +577,13 @@ impl HostCarrier for NetCarrier {
                     Ok(bytes) => {
                         let mut req = i.req;
                         req.payload = bytes;
-                        self.land(p, &req);
+                        self.land(p, i.gen, &req);
                     }
                     Err(_) => {
                         let me = self.me;
+                        if self.gens[i.req.from as usize][p] != i.gen {
+                            continue;
+                        }
                         if let Some(c) = self.conn(i.req.from, p) {
                             c.send(&Msg::Ack(Ack {
                                 from: me,
@@ -461,7 +599,16 @@ impl HostCarrier for NetCarrier {
         for c in self.conns.iter_mut().flatten().flatten() {
             n += usize::from(c.flush() > 0);
         }
-        self.sweep(out);
+        self.sweep(now, out);
+        // Broken paths: new connections in their place.
+        let mut fresh = std::mem::take(&mut self.fresh);
+        n += self
+            .relink
+            .poll(now, &mut self.buf, &mut fresh, &mut self.notes);
+        for f in fresh.drain(..) {
+            self.install(f, now, out);
+        }
+        self.fresh = fresh;
         let mut i = 0;
         while i < self.delayed.len() {
             if self.delayed[i].0 <= now {
@@ -554,6 +701,7 @@ impl Carrier for NetCarrier {
         let fault = self.faults.on_post(peer, path);
         let since = Nanos(crate::clock::now());
         let key = (peer.0, p, wire.seq);
+        let gen = self.gens[peer.0 as usize][p];
         match req.work.transfer() {
             Some(t) => {
                 let w = self
@@ -569,6 +717,7 @@ impl Carrier for NetCarrier {
                 };
                 let tag = Outgoing {
                     peer: peer.0,
+                    gen,
                     req: wire,
                 };
                 self.reads[p]
@@ -582,7 +731,7 @@ impl Carrier for NetCarrier {
                 c.send(&Msg::Request(wire));
             }
         }
-        self.awaiting.insert(key, Awaiting { fault, since });
+        self.awaiting.insert(key, Awaiting { fault, since, gen });
         Ok(())
     }
 }

@@ -4,9 +4,9 @@
 //! each bounded by a deadline.
 //!
 //! A connection that fails (reset, end of stream, bytes that are not
-//! messages) stays broken: its path to that peer is down for the rest of the
-//! communicator (the health machine carries the peer on the other path; there
-//! is no reconnect).
+//! messages) stays broken: the carrier replaces it with a new one (`relink`),
+//! never revives it, so nothing of the old stream (bytes half written, a
+//! message half decoded) can reach the new one.
 
 use super::wire::{self, Decoder, Hello, Msg, HEADER_BYTES};
 use std::collections::BTreeMap;
@@ -26,6 +26,9 @@ pub struct Conn {
     sent: usize,
     dec: Decoder,
     broken: Option<String>,
+    /// Requests queued on this connection (tests tell which one carried
+    /// the traffic).
+    requests: u64,
 }
 
 impl Conn {
@@ -40,7 +43,14 @@ impl Conn {
             sent: 0,
             dec: Decoder::new(max_payload),
             broken: None,
+            requests: 0,
         })
+    }
+
+    /// Refuses puts longer than `max_payload` bytes from now on
+    /// ([`Decoder::set_max_payload`]).
+    pub fn set_max_payload(&mut self, max_payload: u32) {
+        self.dec.set_max_payload(max_payload);
     }
 
     /// Why the connection is unusable, if it is.
@@ -60,7 +70,21 @@ impl Conn {
     pub fn send(&mut self, m: &Msg) {
         if self.broken.is_none() {
             wire::encode(m, &mut self.out);
+            self.requests += u64::from(matches!(m, Msg::Request(_)));
         }
+    }
+
+    /// Requests queued on this connection so far.
+    #[cfg(test)]
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    /// Shuts the socket down under the connection without marking it
+    /// broken: both ends find out as from a reset (the tests' broken link).
+    #[cfg(test)]
+    pub fn sever(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 
     /// Bytes queued and not yet written.

@@ -7,6 +7,9 @@
 //! * [`rails`] — the local addresses of the two paths;
 //! * [`conn`] — one path's non-blocking connection, and the setup's steps;
 //! * [`setup`] — connecting every pair on both paths, collectively;
+//! * (the non-blocking connect is the SDK's `tcp`, shared with net-socket);
+//! * [`relink`] — replacing a broken connection: dialing it again, or
+//!   accepting the peer's new one;
 //! * [`stage`] — copies between windows and the carrier's buffers;
 //! * [`carrier`] — the [`Carrier`](ferrocx_ibgda::proxy::Carrier) itself.
 
@@ -14,6 +17,7 @@ pub mod addr;
 pub mod carrier;
 pub mod conn;
 pub mod rails;
+pub mod relink;
 pub mod setup;
 pub mod stage;
 pub mod wire;

@@ -5,6 +5,10 @@
 //! rank that fails (no address, a dial refused, a peer missing by the
 //! deadline) says so in a last all-gather, so every rank fails together,
 //! naming it.
+//!
+//! The listeners stay open after setup (non-blocking, in [`Links`]): a path
+//! whose connection breaks is dialed again by the same side, and accepted
+//! by the same side, as here (`relink`).
 
 use super::addr;
 use super::conn::{self, Conn};
@@ -26,12 +30,25 @@ impl Gather for Oob {
     }
 }
 
+/// Per rank, [primary, backup] connections.
+type Conns = Vec<[Option<Conn>; 2]>;
+/// Per rank, where its [primary, backup] paths listen.
+type Addrs = Vec<Option<[SocketAddr; 2]>>;
+
 /// What `connect` set up.
 pub struct Links {
     /// Per rank, [primary, backup]; `None` where not reached over the network.
-    pub conns: Vec<[Option<Conn>; 2]>,
+    pub conns: Conns,
     /// Where this rank's paths listen.
     pub local: [SocketAddr; 2],
+    /// This rank's listeners, [primary, backup] (non-blocking), kept for
+    /// reconnects from the ranks above.
+    pub listeners: [TcpListener; 2],
+    /// Per rank, where its paths listen; `None` where not reached over the
+    /// network.
+    pub addrs: Addrs,
+    /// The communicator's token, which every hello carries.
+    pub token: u64,
 }
 
 /// Rank `me` of `net.len()`: connect both paths to every rank `r` with
@@ -57,8 +74,14 @@ pub fn connect(
     // into the time to dial and accept.
     let deadline = Instant::now() + timeout;
     let mine = listening.and_then(|(listeners, at)| {
-        let conns = links(me, net, token, &all, &listeners, deadline)?;
-        Ok(Links { conns, local: at })
+        let (conns, addrs) = links(me, net, token, &all, &listeners, deadline)?;
+        Ok(Links {
+            conns,
+            local: at,
+            listeners,
+            addrs,
+            token,
+        })
     });
     let oks = g.all_gather(&[mine.is_ok() as u8])?;
     let mine = mine.map_err(|e| format!("rank {me}: {e}"))?;
@@ -77,7 +100,7 @@ fn links(
     all: &[Vec<u8>],
     listeners: &[TcpListener; 2],
     deadline: Instant,
-) -> Result<Vec<[Option<Conn>; 2]>, String> {
+) -> Result<(Conns, Addrs), String> {
     let n = net.len();
     let mut addrs = vec![None; n];
     for r in (0..n).filter(|&r| net[r]) {
@@ -115,5 +138,5 @@ fn links(
             conns[r as usize][p] = Some(wrap(s, r as usize, p)?);
         }
     }
-    Ok(conns)
+    Ok((conns, addrs))
 }

@@ -33,8 +33,9 @@ use std::fmt;
 
 /// Header magic ("FXGN").
 pub const MAGIC: u32 = 0x4658_474e;
-/// Wire version, carried by the hello.
-pub const VERSION: u32 = 1;
+/// Wire version, carried by the hello. 2: the accepting side answers a
+/// reconnect's hello with its own (`relink`).
+pub const VERSION: u32 = 2;
 /// Bytes of every header.
 pub const HEADER_BYTES: usize = 64;
 /// Kind byte of a put.
@@ -143,7 +144,8 @@ pub struct Ack {
     pub fetched: Option<u64>,
 }
 
-/// The first message on each connection, from the dialing rank.
+/// The first message on each connection, from the dialing rank; on a
+/// reconnect the accepting rank answers with its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
     /// The dialing rank.
@@ -452,6 +454,12 @@ impl Decoder {
             ready: std::collections::VecDeque::new(),
             error: None,
         }
+    }
+
+    /// From now on, refuses puts longer than `max_payload` bytes (a
+    /// connection that must open with a hello allows none until it did).
+    pub fn set_max_payload(&mut self, max_payload: u32) {
+        self.max_payload = max_payload;
     }
 
     /// Takes the next bytes of the stream.

@@ -10,6 +10,7 @@
 use super::*;
 use crate::carrier::{Win, SIGNAL_WINDOW};
 use crate::net::setup::{self, Gather};
+use crate::net::wire;
 use crate::thread::step;
 use ferrocx_ibgda::fault::{parse_plans, FaultPlan};
 use ferrocx_ibgda::health::HealthConfig;
@@ -108,6 +109,18 @@ fn health(timeout_ms: u64, recovery_ms: u64) -> HealthConfig {
 /// Ranks `0..n`, connected, each with a window of `bytes` (its second half
 /// filled with its pattern) and 16-slot rings.
 fn ranks(n: usize, bytes: usize, hc: HealthConfig, plans: Vec<FaultPlan>) -> Vec<Rank> {
+    ranks_with(n, bytes, hc, plans, 2)
+}
+
+/// As [`ranks`], the reads out of the windows (puts being sent) finishing
+/// after `read_polls` polls.
+fn ranks_with(
+    n: usize,
+    bytes: usize,
+    hc: HealthConfig,
+    plans: Vec<FaultPlan>,
+    read_polls: u32,
+) -> Vec<Rank> {
     let room = Room::new(n);
     let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let handles: Vec<_> = (0..n)
@@ -137,11 +150,11 @@ fn ranks(n: usize, bytes: usize, hc: HealthConfig, plans: Vec<FaultPlan>) -> Vec
                 peer_bases: vec![0; n],
             })]));
             let words = Arc::new(HostWords((0..WORDS).map(|_| AtomicU64::new(0)).collect()));
-            let q = || -> Box<dyn Queue> { Box::new(FakeQueue::new(2)) };
+            let q = |polls| -> Box<dyn Queue> { Box::new(FakeQueue::new(polls)) };
             let carrier = NetCarrier::new(
                 me,
-                l.conns,
-                [[q(), q()], [q(), q()]],
+                l,
+                [[q(read_polls), q(2)], [q(read_polls), q(2)]],
                 windows,
                 words.clone(),
                 FaultInjector::new(plans.clone()),
@@ -619,4 +632,417 @@ fn records_out_of_bounds_are_refused_and_a_receiver_side_error_is_an_error_compl
     let status = format!("{:#x}", STATUS_REMOTE + AckStatus::OutOfBounds as u32);
     assert!(down.iter().all(|d| d.contains(&status)), "{down:?}");
     assert_eq!(b.words.0[0].load(Ordering::Acquire), 0, "no signal applied");
+}
+
+/// Turns `a` and `b` (the GPU model of `a` pushing `todo` to rank 1) until
+/// `done`, at most a minute from `t0`.
+fn drive(
+    a: &mut Rank,
+    b: &mut Rank,
+    todo: &mut VecDeque<WorkRecord>,
+    t0: Instant,
+    what: &str,
+    mut done: impl FnMut(&Rank, &Rank) -> bool,
+) {
+    let mut out = Vec::new();
+    while !done(a, b) {
+        a.turn(&mut out);
+        b.turn(&mut out);
+        a.gpu(1, todo);
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{what}: not within a minute; rank 0's events {:?}, notes {:?}; rank 1's notes {:?}",
+            a.events,
+            a.carrier.notes,
+            b.carrier.notes
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+fn primary_events(r: &Rank) -> (usize, usize, usize) {
+    let down = r.count(|e| {
+        matches!(
+            e,
+            ProxyEvent::PathDown {
+                path: Path::Primary,
+                ..
+            }
+        )
+    });
+    let over = r.count(|e| {
+        matches!(
+            e,
+            ProxyEvent::Failover {
+                to: Path::Backup,
+                ..
+            }
+        )
+    });
+    let back = r.count(|e| {
+        matches!(
+            e,
+            ProxyEvent::PathRestored {
+                path: Path::Primary,
+                ..
+            }
+        )
+    });
+    (down, over, back)
+}
+
+fn has_note(r: &Rank, needle: &str) -> usize {
+    r.carrier
+        .notes
+        .iter()
+        .filter(|n| n.contains(needle))
+        .count()
+}
+
+/// Rank 0 puts to rank 1; the primary connection's socket is shut down
+/// under rank 1 while a put waits on it: the put fails over to the backup
+/// (one path-down, one failover), rank 1 dials the primary again and rank 0
+/// accepts it (one reconnect each), the health machine takes the primary
+/// back after its window, and the next puts all travel on the new primary
+/// connection. Every byte and signal arrives once.
+#[test]
+fn a_broken_primary_connection_fails_over_reconnects_and_switches_back() {
+    let (count, chunk) = (20, 512);
+    let total = 2 * count + 1;
+    let half = total * chunk;
+    let mut rs = ranks(2, 2 * half, health(1000, 1500), Vec::new());
+    let mut b = rs.pop().unwrap();
+    let mut a = rs.pop().unwrap();
+    let t0 = Instant::now();
+    let mut todo: VecDeque<WorkRecord> = (0..count).map(|i| put_signal(i, chunk, half)).collect();
+    drive(&mut a, &mut b, &mut todo, t0, "the first puts", |a, _| {
+        a.completed(1) == count
+    });
+    assert_eq!(primary_events(&a), (0, 0, 0), "{:?}", a.events);
+
+    // One put posted on the primary, rank 1 not turned (nothing can
+    // acknowledge it); then its socket goes.
+    todo.push_back(put_signal(count, chunk, half));
+    a.gpu(1, &mut todo);
+    let mut out = Vec::new();
+    while a.carrier.awaiting.is_empty() {
+        a.turn(&mut out);
+        assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", a.events);
+    }
+    assert!(a.carrier.awaiting.keys().all(|k| k.1 == 0));
+    b.carrier.conns[0][0].as_ref().unwrap().sever();
+    drive(
+        &mut a,
+        &mut b,
+        &mut todo,
+        t0,
+        "the failover and the reconnect",
+        |a, b| {
+            a.completed(1) == count + 1 && a.carrier.reconnects == 1 && b.carrier.reconnects == 1
+        },
+    );
+    let (down, over, back) = primary_events(&a);
+    assert_eq!((down, over), (1, 1), "{:?}", a.events);
+    let t_back = Instant::now();
+    drive(&mut a, &mut b, &mut todo, t0, "the switch back", |a, _| {
+        primary_events(a).2 == 1
+    });
+    assert_eq!(back, 0, "the primary was taken back before its window");
+    // Loose: the window is 1.5 s from the failure, counted from before the
+    // reconnect.
+    assert!(t_back.elapsed() < Duration::from_secs(30));
+
+    // Traffic on the primary again: every put on the new connection.
+    todo.extend((count + 1..total).map(|i| put_signal(i, chunk, half)));
+    drive(&mut a, &mut b, &mut todo, t0, "the last puts", |a, _| {
+        a.completed(1) == total
+    });
+    let mut out = Vec::new();
+    for _ in 0..20 {
+        a.turn(&mut out);
+        b.turn(&mut out);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert_eq!(primary_events(&a), (1, 1, 1), "{:?}", a.events);
+    assert_eq!(
+        a.count(|e| matches!(e, ProxyEvent::PathDown { .. })),
+        1,
+        "{:?}",
+        a.events
+    );
+    let cq = &a.cqes[&1];
+    assert_eq!(cq.len(), total);
+    assert!(cq.iter().all(|e| e.status == CqStatus::Ok), "{cq:?}");
+    check_received(&b, 0, total, chunk);
+    assert_eq!((a.carrier.gens[1], b.carrier.gens[0]), ([1, 0], [1, 0]));
+    let new_primary = a.carrier.conns[1][0].as_ref().unwrap();
+    assert!(new_primary.broken().is_none());
+    assert_eq!(new_primary.requests(), (total - count - 1) as u64);
+    assert_eq!(a.carrier.conns[1][1].as_ref().unwrap().requests(), 1);
+    assert!(b.events.is_empty(), "rank 1 sent nothing: {:?}", b.events);
+    assert_eq!(has_note(&a, "primary path to rank 1 broke"), 1);
+    assert_eq!(
+        has_note(&a, "primary path to rank 1 is connected again (accepted"),
+        1
+    );
+    assert_eq!(has_note(&b, "primary path to rank 0 broke"), 1);
+    assert_eq!(
+        has_note(&b, "primary path to rank 0 is connected again (dialed"),
+        1
+    );
+}
+
+/// Hellos on rank 0's listeners that it must refuse (another
+/// communicator's token, the wrong path, a rank that does not dial it,
+/// another wire version, a replacement for a live connection), a put
+/// before any hello and a connection that says nothing: each is closed without an answer and
+/// logged; the live connections carry on untouched.
+#[test]
+fn a_hello_with_a_wrong_token_or_for_a_live_connection_is_refused() {
+    let mut rs = ranks(2, 4096, health(5000, 15000), Vec::new());
+    let mut b = rs.pop().unwrap();
+    let mut a = rs.pop().unwrap();
+    let t0 = Instant::now();
+    let at = [
+        a.carrier.relink.local(0).unwrap(),
+        a.carrier.relink.local(1).unwrap(),
+    ];
+    let hello = |rank, path, token| {
+        let mut v = Vec::new();
+        wire::encode(&Msg::Hello(wire::Hello { rank, path, token }), &mut v);
+        v
+    };
+    let mut old_version = hello(1, 0, 0xfeed);
+    old_version[12..16].copy_from_slice(&(wire::VERSION + 1).to_le_bytes());
+    let mut put_first = Vec::new();
+    wire::encode(
+        &Msg::Request(WireRequest {
+            from: 1,
+            seq: 0,
+            completed_below: 0,
+            op: Op::Put {
+                window: 0,
+                dst: 0,
+                signal: None,
+            },
+            payload: vec![7; 1000],
+        }),
+        &mut put_first,
+    );
+    let cases: Vec<(usize, Vec<u8>, &str)> = vec![
+        (0, put_first, "a put of 1000 bytes (at most 0 accepted)"),
+        (0, hello(1, 0, 0xbad), "carries token 0xbad"),
+        (
+            0,
+            hello(1, 1, 0xfeed),
+            "names path 1 on the primary path listener",
+        ),
+        (1, hello(0, 1, 0xfeed), "rank 0 does not dial rank 0"),
+        (1, hello(7, 1, 0xfeed), "rank 7 does not dial rank 0"),
+        (0, old_version, "wire version"),
+        (
+            1,
+            hello(1, 1, 0xfeed),
+            "the one it would replace is not broken",
+        ),
+        (0, Vec::new(), "no hello within"),
+    ];
+    let mut out = Vec::new();
+    for (p, bytes, needle) in cases {
+        let mut s = std::net::TcpStream::connect(at[p]).unwrap();
+        std::io::Write::write_all(&mut s, &bytes).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let t = Instant::now();
+        let mut got = Vec::new();
+        loop {
+            a.turn(&mut out);
+            b.turn(&mut out);
+            let mut buf = [0u8; 128];
+            match std::io::Read::read(&mut s, &mut buf) {
+                Ok(0) => break,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => break,
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{needle}: not closed; notes {:?}",
+                a.carrier.notes
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert!(got.is_empty(), "{needle}: answered {got:?}");
+        let notes: Vec<String> = std::iter::from_fn(|| a.carrier.take_note()).collect();
+        assert!(
+            notes.len() == 1 && notes[0].contains("refused") && notes[0].contains(needle),
+            "{needle}: {notes:?}"
+        );
+    }
+    // Nothing was replaced, and the connections work.
+    assert_eq!((a.carrier.reconnects, b.carrier.reconnects), (0, 0));
+    let mut todo: VecDeque<_> = (0..4).map(|i| put_signal(i, 64, 2048)).collect();
+    drive(
+        &mut a,
+        &mut b,
+        &mut todo,
+        t0,
+        "puts after the refusals",
+        |a, _| a.completed(1) == 4,
+    );
+    assert!(a.cqes[&1].iter().all(|e| e.status == CqStatus::Ok));
+    assert!(a.events.is_empty() || primary_events(&a) == (0, 0, 0));
+    check_received(&b, 0, 4, 64);
+    assert_eq!(b.carrier.notes.len(), 0, "{:?}", b.carrier.notes);
+}
+
+/// Rank 0 is gone (its listeners closed with it): rank 1, which dials it,
+/// keeps trying both paths, but at most once per `REDIAL_FIRST` each (the
+/// gap doubling), logs one failure per path, and its puts end unreachable.
+#[test]
+fn a_peer_that_is_gone_is_redialed_at_a_bounded_rate_and_logged_once() {
+    use crate::net::relink::REDIAL_FIRST;
+    let mut rs = ranks(2, 4096, health(300, 900), Vec::new());
+    let mut b = rs.pop().unwrap();
+    drop(rs);
+    let mut out = Vec::new();
+    let mut todo: VecDeque<_> = (0..3).map(|i| put_signal(i, 64, 2048)).collect();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(1500) || b.completed(0) < 3 {
+        b.turn(&mut out);
+        b.gpu(0, &mut todo);
+        assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", b.events);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let took = t0.elapsed();
+    assert!(b.cqes[&0]
+        .iter()
+        .all(|e| e.status == CqStatus::PeerUnreachable));
+    let attempts = b.carrier.relink.attempts();
+    let most = 2 * (took.as_millis() / REDIAL_FIRST.as_millis() + 1) as u64;
+    // Both paths tried again (at 0, 100 and 300 ms at least), neither more
+    // often than once per 100 ms.
+    assert!(
+        (6..=most).contains(&attempts),
+        "{attempts} attempts in {took:?}"
+    );
+    assert_eq!(b.carrier.reconnects, 0);
+    for path in ["primary", "backup"] {
+        assert_eq!(
+            has_note(
+                &b,
+                &format!("could not reconnect the net carrier's {path} path to rank 0")
+            ),
+            1,
+            "{:?}",
+            b.carrier.notes
+        );
+    }
+}
+
+/// A put whose bytes are still being read when its connection breaks and
+/// is replaced: that attempt was failed at the break (and went over the
+/// backup); once read, it is not sent on the new connection, so nothing
+/// there can answer it.
+#[test]
+fn an_attempt_on_a_replaced_connection_is_not_sent_on_the_new_one() {
+    let mut rs = ranks_with(2, 4096, health(5000, 15000), Vec::new(), 1000);
+    let mut b = rs.pop().unwrap();
+    let mut a = rs.pop().unwrap();
+    let t0 = Instant::now();
+    let mut todo: VecDeque<_> = [put_signal(0, 64, 2048)].into();
+    a.gpu(1, &mut todo);
+    let mut out = Vec::new();
+    while a.carrier.awaiting.is_empty() {
+        a.turn(&mut out);
+        assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", a.events);
+    }
+    b.carrier.conns[0][0].as_ref().unwrap().sever();
+    drive(&mut a, &mut b, &mut todo, t0, "the reconnect", |a, b| {
+        a.carrier.reconnects == 1 && b.carrier.reconnects == 1
+    });
+    // The first read has not finished: the test means nothing otherwise.
+    assert_eq!(a.carrier.reads[0].in_flight(), 1);
+    drive(&mut a, &mut b, &mut todo, t0, "the put", |a, _| {
+        a.completed(1) == 1 && a.carrier.reads[0].in_flight() == 0
+    });
+    for _ in 0..20 {
+        a.turn(&mut out);
+        b.turn(&mut out);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert_eq!(a.cqes[&1][0].status, CqStatus::Ok);
+    assert_eq!(primary_events(&a), (1, 1, 0), "{:?}", a.events);
+    assert_eq!(a.carrier.conns[1][0].as_ref().unwrap().requests(), 0);
+    assert_eq!(a.carrier.conns[1][1].as_ref().unwrap().requests(), 1);
+    check_received(&b, 0, 1, 64);
+    let s = a.proxy.sender().stats();
+    assert_eq!(
+        (s.completed, s.duplicate_completions, s.late_completions),
+        (1, 0, 0)
+    );
+}
+
+/// Both ranks put to each other on threads of their own; each round rank 0
+/// shuts its primary connection's socket down while its puts wait on it.
+/// Each break fails rank 0's puts over (one path-down per round), the
+/// connection comes back (one reconnect per round on both ranks) before
+/// the window ends, and the primary is taken back (one switch-back per
+/// round); rank 1's puts, caught or not by a break, all land once.
+#[test]
+fn a_primary_broken_each_round_between_threads_reconnects_and_every_put_lands_once() {
+    let (rounds, count, chunk) = (3, 10, 512);
+    let half = rounds * count * chunk;
+    let rs = ranks(2, 2 * half, health(400, 800), Vec::new());
+    // Per rank: the round, its puts not pushed yet, a break owed.
+    let state = Arc::new(Mutex::new(vec![(0usize, VecDeque::new(), false); 2]));
+    let s2 = state.clone();
+    let rs = run_all(rs, Duration::from_secs(120), move |r, _| {
+        let mut all = s2.lock();
+        let (ref mut round, ref mut todo, ref mut sever) = all[r.me];
+        let next = 1 - r.me;
+        if *sever && r.carrier.awaiting.keys().any(|k| k.1 == 0) {
+            r.carrier.conns[next][0].as_ref().unwrap().sever();
+            *sever = false;
+        }
+        let (_, _, back) = primary_events(r);
+        let ready = todo.is_empty()
+            && !*sever
+            && r.completed(next) == *round * count
+            && (r.me == 1 || back == *round);
+        if ready {
+            if *round == rounds {
+                return true;
+            }
+            todo.extend((0..count).map(|i| put_signal(*round * count + i, chunk, half)));
+            *round += 1;
+            *sever = r.me == 0;
+        }
+        r.gpu(next, todo);
+        false
+    });
+    for r in &rs {
+        let next = 1 - r.me;
+        check_received(r, next, rounds * count, chunk);
+        let cq = &r.cqes[&next];
+        assert_eq!(cq.len(), rounds * count);
+        assert!(cq.iter().all(|e| e.status == CqStatus::Ok), "{cq:?}");
+        assert_eq!(r.carrier.reconnects, rounds as u64, "rank {}", r.me);
+        assert_eq!(r.carrier.gens[next], [rounds as u64, 0]);
+        let (down, over, back) = primary_events(r);
+        assert_eq!(down, back, "rank {}: {:?}", r.me, r.events);
+        if r.me == 0 {
+            assert_eq!(down, rounds, "{:?}", r.events);
+            assert!(over >= rounds, "{:?}", r.events);
+        } else {
+            assert!(down <= rounds, "{:?}", r.events);
+        }
+        assert_eq!(
+            r.count(|e| matches!(e, ProxyEvent::PathDown { .. })),
+            down,
+            "rank {}: only the primary went down: {:?}",
+            r.me,
+            r.events
+        );
+        assert_eq!(r.proxy.sender().stats().failed, 0, "rank {}", r.me);
+    }
 }
