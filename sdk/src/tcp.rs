@@ -1,11 +1,12 @@
-//! The non-blocking connect std does not offer, for the transports that
-//! open sockets (net-socket's rails, ibgda's TCP carrier): a thread that
-//! dials must not wait on the network (a host that is gone would hold it for
-//! the whole connect timeout).
+//! What std does not offer the transports that open sockets (net-socket's
+//! rails, ibgda's TCP carrier): a non-blocking connect — a thread that dials
+//! must not wait on the network (a host that is gone would hold it for the
+//! whole connect timeout) — and `TCP_USER_TIMEOUT`, which turns a link that
+//! went silent into an error.
 
 use std::io;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// `addr` as the C socket address it is, and its length.
 fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
@@ -95,5 +96,92 @@ pub fn connected(s: &TcpStream) -> io::Result<bool> {
         Ok(_) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+fn set_int_opt(s: &TcpStream, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: `value` is a live c_int of the length passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            &value as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `TCP_USER_TIMEOUT`: data unacknowledged by the peer's kernel this long fails the
+/// socket with `ETIMEDOUT` (the kernel acknowledges whether or not the peer's process
+/// reads, so a busy peer does not trip it; a dead link does).
+pub fn set_user_timeout(s: &TcpStream, t: std::time::Duration) -> io::Result<()> {
+    let ms = t.as_millis().clamp(1, i32::MAX as u128) as i32;
+    set_int_opt(s, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)
+}
+
+/// The `TCP_USER_TIMEOUT` of `s` (zero: the kernel's default, none).
+pub fn user_timeout(s: &TcpStream) -> io::Result<std::time::Duration> {
+    let mut v: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are live and describe a c_int.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            &mut v as *mut i32 as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(std::time::Duration::from_millis(v.max(0) as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    /// A loopback connect finishes, and the timeout set is the one read back.
+    #[test]
+    fn a_nonblocking_connect_completes_and_keeps_its_user_timeout() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = start_connect(&l.local_addr().unwrap(), None).unwrap();
+        let (_peer, _) = l.accept().unwrap();
+        let t0 = std::time::Instant::now();
+        while !connected(&s).unwrap() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "loopback connect hangs"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        set_user_timeout(&s, Duration::from_millis(2500)).unwrap();
+        assert_eq!(user_timeout(&s).unwrap(), Duration::from_millis(2500));
+        // A refused connect is an error, not "not yet".
+        let gone = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = gone.local_addr().unwrap();
+        drop(gone);
+        let s = start_connect(&addr, None).unwrap();
+        let t0 = std::time::Instant::now();
+        loop {
+            match connected(&s) {
+                Err(_) => break,
+                Ok(true) => panic!("connected to a closed port"),
+                Ok(false) => {
+                    assert!(t0.elapsed() < Duration::from_secs(5), "refusal never seen");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
     }
 }

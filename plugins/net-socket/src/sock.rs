@@ -1,7 +1,7 @@
 //! The few socket calls std does not offer: non-blocking send/receive on raw
 //! buffers without SIGPIPE (the non-blocking connect is the SDK's `tcp`).
 
-pub use ferrocx_sdk::tcp::start_connect;
+pub use ferrocx_sdk::tcp::{set_user_timeout, start_connect};
 use std::io;
 use std::net::TcpStream;
 use std::os::unix::io::AsRawFd;
@@ -75,32 +75,6 @@ pub unsafe fn recv(s: &TcpStream, buf: *mut u8, len: usize) -> io::Result<Io> {
             _ => return Err(e),
         }
     }
-}
-
-fn set_int_opt(s: &TcpStream, level: i32, name: i32, value: i32) -> io::Result<()> {
-    // SAFETY: `value` is a live c_int of the length passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            level,
-            name,
-            &value as *const i32 as *const libc::c_void,
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// `TCP_USER_TIMEOUT`: data unacknowledged by the peer's kernel this long fails the
-/// socket with `ETIMEDOUT` (the kernel acknowledges whether or not the peer's process
-/// reads, so a busy peer does not trip it; a dead link does).
-pub fn set_user_timeout(s: &TcpStream, t: std::time::Duration) -> io::Result<()> {
-    let ms = t.as_millis().clamp(1, i32::MAX as u128) as i32;
-    set_int_opt(s, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)
 }
 
 /// Close `s` with a reset: whatever it still had to send is dropped, so a rail taken

@@ -31,12 +31,21 @@ pub struct Conn {
     requests: u64,
 }
 
+/// A connection whose data goes unacknowledged this long breaks
+/// (`TCP_USER_TIMEOUT`): a link that went silent without closing is then
+/// redialed like any broken one. The health machine has failed the path
+/// over long before (its timeout: 1 s by default); this only decides when
+/// the connection itself is given up.
+pub const SILENT_LINK: Duration = Duration::from_secs(10);
+
 impl Conn {
     /// Wraps a connected stream (made non-blocking, without Nagle's delay:
-    /// acknowledgements are small and latency-bound).
+    /// acknowledgements are small and latency-bound; silent for
+    /// [`SILENT_LINK`] with data outstanding, it fails).
     pub fn new(stream: TcpStream, max_payload: u32) -> std::io::Result<Conn> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
+        ferrocx_sdk::tcp::set_user_timeout(&stream, SILENT_LINK)?;
         Ok(Conn {
             stream,
             out: Vec::new(),
@@ -252,5 +261,23 @@ pub fn accept(
             // Another communicator's or another program's connection.
             _ => continue,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every connection the carrier makes (setup's, a reconnect's) breaks
+    /// when its link goes silent, rather than waiting forever.
+    #[test]
+    fn a_connection_gives_up_a_silent_link() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let c = Conn::new(s, 0).unwrap();
+        assert_eq!(
+            ferrocx_sdk::tcp::user_timeout(&c.stream).unwrap(),
+            SILENT_LINK
+        );
     }
 }
