@@ -71,12 +71,15 @@ impl<E> Entry<E> {
 #[derive(Debug)]
 pub struct Tracker<E> {
     entries: VecDeque<Entry<E>>,
+    /// Entries that wait at barriers (asked on every launch: kept, not scanned).
+    barriers: usize,
 }
 
 impl<E> Default for Tracker<E> {
     fn default() -> Self {
         Tracker {
             entries: VecDeque::new(),
+            barriers: 0,
         }
     }
 }
@@ -84,6 +87,7 @@ impl<E> Default for Tracker<E> {
 impl<E> Tracker<E> {
     /// Track one more collective.
     pub fn push(&mut self, e: Entry<E>) {
+        self.barriers += usize::from(!e.expects.is_empty());
         self.entries.push_back(e);
     }
 
@@ -100,7 +104,8 @@ impl<E> Tracker<E> {
             return Vec::new();
         }
         if done(&self.entries[n - 1].event) {
-            return self.entries.drain(..).collect();
+            let out: Vec<_> = self.entries.drain(..).collect();
+            return self.forget(out);
         }
         // entries[..lo] completed, entries[hi..] pending.
         let (mut lo, mut hi) = (0, n - 1);
@@ -112,7 +117,14 @@ impl<E> Tracker<E> {
                 hi = mid;
             }
         }
-        self.entries.drain(..lo).collect()
+        let out: Vec<_> = self.entries.drain(..lo).collect();
+        self.forget(out)
+    }
+
+    /// Counts `gone` (just removed) out of the barrier entries.
+    fn forget(&mut self, gone: Vec<Entry<E>>) -> Vec<Entry<E>> {
+        self.barriers -= gone.iter().filter(|e| !e.expects.is_empty()).count();
+        gone
     }
 
     /// Drop every entry whose event completed, wherever it is (collectives
@@ -128,7 +140,7 @@ impl<E> Tracker<E> {
             }
         }
         self.entries = keep;
-        out
+        self.forget(out)
     }
 
     /// The oldest pending entry whose deadline passed.
@@ -143,6 +155,9 @@ impl<E> Tracker<E> {
 
     /// The oldest pending entry that waits at barriers (LL calls do not).
     pub fn oldest_with_barriers(&self) -> Option<&Entry<E>> {
+        if self.barriers == 0 {
+            return None;
+        }
         self.entries.iter().find(|e| !e.expects.is_empty())
     }
 
@@ -158,6 +173,7 @@ impl<E> Tracker<E> {
 
     /// Forget everything; the events come back.
     pub fn clear(&mut self) -> Vec<E> {
+        self.barriers = 0;
         self.entries.drain(..).map(|e| e.event).collect()
     }
 
@@ -347,6 +363,32 @@ mod tests {
         assert_eq!(t.oldest().map(|e| e.event), Some(1));
         assert_eq!(t.clear(), vec![1, 3]);
         assert!(t.is_empty() && t.next_deadline().is_none());
+    }
+
+    /// The kept count of barrier entries follows pushes and every way out.
+    #[test]
+    fn tracker_finds_the_oldest_barrier_entry_as_entries_come_and_go() {
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        let b = |ev| entry(vec![x(0, Array::EagerReady, 1)], ev, t0);
+        t.push(entry(vec![], 0, t0));
+        assert!(t.oldest_with_barriers().is_none());
+        t.push(b(1));
+        t.push(b(2));
+        t.push(entry(vec![], 3, t0));
+        assert_eq!(t.oldest_with_barriers().map(|e| e.event), Some(1));
+        t.retire_front(|&e| e <= 1);
+        assert_eq!(t.oldest_with_barriers().map(|e| e.event), Some(2));
+        t.retire_all(|&e| e == 2);
+        assert!(t.oldest_with_barriers().is_none());
+        t.push(b(4));
+        assert_eq!(t.oldest_with_barriers().map(|e| e.event), Some(4));
+        t.retire_front(|_| true);
+        assert!(t.oldest_with_barriers().is_none());
+        t.push(b(5));
+        t.clear();
+        t.push(entry(vec![], 6, t0));
+        assert!(t.oldest_with_barriers().is_none());
     }
 
     #[test]
