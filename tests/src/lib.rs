@@ -67,8 +67,21 @@ pub fn run_ranks(
     env: &[(&str, &str)],
     limit: Duration,
 ) -> Vec<RankOutput> {
-    let root = format!("127.0.0.1:{}", free_port());
-    run_commands(rank_commands(worker, n, args, env, &root), limit)
+    // The port is free when picked but not held: another job's root can
+    // take it before this one's binds (seen in CI, once in a few hundred
+    // jobs). Such a run never started the job, so it is run again.
+    for _ in 0..3 {
+        let root = format!("127.0.0.1:{}", free_port());
+        let outs = run_commands(rank_commands(worker, n, args, env, &root), limit);
+        let taken = outs.iter().any(|o| {
+            o.stdout.contains("cannot listen on") && o.stdout.contains("Address already in use")
+        });
+        if !taken {
+            return outs;
+        }
+        eprintln!("bootstrap port {root} was taken meanwhile: running the job again");
+    }
+    panic!("three bootstrap ports in a row were taken before the root bound them");
 }
 
 /// The commands of `n` ranks of `worker args` meeting at `root`, as `fxrun` would
