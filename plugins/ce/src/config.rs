@@ -14,7 +14,7 @@
 //! | `FERROCX_CE_SIMPLE_BYTES` | `auto` | the same collectives whose block is above the LL kernel's limit and at most this many bytes (all_reduce: block × nranks ≤ 2 × this, as one-shot; above 2 ranks, beyond that, two-shot while block / nranks ≤ this; `auto`: each collective's measured limit at 2 ranks and above, `select::SIMPLE_TABLE`, two-shot all_reduce to `select::TWO_SHOT_AUTO_BYTES`) run as one Simple kernel ([`ferrocx_sdk::kernels::simple`]: chunks through slot rings in the peers' mapped memory, a flag per chunk; no barrier, no staging, no windows needed); `0`: never. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_SLOT` | `auto` | bytes of one slot of the Simple kernel's rings (and the point-to-point kernel's), the largest chunk (a multiple of 16, 32 B–16 MiB; the Simple kernel's chunks of segments below 256 MiB stay at most 64 KiB); `auto`: 128 KiB for the Simple kernel at 2 ranks, 64 KiB above and for the point-to-point kernel. The rings take nranks × 128 × this bytes of device memory per rank (in the flag buffer, only where the kernel may run). Every rank must set the same value |
 //! | `FERROCX_CE_P2P_BYTES` | `16M` | device sends and receives of at most this many bytes (each decided alone, by its size, so both ends agree) run as ce's point-to-point kernel ([`ferrocx_sdk::kernels::p2p`]: the Simple kernel's rings, a region of their own, every chunk headed by its message's size, which the receive checks) on the caller's stream, one kernel per group (more where a group has several messages to one peer the same way); larger ones, and any on a stream being captured, take the core's path. A send may finish before its receive is posted while the peer's ring has room (128 slots: 8 MiB of 64 KiB slots; a larger send waits for its receive); `0`: never. The rings take nranks × 128 × `FERROCX_CE_SIMPLE_SLOT` bytes of device memory per rank. A send through ce must meet a receive of device memory of exactly its size (else both ranks fail with the core's mismatch error). Every rank must set the same value |
-//! | `FERROCX_CE_P2P_LL_BYTES` | `512K` | of those, messages of at most this many bytes (again by size alone) travel as LL lines (8 data bytes and their flag per 16-byte line, polled by the receiver: no fence, no head word per chunk), larger ones as chunks; at most 16 MiB. Each rank's line rings hold two of the largest (nranks × 4 × this bytes of device memory per rank). A send and a receive on either side of this limit are a size mismatch like any other. `0`: always chunks. Every rank must set the same value |
+//! | `FERROCX_CE_P2P_LL_BYTES` | `1M` | of those, messages of at most this many bytes (again by size alone) travel as LL lines (8 data bytes and their flag per 16-byte line, polled by the receiver: no fence, no head word per chunk), larger ones as chunks; at most 16 MiB. Each rank's line rings hold two of the largest (nranks × 4 × this bytes of device memory per rank). A send and a receive on either side of this limit are a size mismatch like any other. `0`: always chunks. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BLOCKS` | `64` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once. This rank's alone (chunks do not depend on it) |
 //! | `FERROCX_CE_SIMPLE_SPREAD` | `1` | above 2 ranks, out of place: a Simple kernel's sending blocks take one (chunk, peer) pair each, a chunk's pairs on consecutive blocks (a gather's receiving blocks too), so every peer's link is busy at once; `0`: a block sends each chunk to every peer in turn. This rank's alone |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
@@ -49,10 +49,12 @@ pub const SIMPLE_AUTO: usize = usize::MAX;
 /// receives must be grouped when both ranks send first).
 pub const DEFAULT_P2P_BYTES: usize = 16 << 20;
 /// Default `FERROCX_CE_P2P_LL_BYTES`. On two H200s (BENCH.md, sessions 11
-/// and 12) lines took 2–4 µs off chunks from 128 KiB to 512 KiB and gained
-/// nothing at 1 MiB, whose ring would be twice the size; below 128 KiB both
-/// are bound by the host's cost per call.
-pub const DEFAULT_P2P_LL_BYTES: usize = 512 << 10;
+/// and 12) lines took 2–4 µs off chunks from 128 KiB to 512 KiB; below 128
+/// KiB both are bound by the host's cost per call. On two H100s
+/// (`bench/results/2026-11-27-session14/run2`, µs, 512K / 1M / 2M limits)
+/// 1 MiB took 21.3 / 18.5 / 18.3 and 2 MiB 24.6 / 26.3 / 25.2: lines pay at
+/// 1 MiB, not at 2.
+pub const DEFAULT_P2P_LL_BYTES: usize = 1 << 20;
 /// Largest `FERROCX_CE_P2P_LL_BYTES` (its rings take 4 × this per peer).
 pub const P2P_LL_MAX_BYTES: usize = 16 << 20;
 /// Largest `FERROCX_CE_SIMPLE_SLOT`.
