@@ -349,6 +349,68 @@ fn ce_runs_mid_calls_as_one_simple_kernel() {
     }
 }
 
+/// The Simple kernel's direct modes (issue 23): on windows, with the LL
+/// kernel off and `FERROCX_CE_DIRECT_BYTES=1G`, every all_reduce (read
+/// straight from the peers' input windows; in place through the scratch)
+/// and all_gather (written straight into the peers' output windows) of the
+/// matrix, every type, operator and count, in and out of place, at 2 and 4
+/// ranks, with 64 KiB slots and with 1040-byte ones (chunks off 16-byte
+/// boundaries, the two empty chunks per pair and call lapping the 128-slot
+/// rings); the matrix's broadcasts in place only (out of place a non-root
+/// has no send buffer, so its receive buffer lies elsewhere in the window
+/// than the root's: not symmetric). Then the copy collectives on symmetric
+/// windows (`coll-plugin`: broadcast from every root, out of place too, and
+/// all_gather, counts 0 to 65537). Every result checked, every call with
+/// data run by ce.
+#[test]
+fn ce_runs_window_calls_in_the_direct_modes() {
+    if !gpus() {
+        return;
+    }
+    let env = |slot| {
+        [
+            ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
+            ("FERROCX_CE_SCRATCH_BYTES", "32M"),
+            ("FERROCX_CE_LL_BYTES", "0"),
+            ("FERROCX_CE_SIMPLE_SLOT", slot),
+            ("FERROCX_CE_DIRECT_BYTES", "1G"),
+        ]
+    };
+    for (n, slot) in [(2, "auto"), (2, "1040"), (4, "64K")] {
+        for filter in ["^all_reduce |^all_gather &!op=avg", "^broadcast & in-place"] {
+            run_ok_n(
+                n,
+                &[
+                    "coll-matrix",
+                    "--mem",
+                    "cuda",
+                    "--expect",
+                    "ce:bounded",
+                    "--window",
+                    "--filter",
+                    filter,
+                ],
+                &env(slot),
+                Duration::from_secs(600),
+            );
+        }
+        run_ok_n(
+            n,
+            &[
+                "coll-plugin",
+                "--mem",
+                "cuda",
+                "--expect",
+                "ce",
+                "--counts",
+                "0,1,7,1000,65537",
+            ],
+            &env(slot),
+            Duration::from_secs(600),
+        );
+    }
+}
+
 /// Device sends and receives through ce's point-to-point kernel: rings,
 /// pairs posted in opposite orders, all-to-all groups and two messages each
 /// way in one group, 0 B to 4 MiB + 16 (and to 16 MiB, the default limit, at

@@ -128,6 +128,7 @@ fn reduce_setup(
     mine.push(cfg.stage as u8);
     mine.push(cfg.check_calls as u8);
     mine.push(cfg.stage_needs_check as u8);
+    mine.extend_from_slice(&(cfg.direct_bytes as u64).to_le_bytes());
     let all = oob.all_gather(&mine)?;
     if all.iter().any(|m| m.len() != mine.len()) {
         return Err(PluginError::internal(
@@ -175,6 +176,19 @@ fn reduce_setup(
     // So does the Simple kernel (FERROCX_CE_SIMPLE_BYTES equal everywhere too).
     let ll_bytes = if on { cfg.ll_bytes } else { 0 };
     let simple_bytes = if on { cfg.simple_bytes } else { 0 };
+    // The direct modes run in the Simple kernel, on its rings.
+    let same_direct = all.iter().all(|m| m[20..28] == mine[20..28]);
+    if !same_direct {
+        host.warn(format!(
+            "ce on rank {}: FERROCX_CE_DIRECT_BYTES differs between ranks: no direct modes on this communicator",
+            info.rank
+        ));
+    }
+    let direct_bytes = if on && simple_bytes > 0 && same_direct {
+        cfg.direct_bytes
+    } else {
+        0
+    };
     let red = Agreed {
         on,
         scratch,
@@ -183,6 +197,7 @@ fn reduce_setup(
         check_calls,
         ll_bytes,
         simple_bytes,
+        direct_bytes,
     };
     Ok((kernels.filter(|_| on), red))
 }
@@ -831,6 +846,22 @@ impl CeComm {
             // kernel alike (select::route) with the same segment, mode, root and
             // area; the stream per the caller.
             Exchange::Ll => unsafe { k.ll(t, o, &args, stream) },
+            Exchange::Direct => {
+                let slot = layout.simple_slot;
+                let base = SimpleArgs::from_ll(
+                    &args,
+                    layout.simple_offset() as u64,
+                    simple::chunk_bytes(block, slot) as u64,
+                    slot as u64,
+                    false,
+                );
+                let sp = crate::direct::args(d, self.rank, base, flags.scratch(self.rank))
+                    .map_err(PluginError::internal)?;
+                // SAFETY: as above; the peers' buffers lie in their windows
+                // (mapped until window_deregister, which waits for this
+                // communicator's calls), which every rank routes alike.
+                unsafe { k.simple(t, o, &sp, self.cfg.simple_blocks, stream) }
+            }
             Exchange::Simple | Exchange::TwoShot => {
                 let slot = layout.simple_slot;
                 // Above 2 ranks a broadcast is passed along the ranks

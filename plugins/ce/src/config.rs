@@ -17,6 +17,7 @@
 //! | `FERROCX_CE_P2P_LL_BYTES` | `1M` | of those, messages of at most this many bytes (again by size alone) travel as LL lines (8 data bytes and their flag per 16-byte line, polled by the receiver: no fence, no head word per chunk), larger ones as chunks; at most 16 MiB. Each rank's line rings hold two of the largest (nranks × 4 × this bytes of device memory per rank). A send and a receive on either side of this limit are a size mismatch like any other. `0`: always chunks. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BLOCKS` | `64` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once. This rank's alone (chunks do not depend on it) |
 //! | `FERROCX_CE_SIMPLE_SPREAD` | `1` | above 2 ranks, out of place: a Simple kernel's sending blocks take one (chunk, peer) pair each, a chunk's pairs on consecutive blocks (a gather's receiving blocks too), so every peer's link is busy at once; `0`: a block sends each chunk to every peer in turn. This rank's alone |
+//! | `FERROCX_CE_DIRECT_BYTES` | `auto` | all_reduce (not avg), all_gather and broadcast on windows whose block is above the LL kernel's limit and at most this many bytes run as the Simple kernel's direct modes (the data read from the peers' input windows or written into their output windows, two empty chunks per pair as barriers; an all_reduce also needs the block to fit the scratch, which an in-place call folds into): `auto` per collective and rank count (`select::DIRECT_TABLE`), a number for every collective, `0` never. Agreed like `FERROCX_CE_ONESHOT_BYTES` (a rank that differs turns it off, with a warning) |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
 //!
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
@@ -41,6 +42,9 @@ pub const DEFAULT_LL_BYTES: usize = 1 << 20;
 /// `FERROCX_CE_SIMPLE_BYTES=auto` (the default): each collective's measured
 /// limit (`select::SIMPLE_TABLE`).
 pub const SIMPLE_AUTO: usize = usize::MAX;
+/// `FERROCX_CE_DIRECT_BYTES=auto` (the default): each collective's measured
+/// limit (`select::DIRECT_TABLE`).
+pub const DIRECT_AUTO: usize = usize::MAX;
 /// Default `FERROCX_CE_P2P_BYTES`. On 2 H100s the kernel took 8 MiB in 48
 /// µs and 16 MiB in 76 against the core's 107 and 114, and 32 MiB in 136–138
 /// against 134 (`bench/results/2026-11-27-x2-checks/run2`). A send up to
@@ -108,6 +112,9 @@ pub struct Config {
     pub simple_bytes: usize,
     /// `FERROCX_CE_SIMPLE_SLOT`: bytes per slot of its rings.
     pub simple_slot: usize,
+    /// `FERROCX_CE_DIRECT_BYTES`: the largest block run by the Simple
+    /// kernel's direct modes ([`DIRECT_AUTO`]: per collective).
+    pub direct_bytes: usize,
     /// `FERROCX_CE_SIMPLE_BLOCKS`: most sending blocks of a Simple kernel.
     pub simple_blocks: usize,
     /// `FERROCX_CE_SIMPLE_SPREAD`: above 2 ranks, a Simple kernel's blocks
@@ -138,6 +145,7 @@ impl Default for Config {
             ll_bytes: DEFAULT_LL_BYTES,
             simple_bytes: SIMPLE_AUTO,
             simple_slot: SIMPLE_SLOT_AUTO,
+            direct_bytes: DIRECT_AUTO,
             simple_blocks: ferrocx_sdk::kernels::simple::TARGET_BLOCKS,
             simple_spread: true,
             p2p_bytes: DEFAULT_P2P_BYTES,
@@ -255,6 +263,10 @@ impl Config {
                 _ => env::unsigned(&lookup, "FERROCX_CE_SIMPLE_BYTES", d.simple_bytes)?,
             },
             simple_slot,
+            direct_bytes: match lookup("FERROCX_CE_DIRECT_BYTES") {
+                Some(v) if v.trim().eq_ignore_ascii_case("auto") => DIRECT_AUTO,
+                _ => env::unsigned(&lookup, "FERROCX_CE_DIRECT_BYTES", d.direct_bytes)?,
+            },
             simple_blocks: match env::unsigned(
                 &lookup,
                 "FERROCX_CE_SIMPLE_BLOCKS",
@@ -318,6 +330,7 @@ mod tests {
             ("FERROCX_CE_SIMPLE_SPREAD", "0"),
             ("FERROCX_CE_P2P_BYTES", "1M"),
             ("FERROCX_CE_P2P_LL_BYTES", "64K"),
+            ("FERROCX_CE_DIRECT_BYTES", "2M"),
         ])
         .unwrap();
         assert_eq!(
@@ -334,6 +347,7 @@ mod tests {
                 ll_bytes: 4096,
                 simple_bytes: 8 << 20,
                 simple_slot: 4096,
+                direct_bytes: 2 << 20,
                 simple_blocks: 32,
                 simple_spread: false,
                 p2p_bytes: 1 << 20,
@@ -413,6 +427,12 @@ mod tests {
         assert_eq!(with(&[]).unwrap().simple_bytes, SIMPLE_AUTO);
         let auto = with(&[("FERROCX_CE_SIMPLE_BYTES", " Auto ")]).unwrap();
         assert_eq!(auto.simple_bytes, SIMPLE_AUTO);
+        assert_eq!(with(&[]).unwrap().direct_bytes, DIRECT_AUTO);
+        let direct = |v| with(&[("FERROCX_CE_DIRECT_BYTES", v)]).map(|c| c.direct_bytes);
+        assert_eq!(direct("auto").unwrap(), DIRECT_AUTO);
+        assert_eq!(direct("8M").unwrap(), 8 << 20);
+        assert_eq!(direct("0").unwrap(), 0);
+        assert!(direct("lots").is_err());
         assert!(!with(&[("FERROCX_CE_CHECK_CALLS", "0")]).unwrap().stage);
         let off = with(&[("FERROCX_CHECK_CALLS", "0")]).unwrap();
         assert!(

@@ -193,6 +193,7 @@
 
 pub mod comm;
 pub mod config;
+pub mod direct;
 pub mod driver;
 pub mod flags;
 pub mod issue;

@@ -97,6 +97,10 @@ pub struct Agreed {
     /// The largest block the Simple kernel runs (`FERROCX_CE_SIMPLE_BYTES`,
     /// equal on every rank; 0 without the kernels).
     pub simple_bytes: usize,
+    /// The largest block the Simple kernel's direct modes run
+    /// (`FERROCX_CE_DIRECT_BYTES`, equal on every rank; 0 without the
+    /// kernels or the rings; [`crate::config::DIRECT_AUTO`]: [`DIRECT_TABLE`]).
+    pub direct_bytes: usize,
 }
 
 impl Agreed {
@@ -111,6 +115,11 @@ impl Agreed {
             one_shot_bytes: cfg.one_shot_bytes,
             ll_bytes: if cfg.reduce { cfg.ll_bytes } else { 0 },
             simple_bytes: if cfg.reduce { cfg.simple_bytes } else { 0 },
+            direct_bytes: if cfg.reduce && cfg.simple_bytes > 0 {
+                cfg.direct_bytes
+            } else {
+                0
+            },
         }
     }
 }
@@ -200,6 +209,12 @@ pub enum Exchange {
     /// ([`ferrocx_sdk::kernels::simple::MODE_TWO_SHOT`]), two above
     /// ([`two_shot_parts`]).
     TwoShot,
+    /// The Simple kernel's direct modes on windows
+    /// ([`ferrocx_sdk::kernels::simple::MODE_DIRECT_FOLD`] and the two
+    /// copies): the data read from the peers' input windows (all_reduce) or
+    /// written into their output windows (all_gather, broadcast), the rings
+    /// carrying only a start and an end per pair.
+    Direct,
 }
 
 impl Exchange {
@@ -209,6 +224,7 @@ impl Exchange {
             Exchange::Ll => "LL",
             Exchange::Simple => "Simple",
             Exchange::TwoShot => "Simple two-shot",
+            Exchange::Direct => "Simple direct",
         }
     }
 
@@ -222,7 +238,7 @@ impl Exchange {
     ) -> Option<(CollDesc<'a, Window>, CollDesc<'a, Window>)> {
         match self {
             Exchange::TwoShot => Some(two_shot_parts(me, nranks, d)),
-            Exchange::Ll | Exchange::Simple => None,
+            Exchange::Ll | Exchange::Simple | Exchange::Direct => None,
         }
     }
 }
@@ -374,6 +390,48 @@ pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
     (Coll::Broadcast, 32 << 20, 64 << 20),
 ];
 
+/// The largest block of each collective the Simple kernel's direct modes
+/// run under `FERROCX_CE_DIRECT_BYTES=auto`, at 2 ranks and at more (0:
+/// never): not yet measured against the ring modes on a GPU, so none.
+pub const DIRECT_TABLE: [(Coll, usize, usize); 3] = [
+    (Coll::AllReduce, 0, 0),
+    (Coll::AllGather, 0, 0),
+    (Coll::Broadcast, 0, 0),
+];
+
+/// The largest block of `coll` the direct modes run on `nranks` ranks at
+/// `direct_bytes` (`FERROCX_CE_DIRECT_BYTES`: a number, or `auto`:
+/// [`DIRECT_TABLE`]); 0 for the collectives they do not run.
+pub fn direct_limit(coll: Coll, nranks: usize, direct_bytes: usize) -> usize {
+    let Some(&(_, two, more)) = DIRECT_TABLE.iter().find(|(c, ..)| *c == coll) else {
+        return 0;
+    };
+    if direct_bytes != crate::config::DIRECT_AUTO {
+        return direct_bytes;
+    }
+    if nranks <= 2 {
+        two
+    } else {
+        more
+    }
+}
+
+/// Whether the direct modes run `d` (its block is above the LL limit):
+/// within their limit, and the buffers the peers reach lie in windows — an
+/// all_reduce's send buffers (read by the peers; the block must also fit
+/// the scratch, where a rank in place folds), an all_gather's or a
+/// broadcast's receive buffers (written by the peers). Windows are
+/// registered by every rank alike, so every rank answers alike.
+fn direct(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>, block: usize) -> bool {
+    let limit = direct_limit(d.coll, nranks, red.direct_bytes);
+    let reach = match d.coll {
+        Coll::AllReduce => d.send_win.is_some() && block <= red.scratch,
+        Coll::AllGather | Coll::Broadcast => d.recv_win.is_some(),
+        _ => false,
+    };
+    nranks > 1 && block <= limit && reach
+}
+
 /// The largest all_reduce run two-shot above 2 ranks under `auto`
 /// ([`Exchange::TwoShot`]). On 4 H200s (`bench/results/2026-11-26-h200x4-twoshot/run2`,
 /// µs, two-shot / ce's routes without the kernel): 2 MiB 50 / 77, 8 MiB
@@ -439,6 +497,8 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
     let divides = d.count.is_multiple_of(nranks);
     if block <= red.ll_bytes {
         Some(Exchange::Ll)
+    } else if direct(nranks, red, d, block) {
+        Some(Exchange::Direct)
     } else if simple {
         Some(Exchange::Simple)
     } else if two_shot && divides {
@@ -625,6 +685,7 @@ mod tests {
         check_calls: false,
         ll_bytes: 0,
         simple_bytes: 0,
+        direct_bytes: 0,
     };
 
     fn win(bytes: u64) -> Window {
@@ -1111,6 +1172,86 @@ mod tests {
         for coll in [Coll::Gather, Coll::Scatter] {
             assert_eq!(k(2, &desc(coll, 40, None, None), &red).ok().flatten(), None);
         }
+    }
+
+    /// Above the LL limit and up to `FERROCX_CE_DIRECT_BYTES`, the direct
+    /// modes take all_reduce whose send buffers lie in windows (and whose
+    /// block fits the scratch), all_gather and broadcast whose receive
+    /// buffers do; everything else keeps its route, and `auto` (no measured
+    /// limits yet) takes nothing.
+    #[test]
+    fn direct_modes_take_calls_whose_peers_buffers_lie_in_windows() {
+        let w = win(1 << 20);
+        let red = Agreed {
+            ll_bytes: 64,
+            simple_bytes: 1 << 20,
+            direct_bytes: 1024,
+            ..ON
+        };
+        let k = |d: &CollDesc<'_, Window>, red: &Agreed| route(0, 2, red, d).map(|r| r.kernel);
+        let direct = Ok(Some(Exchange::Direct));
+        let simple = Ok(Some(Exchange::Simple));
+        // all_reduce: the send window; 1 element above the LL limit, up to the
+        // scratch (1 KiB here) and the limit.
+        assert_eq!(
+            k(&desc(Coll::AllReduce, 16, Some(&w), None), &red),
+            Ok(Some(Exchange::Ll))
+        );
+        assert_eq!(k(&desc(Coll::AllReduce, 17, Some(&w), None), &red), direct);
+        assert_eq!(
+            k(&desc(Coll::AllReduce, 256, Some(&w), Some(&w)), &red),
+            direct
+        );
+        assert_eq!(
+            k(&desc(Coll::AllReduce, 257, Some(&w), Some(&w)), &red),
+            simple
+        );
+        assert_eq!(k(&desc(Coll::AllReduce, 17, None, Some(&w)), &red), simple);
+        let small_scratch = Agreed {
+            scratch: 512,
+            ..red
+        };
+        assert_eq!(
+            k(
+                &desc(Coll::AllReduce, 200, Some(&w), Some(&w)),
+                &small_scratch
+            ),
+            simple
+        );
+        // The copies: the receive window.
+        for coll in [Coll::AllGather, Coll::Broadcast] {
+            assert_eq!(k(&desc(coll, 17, None, Some(&w)), &red), direct, "{coll:?}");
+            assert_eq!(
+                k(&desc(coll, 256, Some(&w), None), &red),
+                simple,
+                "{coll:?}"
+            );
+        }
+        // Not these, not avg, not while capturing, not at one rank.
+        for coll in [Coll::ReduceScatter, Coll::AllToAll] {
+            assert_eq!(
+                k(&desc(coll, 17, Some(&w), Some(&w)), &red),
+                simple,
+                "{coll:?}"
+            );
+        }
+        let mut avg = desc(Coll::AllReduce, 17, Some(&w), Some(&w));
+        avg.op = ferrocx_sdk::abi::FX_OP_AVG;
+        assert_ne!(k(&avg, &red), direct);
+        let mut cap = desc(Coll::AllGather, 17, None, Some(&w));
+        cap.capturing = true;
+        assert_ne!(k(&cap, &red), direct);
+        assert_ne!(
+            route(0, 1, &red, &desc(Coll::AllGather, 17, None, Some(&w))).map(|r| r.kernel),
+            direct
+        );
+        // auto: the table's limits, none yet.
+        let auto = Agreed {
+            direct_bytes: crate::config::DIRECT_AUTO,
+            ..red
+        };
+        assert_eq!(k(&desc(Coll::AllGather, 17, None, Some(&w)), &auto), simple);
+        assert_eq!(direct_limit(Coll::AllToAll, 2, 1 << 20), 0);
     }
 
     /// The printed table follows the routes: LL, then Simple up to each

@@ -1418,8 +1418,11 @@ impl Kernels {
                 ll::MAX_RANKS
             )));
         }
-        // The modes that fold (the Simple kernel's two-shot too) need the operator's module.
-        let folds = mode == ll::MODE_FOLD || mode == simple::MODE_TWO_SHOT;
+        // The modes that fold (the Simple kernel's two-shot and direct fold
+        // too) need the operator's module.
+        let folds = mode == ll::MODE_FOLD
+            || mode == simple::MODE_TWO_SHOT
+            || mode == simple::MODE_DIRECT_FOLD;
         if op == RedOp::Avg && folds {
             return Err(Error::invalid(format!(
                 "{what} kernel: avg folds as sum, then divides: not here"
@@ -1746,5 +1749,31 @@ impl Kernels {
                 f.info.name
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel of a module (reductions, LL, Simple with its direct
+    /// modes, point-to-point) compiles for an H100 (`sm_90`) where NVRTC
+    /// loads: a machine without a GPU still finds the CUDA C's mistakes.
+    #[test]
+    fn module_sources_compile_where_nvrtc_loads() {
+        let nvrtc = match Nvrtc::get() {
+            Ok(n) => n,
+            Err(why) => {
+                println!("skipping: {why}");
+                return;
+            }
+        };
+        for (dtype, kind) in [(DataType::F32, Kind::Sum), (DataType::Bf16, Kind::Max)] {
+            let src = source(dtype, kind);
+            let file = format!("{}.cu", kernel_name(dtype, kind));
+            if let Err(e) = compile_uncached(nvrtc, 90, Image::Auto, &src, &file) {
+                panic!("{file}: {e}");
+            }
+        }
     }
 }

@@ -63,6 +63,27 @@
 //! part `r`, exists only once this rank's sender delivered chunk `c` of that
 //! part to `r`.
 //!
+//! ## Direct modes
+//!
+//! Where every rank's buffers lie in symmetric windows, every peer's buffer
+//! is mapped here too ([`SimpleArgs::peer_in`], [`SimpleArgs::peer_out`]),
+//! and the data need not pass through the rings at all:
+//! [`MODE_DIRECT_FOLD`] (all_reduce) reads every peer's input straight over
+//! the link and folds it in registers with this rank's own;
+//! [`MODE_DIRECT_GATHER`] (all_gather) and [`MODE_DIRECT_BROADCAST`] write
+//! this rank's (the root's) segment straight into every peer's output. The
+//! rings carry only two empty chunks per pair and call: chunk 0, sent by
+//! block 0 at the start, says "my input is ready and my output may be
+//! written"; chunk 1, sent by the last block done with its share (a count
+//! in this rank's words), says "I no longer touch your buffers". Every block
+//! waits for every peer's chunk 0 before its share and for every chunk 1
+//! before it ends, so no rank's kernel ends while a peer still reads its
+//! input or writes its output. An all_reduce in place cannot write its
+//! output while the peers still read it as their input: it folds into
+//! [`SimpleArgs::scratch`] and copies the result over once every chunk 1
+//! arrived. No data slot is used, no head per data chunk, no copy out of a
+//! ring: one read (or write) over the link per byte, and two barriers.
+//!
 //! User buffers need only element alignment: 16-byte accesses where the
 //! address allows, 8-byte or single bytes elsewhere; the rings are 16-byte
 //! aligned. Where the output overlaps the input ([`SimpleArgs::overlap`]:
@@ -91,6 +112,22 @@ pub const MODE_CHAIN: i32 = 3;
 /// [`two_shot_fits`].
 pub const MODE_TWO_SHOT: i32 = 4;
 
+/// An all_reduce on windows read straight from the peers' inputs (the
+/// Simple kernel's own mode): see "Direct modes" above.
+pub const MODE_DIRECT_FOLD: i32 = 5;
+
+/// An all_gather on windows written straight into the peers' outputs.
+pub const MODE_DIRECT_GATHER: i32 = 6;
+
+/// A broadcast on windows written by the root straight into the peers'
+/// outputs.
+pub const MODE_DIRECT_BROADCAST: i32 = 7;
+
+/// Whether `mode` is one of the direct modes.
+pub fn is_direct(mode: i32) -> bool {
+    (MODE_DIRECT_FOLD..=MODE_DIRECT_BROADCAST).contains(&mode)
+}
+
 /// Whether a two-shot call of parts of `part` bytes with slots of `slot`
 /// bytes fits one kernel: its 2 × chunks stay within one lap of the rings,
 /// so a chunk of the second half never waits for a free of this call's
@@ -112,9 +149,10 @@ pub const TARGET_BLOCKS: usize = 64;
 pub const MIN_CHUNK: usize = 4 << 10;
 
 /// Bytes of the words before the data: heads, frees (`nranks × SLOTS`
-/// each), marks (`SLOTS`) and the counters (`2 × nranks`), 256-byte aligned.
+/// each), marks (`SLOTS`), the counters (`2 × nranks`) and the direct
+/// modes' count of blocks done with their share, 256-byte aligned.
 pub fn words_bytes(nranks: usize) -> usize {
-    (((2 * nranks + 1) * SLOTS + 2 * nranks) * 8).div_ceil(256) * 256
+    (((2 * nranks + 1) * SLOTS + 2 * nranks + 1) * 8).div_ceil(256) * 256
 }
 
 /// Bytes of one rank's region at `nranks` ranks with slots of `slot` bytes
@@ -211,6 +249,14 @@ pub struct SimpleArgs {
     /// chunk to every peer in turn. This rank's alone (which block moves a
     /// chunk does not change the protocol).
     pub spread: i32,
+    /// The direct modes: this rank's scratch (at least `seg` bytes), which an
+    /// all_reduce in place folds into; 0 out of place.
+    pub scratch: u64,
+    /// The direct modes: rank `r`'s input (its window at this call's offset)
+    /// as mapped into this process, for every rank below `nranks`.
+    pub peer_in: [u64; super::ll::MAX_RANKS],
+    /// The direct modes: rank `r`'s output as mapped into this process.
+    pub peer_out: [u64; super::ll::MAX_RANKS],
 }
 
 impl SimpleArgs {
@@ -245,6 +291,9 @@ impl SimpleArgs {
             root: ll.root,
             overlap: overlap as i32,
             spread: 0,
+            scratch: 0,
+            peer_in: [0; super::ll::MAX_RANKS],
+            peer_out: [0; super::ll::MAX_RANKS],
         }
     }
 
@@ -253,8 +302,12 @@ impl SimpleArgs {
         chunks(self.seg as usize, self.chunk as usize) as u64
     }
 
-    /// Work items of one side: chunks, times the peers where spread.
+    /// Work items of one side: chunks, times the peers where spread (the
+    /// direct modes: chunks, half per side of the grid).
     pub fn items(&self) -> u64 {
+        if is_direct(self.mode) {
+            return self.chunks().div_ceil(2);
+        }
         let per = if self.spreads() {
             self.nranks as u64 - 1
         } else {
@@ -284,6 +337,8 @@ struct fx_sp_args {
     unsigned int note[4];
     unsigned long long input, output, ctl, send_stride, out_stride, seg, chunk, slot, timeout_ns;
     int rank, nranks, mode, root, overlap, spread;
+    unsigned long long scratch;
+    unsigned long long peer_in[FX_SP_MAX_RANKS], peer_out[FX_SP_MAX_RANKS];
 };
 
 #define FX_SP_K FX_SP_SLOTS_ULL
@@ -295,7 +350,7 @@ FX_FN fx_sp_u fx_sp_free(fx_sp_u region, int n, int r, fx_sp_u k) { return regio
 FX_FN fx_sp_u fx_sp_mark(fx_sp_u region, int n, fx_sp_u k) { return region + (2ull * (fx_sp_u)n * FX_SP_K + k) * 8ull; }
 FX_FN fx_sp_u fx_sp_count(fx_sp_u region, int n, int i) { return region + ((2ull * (fx_sp_u)n + 1ull) * FX_SP_K + (fx_sp_u)i) * 8ull; }
 FX_FN fx_sp_u fx_sp_data(fx_sp_u region, int n, fx_sp_u slot, int w, fx_sp_u k) {
-    const fx_sp_u words = (((2ull * (fx_sp_u)n + 1ull) * FX_SP_K + 2ull * (fx_sp_u)n) * 8ull + 255ull) / 256ull * 256ull;
+    const fx_sp_u words = (((2ull * (fx_sp_u)n + 1ull) * FX_SP_K + 2ull * (fx_sp_u)n + 1ull) * 8ull + 255ull) / 256ull * 256ull;
     return region + words + ((fx_sp_u)w * FX_SP_K + k) * slot;
 }
 
@@ -427,11 +482,14 @@ static __device__ __noinline__ void fx_sp_copy_on(fx_sp_u dst, fx_sp_u fwd, fx_s
 }
 
 /* The block folds chunk `lo`/`len` of every rank in rank order (its own from
-   `mine`, the peers' from their ring slots `in`) into `out`. Not inlined, as
-   the copy. */
-static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const fx_sp_u* in, int n, int me, fx_sp_u len) {
+   `mine`, the peers' from `in`: their ring slots, or with `rings` false their
+   own buffers, read over the link) into `out`. Not inlined, as the copy. */
+static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const fx_sp_u* in, int n, int me, fx_sp_u len, bool rings) {
     fx_sp_u done = 0ull;
-    if (((out | mine) & 15ull) == 0ull) {
+    fx_sp_u align = out | mine;
+    for (int r = 0; !rings && r < n; ++r)
+        if (r != me) align |= in[r];
+    if ((align & 15ull) == 0ull) {
         const fx_sp_u units = len / 16ull;
         fx_sp_u u = threadIdx.x;
         /* Four units per thread, so four loads are in flight per rank. */
@@ -467,7 +525,7 @@ static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const 
     for (fx_sp_u i = done / 8ull + threadIdx.x; i < lines; i += blockDim.x) {
         fx_sp_u acc = 0ull;
         for (int r = 0; r < n; ++r) {
-            const fx_sp_u v = r == me ? fx_sp_get8(mine, i, len, false) : fx_sp_get8(in[r], i, len, true);
+            const fx_sp_u v = r == me ? fx_sp_get8(mine, i, len, false) : fx_sp_get8(in[r], i, len, rings);
             acc = r == 0 ? v : fx_ll_op(acc, v);
         }
         fx_sp_put8(out, i, len, false, acc);
@@ -493,10 +551,13 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
     /* A two-shot all_reduce (mode 4): chunks c < m fold into this rank's part,
        chunks m + c carry the folded parts back to every rank. */
     const bool two = a.mode == 4;
+    /* The direct modes (5 fold, 6 gather, 7 broadcast): the data goes straight
+       between the windows; the rings carry two empty chunks per pair. */
+    const bool direct = a.mode >= 5;
 #define FX_SP_POS(r) (((r) - a.root + n) % n)
     /* Chunks rank s sends rank q in this call: a broadcast's non-roots send one empty
        chunk (so every rank reads a head of every peer), a chain's data goes to the next. */
-#define FX_SP_TO(s, q) (two ? 2ull * m : chain ? ((FX_SP_POS(s) < n - 1 && (q) == ((s) + 1) % n) ? m : 1ull) : ((bcast && (s) != a.root) ? 1ull : m))
+#define FX_SP_TO(s, q) (direct ? 2ull : two ? 2ull * m : chain ? ((FX_SP_POS(s) < n - 1 && (q) == ((s) + 1) % n) ? m : 1ull) : ((bcast && (s) != a.root) ? 1ull : m))
     const int next = (chain && FX_SP_POS(me) < n - 1) ? (me + 1) % n : -1;
     const int prev = (chain && me != a.root) ? (me + n - 1) % n : a.root;
     /* This rank's receiving blocks pass each chunk on (a chain's middle). */
@@ -531,7 +592,91 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
     /* Spread: one (chunk, peer) pair per work item, a chunk's pairs on consecutive blocks. */
     const bool spread = a.spread != 0 && n > 2 && a.overlap == 0 && !chain;
     const fx_sp_u per = spread ? (fx_sp_u)(n - 1) : 1ull;
-    if (sender) {
+    if (direct) {
+        /* Chunk 0 (block 0): this rank's input is ready and its output may be
+           written. Every block waits for every peer's before its share. */
+        if (threadIdx.x == 0) {
+            bool good = true;
+            if (blockIdx.x == 0) {
+                fx_sp_fence();
+                for (int j = 1; good && j < n; ++j) {
+                    const int q = (me + j) % n;
+                    const fx_sp_u g = sent_s[q];
+                    good = fx_sp_room(own, n, q, g, ctl, deadline);
+                    if (good) fx_sp_store(fx_sp_head(bases[q] + a.region_off, me, g % FX_SP_K), g + 1ull);
+                }
+            }
+            for (int j = 1; good && j < n; ++j) {
+                const int r = (me + n - j) % n;
+                const fx_sp_u g = recv_s[r];
+                good = fx_sp_wait(fx_sp_head(own, r, g % FX_SP_K), g + 1ull, ctl, deadline, r);
+            }
+            if (good) fx_sp_fence();
+            ok_s = good;
+        }
+        __syncthreads();
+        ok = ok_s != 0;
+        const bool bc = a.mode == 7;
+        /* An all_reduce in place folds into the scratch (the peers still read its input). */
+        const fx_sp_u dst0 = a.scratch != 0ull ? a.scratch : a.output;
+        for (fx_sp_u c = blockIdx.x; ok && c < m; c += gridDim.x) {
+            const fx_sp_u lo = c * a.chunk;
+            const fx_sp_u len = a.seg - lo < a.chunk ? a.seg - lo : a.chunk;
+            if (a.mode == 5) {
+                fx_sp_u src[FX_SP_MAX_RANKS];
+                for (int r = 0; r < n; ++r) src[r] = a.peer_in[r] + lo;
+                fx_sp_fold(dst0 + lo, mine + lo, src, n, me, len, false);
+            } else if (!bc || me == a.root) {
+                for (int j = 0; j < n; ++j) {
+                    const int q = (me + j) % n;
+                    const fx_sp_u src = a.input + (fx_sp_u)q * a.send_stride + lo;
+                    const fx_sp_u dst = a.peer_out[q] + (bc ? 0ull : (fx_sp_u)me * a.out_stride) + lo;
+                    if (dst != src) fx_sp_copy(dst, false, src, false, len);
+                }
+            }
+        }
+        /* Chunk 1 (the last block done with its share): this rank no longer
+           touches the peers' buffers. Every block waits for every peer's. */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            bool good = ok;
+            fx_sp_fence();
+            const fx_sp_u at = fx_sp_count(own, n, 2 * n);
+            const fx_sp_u before = atomicAdd((fx_sp_u*)at, 1ull);
+            if (before == (fx_sp_u)gridDim.x - 1ull) {
+                fx_sp_store(at, 0ull);
+                fx_sp_fence();
+                for (int j = 1; good && j < n; ++j) {
+                    const int q = (me + j) % n;
+                    const fx_sp_u g = sent_s[q] + 1ull;
+                    good = fx_sp_room(own, n, q, g, ctl, deadline);
+                    if (good) fx_sp_store(fx_sp_head(bases[q] + a.region_off, me, g % FX_SP_K), g + 1ull);
+                }
+            }
+            for (int j = 1; good && j < n; ++j) {
+                const int r = (me + n - j) % n;
+                const fx_sp_u g = recv_s[r] + 1ull;
+                good = fx_sp_wait(fx_sp_head(own, r, g % FX_SP_K), g + 1ull, ctl, deadline, r);
+            }
+            if (good) fx_sp_fence();
+            /* Both of every peer's chunks are consumed: block 0 frees their slots. */
+            if (good && blockIdx.x == 0) {
+                for (int j = 1; j < n; ++j) {
+                    const int r = (me + n - j) % n;
+                    for (fx_sp_u t = 0ull; t < 2ull; ++t)
+                        fx_sp_store(fx_sp_free(bases[r] + a.region_off, n, me, (recv_s[r] + t) % FX_SP_K), recv_s[r] + t + 1ull);
+                }
+            }
+            ok_s = good;
+        }
+        __syncthreads();
+        ok = ok_s != 0;
+        for (fx_sp_u c = blockIdx.x; ok && a.scratch != 0ull && c < m; c += gridDim.x) {
+            const fx_sp_u lo = c * a.chunk;
+            const fx_sp_u len = a.seg - lo < a.chunk ? a.seg - lo : a.chunk;
+            fx_sp_copy(a.output + lo, false, a.scratch + lo, false, len);
+        }
+    } else if (sender) {
         const bool data = !bcast || me == a.root;
         /* A broadcast's non-roots send empty chunks (a chain's forwards its data from its receiving blocks). */
         const fx_sp_u sm = (bcast && me != a.root) ? 1ull : m;
@@ -603,7 +748,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             ok = ok_s != 0;
             if (!ok) break;
             if (a.mode == 0 || two) {
-                fx_sp_fold(a.output + (two ? (fx_sp_u)me * a.out_stride : 0ull) + lo, mine + lo, in_s, n, me, len);
+                fx_sp_fold(a.output + (two ? (fx_sp_u)me * a.out_stride : 0ull) + lo, mine + lo, in_s, n, me, len, true);
             } else if (a.mode == 1) {
                 /* This rank's own chunk goes with the item of its first peer. */
                 const fx_sp_u own_dst = a.output + (fx_sp_u)me * a.out_stride + lo;
@@ -777,7 +922,7 @@ mod tests {
         for n in 1..=16 {
             let w = words_bytes(n);
             assert_eq!(w % 256, 0);
-            assert!(w >= ((2 * n + 1) * SLOTS + 2 * n) * 8);
+            assert!(w >= ((2 * n + 1) * SLOTS + 2 * n + 1) * 8);
             assert_eq!(region_bytes(n, 4096), Some(w + n * SLOTS * 4096));
         }
         assert_eq!(region_bytes(usize::MAX / 2, 4096), None);
@@ -823,9 +968,22 @@ mod tests {
                 root: 19,
                 overlap: 1,
                 spread: 0,
+                scratch: 0,
+                peer_in: [0; super::super::ll::MAX_RANKS],
+                peer_out: [0; super::super::ll::MAX_RANKS],
             }
         );
-        // The C struct: 12 eight-byte fields, four note words, six ints.
-        assert_eq!(std::mem::size_of::<SimpleArgs>(), 12 * 8 + 16 + 6 * 4);
+        // The C struct: 12 eight-byte fields, four note words, six ints, the
+        // scratch and two tables of MAX_RANKS addresses (the ints end 8-byte
+        // aligned: no padding before the scratch).
+        let m = super::super::ll::MAX_RANKS;
+        assert_eq!(
+            std::mem::size_of::<SimpleArgs>(),
+            12 * 8 + 16 + 6 * 4 + 8 + 2 * m * 8
+        );
+        assert_eq!(
+            std::mem::offset_of!(SimpleArgs, scratch),
+            12 * 8 + 16 + 6 * 4
+        );
     }
 }
