@@ -174,6 +174,18 @@ fn barrier_routes(scratch: &str) -> [(&str, &str); 5] {
     ]
 }
 
+/// The copy collectives on symmetric windows, counts 0 to 65537, every call
+/// with data run by ce (`coll-plugin`).
+const COPIES_ON_WINDOWS: [&str; 7] = [
+    "coll-plugin",
+    "--mem",
+    "cuda",
+    "--expect",
+    "ce",
+    "--counts",
+    "0,1,7,1000,65537",
+];
+
 #[test]
 fn ce_runs_the_copy_collectives_on_windows_2_and_4_ranks() {
     if !gpus() {
@@ -184,15 +196,7 @@ fn ce_runs_the_copy_collectives_on_windows_2_and_4_ranks() {
     for (n, scratch) in [(2, "32M"), (4, "32M"), (2, "0")] {
         run_ok_n(
             n,
-            &[
-                "coll-plugin",
-                "--mem",
-                "cuda",
-                "--expect",
-                "ce",
-                "--counts",
-                "0,1,7,1000,65537",
-            ],
+            &COPIES_ON_WINDOWS,
             &barrier_routes(scratch),
             Duration::from_secs(600),
         );
@@ -394,20 +398,7 @@ fn ce_runs_window_calls_in_the_direct_modes() {
                 Duration::from_secs(600),
             );
         }
-        run_ok_n(
-            n,
-            &[
-                "coll-plugin",
-                "--mem",
-                "cuda",
-                "--expect",
-                "ce",
-                "--counts",
-                "0,1,7,1000,65537",
-            ],
-            &env(slot),
-            Duration::from_secs(600),
-        );
+        run_ok_n(n, &COPIES_ON_WINDOWS, &env(slot), Duration::from_secs(600));
     }
 }
 
