@@ -8,7 +8,7 @@ use crate::select::Window;
 use ferrocx_sdk::collective::{Coll, CollDesc, WindowRef};
 use ferrocx_sdk::kernels::ll::MAX_RANKS;
 use ferrocx_sdk::kernels::simple::{
-    SimpleArgs, MODE_DIRECT_BROADCAST, MODE_DIRECT_FOLD, MODE_DIRECT_GATHER,
+    SimpleArgs, MODE_DIRECT_BROADCAST, MODE_DIRECT_FOLD, MODE_DIRECT_GATHER, NO_WINDOW,
 };
 
 /// Rank `r`'s buffer for each rank, from the window `w` (this rank's own:
@@ -68,6 +68,8 @@ pub fn args(
         scratch,
         peer_in: table(d.send_win.as_ref(), me, d.send as u64),
         peer_out: table(d.recv_win.as_ref(), me, d.recv as u64),
+        // What the kernel checks against every peer's before it reaches them.
+        win_off: [&d.send_win, &d.recv_win].map(|w| w.as_ref().map_or(NO_WINDOW, |w| w.offset)),
         ..base
     })
 }
@@ -149,6 +151,7 @@ mod tests {
         assert_eq!(a.scratch, 0, "out of place: no scratch");
         assert_eq!((a.overlap, a.spread), (0, 0));
         assert_eq!((a.seg, a.chunk, a.slot), (1024, 512, 4096), "the rest kept");
+        assert_eq!(a.win_off, [0, 0x2000], "the offsets the peers check");
         // In place the fold goes to the scratch; without one, an error.
         let d = desc(Coll::AllReduce, &w, 0x1000, 0x1000, true);
         assert_eq!(
@@ -178,6 +181,10 @@ mod tests {
             args(&d, 1, base(), None).unwrap().mode,
             MODE_DIRECT_BROADCAST
         );
+        d.send_win = None;
+        let a = args(&d, 1, base(), None).unwrap();
+        assert_eq!(a.win_off, [NO_WINDOW, 0x2000]);
+        assert!(a.peer_in.iter().all(|&p| p == 0));
         d.recv_win = None;
         assert!(args(&d, 1, base(), None).unwrap_err().contains("no window"));
         d.coll = Coll::AllToAll;

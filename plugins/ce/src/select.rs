@@ -418,14 +418,16 @@ pub fn direct_limit(coll: Coll, nranks: usize, direct_bytes: usize) -> usize {
 
 /// Whether the direct modes run `d` (its block is above the LL limit):
 /// within their limit, and the buffers the peers reach lie in windows — an
-/// all_reduce's send buffers (read by the peers; the block must also fit
-/// the scratch, where a rank in place folds), an all_gather's or a
-/// broadcast's receive buffers (written by the peers). Windows are
-/// registered by every rank alike, so every rank answers alike.
+/// all_reduce's send and receive buffers (the peers read its input; the
+/// block must also fit the scratch, where a rank in place folds), an
+/// all_gather's or a broadcast's receive buffers (written by the peers).
+/// Windows are registered by every rank alike (the symmetric-window
+/// contract), so every rank answers alike; the kernel checks that the
+/// peers' buffers lie at this rank's offsets before it reaches them.
 fn direct(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>, block: usize) -> bool {
     let limit = direct_limit(d.coll, nranks, red.direct_bytes);
     let reach = match d.coll {
-        Coll::AllReduce => d.send_win.is_some() && block <= red.scratch,
+        Coll::AllReduce => d.send_win.is_some() && d.recv_win.is_some() && block <= red.scratch,
         Coll::AllGather | Coll::Broadcast => d.recv_win.is_some(),
         _ => false,
     };
@@ -1175,7 +1177,7 @@ mod tests {
     }
 
     /// Above the LL limit and up to `FERROCX_CE_DIRECT_BYTES`, the direct
-    /// modes take all_reduce whose send buffers lie in windows (and whose
+    /// modes take all_reduce whose buffers lie in windows (and whose
     /// block fits the scratch), all_gather and broadcast whose receive
     /// buffers do; everything else keeps its route, and `auto` (no measured
     /// limits yet) takes nothing.
@@ -1191,13 +1193,17 @@ mod tests {
         let k = |d: &CollDesc<'_, Window>, red: &Agreed| route(0, 2, red, d).map(|r| r.kernel);
         let direct = Ok(Some(Exchange::Direct));
         let simple = Ok(Some(Exchange::Simple));
-        // all_reduce: the send window; 1 element above the LL limit, up to the
+        // all_reduce: both windows; 1 element above the LL limit, up to the
         // scratch (1 KiB here) and the limit.
         assert_eq!(
             k(&desc(Coll::AllReduce, 16, Some(&w), None), &red),
             Ok(Some(Exchange::Ll))
         );
-        assert_eq!(k(&desc(Coll::AllReduce, 17, Some(&w), None), &red), direct);
+        assert_eq!(
+            k(&desc(Coll::AllReduce, 17, Some(&w), Some(&w)), &red),
+            direct
+        );
+        assert_eq!(k(&desc(Coll::AllReduce, 17, Some(&w), None), &red), simple);
         assert_eq!(
             k(&desc(Coll::AllReduce, 256, Some(&w), Some(&w)), &red),
             direct

@@ -433,7 +433,9 @@ fn source(dtype: DataType, kind: Kind) -> String {
             &simple::SOURCE
                 .replace("FX_SP_NAME", &simple_name(dtype, kind).expect("as ll_name"))
                 .replace("FX_SP_SLOTS_ULL", &format!("{}ull", simple::SLOTS))
-                .replace("FX_SP_MAX_RANKS", &ll::MAX_RANKS.to_string()),
+                .replace("FX_SP_MAX_RANKS", &ll::MAX_RANKS.to_string())
+                .replace("FX_SP_ERR_WINDOW", &format!("{}ull", simple::ERR_WINDOW))
+                .replace("FX_SP_NO_WINDOW", &format!("{}ull", simple::NO_WINDOW)),
         );
     }
     if let Some(p2p) = p2p_name(dtype, kind) {
