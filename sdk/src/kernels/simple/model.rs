@@ -5,7 +5,9 @@
 //! every call's results are NCCL's, no call waits forever, a ring slot is
 //! never overwritten before its reader freed it — not the CUDA translation
 //! (the device tests do that). Also here: the two-shot all_reduce as two
-//! calls. The point-to-point kernel's model (`p2p/model.rs`) runs on these
+//! calls, and the direct modes (the data straight between the ranks'
+//! memories, two empty chunks per pair and call as barriers, the window
+//! offsets checked) interleaved with the ring modes on the same rings. The point-to-point kernel's model (`p2p/model.rs`) runs on these
 //! rings too.
 
 use super::super::ll::{MODE_FOLD, MODE_GATHER};
@@ -28,6 +30,21 @@ enum Mode {
     Chain,
     /// [`super::MODE_TWO_SHOT`]: a reduce_scatter's fold, then its parts to every rank.
     TwoShot,
+    /// [`super::MODE_DIRECT_FOLD`]: every peer's input read straight.
+    DirectFold,
+    /// [`super::MODE_DIRECT_GATHER`]: this rank's input written into every output.
+    DirectGather,
+    /// [`super::MODE_DIRECT_BROADCAST`]: the root's input written into every output.
+    DirectBroadcast,
+}
+
+impl Mode {
+    fn direct(self) -> bool {
+        matches!(
+            self,
+            Mode::DirectFold | Mode::DirectGather | Mode::DirectBroadcast
+        )
+    }
 }
 
 /// One rank's region and buffers.
@@ -37,6 +54,11 @@ pub(in crate::kernels) struct Rank {
     marks: Vec<AtomicU64>,                        // [k]
     pub(in crate::kernels) sent: Vec<AtomicU64>,
     pub(in crate::kernels) recvd: Vec<AtomicU64>,
+    /// The direct modes' count of blocks done with their share.
+    mid: AtomicU64,
+    /// The direct modes' error (the kernel's `ctl[3]`): the peer whose
+    /// window offsets differ, plus one (0: none).
+    err: AtomicU64,
     pub(in crate::kernels) data: Vec<AtomicU8>, // [w][k][slot]
     /// The user's memory: input and output at their offsets.
     pub(in crate::kernels) mem: Vec<AtomicU8>,
@@ -62,6 +84,11 @@ struct Call {
     overlap: bool,
     /// [`super::SimpleArgs::spread`] (this rank's alone).
     spread: bool,
+    /// The direct modes: this rank's send and receive offsets in its window
+    /// ([`super::SimpleArgs::win_off`]; the model's window is all of `mem`).
+    win: [usize; 2],
+    /// The direct modes: where an all_reduce in place folds.
+    scratch: Option<usize>,
 }
 
 impl Call {
@@ -92,6 +119,7 @@ impl World {
     fn to(&self, c: &Call, s: usize, q: usize) -> usize {
         let m = c.seg.div_ceil(c.chunk).max(1);
         match c.mode {
+            _ if c.mode.direct() => 2,
             Mode::TwoShot => 2 * m,
             Mode::Chain if self.next(c, s) == Some(q) => m,
             Mode::Chain => 1,
@@ -262,6 +290,9 @@ impl World {
                         }
                     }
                 }
+                Mode::DirectFold | Mode::DirectGather | Mode::DirectBroadcast => {
+                    unreachable!("the direct modes run `direct`")
+                }
                 Mode::Broadcast | Mode::Chain => {
                     // A chain's chunk comes from the previous rank.
                     let from = if c.mode == Mode::Chain && me != c.root {
@@ -323,6 +354,119 @@ impl World {
         }
     }
 
+    /// One block (`b` of `grid`) of a direct mode, as the kernel's direct
+    /// branch: chunk 0 (with this rank's window offsets) from block 0, every
+    /// peer's chunk 0 and its offsets checked, this block's share straight
+    /// between the memories, chunk 1 from the last block done, every peer's
+    /// chunk 1, block 0's frees, an in-place fold copied back.
+    fn direct(&self, me: usize, c: &Call, b: usize, grid: usize, sent: &[u64], recvd: &[u64]) {
+        let n = self.n;
+        let mine = &self.ranks[me];
+        let m = c.seg.div_ceil(c.chunk).max(1);
+        let slot_of = |r: usize, g: u64| (r * K as usize + (g % K) as usize) * self.slot;
+        if b == 0 {
+            for j in 1..n {
+                let q = (me + j) % n;
+                let base = self.credit(me, q, sent[q]);
+                for (i, byte) in c
+                    .win
+                    .iter()
+                    .flat_map(|w| (*w as u64).to_le_bytes())
+                    .enumerate()
+                {
+                    self.ranks[q].data[base + i].store(byte, Relaxed);
+                }
+                self.publish(me, q, sent[q]);
+            }
+        }
+        let side = if c.mode == Mode::DirectFold { 0 } else { 1 };
+        let mut ok = true;
+        for j in 1..n {
+            let r = (me + n - j) % n;
+            wait(
+                &mine.heads[r * K as usize + (recvd[r] % K) as usize],
+                recvd[r] + 1,
+                "a start",
+            );
+            let at = slot_of(r, recvd[r]) + 8 * side;
+            let theirs =
+                u64::from_le_bytes(std::array::from_fn(|i| mine.data[at + i].load(Relaxed)));
+            if theirs != c.win[side] as u64 {
+                mine.err.store(r as u64 + 1, Relaxed);
+                ok = false;
+            }
+        }
+        let dst0 = c.scratch.unwrap_or(c.output);
+        let mut ch = b;
+        while ok && ch < m {
+            let lo = ch * c.chunk;
+            let len = c.chunk.min(c.seg - lo.min(c.seg));
+            match c.mode {
+                Mode::DirectFold => {
+                    for i in 0..len {
+                        // The peers' inputs at this rank's offset (symmetric windows).
+                        let v = (0..n).fold(0u8, |a, r| {
+                            a.wrapping_add(self.ranks[r].mem[c.input + lo + i].load(Relaxed))
+                        });
+                        mine.mem[dst0 + lo + i].store(v, Relaxed);
+                    }
+                }
+                Mode::DirectBroadcast if me != c.root => {}
+                _ => {
+                    let bc = c.mode == Mode::DirectBroadcast;
+                    for j in 0..n {
+                        let q = (me + j) % n;
+                        let src = c.input + q * c.send_stride + lo;
+                        let dst = c.output + if bc { 0 } else { me * c.out_stride } + lo;
+                        if q == me && dst == src {
+                            continue;
+                        }
+                        for i in 0..len {
+                            let v = mine.mem[src + i].load(Relaxed);
+                            self.ranks[q].mem[dst + i].store(v, Relaxed);
+                        }
+                    }
+                }
+            }
+            ch += grid;
+        }
+        if mine.mid.fetch_add(1, AcqRel) == grid as u64 - 1 {
+            mine.mid.store(0, Relaxed);
+            for q in (0..n).filter(|&q| ok && q != me) {
+                self.put(me, q, sent[q] + 1, None, 0);
+            }
+        }
+        if !ok {
+            return;
+        }
+        for j in 1..n {
+            let r = (me + n - j) % n;
+            let g = recvd[r] + 1;
+            wait(
+                &mine.heads[r * K as usize + (g % K) as usize],
+                g + 1,
+                "a done",
+            );
+        }
+        if b == 0 {
+            for r in (0..n).filter(|&r| r != me) {
+                for t in 0..2 {
+                    let g = recvd[r] + t;
+                    self.ranks[r].frees[me * K as usize + (g % K) as usize].store(g + 1, Release);
+                }
+            }
+        }
+        let mut ch = b;
+        while let (Some(s), true) = (c.scratch, ch < m) {
+            let lo = ch * c.chunk;
+            let len = c.chunk.min(c.seg - lo.min(c.seg));
+            for i in 0..len {
+                mine.mem[c.output + lo + i].store(mine.mem[s + lo + i].load(Relaxed), Relaxed);
+            }
+            ch += grid;
+        }
+    }
+
     /// Every rank's kernel of one call, `halves[r]` senders and as many
     /// receivers each, all running at once.
     fn call(self: &Arc<Self>, calls: &[Call], halves: &[usize]) {
@@ -343,7 +487,9 @@ impl World {
             for b in 0..2 * half {
                 let (w, sent, recvd) = (self.clone(), sent.clone(), recvd.clone());
                 threads.push(std::thread::spawn(move || {
-                    if b < half {
+                    if c.mode.direct() {
+                        w.direct(me, &c, b, 2 * half, &sent, &recvd);
+                    } else if b < half {
                         w.sender(me, &c, b, half, &sent);
                     } else {
                         w.receiver(me, &c, b - half, half, &sent, &recvd);
@@ -377,6 +523,8 @@ pub(in crate::kernels) fn world(n: usize, slot: usize, mem: usize) -> Arc<World>
                 marks: words(K as usize),
                 sent: words(n),
                 recvd: words(n),
+                mid: AtomicU64::new(0),
+                err: AtomicU64::new(0),
                 data: bytes(n * K as usize * slot),
                 mem: bytes(mem),
             })
@@ -421,6 +569,8 @@ fn call_at(
         out_stride: m.out_stride as usize,
         overlap: m.overlap(me, n, block, sends),
         spread: false,
+        win: [send, recv],
+        scratch: None,
     }
 }
 
@@ -616,6 +766,8 @@ fn scatter_then_all_gather_is_a_broadcast() {
                     out_stride: 0,
                     overlap: false,
                     spread: (me + round) % 2 == 1,
+                    win: [0, 0],
+                    scratch: None,
                 })
                 .collect();
             let gather: Vec<Call> = (0..n)
@@ -775,6 +927,135 @@ fn two_shot_in_one_kernel_sums_every_part() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// The direct modes ([`super::MODE_DIRECT_FOLD`], `_GATHER`, `_BROADCAST`)
+/// on 1–5 ranks, in and out of place (an all_reduce in place through the
+/// scratch), with grids that differ between ranks, interleaved with calls
+/// of the ring modes on the same rings of a few slots: every result right,
+/// no wait outlives the protocol, the counters in step (the two empty chunks
+/// per pair and call lap the rings like any other), no error raised.
+#[test]
+fn direct_modes_beside_the_ring_modes_lapping_small_rings() {
+    let mut rng = crate::testing::Rng::new(0x3c6e_f372_fe94_f82b);
+    let mut next = |m: u64| rng.below(m);
+    let colls = [Coll::AllReduce, Coll::AllGather, Coll::Broadcast];
+    for n in 1..=5 {
+        let (slot, span) = (32, 4096);
+        let w = world(n, slot, 3 * span);
+        for round in 0..30 {
+            let coll = colls[round % colls.len()];
+            let direct = round % 4 != 3;
+            let in_place = round % 5 < 2;
+            let block = 1 + next(90) as usize;
+            let chunk = [16, 32][next(2) as usize];
+            let calls: Vec<Call> = (0..n)
+                .map(|me| {
+                    let mut c = call_of(coll, me, n, block, in_place, span);
+                    c.chunk = chunk;
+                    if direct {
+                        c.overlap = false;
+                        c.mode = match coll {
+                            Coll::AllReduce => Mode::DirectFold,
+                            Coll::AllGather => Mode::DirectGather,
+                            _ => Mode::DirectBroadcast,
+                        };
+                        if coll == Coll::AllReduce && in_place {
+                            c.scratch = Some(2 * span);
+                        }
+                    }
+                    c.spread = next(2) == 1;
+                    c
+                })
+                .collect();
+            let value = |r: usize, i: usize| (r * 41 + i * 13 + round * 7 + 2) as u8;
+            for (r, c) in calls.iter().enumerate() {
+                for i in 0..block {
+                    w.ranks[r].mem[c.input + i].store(value(r, i), Relaxed);
+                }
+            }
+            let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
+            w.call(&calls, &halves);
+            let what = format!(
+                "{} n={n} round={round} direct={direct} block={block} chunk={chunk} in_place={in_place} halves={halves:?}",
+                coll.name()
+            );
+            for (me, rank) in w.ranks.iter().enumerate() {
+                assert_eq!(rank.err.load(Relaxed), 0, "{what} rank {me}: an error");
+                let out = |i: usize| rank.mem[span + i].load(Relaxed);
+                for i in 0..block {
+                    match coll {
+                        Coll::AllReduce => {
+                            let want = (0..n).fold(0u8, |a, r| a.wrapping_add(value(r, i)));
+                            assert_eq!(out(i), want, "{what} rank {me} byte {i}");
+                        }
+                        Coll::AllGather => {
+                            for r in 0..n {
+                                assert_eq!(
+                                    out(r * block + i),
+                                    value(r, i),
+                                    "{what} rank {me} from {r}"
+                                );
+                            }
+                        }
+                        _ => assert_eq!(out(i), value(n - 1, i), "{what} rank {me} byte {i}"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Windows that are not symmetric for a call: rank 0 all_reduces in place
+/// (its input at the receive offset), rank 1 out of place (its input
+/// elsewhere), so rank 0 would read rank 1's output as its input. Both
+/// ranks' blocks find the other's offsets in its first chunk, record the
+/// peer (the kernel's `ERR_WINDOW`), write nothing and end; the same for an
+/// all_gather whose receive buffers lie at different offsets.
+#[test]
+fn direct_modes_fail_on_windows_that_are_not_symmetric_naming_the_peer() {
+    let (slot, span) = (32, 4096);
+    for coll in [Coll::AllReduce, Coll::AllGather] {
+        let w = world(2, slot, 3 * span);
+        let calls: Vec<Call> = (0..2)
+            .map(|me| {
+                let mut c = match coll {
+                    Coll::AllReduce => call_of(coll, me, 2, 40, me == 0, span),
+                    // Rank 1's receive buffer 64 bytes further on.
+                    _ => call_at(coll, me, 2, 40, false, 0, span + 64 * me),
+                };
+                c.chunk = 16;
+                c.overlap = false;
+                c.mode = if coll == Coll::AllReduce {
+                    Mode::DirectFold
+                } else {
+                    Mode::DirectGather
+                };
+                c.scratch = (coll == Coll::AllReduce && me == 0).then_some(2 * span);
+                c
+            })
+            .collect();
+        for rank in &w.ranks {
+            for i in 0..3 * span {
+                rank.mem[i].store(0xee, Relaxed);
+            }
+        }
+        w.call(&calls, &[2, 1]);
+        for (me, rank) in w.ranks.iter().enumerate() {
+            assert_eq!(
+                rank.err.load(Relaxed),
+                (1 - me) as u64 + 1,
+                "{} rank {me} names rank {}",
+                coll.name(),
+                1 - me
+            );
+            assert!(
+                (0..3 * span).all(|i| rank.mem[i].load(Relaxed) == 0xee),
+                "{} rank {me}: memory written",
+                coll.name()
+            );
         }
     }
 }
