@@ -1,7 +1,7 @@
 //! The Simple kernel's direct modes for one call (sans-IO): which mode, and
 //! where every rank's buffers lie in this process. Windows are symmetric, so
 //! rank `r`'s buffer is its window as mapped here plus the call's offset into
-//! this rank's window ([`select::Window::peer_bases`]); this rank's own are
+//! this rank's window ([`crate::select::Window::peer_bases`]); this rank's own are
 //! the call's addresses.
 
 use crate::select::Window;
