@@ -402,6 +402,36 @@ fn ce_runs_window_calls_in_the_direct_modes() {
     }
 }
 
+/// A call whose windows are not symmetric under the direct modes
+/// (`ce-direct-asym`: rank 0 in place, rank 1 out of place from another
+/// offset): both ranks get the error naming the other within seconds, and
+/// neither buffer changes.
+#[test]
+fn ce_direct_modes_refuse_windows_that_are_not_symmetric() {
+    if !gpus() {
+        return;
+    }
+    let outs = run_n(
+        2,
+        &["ce-direct-asym"],
+        &[
+            ("FERROCX_TIMEOUT", "30"),
+            ("FERROCX_CE_LL_BYTES", "0"),
+            ("FERROCX_CE_DIRECT_BYTES", "1G"),
+        ],
+        Duration::from_secs(120),
+    );
+    for o in &outs {
+        assert!(
+            o.ok() && o.stdout.contains("ERROR after"),
+            "rank {}: {}\n{}",
+            o.rank,
+            o.stdout,
+            o.stderr
+        );
+    }
+}
+
 /// Device sends and receives through ce's point-to-point kernel: rings,
 /// pairs posted in opposite orders, all-to-all groups and two messages each
 /// way in one group, 0 B to 4 MiB + 16 (and to 16 MiB, the default limit, at

@@ -82,6 +82,7 @@ fn main() -> ExitCode {
         Some("coll-async") => coll::bad::asynchronous(),
         Some("mismatch") => coll::mismatch::run(&args[1]),
         Some("hang") => coll::hang::run(&args[1]),
+        Some("ce-direct-asym") => coll::ce_direct::run(),
         Some("ce-hang") => coll::ce_hang::run(),
         Some("p2p-device") => coll::p2p::run(
             opt("--expect"),
