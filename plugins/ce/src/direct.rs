@@ -2,26 +2,36 @@
 //! where every rank's buffers lie in this process. Windows are symmetric, so
 //! rank `r`'s buffer is its window as mapped here plus the call's offset into
 //! this rank's window ([`crate::select::Window::peer_bases`]); this rank's own are
-//! the call's addresses.
+//! the call's addresses. The kernel checks that assumption: each rank's start
+//! chunk names its own buffers as its process addresses them, which must be
+//! rank `r`'s window there ([`crate::select::Window::peer_addrs`]) plus the same offset.
 
 use crate::select::Window;
 use ferrocx_sdk::collective::{Coll, CollDesc, WindowRef};
 use ferrocx_sdk::kernels::ll::MAX_RANKS;
 use ferrocx_sdk::kernels::simple::{
-    SimpleArgs, MODE_DIRECT_BROADCAST, MODE_DIRECT_FOLD, MODE_DIRECT_GATHER, NO_WINDOW,
+    SimpleArgs, MODE_DIRECT_BROADCAST, MODE_DIRECT_FOLD, MODE_DIRECT_GATHER,
 };
 
-/// Rank `r`'s buffer for each rank, from the window `w` (this rank's own:
-/// `own`); zeros without a window (a side the mode does not reach).
-fn table(w: Option<&WindowRef<'_, Window>>, me: usize, own: u64) -> [u64; MAX_RANKS] {
+/// Rank `r`'s buffer for each rank from its window `bases` (as mapped here,
+/// or as each rank's own process addresses it) and the call's offset in
+/// `w`; zeros without a window (a side the mode does not reach).
+fn table(w: Option<&WindowRef<'_, Window>>, bases: fn(&Window) -> &[u64]) -> [u64; MAX_RANKS] {
     let mut t = [0u64; MAX_RANKS];
     if let Some(w) = w {
-        for (r, &base) in w.win.peer_bases.iter().enumerate().take(MAX_RANKS) {
+        for (r, &base) in bases(w.win).iter().enumerate().take(MAX_RANKS) {
             t[r] = base + w.offset;
         }
-        t[me] = own;
     }
     t
+}
+
+fn mapped(w: &Window) -> &[u64] {
+    &w.peer_bases
+}
+
+fn owned(w: &Window) -> &[u64] {
+    &w.peer_addrs
 }
 
 /// The direct-mode arguments of `d` on rank `me`, from `base` (the Simple
@@ -61,15 +71,33 @@ pub fn args(
         need(d.recv_win.is_some(), "the receive buffer is in no window")?;
         0
     };
+    let (mut peer_in, mut peer_out) = (
+        table(d.send_win.as_ref(), mapped),
+        table(d.recv_win.as_ref(), mapped),
+    );
+    // This rank's own: the call's addresses.
+    if d.send_win.is_some() {
+        peer_in[me] = d.send as u64;
+    }
+    if d.recv_win.is_some() {
+        peer_out[me] = d.recv as u64;
+    }
+    // Where every peer's buffer on the side the mode reaches must be, in the
+    // peer's own addresses; and this rank's, for the peers to check.
+    let reached = if mode == MODE_DIRECT_FOLD {
+        &d.send_win
+    } else {
+        &d.recv_win
+    };
     Ok(SimpleArgs {
         mode,
         overlap: 0,
         spread: 0,
         scratch,
-        peer_in: table(d.send_win.as_ref(), me, d.send as u64),
-        peer_out: table(d.recv_win.as_ref(), me, d.recv as u64),
-        // What the kernel checks against every peer's before it reaches them.
-        win_off: [&d.send_win, &d.recv_win].map(|w| w.as_ref().map_or(NO_WINDOW, |w| w.offset)),
+        peer_in,
+        peer_out,
+        own: [d.send as u64, d.recv as u64],
+        expect: table(reached.as_ref(), owned),
         ..base
     })
 }
@@ -141,6 +169,7 @@ mod tests {
             base: 0x1000,
             bytes: 0x8000,
             peer_bases: vec![0xa000, 0x1000, 0xc000],
+            peer_addrs: vec![0x5000, 0x1000, 0x7000],
         };
         let d = desc(Coll::AllReduce, &w, 0x1000, 0x3000, false);
         let a = args(&d, 1, base(), Some(0x9_0000)).unwrap();
@@ -151,7 +180,12 @@ mod tests {
         assert_eq!(a.scratch, 0, "out of place: no scratch");
         assert_eq!((a.overlap, a.spread), (0, 0));
         assert_eq!((a.seg, a.chunk, a.slot), (1024, 512, 4096), "the rest kept");
-        assert_eq!(a.win_off, [0, 0x2000], "the offsets the peers check");
+        assert_eq!(a.own, [0x1000, 0x3000], "what the peers check");
+        assert_eq!(
+            &a.expect[..3],
+            &[0x5000, 0x1000, 0x7000],
+            "the peers' inputs in their own addresses"
+        );
         // In place the fold goes to the scratch; without one, an error.
         let d = desc(Coll::AllReduce, &w, 0x1000, 0x1000, true);
         assert_eq!(
@@ -173,6 +207,7 @@ mod tests {
             base: 0x1000,
             bytes: 0x8000,
             peer_bases: vec![0xa000, 0x1000],
+            peer_addrs: vec![0x5000, 0x1000],
         };
         let mut d = desc(Coll::AllGather, &w, 0x1000, 0x3000, false);
         assert_eq!(args(&d, 1, base(), None).unwrap().mode, MODE_DIRECT_GATHER);
@@ -183,7 +218,11 @@ mod tests {
         );
         d.send_win = None;
         let a = args(&d, 1, base(), None).unwrap();
-        assert_eq!(a.win_off, [NO_WINDOW, 0x2000]);
+        assert_eq!(
+            &a.expect[..2],
+            &[0x7000, 0x3000],
+            "a copy reaches the outputs"
+        );
         assert!(a.peer_in.iter().all(|&p| p == 0));
         d.recv_win = None;
         assert!(args(&d, 1, base(), None).unwrap_err().contains("no window"));

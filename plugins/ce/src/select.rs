@@ -30,6 +30,9 @@ pub struct Window {
     pub bytes: u64,
     /// Rank r's window as mapped into this process (all non-zero).
     pub peer_bases: Vec<u64>,
+    /// Rank r's window as rank r's own process addresses it (what the
+    /// direct modes check a peer's buffer against).
+    pub peer_addrs: Vec<u64>,
 }
 
 impl Window {
@@ -47,10 +50,17 @@ impl Window {
         if let Some(r) = d.peer_bases.iter().position(|&b| b == 0) {
             return Err(format!("rank {r}'s window is not mapped into this process"));
         }
+        if d.peer_addrs.len() != nranks {
+            return Err(format!(
+                "{} peer addresses for {nranks} ranks",
+                d.peer_addrs.len()
+            ));
+        }
         Ok(Window {
             base: d.base,
             bytes: d.bytes,
             peer_bases: d.peer_bases.clone(),
+            peer_addrs: d.peer_addrs.clone(),
         })
     }
 }
@@ -137,6 +147,7 @@ pub fn table(nranks: usize, red: &Agreed, sizes: &[usize]) -> Vec<(String, Vec<S
         base: 0x1000,
         bytes: biggest + 64,
         peer_bases: vec![0x1000; nranks],
+        peer_addrs: vec![0x1000; nranks],
     };
     let colls = [
         Coll::AllReduce,
@@ -695,6 +706,7 @@ mod tests {
             base: 0x1000,
             bytes,
             peer_bases: vec![0x1000, 0x9000],
+            peer_addrs: vec![0x1000, 0x2000],
         }
     }
 

@@ -502,7 +502,7 @@ fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
     } else if code & 0xffff_ffff == ferrocx_sdk::kernels::simple::ERR_WINDOW {
         let peer = (code >> 32).saturating_sub(1);
         return PluginError::invalid(format!(
-            "a ce direct kernel on rank {me}: rank {peer}'s buffers lie at other offsets in its windows than rank {me}'s (or one of them in no window): ce's windows must be symmetric, every rank passing its buffers at the same offset in its window (a rank in place beside one out of place is not); nothing was read or written, and the communicator is broken"
+            "a ce direct kernel on rank {me}: rank {peer}'s buffer for this call is not where rank {me}'s window puts it (another offset or another window, a rank in place beside one out of place, or the call routed otherwise on rank {peer}): ce's windows must be symmetric, every rank passing its buffers at the same offset in the same window; nothing was read or written, and the communicator is broken"
         ));
     } else if code & 0xffff_ffff == ferrocx_sdk::kernels::graph_wait::ERR_BARRIER {
         let peer = (code >> 32).saturating_sub(1);

@@ -435,7 +435,10 @@ fn source(dtype: DataType, kind: Kind) -> String {
                 .replace("FX_SP_SLOTS_ULL", &format!("{}ull", simple::SLOTS))
                 .replace("FX_SP_MAX_RANKS", &ll::MAX_RANKS.to_string())
                 .replace("FX_SP_ERR_WINDOW", &format!("{}ull", simple::ERR_WINDOW))
-                .replace("FX_SP_NO_WINDOW", &format!("{}ull", simple::NO_WINDOW)),
+                .replace(
+                    "FX_SP_DIRECT_MAGIC",
+                    &format!("{}ull", simple::DIRECT_MAGIC),
+                ),
         );
     }
     if let Some(p2p) = p2p_name(dtype, kind) {

@@ -83,13 +83,14 @@
 //! [`SimpleArgs::scratch`] and copies the result over once every chunk 1
 //! arrived. No data slot is used, no head per data chunk, no copy out of a
 //! ring: one read (or write) over the link per byte, and two barriers.
-//! Chunk 0 carries the sender's offsets in its windows
-//! ([`SimpleArgs::win_off`]); every block compares the side the mode reaches
-//! with its own before touching a peer's buffer, so windows that are not
-//! symmetric for this call (a rank in place beside one out of place, a
-//! buffer at another offset or in no window) fail the call with
-//! [`ERR_WINDOW`], naming the peer, instead of reading or writing the wrong
-//! bytes.
+//! Chunk 0 carries [`DIRECT_MAGIC`] and the sender's send and receive
+//! addresses in its own process ([`SimpleArgs::own`]); every block compares
+//! the side the mode reaches with where this rank's window says that peer's
+//! buffer is ([`SimpleArgs::expect`]) before touching it, so windows that
+//! are not symmetric for this call (a rank in place beside one out of place,
+//! a buffer at another offset, in another window or in none) or a peer on
+//! another route fail the call with [`ERR_WINDOW`], naming the peer, instead
+//! of reading or writing the wrong bytes.
 //!
 //! User buffers need only element alignment: 16-byte accesses where the
 //! address allows, 8-byte or single bytes elsewhere; the rings are 16-byte
@@ -130,13 +131,14 @@ pub const MODE_DIRECT_GATHER: i32 = 6;
 /// outputs.
 pub const MODE_DIRECT_BROADCAST: i32 = 7;
 
-/// `ctl[3]` of a direct mode whose peer's buffers lie at other offsets in
-/// its windows than this rank's (the peer, plus one, in bits 32–63), or
-/// whose own are in no window: the windows are not symmetric for this call.
+/// `ctl[3]` of a direct mode whose peer's buffer is not where this rank's
+/// window says it is (the peer, plus one, in bits 32–63): the windows are
+/// not symmetric for this call, or the peer runs another route.
 pub const ERR_WINDOW: u64 = 5;
 
-/// [`SimpleArgs::win_off`] of a buffer in no window.
-pub const NO_WINDOW: u64 = u64::MAX;
+/// The first word of a direct mode's start chunk ("FXDIRECT"): a ring
+/// mode's data chunk met instead (a peer on another route) does not pass.
+pub const DIRECT_MAGIC: u64 = 0x4658_4449_5245_4354;
 
 /// Whether `mode` is one of the direct modes.
 pub fn is_direct(mode: i32) -> bool {
@@ -272,10 +274,13 @@ pub struct SimpleArgs {
     pub peer_in: [u64; super::ll::MAX_RANKS],
     /// The direct modes: rank `r`'s output as mapped into this process.
     pub peer_out: [u64; super::ll::MAX_RANKS],
-    /// The direct modes: this rank's send and receive buffers' offsets in
-    /// their windows ([`NO_WINDOW`]: in none), which chunk 0 carries to the
-    /// peers for the symmetry check.
-    pub win_off: [u64; 2],
+    /// The direct modes: this rank's send and receive buffers as this
+    /// process addresses them, which chunk 0 carries to the peers.
+    pub own: [u64; 2],
+    /// The direct modes: rank `r`'s buffer on the side the mode reaches (a
+    /// fold's send, a copy's receive) as rank `r`'s own process addresses
+    /// it, where this rank's window says it is: what `r`'s chunk 0 must name.
+    pub expect: [u64; super::ll::MAX_RANKS],
 }
 
 impl SimpleArgs {
@@ -313,7 +318,8 @@ impl SimpleArgs {
             scratch: 0,
             peer_in: [0; super::ll::MAX_RANKS],
             peer_out: [0; super::ll::MAX_RANKS],
-            win_off: [NO_WINDOW; 2],
+            own: [0; 2],
+            expect: [0; super::ll::MAX_RANKS],
         }
     }
 
@@ -359,7 +365,7 @@ struct fx_sp_args {
     int rank, nranks, mode, root, overlap, spread;
     unsigned long long scratch;
     unsigned long long peer_in[FX_SP_MAX_RANKS], peer_out[FX_SP_MAX_RANKS];
-    unsigned long long win_off[2];
+    unsigned long long own[2], expect[FX_SP_MAX_RANKS];
 };
 
 #define FX_SP_K FX_SP_SLOTS_ULL
@@ -624,10 +630,11 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                     const fx_sp_u g = sent_s[q];
                     good = fx_sp_room(own, n, q, g, ctl, deadline);
                     if (!good) break;
-                    /* The chunk's payload: this rank's offsets in its windows. */
+                    /* The chunk's payload: the magic, this rank's buffers as it addresses them. */
                     const fx_sp_u at = fx_sp_data(bases[q] + a.region_off, n, a.slot, me, g % FX_SP_K);
-                    fx_sp_store(at, a.win_off[0]);
-                    fx_sp_store(at + 8ull, a.win_off[1]);
+                    fx_sp_store(at, FX_SP_DIRECT_MAGIC);
+                    fx_sp_store(at + 8ull, a.own[0]);
+                    fx_sp_store(at + 16ull, a.own[1]);
                     fx_sp_fence();
                     fx_sp_store(fx_sp_head(bases[q] + a.region_off, me, g % FX_SP_K), g + 1ull);
                 }
@@ -639,12 +646,13 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             }
             if (good) fx_sp_fence();
             /* The side the mode reaches (a fold the peers' inputs, a copy their
-               outputs) must lie at this rank's offset in every peer's window. */
+               outputs) must be where this rank's window says it is on every peer. */
             const int side = a.mode == 5 ? 0 : 1;
             for (int j = 1; good && j < n; ++j) {
                 const int r = (me + n - j) % n;
-                const fx_sp_u theirs = fx_sp_load(fx_sp_data(own, n, a.slot, r, recv_s[r] % FX_SP_K) + 8ull * (fx_sp_u)side);
-                if (theirs != a.win_off[side] || a.win_off[side] == FX_SP_NO_WINDOW) {
+                const fx_sp_u at = fx_sp_data(own, n, a.slot, r, recv_s[r] % FX_SP_K);
+                const fx_sp_u theirs = fx_sp_load(at + 8ull + 8ull * (fx_sp_u)side);
+                if (fx_sp_load(at) != FX_SP_DIRECT_MAGIC || theirs != a.expect[r]) {
                     ctl[3] = FX_SP_ERR_WINDOW | ((fx_sp_u)(r + 1) << 32);
                     ctl[2] = 1ull;
                     __threadfence_system();
@@ -1010,16 +1018,18 @@ mod tests {
                 scratch: 0,
                 peer_in: [0; super::super::ll::MAX_RANKS],
                 peer_out: [0; super::super::ll::MAX_RANKS],
-                win_off: [NO_WINDOW; 2],
+                own: [0; 2],
+                expect: [0; super::super::ll::MAX_RANKS],
             }
         );
         // The C struct: 12 eight-byte fields, four note words, six ints, the
-        // scratch, two tables of MAX_RANKS addresses and two offsets (the
-        // ints end 8-byte aligned: no padding before the scratch).
+        // scratch, two tables of MAX_RANKS addresses, two own addresses and a
+        // third table (the ints end 8-byte aligned: no padding before the
+        // scratch).
         let m = super::super::ll::MAX_RANKS;
         assert_eq!(
             std::mem::size_of::<SimpleArgs>(),
-            12 * 8 + 16 + 6 * 4 + 8 + 2 * m * 8 + 2 * 8
+            12 * 8 + 16 + 6 * 4 + 8 + 2 * m * 8 + 2 * 8 + m * 8
         );
         assert_eq!(
             std::mem::offset_of!(SimpleArgs, scratch),

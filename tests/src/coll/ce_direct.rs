@@ -55,7 +55,9 @@ pub fn run() -> Result<String, String> {
     loop {
         if let Err(e) = comm.device_error() {
             let text = e.to_string();
-            if !text.contains(&format!("rank {other}'s buffers lie at other offsets")) {
+            if !text.contains(&format!(
+                "rank {other}'s buffer for this call is not where rank {me}'s window puts it"
+            )) {
                 return Err(format!("another error than the windows' offsets: {text}"));
             }
             let mut after = vec![0u8; 2 * bytes];

@@ -84,8 +84,10 @@ struct Call {
     overlap: bool,
     /// [`super::SimpleArgs::spread`] (this rank's alone).
     spread: bool,
-    /// The direct modes: this rank's send and receive offsets in its window
-    /// ([`super::SimpleArgs::win_off`]; the model's window is all of `mem`).
+    /// The direct modes: this rank's send and receive buffers
+    /// ([`super::SimpleArgs::own`]). The model's window is all of `mem`, at 0
+    /// in every rank's own addresses: a peer's buffer is expected at this
+    /// rank's own offset ([`super::SimpleArgs::expect`]).
     win: [usize; 2],
     /// The direct modes: where an all_reduce in place folds.
     scratch: Option<usize>,
@@ -368,12 +370,8 @@ impl World {
             for j in 1..n {
                 let q = (me + j) % n;
                 let base = self.credit(me, q, sent[q]);
-                for (i, byte) in c
-                    .win
-                    .iter()
-                    .flat_map(|w| (*w as u64).to_le_bytes())
-                    .enumerate()
-                {
+                let words = [super::DIRECT_MAGIC, c.win[0] as u64, c.win[1] as u64];
+                for (i, byte) in words.iter().flat_map(|w| w.to_le_bytes()).enumerate() {
                     self.ranks[q].data[base + i].store(byte, Relaxed);
                 }
                 self.publish(me, q, sent[q]);
@@ -388,10 +386,11 @@ impl World {
                 recvd[r] + 1,
                 "a start",
             );
-            let at = slot_of(r, recvd[r]) + 8 * side;
-            let theirs =
-                u64::from_le_bytes(std::array::from_fn(|i| mine.data[at + i].load(Relaxed)));
-            if theirs != c.win[side] as u64 {
+            let word = |at: usize| {
+                u64::from_le_bytes(std::array::from_fn(|i| mine.data[at + i].load(Relaxed)))
+            };
+            let at = slot_of(r, recvd[r]);
+            if word(at) != super::DIRECT_MAGIC || word(at + 8 + 8 * side) != c.win[side] as u64 {
                 mine.err.store(r as u64 + 1, Relaxed);
                 ok = false;
             }
