@@ -573,6 +573,25 @@ fn call_at(
     }
 }
 
+impl World {
+    /// Each rank's first `len` input bytes set to `value(rank, byte)`, then
+    /// one call with `halves[r]` sending blocks on rank `r`.
+    fn fill_and_call(
+        self: &Arc<Self>,
+        calls: &[Call],
+        len: usize,
+        value: impl Fn(usize, usize) -> u8,
+        halves: &[usize],
+    ) {
+        for (r, c) in calls.iter().enumerate() {
+            for i in 0..len {
+                self.ranks[r].mem[c.input + i].store(value(r, i), Relaxed);
+            }
+        }
+        self.call(calls, halves);
+    }
+}
+
 #[test]
 fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
     let colls = [
@@ -614,13 +633,8 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
                 Coll::ReduceScatter | Coll::AllToAll => n * block,
                 _ => block,
             };
-            for (r, c) in calls.iter().enumerate() {
-                for i in 0..in_len {
-                    w.ranks[r].mem[c.input + i].store(value(r, i), Relaxed);
-                }
-            }
             let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
-            w.call(&calls, &halves);
+            w.fill_and_call(&calls, in_len, value, &halves);
             let what = format!("{} n={n} round={round} block={block} chunk={chunk} in_place={in_place} chain={chain} halves={halves:?}", coll.name());
             for (me, rank) in w.ranks.iter().enumerate() {
                 let out = |i: usize| rank.mem[span + i].load(Relaxed);
@@ -839,13 +853,8 @@ fn chain_broadcast_from_every_root_lapping_small_rings() {
                 })
                 .collect();
             let value = |r: usize, i: usize| (r * 29 + i * 7 + round * 3 + 5) as u8;
-            for (r, c) in calls.iter().enumerate() {
-                for i in 0..block {
-                    w.ranks[r].mem[c.input + i].store(value(r, i), Relaxed);
-                }
-            }
             let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
-            w.call(&calls, &halves);
+            w.fill_and_call(&calls, block, value, &halves);
             let what = format!(
                 "{} n={n} round={round} root={root} block={block} chunk={chunk} in_place={in_place} chain={chain} halves={halves:?}",
                 coll.name()
@@ -909,13 +918,8 @@ fn two_shot_in_one_kernel_sums_every_part() {
                 })
                 .collect();
             let value = |r: usize, i: usize| (r * 53 + i * 3 + round * 17 + 9) as u8;
-            for (r, c) in calls.iter().enumerate() {
-                for i in 0..block {
-                    w.ranks[r].mem[c.input + i].store(value(r, i), Relaxed);
-                }
-            }
             let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
-            w.call(&calls, &halves);
+            w.fill_and_call(&calls, block, value, &halves);
             for (me, rank) in w.ranks.iter().enumerate() {
                 for i in 0..block {
                     let want = (0..n).fold(0u8, |a, r| a.wrapping_add(value(r, i)));
@@ -970,13 +974,8 @@ fn direct_modes_beside_the_ring_modes_lapping_small_rings() {
                 })
                 .collect();
             let value = |r: usize, i: usize| (r * 41 + i * 13 + round * 7 + 2) as u8;
-            for (r, c) in calls.iter().enumerate() {
-                for i in 0..block {
-                    w.ranks[r].mem[c.input + i].store(value(r, i), Relaxed);
-                }
-            }
             let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
-            w.call(&calls, &halves);
+            w.fill_and_call(&calls, block, value, &halves);
             let what = format!(
                 "{} n={n} round={round} direct={direct} block={block} chunk={chunk} in_place={in_place} halves={halves:?}",
                 coll.name()
