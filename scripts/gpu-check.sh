@@ -23,7 +23,9 @@
 # CUDA graph replays, window cycles, a killed rank); `perf-ce` times alltoall, all_gather,
 # gather, scatter, broadcast, all_reduce and reduce_scatter (CE_COLLS) on symmetric
 # windows (-R 2) through ce and through the core (FERROCX_COLLECTIVES=^ce) in one run;
-# `perf-ce-shots` ce's all_reduce forced one-shot and forced two-shot. `dropin-torch` runs nccl/tests/torch_dropin.py
+# `perf-ce-shots` ce's all_reduce forced one-shot and forced two-shot; `perf-direct` ce's
+# direct modes off and forced (FERROCX_CE_DIRECT_BYTES=0 / 1G) on symmetric windows, alternated
+# DIRECT_ROUNDS times for DIRECT_COLLS (default all_reduce broadcast all_gather). `dropin-torch` runs nccl/tests/torch_dropin.py
 # under torchrun with ferrocx's libnccl.so.2 preloaded (DROPIN, default gpu-run/nccl, from
 # scripts/install-nccl.sh); `dropin-tests` builds nccl-tests against it and runs each
 # benchmark with DROPIN_GPUS ranks in one process (default 1). `nccl-sym` runs nccl-tests
@@ -92,6 +94,16 @@ for s in $STEPS; do
         # shellcheck disable=SC2086
         FERROCX_CE_ONESHOT_BYTES="${v#*:}" run_step "fxperf-all_reduce-ce-${v%%:*}" \
           "$BIN/fxperf" --np "$NP" --mem cuda -R 2 $SIZES $ITERS -c 1 all_reduce
+      done ;;
+    perf-direct)  # ce's direct modes off and forced on symmetric windows (-R 2), alternated (DIRECT_ROUNDS)
+      for round in $(seq "${DIRECT_ROUNDS:-2}"); do
+        for b in ${DIRECT_COLLS:-all_reduce broadcast all_gather}; do
+          for v in off:0 on:1G; do
+            # shellcheck disable=SC2086
+            FERROCX_CE_DIRECT_BYTES="${v#*:}" run_step "fxperf-$b-direct-${v%%:*}-$round" \
+              "$BIN/fxperf" --np "$NP" --mem cuda -R 2 $SIZES $ITERS -c 1 "$b"
+          done
+        done
       done ;;
     mix) run_step mix "$BIN/fxrun" -n 2 -- "$BIN/fxtest-worker" coll-mix 0 1000 --mem cuda ;;
     kill) [ -n "$(grep -l ring-loop-dev "$BIN/fxtest-worker" 2>/dev/null)" ] && \
