@@ -19,19 +19,27 @@ pub struct IfSpec {
     pub names: Vec<String>,
 }
 
+/// NCCL's list prefixes (`NCCL_SOCKET_IFNAME`, `NCCL_IB_HCA`): whether `s`
+/// (trimmed) excludes (`^`), matches exactly (`=`, after `^`), and the list
+/// that follows.
+pub fn prefixes(s: &str) -> (bool, bool, &str) {
+    let rest = s.trim();
+    let (exclude, rest) = match rest.strip_prefix('^') {
+        Some(r) => (true, r),
+        None => (false, rest),
+    };
+    let (exact, rest) = match rest.strip_prefix('=') {
+        Some(r) => (true, r),
+        None => (false, rest),
+    };
+    (exclude, exact, rest)
+}
+
 impl IfSpec {
     /// Parse NCCL's syntax: `[^][=]name[,name…]`, the value of `var` (named
     /// in the error).
     pub fn parse(var: &str, s: &str) -> PluginResult<Self> {
-        let mut rest = s.trim();
-        let exclude = rest.starts_with('^');
-        if exclude {
-            rest = &rest[1..];
-        }
-        let exact = rest.starts_with('=');
-        if exact {
-            rest = &rest[1..];
-        }
+        let (exclude, exact, rest) = prefixes(s);
         let names: Vec<String> = rest
             .split(',')
             .map(str::trim)

@@ -839,6 +839,18 @@ impl CeComm {
             self.watchdog.ll_launched();
             self.exchanged = true;
         }
+        // The Simple kernel's arguments for this call's block on the agreed
+        // rings (`overlap`: marks, for an output that overlaps the input).
+        let ring = |overlap: bool| {
+            let slot = layout.simple_slot;
+            SimpleArgs::from_ll(
+                &args,
+                layout.simple_offset() as u64,
+                simple::chunk_bytes(block, slot) as u64,
+                slot as u64,
+                overlap,
+            )
+        };
         let r = match kernel {
             // SAFETY: every address in `args` is this rank's buffers (checked
             // above, valid per the caller's contract) or a flag buffer mapped
@@ -847,15 +859,7 @@ impl CeComm {
             // area; the stream per the caller.
             Exchange::Ll => unsafe { k.ll(t, o, &args, stream) },
             Exchange::Direct => {
-                let slot = layout.simple_slot;
-                let base = SimpleArgs::from_ll(
-                    &args,
-                    layout.simple_offset() as u64,
-                    simple::chunk_bytes(block, slot) as u64,
-                    slot as u64,
-                    false,
-                );
-                let sp = crate::direct::args(d, self.rank, base, flags.scratch(self.rank))
+                let sp = crate::direct::args(d, self.rank, ring(false), flags.scratch(self.rank))
                     .map_err(PluginError::internal)?;
                 // SAFETY: as above; the peers' buffers lie in their windows
                 // (mapped until window_deregister, which waits for this
@@ -863,7 +867,6 @@ impl CeComm {
                 unsafe { k.simple(t, o, &sp, self.cfg.simple_blocks, stream) }
             }
             Exchange::Simple | Exchange::TwoShot => {
-                let slot = layout.simple_slot;
                 // Above 2 ranks a broadcast is passed along the ranks
                 // (every rank's route is the same; 2 ranks: the same thing).
                 let chain = d.coll == Coll::Broadcast && self.nranks > 2;
@@ -876,15 +879,9 @@ impl CeComm {
                     },
                     // The folded parts go back to their places.
                     out_stride: if two { block as u64 } else { args.out_stride },
-                    ..SimpleArgs::from_ll(
-                        &args,
-                        layout.simple_offset() as u64,
-                        simple::chunk_bytes(block, slot) as u64,
-                        slot as u64,
-                        // A two-shot in place needs no marks: a peer's folded
-                        // part arrives only after this rank sent it that part.
-                        !two && m.overlap(self.rank, self.nranks, block, sends),
-                    )
+                    // A two-shot in place needs no marks: a peer's folded
+                    // part arrives only after this rank sent it that part.
+                    ..ring(!two && m.overlap(self.rank, self.nranks, block, sends))
                 };
                 // SAFETY: as above, with the Simple regions (mapped until
                 // comm_destroy, of the agreed slot on every rank) and the same

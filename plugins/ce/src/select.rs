@@ -414,17 +414,22 @@ pub const DIRECT_TABLE: [(Coll, usize, usize); 3] = [
 /// `direct_bytes` (`FERROCX_CE_DIRECT_BYTES`: a number, or `auto`:
 /// [`DIRECT_TABLE`]); 0 for the collectives they do not run.
 pub fn direct_limit(coll: Coll, nranks: usize, direct_bytes: usize) -> usize {
-    let Some(&(_, two, more)) = DIRECT_TABLE.iter().find(|(c, ..)| *c == coll) else {
-        return 0;
-    };
-    if direct_bytes != crate::config::DIRECT_AUTO {
-        return direct_bytes;
-    }
-    if nranks <= 2 {
-        two
-    } else {
-        more
-    }
+    measured(&DIRECT_TABLE, coll, nranks).map_or(0, |auto| {
+        if direct_bytes == crate::config::DIRECT_AUTO {
+            auto
+        } else {
+            direct_bytes
+        }
+    })
+}
+
+/// `coll`'s entry in a table of measured limits (at 2 ranks, at more) for
+/// `nranks` ranks; `None` where the table has no row for it.
+fn measured(table: &[(Coll, usize, usize)], coll: Coll, nranks: usize) -> Option<usize> {
+    table
+        .iter()
+        .find(|(c, ..)| *c == coll)
+        .map(|&(_, two, more)| if nranks <= 2 { two } else { more })
 }
 
 /// Whether the direct modes run `d` (its block is above the LL limit):
@@ -460,10 +465,7 @@ pub fn simple_limit(coll: Coll, nranks: usize, simple_bytes: usize) -> usize {
     if simple_bytes != crate::config::SIMPLE_AUTO {
         return simple_bytes;
     }
-    SIMPLE_TABLE
-        .iter()
-        .find(|(c, ..)| *c == coll)
-        .map_or(0, |&(_, two, more)| if nranks <= 2 { two } else { more })
+    measured(&SIMPLE_TABLE, coll, nranks).unwrap_or(0)
 }
 
 /// The exchange kernel that runs `d`, if one does: the LL kernel for a block

@@ -41,15 +41,7 @@ pub struct HcaSpec {
 impl HcaSpec {
     /// Parse NCCL's syntax: `[^][=]name[:port][,name[:port]…]`.
     pub fn parse(s: &str) -> PluginResult<Self> {
-        let mut rest = s.trim();
-        let exclude = rest.starts_with('^');
-        if exclude {
-            rest = &rest[1..];
-        }
-        let exact = rest.starts_with('=');
-        if exact {
-            rest = &rest[1..];
-        }
+        let (exclude, exact, rest) = ferrocx_sdk::iface::prefixes(s);
         let mut entries = Vec::new();
         for item in rest.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             let (name, port) = match item.split_once(':') {
