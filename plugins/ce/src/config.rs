@@ -17,7 +17,7 @@
 //! | `FERROCX_CE_P2P_LL_BYTES` | `1M` | of those, messages of at most this many bytes (again by size alone) travel as LL lines (8 data bytes and their flag per 16-byte line, polled by the receiver: no fence, no head word per chunk), larger ones as chunks; at most 16 MiB. Each rank's line rings hold two of the largest (nranks × 4 × this bytes of device memory per rank). A send and a receive on either side of this limit are a size mismatch like any other. `0`: always chunks. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BLOCKS` | `64` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once. This rank's alone (chunks do not depend on it) |
 //! | `FERROCX_CE_SIMPLE_SPREAD` | `1` | above 2 ranks, out of place: a Simple kernel's sending blocks take one (chunk, peer) pair each, a chunk's pairs on consecutive blocks (a gather's receiving blocks too), so every peer's link is busy at once; `0`: a block sends each chunk to every peer in turn. This rank's alone |
-//! | `FERROCX_CE_DIRECT_BYTES` | `auto` | all_reduce (not avg), all_gather and broadcast on windows whose block is above the LL kernel's limit and at most this many bytes run as the Simple kernel's direct modes (the data read from the peers' input windows or written into their output windows, two empty chunks per pair as barriers; an all_reduce also needs the block to fit the scratch, which an in-place call folds into): `auto` per collective and rank count (`select::DIRECT_TABLE`), a number for every collective, `0` never. Agreed like `FERROCX_CE_ONESHOT_BYTES` (a rank that differs turns it off, with a warning) |
+//! | `FERROCX_CE_DIRECT_BYTES` | `auto` | all_reduce (not avg), all_gather and broadcast on windows whose block is above the LL kernel's limit and at most this many bytes run as the Simple kernel's direct modes (the data read from the peers' input windows or written into their output windows, two empty chunks per pair as barriers; an all_reduce also needs the block to fit the scratch, which an in-place call folds into): `auto` per collective and rank count (`select::DIRECT_TABLE`: at 2 ranks all_gather above 2 MiB to 64 MiB, broadcast above 16 MiB to 128 MiB), a number for every collective from the LL limit up, `0` never. Agreed like `FERROCX_CE_ONESHOT_BYTES` (a rank that differs turns it off, with a warning) |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
 //!
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
@@ -43,7 +43,7 @@ pub const DEFAULT_LL_BYTES: usize = 1 << 20;
 /// limit (`select::SIMPLE_TABLE`).
 pub const SIMPLE_AUTO: usize = usize::MAX;
 /// `FERROCX_CE_DIRECT_BYTES=auto` (the default): each collective's measured
-/// limit (`select::DIRECT_TABLE`).
+/// range (`select::DIRECT_TABLE`).
 pub const DIRECT_AUTO: usize = usize::MAX;
 /// Default `FERROCX_CE_P2P_BYTES`. On 2 H100s the kernel took 8 MiB in 48
 /// µs and 16 MiB in 76 against the core's 107 and 114, and 32 MiB in 136–138

@@ -401,26 +401,53 @@ pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
     (Coll::Broadcast, 32 << 20, 64 << 20),
 ];
 
-/// The largest block of each collective the Simple kernel's direct modes
-/// run under `FERROCX_CE_DIRECT_BYTES=auto`, at 2 ranks and at more (0:
-/// never): not yet measured against the ring modes on a GPU, so none.
-pub const DIRECT_TABLE: [(Coll, usize, usize); 3] = [
-    (Coll::AllReduce, 0, 0),
-    (Coll::AllGather, 0, 0),
-    (Coll::Broadcast, 0, 0),
+/// The blocks of each collective the Simple kernel's direct modes run under
+/// `FERROCX_CE_DIRECT_BYTES=auto`: above the first bound and up to the
+/// second, at 2 ranks and at more (`(0, 0)`: never).
+///
+/// On 2 H200s, symmetric windows (`fxperf -R 2`), two alternations of the
+/// modes off (the ring modes and routes) and forced
+/// (`bench/results/2026-11-27-session15/run1/k`, µs out of place / in place,
+/// by total size):
+/// - all_gather: 4 MiB 19.5–19.7 / 18.7–19.1 off, 20.6 / 19.7–19.9 on;
+///   8 MiB even (27.1–27.2 / 24.8–25.3 off, 26.8–27.1 / 25.4–25.5 on);
+///   16 MiB 41.6–42.1 / 38.9–39.6 off, 39.1 / 37.4–37.5 on; 32 MiB 68.9–70.7
+///   / 66.4–68.2 off, 62.2–62.6 / 60.1–60.3 on; 128 MiB 224–227 / 227–230
+///   off, 202 / 199 on — so blocks above 2 MiB to 64 MiB (128 MiB in all,
+///   the largest measured).
+/// - broadcast: 2–8 MiB 15.8–32.5 off, 20.3–38.8 on; 16 MiB 59.2–60.2 /
+///   58.1–59.1 off, 61.7–62.0 / 59.8–60.0 on; 32 MiB 111–113 / 110–112 off,
+///   108 / 105 on; 64 MiB 231 / 190–191 off, 200 / 197 on; 128 MiB 432 / 360
+///   off, 380 / 377 on (NCCL in the same run: 204 / 200 and 387 / 380) — so
+///   blocks above 16 MiB to 128 MiB.
+/// - all_reduce: no size gains: 2–8 MiB 1–2 µs slower out of place and 2–3
+///   in place; 16–32 MiB 3 % faster out of place but 8–12 % slower in place
+///   (the fold into the scratch and the copy back).
+///
+/// Not measured above 2 ranks: none there.
+pub const DIRECT_TABLE: [(Coll, (usize, usize), (usize, usize)); 3] = [
+    (Coll::AllReduce, (0, 0), (0, 0)),
+    (Coll::AllGather, (2 << 20, 64 << 20), (0, 0)),
+    (Coll::Broadcast, (16 << 20, 128 << 20), (0, 0)),
 ];
 
-/// The largest block of `coll` the direct modes run on `nranks` ranks at
+/// The blocks of `coll` the direct modes run on `nranks` ranks at
 /// `direct_bytes` (`FERROCX_CE_DIRECT_BYTES`: a number, or `auto`:
-/// [`DIRECT_TABLE`]); 0 for the collectives they do not run.
-pub fn direct_limit(coll: Coll, nranks: usize, direct_bytes: usize) -> usize {
-    measured(&DIRECT_TABLE, coll, nranks).map_or(0, |auto| {
-        if direct_bytes == crate::config::DIRECT_AUTO {
-            auto
-        } else {
-            direct_bytes
-        }
-    })
+/// [`DIRECT_TABLE`]): above the first bound and up to the second; `(0, 0)`
+/// for the collectives they do not run. A number is an upper bound alone.
+pub fn direct_range(coll: Coll, nranks: usize, direct_bytes: usize) -> (usize, usize) {
+    DIRECT_TABLE
+        .iter()
+        .find(|(c, ..)| *c == coll)
+        .map_or((0, 0), |&(_, two, more)| {
+            if direct_bytes != crate::config::DIRECT_AUTO {
+                (0, direct_bytes)
+            } else if nranks <= 2 {
+                two
+            } else {
+                more
+            }
+        })
 }
 
 /// `coll`'s entry in a table of measured limits (at 2 ranks, at more) for
@@ -441,13 +468,13 @@ fn measured(table: &[(Coll, usize, usize)], coll: Coll, nranks: usize) -> Option
 /// contract), so every rank answers alike; the kernel checks that the
 /// peers' buffers lie at this rank's offsets before it reaches them.
 fn direct(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>, block: usize) -> bool {
-    let limit = direct_limit(d.coll, nranks, red.direct_bytes);
+    let (above, limit) = direct_range(d.coll, nranks, red.direct_bytes);
     let reach = match d.coll {
         Coll::AllReduce => d.send_win.is_some() && d.recv_win.is_some() && block <= red.scratch,
         Coll::AllGather | Coll::Broadcast => d.recv_win.is_some(),
         _ => false,
     };
-    nranks > 1 && block <= limit && reach
+    nranks > 1 && block > above && block <= limit && reach
 }
 
 /// The largest all_reduce run two-shot above 2 ranks under `auto`
@@ -1193,8 +1220,7 @@ mod tests {
     /// Above the LL limit and up to `FERROCX_CE_DIRECT_BYTES`, the direct
     /// modes take all_reduce whose buffers lie in windows (and whose
     /// block fits the scratch), all_gather and broadcast whose receive
-    /// buffers do; everything else keeps its route, and `auto` (no measured
-    /// limits yet) takes nothing.
+    /// buffers do; everything else keeps its route.
     #[test]
     fn direct_modes_take_calls_whose_peers_buffers_lie_in_windows() {
         let w = win(1 << 20);
@@ -1265,13 +1291,45 @@ mod tests {
             route(0, 1, &red, &desc(Coll::AllGather, 17, None, Some(&w))).map(|r| r.kernel),
             direct
         );
-        // auto: the table's limits, none yet.
+        assert_eq!(direct_range(Coll::AllToAll, 2, 1 << 20), (0, 0));
+    }
+
+    /// Under `auto` the direct modes take each collective's measured range
+    /// at 2 ranks (above the first bound, up to the second, ±1 element),
+    /// no all_reduce, nothing above 2 ranks; the ring modes keep the rest.
+    #[test]
+    fn direct_modes_under_auto_take_the_measured_ranges() {
+        let big = win(1 << 30);
         let auto = Agreed {
+            ll_bytes: 1 << 20,
+            simple_bytes: crate::config::SIMPLE_AUTO,
             direct_bytes: crate::config::DIRECT_AUTO,
-            ..red
+            scratch: 1 << 30,
+            ..ON
         };
-        assert_eq!(k(&desc(Coll::AllGather, 17, None, Some(&w)), &auto), simple);
-        assert_eq!(direct_limit(Coll::AllToAll, 2, 1 << 20), 0);
+        let k = |n: usize, coll, bytes: usize| {
+            route(0, n, &auto, &desc(coll, bytes / 4, Some(&big), Some(&big))).map(|r| r.kernel)
+        };
+        let direct = Ok(Some(Exchange::Direct));
+        for (coll, (above, upto), _) in DIRECT_TABLE {
+            if upto == 0 {
+                continue;
+            }
+            assert_ne!(k(2, coll, above), direct, "{coll:?} at its floor");
+            assert_eq!(k(2, coll, above + 4), direct, "{coll:?} above its floor");
+            assert_eq!(k(2, coll, upto), direct, "{coll:?} at its limit");
+            assert_ne!(k(2, coll, upto + 4), direct, "{coll:?} above its limit");
+            assert_ne!(k(3, coll, above + 4), direct, "{coll:?} at 3 ranks");
+        }
+        assert_eq!(k(2, Coll::AllGather, 32 << 20), direct);
+        assert_eq!(k(2, Coll::AllGather, 1 << 21), Ok(Some(Exchange::Simple)));
+        assert_eq!(k(2, Coll::Broadcast, 64 << 20), direct);
+        for bytes in [2 << 20, 8 << 20, 32 << 20] {
+            assert_ne!(k(2, Coll::AllReduce, bytes), direct, "all_reduce {bytes}");
+        }
+        // A number is an upper bound alone (from the LL limit up).
+        assert_eq!(direct_range(Coll::Broadcast, 2, 4096), (0, 4096));
+        assert_eq!(direct_range(Coll::AllReduce, 4, 4096), (0, 4096));
     }
 
     /// The printed table follows the routes: LL, then Simple up to each
@@ -1297,7 +1355,8 @@ mod tests {
             .find(|(n, _)| n.starts_with("broadcast ") && n.ends_with("windows"))
             .map(|(_, c)| c.join(" "))
             .unwrap();
-        assert_eq!(win, "LL LL Simple Simple windows windows");
+        // On windows at 2 ranks the direct modes take broadcasts above 16 MiB.
+        assert_eq!(win, "LL LL Simple Simple direct Simple direct windows");
         assert_eq!(t.len(), 14);
         // Forced: a number replaces the table for every collective.
         let forced = Agreed {
