@@ -401,6 +401,9 @@ pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
     (Coll::Broadcast, 32 << 20, 64 << 20),
 ];
 
+/// Blocks above the first bound and up to the second.
+pub type Range = (usize, usize);
+
 /// The blocks of each collective the Simple kernel's direct modes run under
 /// `FERROCX_CE_DIRECT_BYTES=auto`: above the first bound and up to the
 /// second, at 2 ranks and at more (`(0, 0)`: never).
@@ -425,7 +428,7 @@ pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
 ///   (the fold into the scratch and the copy back).
 ///
 /// Not measured above 2 ranks: none there.
-pub const DIRECT_TABLE: [(Coll, (usize, usize), (usize, usize)); 3] = [
+pub const DIRECT_TABLE: [(Coll, Range, Range); 3] = [
     (Coll::AllReduce, (0, 0), (0, 0)),
     (Coll::AllGather, (2 << 20, 64 << 20), (0, 0)),
     (Coll::Broadcast, (16 << 20, 128 << 20), (0, 0)),
@@ -435,7 +438,7 @@ pub const DIRECT_TABLE: [(Coll, (usize, usize), (usize, usize)); 3] = [
 /// `direct_bytes` (`FERROCX_CE_DIRECT_BYTES`: a number, or `auto`:
 /// [`DIRECT_TABLE`]): above the first bound and up to the second; `(0, 0)`
 /// for the collectives they do not run. A number is an upper bound alone.
-pub fn direct_range(coll: Coll, nranks: usize, direct_bytes: usize) -> (usize, usize) {
+pub fn direct_range(coll: Coll, nranks: usize, direct_bytes: usize) -> Range {
     DIRECT_TABLE
         .iter()
         .find(|(c, ..)| *c == coll)
