@@ -32,6 +32,7 @@
  *   p2p_can_run(comm, desc) -> priority      optional: per device send/receive
  *   p2p_launch(comm, desc, stream)           the sends/receives this plugin won
  *   launch_bounded(comm) -> 0|1              optional: right after a device launch
+ *   describe(comm, coll, buf, len) -> len    optional: the path a call would take
  *   status(comm)                             optional: asynchronous errors
  *   window_deregister(comm, win)             collective
  *   comm_destroy(comm)                       every window deregistered first
@@ -158,6 +159,19 @@
  *                             which calls may wait for a host thread, so that
  *                             one about to hold the driver (a synchronous copy
  *                             to pageable memory) waits for those first.
+ *   describe(comm, coll, buf, len)
+ *                             optional (added within v1 on 2026-11-27, after
+ *                             launch_bounded). The path this plugin takes for
+ *                             coll, in a few words (its protocol or route:
+ *                             ce says "LL", "Simple", "Simple direct",
+ *                             "staged", ...), decided as can_run decides:
+ *                             written into buf as NUL-terminated text of at
+ *                             most len bytes (cut short where longer); returns
+ *                             the full text's length, 0 for nothing to say.
+ *                             Asked for inspection only (fxinfo's selection
+ *                             table, Communicator::collective_choice), never
+ *                             on a call's path. NULL: the table names the
+ *                             plugin alone.
  *
  * OWNERSHIP. The plugin owns ctx, comm and win. The buffers of a descriptor
  * are the caller's and valid until the collective completed (host) or the
@@ -344,6 +358,8 @@ typedef struct fx_collective_v1 {
   int32_t (*p2p_launch)(void *comm, const fx_p2p_desc_t *desc, void *stream);
   /* Added within v1 (2026-11-27): tables built before end here. */
   int32_t (*launch_bounded)(void *comm);
+  /* Added within v1 (2026-11-27): tables built before end here. */
+  size_t (*describe)(void *comm, const fx_coll_desc_t *coll, char *buf, size_t len);
 } fx_collective_v1_t;
 
 /* The smallest struct_size the core accepts: a table built before the p2p

@@ -217,6 +217,7 @@ fn expected() -> Expected {
         p2p_can_run => p2p_can_run,
         p2p_launch => p2p_launch,
         launch_bounded => launch_bounded,
+        describe => describe,
     });
     layout!(out, structs, "fx_p2p_op_t", FxP2pOp {
         kind => kind,

@@ -503,3 +503,41 @@ fn devnet_open_tries_every_plugin_and_says_why_each_declined() {
         }
     }
 }
+
+/// The selection table (`Communicator::collective_choice`, what `fxinfo`
+/// prints) names each winner's path: shm-coll's own words through its `.so`'s
+/// `describe` hook for small calls, the core's algorithm for large ones, which
+/// `FERROCX_ALGO` moves where it applies (recursive doubling is all_reduce's
+/// alone).
+#[test]
+fn the_selection_table_names_each_path() {
+    let shm = shm_plugin_so().to_string_lossy().into_owned();
+    let coll = plugin_so("ferrocx-plugin-shm-coll", "libferrocx_plugin_shm_coll.so")
+        .to_string_lossy()
+        .into_owned();
+    let plugins = format!("{shm}:{coll}");
+    for (algo, all_reduce) in [("", "ring"), ("rd", "rd")] {
+        let big = format!("all_reduce/16777216=core: {all_reduce}");
+        let outs = run_ranks(
+            WORKER,
+            2,
+            &[
+                "selection",
+                "all_reduce/8=shm-coll: mailboxes",
+                "alltoall/4096=shm-coll: mailboxes",
+                &big,
+                "all_gather/16777216=core: ring",
+                "broadcast/67108864=core: direct",
+                "alltoall/4194304=core: pairwise",
+            ],
+            &[
+                ("FERROCX_BUILTIN_PLUGINS", "0"),
+                ("FERROCX_PLUGINS", &plugins),
+                ("FERROCX_ALGO", algo),
+                ("FERROCX_TIMEOUT", "60"),
+            ],
+            LIMIT,
+        );
+        assert_all_ok(&outs);
+    }
+}

@@ -123,6 +123,24 @@ impl CollectivePlugin {
         unsafe { (self.t().can_run.expect("validated"))(self.comm, desc) }.max(0)
     }
 
+    /// The path the plugin takes for `desc`, in its own words (`describe`;
+    /// absent, empty or failing: `None`). For selection tables only.
+    pub fn describe(&self, desc: &FxCollDesc) -> Option<String> {
+        let f = self.t().describe?;
+        if !self.serves(desc.mem_kind) || self.open("describe").is_err() {
+            return None;
+        }
+        let mut buf = [0 as std::ffi::c_char; 128];
+        // SAFETY: live comm; the descriptor and the buffer live across the call.
+        let n = unsafe { f(self.comm, desc, buf.as_mut_ptr(), buf.len()) };
+        let bytes: Vec<u8> = buf
+            .iter()
+            .take(n.min(buf.len() - 1))
+            .map(|&c| c as u8)
+            .collect();
+        (!bytes.is_empty()).then(|| String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     /// Run `desc` (host: to completion; CUDA: queued on `stream`).
     ///
     /// # Safety

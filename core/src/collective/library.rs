@@ -111,7 +111,8 @@ fn reaches(struct_size: usize, offset: usize, len: usize) -> bool {
 }
 
 /// A copy of a v1 table: its first [`FX_COLLECTIVE_V1_MIN_SIZE`] bytes, then
-/// the hooks added within v1 (`p2p_can_run`, `p2p_launch`, `launch_bounded`), each read only
+/// the hooks added within v1 (`p2p_can_run`, `p2p_launch`, `launch_bounded`,
+/// `describe`), each read only
 /// when `struct_size` covers all of it.
 ///
 /// # Safety
@@ -149,6 +150,7 @@ unsafe fn copy_table(table: *const FxCollectiveV1) -> Box<FxCollectiveV1> {
     appended!(p2p_can_run);
     appended!(p2p_launch);
     appended!(launch_bounded);
+    appended!(describe);
     t
 }
 
@@ -186,6 +188,14 @@ mod tests {
     unsafe extern "C" fn bounded(_: *mut c_void) -> i32 {
         1
     }
+    unsafe extern "C" fn describe(
+        _: *mut c_void,
+        _: *const FxCollDesc,
+        _: *mut std::ffi::c_char,
+        _: usize,
+    ) -> usize {
+        0
+    }
 
     fn table(struct_size: usize) -> FxCollectiveV1 {
         let mut name = [0 as std::ffi::c_char; FX_NAME_BYTES];
@@ -208,6 +218,7 @@ mod tests {
             p2p_can_run: Some(p2p_can_run),
             p2p_launch: Some(p2p_launch),
             launch_bounded: Some(bounded),
+            describe: Some(describe),
         }
     }
 
@@ -245,7 +256,13 @@ mod tests {
         let full = std::mem::size_of::<FxCollectiveV1>();
         let lib = load(&table(full)).unwrap();
         assert!(lib.table().p2p_can_run.is_some() && lib.table().p2p_launch.is_some());
-        assert!(lib.table().launch_bounded.is_some());
+        assert!(lib.table().launch_bounded.is_some() && lib.table().describe.is_some());
+
+        // Built with launch_bounded but before describe: it reads as absent.
+        let bounded = std::mem::offset_of!(FxCollectiveV1, describe);
+        let before = truncated(&table(bounded), bounded);
+        let lib = load(before.as_ptr().cast()).unwrap();
+        assert!(lib.table().launch_bounded.is_some() && lib.table().describe.is_none());
 
         // Built with the p2p hooks but before launch_bounded: it reads as absent.
         let p2p = std::mem::offset_of!(FxCollectiveV1, launch_bounded);
@@ -260,7 +277,7 @@ mod tests {
         let old = truncated(&table(min), min);
         let lib = load(old.as_ptr().cast()).unwrap();
         assert!(lib.table().p2p_can_run.is_none() && lib.table().p2p_launch.is_none());
-        assert!(lib.table().launch_bounded.is_none());
+        assert!(lib.table().launch_bounded.is_none() && lib.table().describe.is_none());
         assert!(lib.table().launch.is_some());
 
         // Smaller than the minimum: refused as before.

@@ -21,6 +21,9 @@ pub struct Choice {
     pub runner: Runner,
     /// `(name, priority)` of every candidate, the core first.
     pub scores: Vec<(String, i32)>,
+    /// The winner's path in its own words: the core's algorithm, a plugin's
+    /// protocol or route (its `describe` hook); `None` where it says nothing.
+    pub path: Option<String>,
 }
 
 impl Runner {
@@ -45,7 +48,19 @@ impl Choice {
         let runner = Runner::best(plugins.iter().map(|(_, p)| *p));
         let mut scores = vec![("core".to_string(), FX_COLL_CORE_PRIORITY)];
         scores.extend(plugins.iter().cloned());
-        Choice { runner, scores }
+        Choice {
+            runner,
+            scores,
+            path: None,
+        }
+    }
+
+    /// "ce: Simple direct", "core: ring": the winner and its path.
+    pub fn winner_path(&self) -> String {
+        match &self.path {
+            Some(p) => format!("{}: {p}", self.winner()),
+            None => self.winner().to_string(),
+        }
     }
 
     /// The winner's name.

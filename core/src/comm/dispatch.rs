@@ -153,15 +153,33 @@ impl Communicator {
         }))
     }
 
-    /// Who would run `call` now, with every candidate's priority.
+    /// Who would run `call` now, with every candidate's priority and the
+    /// winner's path (the core's algorithm, the plugin's own words).
     pub(crate) fn choose(&self, call: &Call<'_>) -> Choice {
         let seq = call.seq;
         let mut scores = Vec::new();
-        if let Some(d) = self.describe(call, seq) {
-            let _serial = self.coll_serial.lock();
-            self.bid(&d, |name, p| scores.push((name.to_string(), p)));
+        let d = self.describe(call, seq);
+        let _serial = self.coll_serial.lock();
+        if let Some(d) = &d {
+            self.bid(d, |name, p| scores.push((name.to_string(), p)));
         }
-        Choice::decide(&scores)
+        let mut choice = Choice::decide(&scores);
+        let s = call.spec;
+        choice.path = match (&choice.runner, &d) {
+            (Runner::Plugin(i), Some(d)) => self.colls.plugins()[*i].describe(&d.for_plugin(*i)),
+            _ => Some(
+                self.plan_cfg
+                    .algo_for(
+                        s.algo,
+                        s.kind,
+                        self.nranks(),
+                        s.count.saturating_mul(s.dtype.size()),
+                    )
+                    .name()
+                    .to_string(),
+            ),
+        };
+        choice
     }
 
     /// Run `call` on a collective plugin if one wins it: `Ok(true)` when it

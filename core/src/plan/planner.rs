@@ -52,6 +52,21 @@ pub(crate) struct PlanConfig {
 }
 
 impl PlanConfig {
+    /// The core's algorithm for a collective of `kind` moving `bytes` per
+    /// rank on `nranks` ranks: the call's own (`CollSpec::algo`), else
+    /// `FERROCX_ALGO` where it applies, else the choice by size. What the
+    /// planner runs and what selection tables print.
+    pub fn algo_for(
+        &self,
+        call: Option<Algo>,
+        kind: CollKind,
+        nranks: usize,
+        bytes: usize,
+    ) -> Algo {
+        call.or(self.algo.filter(|a| a.applies(kind)))
+            .unwrap_or_else(|| algo::choose(kind, nranks, bytes))
+    }
+
     pub fn from_env() -> Result<Self> {
         let algo = match std::env::var("FERROCX_ALGO") {
             Ok(s) if !s.is_empty() => {
@@ -369,10 +384,7 @@ pub(crate) fn plan(
         order.sort_by_key(|&c| (load[c], c));
         let chosen = &mut order[..nparts];
         chosen.sort_unstable();
-        let algo = t
-            .algo
-            .or(cfg.algo.filter(|a| a.applies(t.kind)))
-            .unwrap_or_else(|| algo::choose(t.kind, nranks, bytes));
+        let algo = cfg.algo_for(t.algo, t.kind, nranks, bytes);
         let dev_gpu = match (t.device, gpu) {
             (false, _) => None,
             (true, Some(g)) => Some(g.clone()),

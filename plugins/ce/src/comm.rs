@@ -396,6 +396,11 @@ impl CeComm {
         select::bid(self.cfg.priority, self.rank, self.nranks, &self.agreed(), d).unwrap_or(0)
     }
 
+    /// `describe`: the path [`can_run`](Self::can_run)'s bid stands for.
+    pub fn describe(&self, d: &CollDesc<'_, Window>) -> Option<String> {
+        select::describe(self.rank, self.nranks, &self.agreed(), d)
+    }
+
     /// What the ranks agreed on, less the LL kernel once a communicator made
     /// [`ll::MAX_CALLS`](ferrocx_sdk::kernels::ll::MAX_CALLS) LL calls (its
     /// flags would start to repeat; every rank counts the same calls).

@@ -253,6 +253,10 @@ impl Collective for Ce {
         comm.can_run(coll)
     }
 
+    fn describe(&self, comm: &CeComm, coll: &CollDesc<'_, Window>) -> Option<String> {
+        comm.describe(coll)
+    }
+
     fn window_register(
         &self,
         comm: &mut CeComm,

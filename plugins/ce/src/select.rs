@@ -195,6 +195,23 @@ pub fn table(nranks: usize, red: &Agreed, sizes: &[usize]) -> Vec<(String, Vec<S
     rows
 }
 
+/// ce's path for `d` on rank `me` of `nranks` in a few words (what its
+/// `describe` hook says): the kernel (`LL`, `Simple`, `Simple direct`,
+/// `Simple two-shot`) or the barrier route (`staged`, `one-shot`,
+/// `two-shot`, `windows`); `None` where ce would not run it.
+pub fn describe(
+    me: usize,
+    nranks: usize,
+    red: &Agreed,
+    d: &CollDesc<'_, Window>,
+) -> Option<String> {
+    match bid_route(1, me, nranks, red, d) {
+        Ok((_, Some(r))) => Some(route_name(&r, in_windows(me, d))),
+        Ok((_, None)) => Some("nothing to move".into()),
+        Err(_) => None,
+    }
+}
+
 /// A route in a few words.
 fn route_name(r: &Route, windows: bool) -> String {
     match (r.kernel, r.staged, r.one_shot) {
@@ -1333,6 +1350,30 @@ mod tests {
         // A number is an upper bound alone (from the LL limit up).
         assert_eq!(direct_range(Coll::Broadcast, 2, 4096), (0, 4096));
         assert_eq!(direct_range(Coll::AllReduce, 4, 4096), (0, 4096));
+    }
+
+    /// `describe` names the route a bid stands for, on this rank's own
+    /// buffers: the kernels, the barrier routes, nothing for an empty call,
+    /// and `None` where ce would not bid.
+    #[test]
+    fn describe_names_the_route_the_bid_stands_for() {
+        let w = win(1 << 30);
+        let red = Agreed::assumed(&crate::config::Config::default());
+        let d = |coll, bytes: usize, win: Option<&Window>| {
+            describe(0, 2, &red, &desc(coll, bytes / 4, win, win))
+        };
+        let s = |x: &str| Some(x.to_string());
+        assert_eq!(d(Coll::AllGather, 64, None), s("LL"));
+        assert_eq!(d(Coll::AllGather, 2 << 20, Some(&w)), s("Simple"));
+        assert_eq!(d(Coll::AllGather, 32 << 20, Some(&w)), s("Simple direct"));
+        assert_eq!(d(Coll::AllReduce, 32 << 20, Some(&w)), s("Simple"));
+        assert_eq!(d(Coll::Gather, 4096, None), s("staged"));
+        assert_eq!(d(Coll::Gather, 4096, Some(&w)), s("windows"));
+        assert_eq!(d(Coll::AllGather, 0, None), s("nothing to move"));
+        assert_eq!(d(Coll::Broadcast, 1 << 30, None), None);
+        let mut host = desc(Coll::AllGather, 16, None, None);
+        host.mem = MemKind::Host;
+        assert_eq!(describe(0, 2, &red, &host), None);
     }
 
     /// The printed table follows the routes: LL, then Simple up to each

@@ -104,6 +104,11 @@ impl Collective for ShmColl {
         comm.can_run(coll)
     }
 
+    fn describe(&self, comm: &ShmComm, coll: &CollDesc<'_, ()>) -> Option<String> {
+        // One protocol: every pair exchanges through the mailboxes.
+        (comm.can_run(coll) > 0).then(|| "mailboxes".into())
+    }
+
     unsafe fn launch(
         &self,
         comm: &mut ShmComm,

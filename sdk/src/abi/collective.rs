@@ -296,6 +296,21 @@ pub struct FxCollectiveV1 {
     /// the stream may wait for one. Added within v1 (2026-11-27): a table
     /// built before ends before it. Optional (absent: 0).
     pub launch_bounded: Option<unsafe extern "C" fn(comm: *mut c_void) -> i32>,
+    /// The path this plugin takes for `coll` in a few words (its protocol or
+    /// route, e.g. ce's `LL`, `Simple direct`, `staged`), for tables such as
+    /// `fxinfo`'s: written into `buf` (at most `len` bytes, NUL included,
+    /// cut short where longer), the full text's length returned (0: nothing
+    /// to say). Asked for inspection only, never on a call's path; decided
+    /// as `can_run` decides. Added within v1 (2026-11-27): a table built
+    /// before ends before it. Optional.
+    pub describe: Option<
+        unsafe extern "C" fn(
+            comm: *mut c_void,
+            coll: *const FxCollDesc,
+            buf: *mut c_char,
+            len: usize,
+        ) -> usize,
+    >,
 }
 
 /// The smallest `struct_size` the core accepts for a v1 collective table:

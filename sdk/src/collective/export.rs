@@ -199,6 +199,27 @@ unsafe extern "C" fn h_launch_bounded<T: Collective>(comm: *mut c_void) -> i32 {
     bounded
 }
 
+unsafe extern "C" fn h_describe<T: Collective>(
+    comm: *mut c_void,
+    coll: *const FxCollDesc,
+    buf: *mut std::ffi::c_char,
+    len: usize,
+) -> usize {
+    let mut text = String::new();
+    // Words for a table, not a code: any failure means nothing to say (0).
+    guard("describe", || {
+        let (t, b) = comm_mut::<T, T::Comm>(comm)?;
+        let d = CollDesc::<T::Window>::from_raw(coll.as_ref().ok_or_else(|| null("coll"))?)?;
+        text = t.describe(&b.comm, &d).unwrap_or_default();
+        Ok(FX_OK)
+    });
+    if !buf.is_null() && len > 0 {
+        // SAFETY: the caller passes `len` writable bytes at `buf` (the ABI's contract).
+        copy_str_to_c_chars(&text, std::slice::from_raw_parts_mut(buf, len));
+    }
+    text.len()
+}
+
 /// The v1 table for `T`. Usually reached through the macros.
 pub const fn collective_table<T: Collective>() -> FxCollectiveV1 {
     FxCollectiveV1 {
@@ -219,6 +240,7 @@ pub const fn collective_table<T: Collective>() -> FxCollectiveV1 {
         p2p_can_run: Some(h_p2p_can_run::<T>),
         p2p_launch: Some(h_p2p_launch::<T>),
         launch_bounded: Some(h_launch_bounded::<T>),
+        describe: Some(h_describe::<T>),
     }
 }
 
@@ -326,6 +348,9 @@ mod tests {
         fn launch_bounded(&self, _: &()) -> bool {
             self.0.load(Ordering::Relaxed) > 0
         }
+        fn describe(&self, _: &(), d: &CollDesc<'_, ()>) -> Option<String> {
+            (d.count > 0).then(|| format!("{} of {}", d.coll.name(), d.count))
+        }
     }
 
     fn desc(ops: &[FxP2pOp]) -> FxP2pDesc {
@@ -392,6 +417,62 @@ mod tests {
             }
         });
         assert_eq!(s.0.load(Ordering::Relaxed), 2);
+    }
+
+    /// `describe` writes the trait's words (cut to the buffer, NUL-ended)
+    /// and returns their full length; the default, a bad descriptor and a
+    /// null comm say nothing (0, an empty string).
+    #[test]
+    fn describe_writes_the_trait_s_words() {
+        let coll = |count| FxCollDesc {
+            coll: crate::collective::Coll::AllGather.raw(),
+            dtype: FX_TYPE_F32,
+            op: 0,
+            root: 0,
+            count,
+            mem_kind: FX_MEM_CUDA,
+            flags: 0,
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            send_win: std::ptr::null_mut(),
+            recv_win: std::ptr::null_mut(),
+            send_offset: 0,
+            recv_offset: 0,
+            seq: 0,
+        };
+        let text = |b: &[std::ffi::c_char]| {
+            let n = b.iter().position(|&c| c == 0).unwrap();
+            b[..n].iter().map(|&c| c as u8 as char).collect::<String>()
+        };
+        let mut buf = [1 as std::ffi::c_char; 32];
+        with_comm(&Plain, |tab, comm| {
+            let describe = tab.describe.unwrap();
+            // SAFETY: a comm made for `Plain`; a live descriptor and buffer.
+            unsafe { assert_eq!(describe(comm, &coll(4), buf.as_mut_ptr(), buf.len()), 0) };
+            assert_eq!(text(&buf), "");
+        });
+        let s = Sends(AtomicUsize::new(0));
+        with_comm(&s, |tab, comm| {
+            let describe = tab.describe.unwrap();
+            // SAFETY: a comm made for `Sends`; live descriptors and buffers (or null).
+            unsafe {
+                assert_eq!(describe(comm, &coll(4), buf.as_mut_ptr(), buf.len()), 15);
+                assert_eq!(text(&buf), "all_gather of 4");
+                let mut short = [1 as std::ffi::c_char; 6];
+                assert_eq!(describe(comm, &coll(4), short.as_mut_ptr(), 6), 15);
+                assert_eq!(text(&short), "all_g");
+                assert_eq!(describe(comm, &coll(0), buf.as_mut_ptr(), buf.len()), 0);
+                let mut bad = coll(4);
+                bad.dtype = 99;
+                assert_eq!(describe(comm, &bad, buf.as_mut_ptr(), buf.len()), 0);
+                assert_eq!(text(&buf), "");
+                assert_eq!(describe(comm, std::ptr::null(), std::ptr::null_mut(), 0), 0);
+                assert_eq!(
+                    describe(std::ptr::null_mut(), &coll(4), buf.as_mut_ptr(), buf.len()),
+                    0
+                );
+            }
+        });
     }
 
     /// `launch_bounded` answers the trait's yes or no, `false` by default

@@ -47,6 +47,13 @@ pub trait Collective: Sized + Send + Sync + 'static {
     /// [`FX_COLL_CORE_PRIORITY`](crate::abi::FX_COLL_CORE_PRIORITY) to be chosen
     /// over the core. The same on every rank for the same call.
     fn can_run(&self, comm: &Self::Comm, coll: &CollDesc<'_, Self::Window>) -> i32;
+    /// The path this plugin takes for `coll`, in a few words (its protocol or
+    /// route), decided as [`can_run`](Self::can_run) decides; `None` (the
+    /// default): nothing beyond the plugin's name. For selection tables
+    /// (`fxinfo`), never asked on a call's path.
+    fn describe(&self, _comm: &Self::Comm, _coll: &CollDesc<'_, Self::Window>) -> Option<String> {
+        None
+    }
     /// Register a symmetric window (collective); `None` = of no use here.
     fn window_register(
         &self,

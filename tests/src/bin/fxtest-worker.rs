@@ -84,6 +84,7 @@ fn main() -> ExitCode {
         Some("hang") => coll::hang::run(&args[1]),
         Some("ce-direct-asym") => coll::ce_direct::run(),
         Some("ce-hang") => coll::ce_hang::run(),
+        Some("selection") => coll::selection::run(&args[1..]),
         Some("p2p-device") => coll::p2p::run(
             opt("--expect"),
             &opt("--sizes").map_or(

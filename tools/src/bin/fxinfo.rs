@@ -33,13 +33,23 @@ fn main() -> ExitCode {
     }
 }
 
-/// Who runs each collective, per size bucket, on plain buffers and on
-/// symmetric windows (host, and device memory when this rank has a GPU):
-/// every collective plugin is asked, exactly as a call would ask it.
+/// The selection table: who runs each collective and how, per size bucket,
+/// on plain buffers and on symmetric windows (host, and device memory when
+/// this rank has a GPU). Every collective plugin is asked exactly as a call
+/// would ask it; the winner's path is the core's algorithm or the plugin's
+/// own words (its `describe` hook: ce's LL, Simple, direct … kernels).
 fn collectives(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
     use ferrocx::{CollKind, CollSpec, DataType};
     let n = comm.nranks();
-    let buckets = [8usize, 4096, 256 << 10, 16 << 20];
+    let buckets = [
+        8usize,
+        4096,
+        256 << 10,
+        1 << 20,
+        4 << 20,
+        16 << 20,
+        64 << 20,
+    ];
     let cap = buckets[buckets.len() - 1] * n;
     let kinds = [
         CollKind::AllReduce,
@@ -94,10 +104,7 @@ fn collectives(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
                     .map(|&b| {
                         let spec = CollSpec::new(kind, DataType::F32, (b / 4).max(1));
                         comm.collective_choice(&spec, sp, rp, false, device)
-                            .map_or_else(
-                                |e| format!("? ({e})"),
-                                |c| format!("{} ({})", c.winner(), c.explain()),
-                            )
+                            .map_or_else(|e| format!("? ({e})"), |c| c.winner_path())
                     })
                     .collect();
                 lines.push(format!(
@@ -114,7 +121,13 @@ fn collectives(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
         }
     }
     if lead {
-        println!("\ncollectives (who runs each call, float elements, per size 8 B | 4 KiB | 256 KiB | 16 MiB; priorities in parentheses, the core's is {}):", ferrocx_sdk::abi::FX_COLL_CORE_PRIORITY);
+        println!(
+            "\ncollectives: the selection table (who runs each call and how, float elements, size per rank \
+             8 B | 4 KiB | 256 KiB | 1 MiB | 4 MiB | 16 MiB | 64 MiB; the plugins' bids beat the core's {} to win, \
+             FERROCX_DEBUG=info logs each call's; forced with FERROCX_COLLECTIVES (which plugins bid), FERROCX_ALGO (the core's algorithm) and \
+             FERROCX_CE_LL_BYTES / _SIMPLE_BYTES / _DIRECT_BYTES (ce's kernels), docs/ENV.md):",
+            ferrocx_sdk::abi::FX_COLL_CORE_PRIORITY
+        );
         let plugins = comm.collective_plugins();
         println!(
             "  collective plugins taking part: {}",
