@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Build what scripts/gpu-check.sh runs on a GPU host, into gpu-run/bin (stripped
-# release binaries: fxrun, fxperf, fxtest-worker and the test binaries sdk-tests,
+# release binaries: fxrun, fxperf, fxinfo, fxtest-worker and the test binaries sdk-tests,
 # core-tests, p2p-tests). Optionally copy nccl-tests' source (NCCL_TESTS_SRC, a
 # fetched copy) to gpu-run/nccl-tests. gpu-run/ is ignored by git.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=gpu-run/bin
 mkdir -p "$OUT"
-cargo build --release -q -p ferrocx-tools --bin fxrun --bin fxperf
+cargo build --release -q -p ferrocx-tools --bin fxrun --bin fxperf --bin fxinfo
 cargo build --release -q -p ferrocx-tests --bin fxtest-worker
 T="${CARGO_TARGET_DIR:-target}/release"
-cp "$T/fxrun" "$T/fxperf" "$T/fxtest-worker" "$OUT/"
+cp "$T/fxrun" "$T/fxperf" "$T/fxinfo" "$T/fxtest-worker" "$OUT/"
 # Test binaries: the path of each crate's unit-test executable, from cargo's JSON.
 testbin() {  # testbin NAME CARGO-ARGS...
   local name="$1"; shift

@@ -25,7 +25,8 @@
 # windows (-R 2) through ce and through the core (FERROCX_COLLECTIVES=^ce) in one run;
 # `perf-ce-shots` ce's all_reduce forced one-shot and forced two-shot; `perf-direct` ce's
 # direct modes off and forced (FERROCX_CE_DIRECT_BYTES=0 / 1G) on symmetric windows, alternated
-# DIRECT_ROUNDS times for DIRECT_COLLS (default all_reduce broadcast all_gather). `dropin-torch` runs nccl/tests/torch_dropin.py
+# DIRECT_ROUNDS times for DIRECT_COLLS (default all_reduce broadcast all_gather); `perf-win` the
+# PERF_COLLS on symmetric windows (-R 2, fxperf-win-<bench>.log, beside `nccl-sym`). `dropin-torch` runs nccl/tests/torch_dropin.py
 # under torchrun with ferrocx's libnccl.so.2 preloaded (DROPIN, default gpu-run/nccl, from
 # scripts/install-nccl.sh); `dropin-tests` builds nccl-tests against it and runs each
 # benchmark with DROPIN_GPUS ranks in one process (default 1). `nccl-sym` runs nccl-tests
@@ -114,6 +115,11 @@ for s in $STEPS; do
       for b in ${PERF_COLLS:-sendrecv alltoall all_gather all_reduce reduce_scatter broadcast}; do
         # shellcheck disable=SC2086
         run_step "fxperf-$b" "$BIN/fxperf" --np "$NP" --mem cuda $SIZES $ITERS -c 1 "$b"
+      done ;;
+    perf-win)  # fxperf on symmetric windows (-R 2): fxperf-win-<bench>.log, next to nccl-sym
+      for b in ${PERF_COLLS:-sendrecv alltoall all_gather all_reduce reduce_scatter broadcast}; do
+        # shellcheck disable=SC2086
+        run_step "fxperf-win-$b" "$BIN/fxperf" --np "$NP" --mem cuda -R 2 $SIZES $ITERS -c 1 "$b"
       done ;;
     perf-unreg)  # fxperf registers its buffers by default (-R 1); these do not
       for b in ${PERF_COLLS:-sendrecv all_gather}; do

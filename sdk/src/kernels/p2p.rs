@@ -280,7 +280,7 @@ FX_FN int fx_p2p_wait(bool lines, fx_sp_u line, unsigned int flag, fx_sp_u head,
                       volatile fx_sp_u* ctl, fx_sp_u deadline, int peer, fx_sp_u* v) {
     unsigned int spins = 0;
     for (;;) {
-        if (lines ? fx_p2p_has(line, flag, v) : fx_sp_load(head) >= want) return 1;
+        if (lines ? fx_p2p_has(line, flag, v) : fx_sp_load_acq(head) >= want) return 1;
         if (++spins < 256u) continue;
         spins = 0;
         if (ctl[2] != 0ull) return 0;
@@ -296,7 +296,7 @@ FX_FN int fx_p2p_wait(bool lines, fx_sp_u line, unsigned int flag, fx_sp_u head,
                one that sent this receive's message (if any) ended: one more
                look, after an acquire, finds that message. */
             fx_sp_fence();
-            if (lines ? fx_p2p_has(line, flag, v) : fx_sp_load(head) >= want) return 1;
+            if (lines ? fx_p2p_has(line, flag, v) : fx_sp_load_acq(head) >= want) return 1;
             return 2;
         }
     }
@@ -390,9 +390,8 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
                 const fx_sp_u g = sent_s[q] + c;
                 const fx_sp_u k = g % FX_SP_K;
                 if (threadIdx.x == 0) {
-                    bool good = g < FX_SP_K || fx_sp_wait(fx_sp_free(own, n, q, k), g + 1ull - FX_SP_K, ctl, deadline, q);
-                    if (good) fx_sp_fence();
-                    ok_s = good;
+                    /* The wait acquires: the peer's reads of the slot came first. */
+                    ok_s = g < FX_SP_K || fx_sp_wait(fx_sp_free(own, n, q, k), g + 1ull - FX_SP_K, ctl, deadline, q);
                 }
                 __syncthreads();
                 ok = ok_s != 0;
@@ -470,7 +469,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
                         : fx_p2p_wait(false, fx_p2p_line(own_ll, n, R, r, l), fx_p2p_flag(l, R), fx_sp_head(own, r, k), g + 1ull, ctl, deadline, r, &unused);
                     bool good = got == 1;
                     if (good) {
-                        fx_sp_fence();
+                        /* The head was read with acquire (fx_sp_wait, fx_p2p_wait). */
                         fx_sp_u bytes, index;
                         fx_sp_ld16(at, &bytes, &index);
                         /* The lines r sent before this message: those received from r so far. */
