@@ -410,12 +410,20 @@ pub struct Route {
 /// place 1562–1575 / 1544–1575, in place 1583–1587 / 1885–1976 (the routes
 /// stage an in-place call through the scratch) — so at 2 ranks alltoall runs
 /// as the kernel to 512 MiB blocks (1 GiB in all; larger not measured).
+///
+/// broadcast at 2 ranks on 2 H200s once the kernel's polls acquire (no
+/// acquire fence per chunk), two alternations, outside windows
+/// (`bench/results/2026-11-27-session15/run3`, µs out of place / in place,
+/// kernel / the core's path): 64 MiB 203.5–205.3 / 205.1–207.7 against
+/// 217.8–269.8 / 211.7–230.9 (NCCL 204 / 200 on that host model), 128 MiB
+/// 402–406 / 402–407 against 388–397 / 389–393 — so at 2 ranks broadcast
+/// runs as the kernel to 64 MiB.
 pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
     (Coll::AllReduce, 1 << 30, 4 << 20),
     (Coll::ReduceScatter, 1 << 30, 256 << 20),
     (Coll::AllGather, 64 << 20, 32 << 20),
     (Coll::AllToAll, 512 << 20, 32 << 20),
-    (Coll::Broadcast, 32 << 20, 64 << 20),
+    (Coll::Broadcast, 64 << 20, 64 << 20),
 ];
 
 /// Blocks above the first bound and up to the second.
@@ -444,11 +452,20 @@ pub type Range = (usize, usize);
 ///   in place; 16–32 MiB 3 % faster out of place but 8–12 % slower in place
 ///   (the fold into the scratch and the copy back).
 ///
+/// Once the ring modes' polls acquire (no fence per chunk), again on 2 H200s
+/// (`bench/results/2026-11-27-session15/run3/k`, ring / direct): all_gather
+/// 4 MiB 17.9 / 16.98–17.06 against 19.2–19.4 / 18.7, 8 MiB even, 16 MiB
+/// 38.8–38.9 / 36.4–36.7 against 37.3–37.4 / 35.6–35.8, 64 MiB 115 / 115
+/// against 109 / 106, 128 MiB 215 / 214–218 against 201 / 197; broadcast 16
+/// MiB 56–57 / 56 against 60 / 59, 32 MiB 106–107 / 105–106 against 107 /
+/// 104, 64 MiB 233 / 190 against 198 / 195, 128 MiB 433 / 360 against 380 /
+/// 376 — so all_gather blocks above 4 MiB and broadcast blocks above 32 MiB.
+///
 /// Not measured above 2 ranks: none there.
 pub const DIRECT_TABLE: [(Coll, Range, Range); 3] = [
     (Coll::AllReduce, (0, 0), (0, 0)),
-    (Coll::AllGather, (2 << 20, 64 << 20), (0, 0)),
-    (Coll::Broadcast, (16 << 20, 128 << 20), (0, 0)),
+    (Coll::AllGather, (4 << 20, 64 << 20), (0, 0)),
+    (Coll::Broadcast, (32 << 20, 128 << 20), (0, 0)),
 ];
 
 /// The blocks of `coll` the direct modes run on `nranks` ranks at
@@ -1342,7 +1359,7 @@ mod tests {
             assert_ne!(k(3, coll, above + 4), direct, "{coll:?} at 3 ranks");
         }
         assert_eq!(k(2, Coll::AllGather, 32 << 20), direct);
-        assert_eq!(k(2, Coll::AllGather, 1 << 21), Ok(Some(Exchange::Simple)));
+        assert_eq!(k(2, Coll::AllGather, 4 << 20), Ok(Some(Exchange::Simple)));
         assert_eq!(k(2, Coll::Broadcast, 64 << 20), direct);
         for bytes in [2 << 20, 8 << 20, 32 << 20] {
             assert_ne!(k(2, Coll::AllReduce, bytes), direct, "all_reduce {bytes}");
@@ -1391,7 +1408,7 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(row("all_gather "), "LL LL Simple Simple Simple core");
-        assert_eq!(row("broadcast "), "LL LL Simple Simple core core");
+        assert_eq!(row("broadcast "), "LL LL Simple Simple Simple core");
         assert_eq!(row("all_reduce "), "LL LL Simple Simple Simple Simple");
         assert_eq!(row("gather "), "staged staged staged staged core core");
         let win = t
@@ -1399,8 +1416,8 @@ mod tests {
             .find(|(n, _)| n.starts_with("broadcast ") && n.ends_with("windows"))
             .map(|(_, c)| c.join(" "))
             .unwrap();
-        // On windows at 2 ranks the direct modes take broadcasts above 16 MiB.
-        assert_eq!(win, "LL LL Simple Simple direct Simple direct windows");
+        // On windows at 2 ranks the direct modes take broadcasts above 32 MiB.
+        assert_eq!(win, "LL LL Simple Simple Simple direct windows");
         assert_eq!(t.len(), 14);
         // Forced: a number replaces the table for every collective.
         let forced = Agreed {
