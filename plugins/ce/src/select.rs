@@ -460,12 +460,24 @@ pub type Range = (usize, usize);
 /// MiB 56–57 / 56 against 60 / 59, 32 MiB 106–107 / 105–106 against 107 /
 /// 104, 64 MiB 233 / 190 against 198 / 195, 128 MiB 433 / 360 against 380 /
 /// 376 — so all_gather blocks above 4 MiB and broadcast blocks above 32 MiB.
+/// Past 64 MiB blocks (all_gather) and 128 MiB (broadcast) the window routes
+/// copy a rank's own block on the same stream after the peers' (out of place),
+/// and the direct modes win there too (`…/run5`, 2 H200s, two alternations,
+/// routes / direct, µs out of place / in place): all_gather 256 MiB in all
+/// 436–439 / 363–364 against 387 / 381–382, 512 MiB 841–842 / 706 against 757
+/// / 748, 1 GiB 1655 / 1389–1390 against 1487–1489 / 1478; broadcast 256 MiB
+/// 832 / 698 against 747 / 739–740, 512 MiB 1637–1638 / 1374 against 1469 /
+/// 1461, 1 GiB 3235–3236 / 2725–2726 against 2915–2916 / 2906–2907 (NCCL on
+/// that host model: 753 / 743 and 2938 / 2912) — slower in place by 5–7 %,
+/// but at or above NCCL both ways where the routes fall to 0.90 out of
+/// place — so all_gather blocks to 512 MiB and broadcast to 1 GiB (the
+/// largest measured).
 ///
 /// Not measured above 2 ranks: none there.
 pub const DIRECT_TABLE: [(Coll, Range, Range); 3] = [
     (Coll::AllReduce, (0, 0), (0, 0)),
-    (Coll::AllGather, (4 << 20, 64 << 20), (0, 0)),
-    (Coll::Broadcast, (32 << 20, 128 << 20), (0, 0)),
+    (Coll::AllGather, (4 << 20, 512 << 20), (0, 0)),
+    (Coll::Broadcast, (32 << 20, 1 << 30), (0, 0)),
 ];
 
 /// The blocks of `coll` the direct modes run on `nranks` ranks at
@@ -1417,7 +1429,7 @@ mod tests {
             .map(|(_, c)| c.join(" "))
             .unwrap();
         // On windows at 2 ranks the direct modes take broadcasts above 32 MiB.
-        assert_eq!(win, "LL LL Simple Simple Simple direct windows");
+        assert_eq!(win, "LL LL Simple Simple Simple direct Simple direct");
         assert_eq!(t.len(), 14);
         // Forced: a number replaces the table for every collective.
         let forced = Agreed {
