@@ -133,10 +133,13 @@ impl CollectivePlugin {
         let mut buf = [0 as std::ffi::c_char; 128];
         // SAFETY: live comm; the descriptor and the buffer live across the call.
         let n = unsafe { f(self.comm, desc, buf.as_mut_ptr(), buf.len()) };
+        // Up to the length returned, the buffer's last byte or a NUL, whichever
+        // comes first (a plugin may return more than it wrote).
         let bytes: Vec<u8> = buf
             .iter()
             .take(n.min(buf.len() - 1))
             .map(|&c| c as u8)
+            .take_while(|&b| b != 0)
             .collect();
         (!bytes.is_empty()).then(|| String::from_utf8_lossy(&bytes).into_owned())
     }

@@ -158,23 +158,21 @@ impl Communicator {
     pub(crate) fn choose(&self, call: &Call<'_>) -> Choice {
         let seq = call.seq;
         let mut scores = Vec::new();
-        let d = self.describe(call, seq);
-        let _serial = self.coll_serial.lock();
-        if let Some(d) = &d {
-            self.bid(d, |name, p| scores.push((name.to_string(), p)));
+        let mut path = None;
+        if let Some(d) = self.describe(call, seq) {
+            // The plugins' hooks are serialized: the bids and the winner's words.
+            let _serial = self.coll_serial.lock();
+            if let Runner::Plugin(i) = self.bid(&d, |name, p| scores.push((name.to_string(), p))) {
+                path = self.colls.plugins()[i].describe(&d.for_plugin(i));
+            }
         }
         let mut choice = Choice::decide(&scores);
         let s = call.spec;
-        choice.path = match (&choice.runner, &d) {
-            (Runner::Plugin(i), Some(d)) => self.colls.plugins()[*i].describe(&d.for_plugin(*i)),
-            _ => Some(
+        choice.path = match choice.runner {
+            Runner::Plugin(_) => path,
+            Runner::Core => Some(
                 self.plan_cfg
-                    .algo_for(
-                        s.algo,
-                        s.kind,
-                        self.nranks(),
-                        s.count.saturating_mul(s.dtype.size()),
-                    )
+                    .algo_for(s.algo, s.kind, self.nranks(), s.plan_bytes())
                     .name()
                     .to_string(),
             ),

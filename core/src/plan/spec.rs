@@ -31,7 +31,22 @@ pub struct CollSpec {
     pub algo: Option<Algo>,
 }
 
+/// The size every rank plans a collective with, in bytes: `count` × element
+/// size; all-to-all-v (`v`), whose counts differ per rank, plans as 0.
+pub(crate) fn plan_bytes(count: usize, dtype: DataType, v: bool) -> usize {
+    if v {
+        0
+    } else {
+        count.saturating_mul(dtype.size())
+    }
+}
+
 impl CollSpec {
+    /// The size the planner chooses this call's algorithm by ([`plan_bytes`]).
+    pub(crate) fn plan_bytes(&self) -> usize {
+        plan_bytes(self.count, self.dtype, self.v.is_some())
+    }
+
     /// A spec with op `Sum`, root 0, automatic algorithm.
     pub fn new(kind: CollKind, dtype: DataType, count: usize) -> Self {
         CollSpec {

@@ -267,10 +267,6 @@ impl CollTask {
     /// All-to-all-v counts differ per rank, so it plans as 0 (one channel,
     /// no load, algorithm by rank count): every rank must decide alike.
     pub fn plan_bytes(&self) -> usize {
-        if self.v.is_some() {
-            0
-        } else {
-            self.count.saturating_mul(self.dtype.size())
-        }
+        super::spec::plan_bytes(self.count, self.dtype, self.v.is_some())
     }
 }

@@ -443,7 +443,9 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_P2P_NAME(const fx_p2p_
             __threadfence();
             const fx_sp_u before = atomicAdd((fx_sp_u*)fx_p2p_word(own_ll, 3 * n), 1ull);
             if (before == (fx_sp_u)gridDim.x - half - 1ull) {
-                __threadfence();
+                /* Every block's reads of the line rings before the senders (other
+                   GPUs) may write them again: a release at system scope. */
+                __threadfence_system();
                 fx_sp_store(fx_p2p_word(own_ll, 3 * n), 0ull);
                 for (int q = 0; q < n; ++q)
                     if (q != me && recv_s[q].lines != 0ull)
