@@ -176,18 +176,19 @@ fn fxinfo_under_fxrun_says_who_runs_each_collective_and_why() {
     for needle in [
         "cma          collective",
         "collective plugins taking part: cma",
+        // cma has no describe hook: named alone; the core names its algorithm.
         "all_gather      host windows  cma (cma 150 ≥ core 100)",
-        "all_gather      host buffers  core (core 100 ≥ cma 0)",
-        "all_reduce      host windows  core (core 100 ≥ cma 0)",
+        "all_gather      host buffers  core: direct (core 100 ≥ cma 0)",
+        "all_reduce      host windows  core: rd (core 100 ≥ cma 0)",
     ] {
         assert!(text.contains(needle), "missing '{needle}':\n{text}");
     }
     // By default shm-coll takes the host calls up to 256 KiB blocks (the 8 B, 4 KiB
-    // and 256 KiB buckets) and leaves the larger ones to the core.
+    // and 256 KiB buckets) and leaves the larger ones to the core's ring.
     let text = fxinfo("150");
     for needle in [
         "collective plugins taking part: shm-coll, cma",
-        "all_reduce      host buffers  shm-coll (shm-coll 150 ≥ core 100, cma 0) | shm-coll (shm-coll 150 ≥ core 100, cma 0) | shm-coll (shm-coll 150 ≥ core 100, cma 0) | core (core 100 ≥ shm-coll 0, cma 0)",
+        "all_reduce      host buffers  shm-coll: mailboxes (shm-coll 150 ≥ core 100, cma 0) | shm-coll: mailboxes (shm-coll 150 ≥ core 100, cma 0) | shm-coll: mailboxes (shm-coll 150 ≥ core 100, cma 0) | core: ring (core 100 ≥ shm-coll 0, cma 0)",
     ] {
         assert!(text.contains(needle), "missing '{needle}':\n{text}");
     }

@@ -104,7 +104,10 @@ fn collectives(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
                     .map(|&b| {
                         let spec = CollSpec::new(kind, DataType::F32, (b / 4).max(1));
                         comm.collective_choice(&spec, sp, rp, false, device)
-                            .map_or_else(|e| format!("? ({e})"), |c| c.winner_path())
+                            .map_or_else(
+                                |e| format!("? ({e})"),
+                                |c| format!("{} ({})", c.winner_path(), c.explain()),
+                            )
                     })
                     .collect();
                 lines.push(format!(
@@ -123,8 +126,8 @@ fn collectives(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
     if lead {
         println!(
             "\ncollectives: the selection table (who runs each call and how, float elements, size per rank \
-             8 B | 4 KiB | 256 KiB | 1 MiB | 4 MiB | 16 MiB | 64 MiB; the plugins' bids beat the core's {} to win, \
-             FERROCX_DEBUG=info logs each call's; forced with FERROCX_COLLECTIVES (which plugins bid), FERROCX_ALGO (the core's algorithm) and \
+             8 B | 4 KiB | 256 KiB | 1 MiB | 4 MiB | 16 MiB | 64 MiB; the winner, its path, and the bids in parentheses, \
+             the core's is {}; forced with FERROCX_COLLECTIVES (which plugins bid), FERROCX_ALGO (the core's algorithm) and \
              FERROCX_CE_LL_BYTES / _SIMPLE_BYTES / _DIRECT_BYTES (ce's kernels), docs/ENV.md):",
             ferrocx_sdk::abi::FX_COLL_CORE_PRIORITY
         );
