@@ -122,3 +122,27 @@ pub(crate) fn check_buffer(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What selection tables print by ([`CollSpec::plan_bytes`]) is what the
+    /// planner chooses by: `count` × element size, 0 for all-to-all-v (whose
+    /// `count` is ignored), so an all-to-all-v with a large `count` still
+    /// shows the algorithm it runs.
+    #[test]
+    fn specs_plan_by_the_size_tasks_plan_by() {
+        let s = CollSpec::new(CollKind::AllGather, DataType::F32, 1000);
+        assert_eq!(s.plan_bytes(), 4000);
+        let v = VCounts {
+            send_counts: vec![1, 1],
+            send_displs: vec![0, 1],
+            recv_counts: vec![1, 1],
+            recv_displs: vec![0, 1],
+        };
+        let s = CollSpec::new(CollKind::AllToAll, DataType::F64, 1 << 20).with_v(v);
+        assert_eq!(s.plan_bytes(), 0);
+        assert_eq!(plan_bytes(usize::MAX, DataType::F32, false), usize::MAX);
+    }
+}
