@@ -845,13 +845,14 @@ impl CeComm {
             self.exchanged = true;
         }
         // The Simple kernel's arguments for this call's block on the agreed
-        // rings (`overlap`: marks, for an output that overlaps the input).
-        let ring = |overlap: bool| {
+        // rings (`overlap`: marks, for an output that overlaps the input), cut
+        // into the chunks of the kernel's `mode` (set by the caller).
+        let ring = |overlap: bool, mode: i32| {
             let slot = layout.simple_slot;
             SimpleArgs::from_ll(
                 &args,
                 layout.simple_offset() as u64,
-                simple::chunk_bytes(block, slot) as u64,
+                simple::chunk_bytes(block, slot, mode) as u64,
                 slot as u64,
                 overlap,
             )
@@ -864,8 +865,10 @@ impl CeComm {
             // area; the stream per the caller.
             Exchange::Ll => unsafe { k.ll(t, o, &args, stream) },
             Exchange::Direct => {
-                let sp = crate::direct::args(d, self.rank, ring(false), flags.scratch(self.rank))
-                    .map_err(PluginError::internal)?;
+                let dm = crate::direct::mode(d.coll).unwrap_or(args.mode);
+                let sp =
+                    crate::direct::args(d, self.rank, ring(false, dm), flags.scratch(self.rank))
+                        .map_err(PluginError::internal)?;
                 // SAFETY: as above; the peers' buffers lie in their windows
                 // (mapped until window_deregister, which waits for this
                 // communicator's calls), which every rank routes alike.
@@ -875,18 +878,22 @@ impl CeComm {
                 // Above 2 ranks a broadcast is passed along the ranks
                 // (every rank's route is the same; 2 ranks: the same thing).
                 let chain = d.coll == Coll::Broadcast && self.nranks > 2;
+                let mode = match (chain, two) {
+                    (true, _) => simple::MODE_CHAIN,
+                    (_, true) => simple::MODE_TWO_SHOT,
+                    _ => args.mode,
+                };
                 let sp = SimpleArgs {
                     spread: self.cfg.simple_spread as i32,
-                    mode: match (chain, two) {
-                        (true, _) => simple::MODE_CHAIN,
-                        (_, true) => simple::MODE_TWO_SHOT,
-                        _ => args.mode,
-                    },
+                    mode,
                     // The folded parts go back to their places.
                     out_stride: if two { block as u64 } else { args.out_stride },
                     // A two-shot in place needs no marks: a peer's folded
                     // part arrives only after this rank sent it that part.
-                    ..ring(!two && m.overlap(self.rank, self.nranks, block, sends))
+                    ..ring(
+                        !two && m.overlap(self.rank, self.nranks, block, sends),
+                        mode,
+                    )
                 };
                 // SAFETY: as above, with the Simple regions (mapped until
                 // comm_destroy, of the agreed slot on every rank) and the same

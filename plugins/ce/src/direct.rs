@@ -34,6 +34,16 @@ fn owned(w: &Window) -> &[u64] {
     &w.peer_addrs
 }
 
+/// The Simple kernel's direct mode that runs `coll`, if any.
+pub fn mode(coll: Coll) -> Option<i32> {
+    match coll {
+        Coll::AllReduce => Some(MODE_DIRECT_FOLD),
+        Coll::AllGather => Some(MODE_DIRECT_GATHER),
+        Coll::Broadcast => Some(MODE_DIRECT_BROADCAST),
+        _ => None,
+    }
+}
+
 /// The direct-mode arguments of `d` on rank `me`, from `base` (the Simple
 /// kernel's arguments as [`SimpleArgs::from_ll`] made them for `d`'s moves)
 /// and this rank's scratch, which an all_reduce in place folds into (the
@@ -46,12 +56,7 @@ pub fn args(
     scratch: Option<u64>,
 ) -> Result<SimpleArgs, String> {
     let in_place = d.in_place || d.send as u64 == d.recv as u64;
-    let mode = match d.coll {
-        Coll::AllReduce => MODE_DIRECT_FOLD,
-        Coll::AllGather => MODE_DIRECT_GATHER,
-        Coll::Broadcast => MODE_DIRECT_BROADCAST,
-        c => return Err(format!("no direct mode for {}", c.name())),
-    };
+    let mode = mode(d.coll).ok_or_else(|| format!("no direct mode for {}", d.coll.name()))?;
     let need = |ok: bool, what: &str| {
         if ok {
             Ok(())

@@ -417,13 +417,19 @@ pub struct Route {
 /// kernel / the core's path): 64 MiB 203.5–205.3 / 205.1–207.7 against
 /// 217.8–269.8 / 211.7–230.9 (NCCL 204 / 200 on that host model), 128 MiB
 /// 402–406 / 402–407 against 388–397 / 389–393 — so at 2 ranks broadcast
-/// runs as the kernel to 64 MiB.
+/// ran as the kernel to 64 MiB. Once a broadcast's chunks became whole
+/// slots from 16 MiB and frees lost their fence, on 2 H100s
+/// (`bench/results/2026-11-27-session16/run3`, two alternations, µs out of
+/// place / in place): 128 MiB 374.3–376.6 / 372.8–375.4 as the kernel against
+/// 400.2–402.2 / 377.9–391.9 on the core's path (NCCL 389.6–390.2 / 380.7–380.9
+/// on that machine) — so at 2 ranks broadcast runs as the kernel to 128 MiB
+/// (256 MiB not measured with these chunks; the core there is at 0.99× NCCL).
 pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
     (Coll::AllReduce, 1 << 30, 4 << 20),
     (Coll::ReduceScatter, 1 << 30, 256 << 20),
     (Coll::AllGather, 64 << 20, 32 << 20),
     (Coll::AllToAll, 512 << 20, 32 << 20),
-    (Coll::Broadcast, 64 << 20, 64 << 20),
+    (Coll::Broadcast, 128 << 20, 64 << 20),
 ];
 
 /// Blocks above the first bound and up to the second.
@@ -1465,6 +1471,8 @@ mod tests {
             Ok(Some(Exchange::TwoShot))
         );
         assert_eq!(k(2, Coll::Broadcast, 32 << 20), simple);
+        assert_eq!(k(2, Coll::Broadcast, 128 << 20), simple);
+        assert_ne!(k(2, Coll::Broadcast, (128 << 20) + 16), simple);
         assert_eq!(k(4, Coll::AllGather, 8 << 20), simple);
         // At 2 ranks all_reduce and reduce_scatter run as the kernel to 1 GiB
         // blocks (one element more: not), alltoall to 512 MiB.

@@ -19,7 +19,10 @@
 //! its ring in `q`'s region: the writer first waits until `q`'s free word of
 //! that slot says chunk `g − SLOTS` was consumed (`≥ g − SLOTS + 1`), writes
 //! the bytes, fences, and sets the head word to `g + 1`; `q` waits for the
-//! head, reads the bytes, fences, and sets the free word to `g + 1`. The
+//! head (an acquiring load), reads the bytes, and once the whole block's
+//! reads returned (a block barrier) sets the free word to `g + 1`, with no
+//! fence (as NCCL's receive post: a load that returned cannot see a later
+//! write). The
 //! counts are 64-bit and grow from call to call, so no call reuses a slot
 //! before its last reader let go of it, and no head or free word ever
 //! repeats: no parity, no cleaning, no limit on calls.
@@ -150,7 +153,7 @@ pub fn is_direct(mode: i32) -> bool {
 /// so a chunk of the second half never waits for a free of this call's
 /// first (which a block still folding could hold back).
 pub fn two_shot_fits(part: usize, slot: usize) -> bool {
-    2 * chunks(part, chunk_bytes(part, slot)) <= SLOTS
+    2 * chunks(part, chunk_bytes(part, slot, MODE_TWO_SHOT)) <= SLOTS
 }
 
 /// Slots of one ring (one per writer in every rank's region).
@@ -189,12 +192,26 @@ pub fn region_bytes(nranks: usize, slot: usize) -> Option<usize> {
 /// `…/2026-11-26-h100x2-simple/run3`).
 pub const LARGE_SEG: usize = 256 << 20;
 
-/// The chunk for a segment of `seg` bytes with slots of `slot` bytes (a
-/// multiple of 16): about [`TARGET_BLOCKS`] chunks, each a multiple of 16
-/// bytes, at least [`MIN_CHUNK`] and at most a slot (below [`LARGE_SEG`] at
-/// most [`DEFAULT_SLOT`]).
-pub fn chunk_bytes(seg: usize, slot: usize) -> usize {
-    let most = if seg >= LARGE_SEG {
+/// [`LARGE_SEG`] of a broadcast (mode [`super::ll::MODE_BROADCAST`], not a
+/// chain): it only copies, so nothing is gained by finer chunks, and each
+/// chunk costs its sender a fence. On 2 H100s, whole 128 KiB slots took
+/// broadcast of 16, 32 and 64 MiB 59.7 / 101.8 / 193.0 µs against 62.8 /
+/// 107.5 / 207.4 in 64 KiB chunks (NCCL 65.1 / 112.5 / 208.5 in the same
+/// call, `bench/results/2026-11-27-session16/run1`).
+pub const LARGE_BROADCAST_SEG: usize = 16 << 20;
+
+/// The chunk for a segment of `seg` bytes of a call of `mode` with slots of
+/// `slot` bytes (a multiple of 16): about [`TARGET_BLOCKS`] chunks, each a
+/// multiple of 16 bytes, at least [`MIN_CHUNK`] and at most a slot (below
+/// [`LARGE_SEG`], or [`LARGE_BROADCAST_SEG`] for a broadcast, at most
+/// [`DEFAULT_SLOT`]). Every rank of a call has the same three.
+pub fn chunk_bytes(seg: usize, slot: usize, mode: i32) -> usize {
+    let large = if mode == super::ll::MODE_BROADCAST {
+        LARGE_BROADCAST_SEG
+    } else {
+        LARGE_SEG
+    };
+    let most = if seg >= large {
         slot
     } else {
         slot.min(DEFAULT_SLOT)
@@ -532,19 +549,25 @@ static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const 
     if ((align & 15ull) == 0ull) {
         const fx_sp_u units = len / 16ull;
         fx_sp_u u = threadIdx.x;
-        /* Four units per thread, so four loads are in flight per rank. */
+        /* Four units per thread. The first rank's loads go straight into the
+           accumulators, so the next rank's are issued before any returns (a
+           copy out of the first rank's registers waited for them): 4 × n loads
+           in flight instead of 4. On 2 H100s, 3-5 % off all_reduce at 2-8 MiB
+           (bench/results/2026-11-27-session16/run1; 8 units were slower). */
         for (; u + 3ull * blockDim.x < units; u += 4ull * blockDim.x) {
             fx_sp_u ax[4], ay[4];
-            for (int r = 0; r < n; ++r) {
+            {
+                const fx_sp_u p = 0 == me ? mine : in[0];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) fx_sp_ld16(p + 16ull * (u + (fx_sp_u)j * blockDim.x), &ax[j], &ay[j]);
+            }
+            for (int r = 1; r < n; ++r) {
                 const fx_sp_u p = r == me ? mine : in[r];
                 fx_sp_u x[4], y[4];
 #pragma unroll
                 for (int j = 0; j < 4; ++j) fx_sp_ld16(p + 16ull * (u + (fx_sp_u)j * blockDim.x), &x[j], &y[j]);
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    if (r == 0) { ax[j] = x[j]; ay[j] = y[j]; }
-                    else { ax[j] = fx_ll_op(ax[j], x[j]); ay[j] = fx_ll_op(ay[j], y[j]); }
-                }
+                for (int j = 0; j < 4; ++j) { ax[j] = fx_ll_op(ax[j], x[j]); ay[j] = fx_ll_op(ay[j], y[j]); }
             }
 #pragma unroll
             for (int j = 0; j < 4; ++j) fx_sp_st16(out + 16ull * (u + (fx_sp_u)j * blockDim.x), ax[j], ay[j]);
@@ -822,10 +845,15 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             } else {
                 fx_sp_copy(a.output + lo, false, in_s[prev], true, len);
             }
-            /* The reads are done before any writer may reuse the slots. */
+            /* The reads are done before any writer may reuse the slots: every
+               thread's loads returned (their values were stored) before the
+               barrier, so a free needs no fence (as NCCL's receive post); only a
+               forward releases data. On 2 H100s the fence cost 2-3 µs of the
+               tail: all_reduce 2 MiB 16.5 µs against 19.0, 8 MiB 37.1 against
+               38.5 (bench/results/2026-11-27-session16/run1). */
             __syncthreads();
             if (threadIdx.x == 0) {
-                fx_sp_fence();
+                if (fwd) fx_sp_fence();
                 for (int j = jlo; j < jhi; ++j) {
                     const int r = (me + n - j) % n;
                     if (c >= FX_SP_TO(r, me)) continue;
@@ -882,7 +910,6 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                 }
                 __syncthreads();
                 if (threadIdx.x == 0) {
-                    fx_sp_fence();
                     for (int j = 1; j < n; ++j) {
                         const int r = (me + n - j) % n;
                         const fx_sp_u g = recv_s[r] + m + c;
@@ -917,6 +944,7 @@ pub(in crate::kernels) mod model;
 
 #[cfg(test)]
 mod tests {
+    use super::super::ll::{MODE_BROADCAST, MODE_FOLD, MODE_GATHER};
     use super::*;
 
     /// Every segment size maps to chunks of 16-byte multiples that fit a
@@ -934,7 +962,7 @@ mod tests {
                 32 << 20,
                 (32 << 20) + 3,
             ]) {
-                let c = chunk_bytes(seg, slot);
+                let c = chunk_bytes(seg, slot, MODE_FOLD);
                 assert!(
                     c.is_multiple_of(16) && c > 0 && c <= slot,
                     "seg {seg} slot {slot}: {c}"
@@ -950,11 +978,22 @@ mod tests {
         assert_eq!(chunks(0, 64), 1, "a broadcast's empty chunk");
         // Larger slots: whole-slot chunks only from LARGE_SEG on.
         let big = 2 * DEFAULT_SLOT;
-        assert_eq!(chunk_bytes(LARGE_SEG - 16, big), DEFAULT_SLOT);
-        assert_eq!(chunk_bytes(LARGE_SEG, big), big);
-        assert_eq!(chunk_bytes(1 << 30, big), big);
-        assert_eq!(chunk_bytes(LARGE_SEG, DEFAULT_SLOT), DEFAULT_SLOT);
-        assert_eq!(chunk_bytes(64 << 10, big), MIN_CHUNK);
+        for mode in [MODE_FOLD, MODE_GATHER, MODE_CHAIN, MODE_TWO_SHOT] {
+            assert_eq!(chunk_bytes(LARGE_SEG - 16, big, mode), DEFAULT_SLOT);
+            assert_eq!(chunk_bytes(LARGE_SEG, big, mode), big);
+            assert_eq!(chunk_bytes(1 << 30, big, mode), big);
+            assert_eq!(chunk_bytes(LARGE_SEG, DEFAULT_SLOT, mode), DEFAULT_SLOT);
+            assert_eq!(chunk_bytes(64 << 10, big, mode), MIN_CHUNK);
+        }
+        // A broadcast's whole slots start at LARGE_BROADCAST_SEG (±16 bytes).
+        let b = MODE_BROADCAST;
+        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG - 16, big, b), DEFAULT_SLOT);
+        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG, big, b), big);
+        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG + 16, big, b), big);
+        assert_eq!(
+            chunk_bytes(LARGE_BROADCAST_SEG, DEFAULT_SLOT, b),
+            DEFAULT_SLOT
+        );
     }
 
     /// One two-shot kernel while its 2 × chunks fit a lap of the rings:
