@@ -28,7 +28,8 @@
 //! repeats: no parity, no cleaning, no limit on calls.
 //!
 //! A call's segment of `seg` bytes is cut into chunks of `chunk` bytes
-//! ([`chunk_bytes`], the same on every rank for the same `seg`). Half the
+//! ([`chunk_bytes`], the same on every rank for the same `seg`, slot and
+//! mode). Half the
 //! grid sends, half receives, so a rank's sends and its folds or copies
 //! overlap: sending block `b` takes chunks `b, b + half, …` and writes each
 //! into every peer's ring; receiving block `b` waits for the same chunks of
@@ -551,8 +552,9 @@ static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const 
         fx_sp_u u = threadIdx.x;
         /* Four units per thread. The first rank's loads go straight into the
            accumulators, so the next rank's are issued before any returns (a
-           copy out of the first rank's registers waited for them): 4 × n loads
-           in flight instead of 4. On 2 H100s, 3-5 % off all_reduce at 2-8 MiB
+           copy out of the first rank's registers waited for them): the first
+           two ranks' loads in flight at once (all of them at 2 ranks; a later
+           rank's wait for the previous rank's folds). On 2 H100s, 3-5 % off all_reduce at 2-8 MiB
            (bench/results/2026-11-27-session16/run1; 8 units were slower). */
         for (; u + 3ull * blockDim.x < units; u += 4ull * blockDim.x) {
             fx_sp_u ax[4], ay[4];

@@ -335,6 +335,8 @@ impl P2pWorld {
                     let b = mine.data[slot * w.slot + i].load(Relaxed);
                     mine.mem[output + lo + i].store(b, Relaxed);
                 }
+                // Release here; the CUDA free is a plain store after the block's
+                // barrier (as the Simple kernel's, `simple/model.rs`).
                 w.ranks[from].frees[me * K as usize + k].store(g + 1, Release);
             }
         }

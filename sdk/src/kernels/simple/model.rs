@@ -321,6 +321,9 @@ impl World {
                     continue;
                 }
                 let g = recvd[r] + ch as u64;
+                // Release here; the CUDA kernel's free is a plain store after a
+                // block barrier (its loads of the slot have returned): the model
+                // checks the protocol, not that translation.
                 self.ranks[r].frees[me * K as usize + (g % K) as usize].store(g + 1, Release);
             }
             if let Some((q, g, _)) = fwd {
