@@ -553,9 +553,10 @@ static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const 
         /* Four units per thread. The first rank's loads go straight into the
            accumulators, so the next rank's are issued before any returns (a
            copy out of the first rank's registers waited for them): the first
-           two ranks' loads in flight at once (all of them at 2 ranks; a later
-           rank's wait for the previous rank's folds). On 2 H100s, 3-5 % off all_reduce at 2-8 MiB
-           (bench/results/2026-11-27-session16/run1; 8 units were slower). */
+           two ranks' loads are in flight at once (all of them at 2 ranks; a
+           later rank's wait for the folds before them). On 2 H100s, 3-5 % off
+           all_reduce at 2-8 MiB (bench/results/2026-11-27-session16/run1;
+           8 units were slower). */
         for (; u + 3ull * blockDim.x < units; u += 4ull * blockDim.x) {
             fx_sp_u ax[4], ay[4];
             {
