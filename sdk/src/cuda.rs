@@ -196,6 +196,32 @@ pub fn device_by_pci(pci: i32) -> Option<i32> {
     (0..n as i32).find(|&d| pci_id(d).ok() == Some(pci))
 }
 
+/// Whether the GPUs at packed PCI locations `a` and `b` (`pci_id`) are
+/// distinct, both visible in this process, and reach each other with native
+/// atomics (`CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED`): NVLink peers
+/// have them, PCIe peers do not. `false` whenever it cannot tell.
+pub fn native_peer_atomics(a: i32, b: i32) -> bool {
+    if a == b {
+        return false;
+    }
+    let (Some(da), Some(db)) = (device_by_pci(a), device_by_pci(b)) else {
+        return false;
+    };
+    let mut v = 0;
+    use sys::CUdevice_P2PAttribute as P;
+    // SAFETY: initialized driver (device_by_pci found both); valid ordinals;
+    // `v` is a valid out pointer.
+    let r = unsafe {
+        sys::cuDeviceGetP2PAttribute(
+            &mut v,
+            P::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED,
+            da,
+            db,
+        )
+    };
+    r == sys::CUresult::CUDA_SUCCESS && v == 1
+}
+
 /// Tell the person reading the test log why a GPU test did not run: writes
 /// `skipping: <why>` straight to the process's standard error, which the test
 /// harness does not capture (`eprintln!` inside a passing test is swallowed), so

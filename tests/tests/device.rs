@@ -32,6 +32,23 @@ fn gpus() -> bool {
     false
 }
 
+/// Whether GPUs 0..n are distinct and joined pairwise by NVLink (native peer
+/// atomics): where ce's LL128 kernel runs with one rank per GPU.
+fn nvlinked(n: usize) -> bool {
+    let Ok(count) = cuda::available() else {
+        return false;
+    };
+    let pci: Vec<i32> = (0..(n as i32).min(count as i32))
+        .filter_map(|d| cuda::pci_id(d).ok())
+        .collect();
+    pci.len() == n
+        && pci.iter().enumerate().all(|(i, &a)| {
+            pci[i + 1..]
+                .iter()
+                .all(|&b| cuda::native_peer_atomics(a, b))
+        })
+}
+
 fn worker() -> String {
     std::env::var("FXTEST_WORKER").unwrap_or_else(|_| env!("CARGO_BIN_EXE_fxtest-worker").into())
 }
@@ -164,12 +181,13 @@ fn killed_rank_during_device_transfers() {
 /// calls kept off the exchange kernels (they have their own tests). Four
 /// contexts of 32 hardware queues each on one GPU under MPS fail to start
 /// (cuDevicePrimaryCtxRetain: out of memory); 16 is plenty for ce.
-fn barrier_routes(scratch: &str) -> [(&str, &str); 5] {
+fn barrier_routes(scratch: &str) -> [(&str, &str); 6] {
     [
         ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
         ("FERROCX_CE_SCRATCH_BYTES", scratch),
         ("FERROCX_CE_STAGE", "1"),
         ("FERROCX_CE_LL_BYTES", "0"),
+        ("FERROCX_CE_LL128_BYTES", "0"),
         ("FERROCX_CE_SIMPLE_BYTES", "0"),
     ]
 }
@@ -287,6 +305,55 @@ fn ce_runs_small_calls_as_one_ll_kernel() {
                     // the LL kernel's.
                     ("FERROCX_CE_STAGE", "1"),
                     ("FERROCX_CE_SCRATCH_BYTES", "0"),
+                    ("FERROCX_CE_LL128_BYTES", "0"),
+                ],
+                Duration::from_secs(600),
+            );
+        }
+    }
+}
+
+/// Calls as one LL128 kernel (`FERROCX_CE_LL_BYTES=0`,
+/// `FERROCX_CE_LL128_BYTES=4M`: every call with data, 1 byte up), the LL
+/// test's collectives, types, operators, counts and placements, at 2 and 4
+/// ranks where that many GPUs are joined by NVLink (the kernel runs nowhere
+/// else); every result checked, every call with data run by ce as LL128.
+#[test]
+fn ce_runs_mid_calls_as_one_ll128_kernel() {
+    if !gpus() {
+        return;
+    }
+    for n in [2, 4] {
+        if !nvlinked(n) {
+            cuda::skip_notice(&format!(
+                "LL128 at {n} ranks: fewer than {n} GPUs joined by NVLink"
+            ));
+            continue;
+        }
+        for window in [false, true] {
+            let mut args = vec![
+                "coll-matrix",
+                "--mem",
+                "cuda",
+                "--expect",
+                "ce:bounded@LL128",
+            ];
+            args.extend([
+                "--filter",
+                "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast &!op=avg",
+            ]);
+            if window {
+                args.push("--window");
+            }
+            run_ok_n(
+                n,
+                &args,
+                &[
+                    ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
+                    ("FERROCX_CE_STAGE", "1"),
+                    ("FERROCX_CE_SCRATCH_BYTES", "0"),
+                    ("FERROCX_CE_LL_BYTES", "0"),
+                    ("FERROCX_CE_LL128_BYTES", "4M"),
                 ],
                 Duration::from_secs(600),
             );
@@ -345,6 +412,7 @@ fn ce_runs_mid_calls_as_one_simple_kernel() {
                 ("FERROCX_CE_STAGE", "1"),
                 ("FERROCX_CE_SCRATCH_BYTES", "0"),
                 ("FERROCX_CE_LL_BYTES", "0"),
+                ("FERROCX_CE_LL128_BYTES", "0"),
                 ("FERROCX_CE_SIMPLE_SLOT", slot),
                 ("FERROCX_CE_SIMPLE_BYTES", simple),
             ],
@@ -376,6 +444,7 @@ fn ce_runs_window_calls_in_the_direct_modes() {
             ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
             ("FERROCX_CE_SCRATCH_BYTES", "32M"),
             ("FERROCX_CE_LL_BYTES", "0"),
+            ("FERROCX_CE_LL128_BYTES", "0"),
             ("FERROCX_CE_SIMPLE_SLOT", slot),
             ("FERROCX_CE_DIRECT_BYTES", "1G"),
         ]
@@ -417,6 +486,7 @@ fn ce_direct_modes_refuse_windows_that_are_not_symmetric() {
         &[
             ("FERROCX_TIMEOUT", "30"),
             ("FERROCX_CE_LL_BYTES", "0"),
+            ("FERROCX_CE_LL128_BYTES", "0"),
             ("FERROCX_CE_DIRECT_BYTES", "1G"),
         ],
         Duration::from_secs(120),
@@ -603,12 +673,21 @@ fn ce_ll_kernel_ends_when_a_rank_never_calls() {
     if !gpus() {
         return;
     }
-    // The 4000-byte call as the LL kernel, then (LL off) as the Simple kernel.
-    for (kernel, ll) in [("LL", "1M"), ("Simple", "0")] {
+    // The 4000-byte call as the LL kernel, then (LL off) as the Simple
+    // kernel, and as the LL128 kernel where two GPUs are joined by NVLink.
+    let mut kernels = vec![("LL", "1M", "0"), ("Simple", "0", "0")];
+    if nvlinked(2) {
+        kernels.push(("LL128", "0", "1M"));
+    }
+    for (kernel, ll, ll128) in kernels {
         let t = Instant::now();
         let outs = run(
             &["ce-hang"],
-            &[("FERROCX_TIMEOUT", "5"), ("FERROCX_CE_LL_BYTES", ll)],
+            &[
+                ("FERROCX_TIMEOUT", "5"),
+                ("FERROCX_CE_LL_BYTES", ll),
+                ("FERROCX_CE_LL128_BYTES", ll128),
+            ],
             Duration::from_secs(120),
         );
         let o = &outs[0];
@@ -769,14 +848,19 @@ fn ce_names_a_rank_killed_mid_collective() {
     }
     // all_gather (copies), all_reduce of 8 MiB (a reduction kernel reading
     // the peers' windows: the Simple kernel off), then the same as the Simple
-    // kernel, then of 4 KiB (the LL kernel) killed mid-flight.
-    for (coll, bytes, simple) in [
-        ("all_gather", "8388608", "0"),
-        ("all_reduce", "8388608", "0"),
-        ("all_gather", "8388608", "32M"),
-        ("all_reduce", "8388608", "32M"),
-        ("all_reduce", "4096", "32M"),
-    ] {
+    // kernel, then of 4 KiB (the LL kernel) killed mid-flight, and of 2 MiB
+    // as the LL128 kernel where 3 GPUs are joined by NVLink.
+    let mut cases = vec![
+        ("all_gather", "8388608", "0", "0"),
+        ("all_reduce", "8388608", "0", "0"),
+        ("all_gather", "8388608", "32M", "0"),
+        ("all_reduce", "8388608", "32M", "0"),
+        ("all_reduce", "4096", "32M", "0"),
+    ];
+    if nvlinked(3) {
+        cases.push(("all_reduce", "2097152", "32M", "2M"));
+    }
+    for (coll, bytes, simple, ll128) in cases {
         let t = Instant::now();
         let outs = run_n(
             3,
@@ -793,6 +877,7 @@ fn ce_names_a_rank_killed_mid_collective() {
             &[
                 ("FERROCX_TIMEOUT", "10"),
                 ("FERROCX_CE_SIMPLE_BYTES", simple),
+                ("FERROCX_CE_LL128_BYTES", ll128),
             ],
             Duration::from_secs(120),
         );

@@ -129,6 +129,8 @@ fn reduce_setup(
     mine.push(cfg.check_calls as u8);
     mine.push(cfg.stage_needs_check as u8);
     mine.extend_from_slice(&(cfg.direct_bytes as u64).to_le_bytes());
+    mine.extend_from_slice(&(cfg.ll128_bytes as u64).to_le_bytes());
+    mine.push(setup::nvlink_to_every_peer(info) as u8);
     let all = oob.all_gather(&mine)?;
     if all.iter().any(|m| m.len() != mine.len()) {
         return Err(PluginError::internal(
@@ -189,6 +191,27 @@ fn reduce_setup(
     } else {
         0
     };
+    // LL128 only where every rank may run it (its own GPU, NVLink to every
+    // peer) and all read the same limit (it sizes the areas).
+    let same_ll128 = all.iter().all(|m| m[28..36] == mine[28..36]);
+    if !same_ll128 {
+        host.warn(format!(
+            "ce on rank {}: FERROCX_CE_LL128_BYTES differs between ranks: no LL128 kernel on this communicator",
+            info.rank
+        ));
+    }
+    let ll128_everywhere = all.iter().all(|m| m[36] == 1);
+    if !ll128_everywhere && cfg.ll128_bytes > 0 {
+        host.info(format!(
+            "ce on rank {}: no LL128 kernel on this communicator (a GPU is shared, or a pair of GPUs lacks NVLink or cannot see each other)",
+            info.rank
+        ));
+    }
+    let ll128_bytes = if on && same_ll128 && ll128_everywhere {
+        cfg.ll128_bytes
+    } else {
+        0
+    };
     let red = Agreed {
         on,
         scratch,
@@ -196,6 +219,7 @@ fn reduce_setup(
         stage,
         check_calls,
         ll_bytes,
+        ll128_bytes,
         simple_bytes,
         direct_bytes,
     };
@@ -244,6 +268,14 @@ impl CeComm {
         let layout = FlagLayout {
             nranks,
             ll_bytes: cfg.ll_bytes,
+            // No LL128 areas where this rank could never run the kernel (then
+            // no rank runs it: reduce_setup; the region is last, so the other
+            // offsets agree either way).
+            ll128_bytes: if setup::nvlink_to_every_peer(info) {
+                select::ll128_most(nranks, cfg.ll128_bytes)
+            } else {
+                0
+            },
             // No rings where the Simple kernel never runs (equal on every rank).
             simple_slot: cfg.simple_rings(nranks),
             p2p_slot: cfg.p2p_rings(nranks),
@@ -401,15 +433,17 @@ impl CeComm {
         select::describe(self.rank, self.nranks, &self.agreed(), d)
     }
 
-    /// What the ranks agreed on, less the LL kernel once a communicator made
-    /// [`ll::MAX_CALLS`](ferrocx_sdk::kernels::ll::MAX_CALLS) LL calls (its
-    /// flags would start to repeat; every rank counts the same calls).
+    /// What the ranks agreed on, less the LL and LL128 kernels once a
+    /// communicator made [`ll::MAX_CALLS`](ferrocx_sdk::kernels::ll::MAX_CALLS)
+    /// calls of them (they share the call count, and their flags would start
+    /// to repeat; every rank counts the same calls).
     fn agreed(&self) -> Agreed {
         if self.ll_calls < ferrocx_sdk::kernels::ll::MAX_CALLS {
             self.red
         } else {
             Agreed {
                 ll_bytes: 0,
+                ll128_bytes: 0,
                 ..self.red
             }
         }
@@ -864,6 +898,18 @@ impl CeComm {
             // kernel alike (select::route) with the same segment, mode, root and
             // area; the stream per the caller.
             Exchange::Ll => unsafe { k.ll(t, o, &args, stream) },
+            // SAFETY: as for the LL kernel, on the LL128 regions (128-byte
+            // aligned, of the agreed size on every rank: FlagLayout), which
+            // every rank routes alike only where each has its own GPU and
+            // NVLink to every peer (reduce_setup).
+            Exchange::Ll128 => unsafe {
+                let a = LlArgs {
+                    region_off: layout.ll128_offset() as u64,
+                    area: layout.ll128_area() as u64,
+                    ..args
+                };
+                k.ll128(t, o, &a, stream)
+            },
             Exchange::Direct => {
                 let dm = crate::direct::mode(d.coll).unwrap_or(args.mode);
                 let sp =
@@ -904,7 +950,7 @@ impl CeComm {
         if let Err(e) = r {
             return Err(self.call_error(d.seq, &what, issue::kernel_error(e)));
         }
-        if kernel == Exchange::Ll {
+        if matches!(kernel, Exchange::Ll | Exchange::Ll128) {
             self.ll_calls += 1;
         }
         if let (Mode::Eager, Some(note)) = (mode, track) {

@@ -11,6 +11,7 @@
 //! | `FERROCX_CE_CHECK_CALLS` | `FERROCX_CHECK_CALLS` (`1`) | `1`: each rank writes a note of every eager call (its number, collective, type, operator, count, root) into its peers' flag buffers with its ready flag, and the watchdog compares them once the call completed: a mismatch breaks the communicator with the core's "mismatched calls" error, both calls named, on every rank (`notes.rs`); `0`: not checked |
 //! | `FERROCX_CE_STAGE` | `auto` | stage calls whose buffers are not in windows (and alltoall while it fits) through the scratch: `1` yes, `0` no, `auto` unless ce's check alone is off (`FERROCX_CE_CHECK_CALLS=0` with `FERROCX_CHECK_CALLS` on): the core's path these calls would otherwise take checks them |
 //! | `FERROCX_CE_LL_BYTES` | `1M` | all_reduce and reduce_scatter (not avg), all_gather, alltoall and broadcast whose block is at most this many bytes run as one LL kernel ([`ferrocx_sdk::kernels::ll`]: the data goes into the peers' mapped memory with the flag in it; no barrier, no staging, no windows needed); at most 1 MiB; it sizes the LL areas (2 × nranks × 2 × this bytes of device memory per rank, in the flag buffer); `0`: never. Every rank must set the same value |
+//! | `FERROCX_CE_LL128_BYTES` | `auto` | the same collectives whose block is above the first bound and up to the second run as one LL128 kernel ([`ferrocx_sdk::kernels::ll128`]: the LL kernel's protocol in 128-byte lines of 120 data bytes and an 8-byte flag, so 1.07× the bytes instead of 2×), before the LL kernel's limit is asked: `auto` per collective and rank count (`select::LL128_TABLE`), a number N for blocks above `FERROCX_CE_LL_BYTES` up to N (at most 4 MiB), `0` never. Only where every rank has a GPU of its own and every pair of them has native peer atomics (NVLink; PCIe peers lack them, and a peer GPU hidden by `CUDA_VISIBLE_DEVICES` cannot be asked): the kernel relies on NVLink carrying a warp's 128-byte store whole, as NCCL's LL128 does. It sizes the LL128 areas (2 × nranks × 128/120 × the largest block, in the flag buffer). Agreed like `FERROCX_CE_ONESHOT_BYTES` (a rank that differs or cannot run it turns it off) |
 //! | `FERROCX_CE_SIMPLE_BYTES` | `auto` | the same collectives whose block is above the LL kernel's limit and at most this many bytes (all_reduce: block × nranks ≤ 2 × this, as one-shot; above 2 ranks, beyond that, two-shot while block / nranks ≤ this; `auto`: each collective's measured limit at 2 ranks and above, `select::SIMPLE_TABLE`, two-shot all_reduce to `select::TWO_SHOT_AUTO_BYTES`) run as one Simple kernel ([`ferrocx_sdk::kernels::simple`]: chunks through slot rings in the peers' mapped memory, a flag per chunk; no barrier, no staging, no windows needed); `0`: never. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_SLOT` | `auto` | bytes of one slot of the Simple kernel's rings (and the point-to-point kernel's), the largest chunk (a multiple of 16, 32 B–16 MiB; the Simple kernel's chunks of segments below 256 MiB stay at most 64 KiB, a broadcast's below 16 MiB); `auto`: 128 KiB for the Simple kernel at 2 ranks, 256 KiB at 3 and 4, 64 KiB above and for the point-to-point kernel. The rings take nranks × 128 × this bytes of device memory per rank (in the flag buffer, only where the kernel may run). Every rank must set the same value |
 //! | `FERROCX_CE_P2P_BYTES` | `16M` | device sends and receives of at most this many bytes (each decided alone, by its size, so both ends agree) run as ce's point-to-point kernel ([`ferrocx_sdk::kernels::p2p`]: the Simple kernel's rings, a region of their own, every chunk headed by its message's size, which the receive checks) on the caller's stream, one kernel per group (more where a group has several messages to one peer the same way); larger ones, and any on a stream being captured, take the core's path. A send may finish before its receive is posted while the peer's ring has room (128 slots: 8 MiB of 64 KiB slots; a larger send waits for its receive); `0`: never. The rings take nranks × 128 × `FERROCX_CE_SIMPLE_SLOT` bytes of device memory per rank. A send through ce must meet a receive of device memory of exactly its size (else both ranks fail with the core's mismatch error). Every rank must set the same value |
@@ -45,6 +46,12 @@ pub const SIMPLE_AUTO: usize = usize::MAX;
 /// `FERROCX_CE_DIRECT_BYTES=auto` (the default): each collective's measured
 /// range (`select::DIRECT_TABLE`).
 pub const DIRECT_AUTO: usize = usize::MAX;
+/// `FERROCX_CE_LL128_BYTES=auto` (the default): each collective's measured
+/// range (`select::LL128_TABLE`).
+pub const LL128_AUTO: usize = usize::MAX;
+/// Largest block `FERROCX_CE_LL128_BYTES` may name (its areas take 2 ×
+/// nranks × 128/120 × this).
+pub const LL128_MAX_BYTES: usize = 4 << 20;
 /// Default `FERROCX_CE_P2P_BYTES`. On 2 H100s the kernel took 8 MiB in 48
 /// µs and 16 MiB in 76 against the core's 107 and 114, and 32 MiB in 136–138
 /// against 134 (`bench/results/2026-11-27-x2-checks/run2`). A send up to
@@ -112,6 +119,9 @@ pub struct Config {
     pub stage: bool,
     /// `FERROCX_CE_LL_BYTES`: the largest block run by the LL kernel.
     pub ll_bytes: usize,
+    /// `FERROCX_CE_LL128_BYTES`: the largest block run by the LL128 kernel
+    /// ([`LL128_AUTO`]: per collective).
+    pub ll128_bytes: usize,
     /// `FERROCX_CE_SIMPLE_BYTES`: the largest block run by the Simple kernel.
     pub simple_bytes: usize,
     /// `FERROCX_CE_SIMPLE_SLOT`: bytes per slot of its rings.
@@ -147,6 +157,7 @@ impl Default for Config {
             scratch_bytes: DEFAULT_SCRATCH_BYTES,
             stage: true,
             ll_bytes: DEFAULT_LL_BYTES,
+            ll128_bytes: LL128_AUTO,
             simple_bytes: SIMPLE_AUTO,
             simple_slot: SIMPLE_SLOT_AUTO,
             direct_bytes: DIRECT_AUTO,
@@ -239,6 +250,15 @@ impl Config {
                 "FERROCX_CE_LL_BYTES={ll_bytes}: at most {LL_MAX_BYTES} (the LL areas' size)"
             )));
         }
+        let ll128_bytes = match lookup("FERROCX_CE_LL128_BYTES") {
+            Some(v) if v.trim().eq_ignore_ascii_case("auto") => LL128_AUTO,
+            _ => env::unsigned(&lookup, "FERROCX_CE_LL128_BYTES", d.ll128_bytes)?,
+        };
+        if ll128_bytes != LL128_AUTO && ll128_bytes > LL128_MAX_BYTES {
+            return Err(PluginError::invalid(format!(
+                "FERROCX_CE_LL128_BYTES={ll128_bytes}: at most {LL128_MAX_BYTES} (or auto)"
+            )));
+        }
         let simple_slot = match lookup("FERROCX_CE_SIMPLE_SLOT") {
             Some(v) if v.trim().eq_ignore_ascii_case("auto") => SIMPLE_SLOT_AUTO,
             _ => env::unsigned(&lookup, "FERROCX_CE_SIMPLE_SLOT", d.simple_slot)?,
@@ -262,6 +282,7 @@ impl Config {
         Ok(Config {
             priority,
             ll_bytes,
+            ll128_bytes,
             simple_bytes: match lookup("FERROCX_CE_SIMPLE_BYTES") {
                 Some(v) if v.trim().eq_ignore_ascii_case("auto") => SIMPLE_AUTO,
                 _ => env::unsigned(&lookup, "FERROCX_CE_SIMPLE_BYTES", d.simple_bytes)?,
@@ -328,6 +349,7 @@ mod tests {
             ("FERROCX_CE_STAGE", "1"),
             ("FERROCX_CE_CHECK_CALLS", "1"),
             ("FERROCX_CE_LL_BYTES", "4K"),
+            ("FERROCX_CE_LL128_BYTES", "2M"),
             ("FERROCX_CE_SIMPLE_BYTES", "8M"),
             ("FERROCX_CE_SIMPLE_SLOT", "4K"),
             ("FERROCX_CE_SIMPLE_BLOCKS", "32"),
@@ -349,6 +371,7 @@ mod tests {
                 scratch_bytes: 0,
                 stage: true,
                 ll_bytes: 4096,
+                ll128_bytes: 2 << 20,
                 simple_bytes: 8 << 20,
                 simple_slot: 4096,
                 direct_bytes: 2 << 20,
@@ -437,6 +460,16 @@ mod tests {
         assert_eq!(direct("8M").unwrap(), 8 << 20);
         assert_eq!(direct("0").unwrap(), 0);
         assert!(direct("lots").is_err());
+        assert_eq!(with(&[]).unwrap().ll128_bytes, LL128_AUTO);
+        let ll128 = |v| with(&[("FERROCX_CE_LL128_BYTES", v)]).map(|c| c.ll128_bytes);
+        assert_eq!(ll128(" AUTO ").unwrap(), LL128_AUTO);
+        assert_eq!(ll128("4M").unwrap(), LL128_MAX_BYTES);
+        assert_eq!(ll128("0").unwrap(), 0);
+        let big = ll128("5M").unwrap_err().to_string();
+        assert!(
+            big.contains("FERROCX_CE_LL128_BYTES") && big.contains("at most"),
+            "{big}"
+        );
         assert!(!with(&[("FERROCX_CE_CHECK_CALLS", "0")]).unwrap().stage);
         let off = with(&[("FERROCX_CHECK_CALLS", "0")]).unwrap();
         assert!(

@@ -104,6 +104,10 @@ pub struct Agreed {
     /// The largest block the LL kernel runs (`FERROCX_CE_LL_BYTES`, the
     /// smallest of the ranks'; 0 without the kernels).
     pub ll_bytes: usize,
+    /// The blocks the LL128 kernel runs (`FERROCX_CE_LL128_BYTES`, equal on
+    /// every rank; [`crate::config::LL128_AUTO`]: [`LL128_TABLE`]; 0 without
+    /// the kernels, or where a rank's GPU is shared or a pair lacks NVLink).
+    pub ll128_bytes: usize,
     /// The largest block the Simple kernel runs (`FERROCX_CE_SIMPLE_BYTES`,
     /// equal on every rank; 0 without the kernels).
     pub simple_bytes: usize,
@@ -124,6 +128,8 @@ impl Agreed {
             check_calls: cfg.check_calls,
             one_shot_bytes: cfg.one_shot_bytes,
             ll_bytes: if cfg.reduce { cfg.ll_bytes } else { 0 },
+            // As if every rank had its own GPU and NVLink to every peer.
+            ll128_bytes: if cfg.reduce { cfg.ll128_bytes } else { 0 },
             simple_bytes: if cfg.reduce { cfg.simple_bytes } else { 0 },
             direct_bytes: if cfg.reduce && cfg.simple_bytes > 0 {
                 cfg.direct_bytes
@@ -228,6 +234,9 @@ fn route_name(r: &Route, windows: bool) -> String {
 pub enum Exchange {
     /// [`ferrocx_sdk::kernels::ll`]: flags in the data, small blocks.
     Ll,
+    /// [`ferrocx_sdk::kernels::ll128`]: flags in 128-byte lines, the blocks
+    /// between the LL kernel's and the Simple kernel's ([`ll128_range`]).
+    Ll128,
     /// [`ferrocx_sdk::kernels::simple`]: chunks and a flag per chunk.
     Simple,
     /// all_reduce above 2 ranks as a reduce_scatter into this rank's part
@@ -250,6 +259,7 @@ impl Exchange {
     pub fn name(self) -> &'static str {
         match self {
             Exchange::Ll => "LL",
+            Exchange::Ll128 => "LL128",
             Exchange::Simple => "Simple",
             Exchange::TwoShot => "Simple two-shot",
             Exchange::Direct => "Simple direct",
@@ -266,7 +276,7 @@ impl Exchange {
     ) -> Option<(CollDesc<'a, Window>, CollDesc<'a, Window>)> {
         match self {
             Exchange::TwoShot => Some(two_shot_parts(me, nranks, d)),
-            Exchange::Ll | Exchange::Simple | Exchange::Direct => None,
+            Exchange::Ll | Exchange::Ll128 | Exchange::Simple | Exchange::Direct => None,
         }
     }
 }
@@ -505,6 +515,70 @@ pub fn direct_range(coll: Coll, nranks: usize, direct_bytes: usize) -> Range {
         })
 }
 
+/// The blocks of each collective the LL128 kernel runs under
+/// `FERROCX_CE_LL128_BYTES=auto`: above the first bound and up to the
+/// second, at 2 ranks and at more (`(0, 0)`: never); it is asked before the
+/// LL kernel's limit.
+///
+/// Measured on 4 H200s (`bench/results/2026-11-27-session17/run3/k`, fxperf
+/// `-n 100`–`200`, µs out of place by total size, LL128 off
+/// (`FERROCX_CE_LL128_BYTES=0`: the LL kernel to 1 MiB blocks, Simple above)
+/// against LL128 from 32 KiB blocks to 4 MiB; every result checked, 0 wrong):
+/// - 2 ranks: all_reduce 512 KiB 9.1–10.4 / 8.5–8.9, 1 MiB 12.5–16.5 /
+///   8.8–9.2, 2 MiB 16.1 / 14.3–14.5, 4 MiB 23.2–23.3 / 20.2–20.3, 256 KiB
+///   even (8.5–9.2 / 8.2–8.5); all_gather and alltoall 2 MiB 12.5 / 8.9, 8
+///   MiB (4 MiB blocks) 24.2 / 20.9–21.2, 1 MiB even; reduce_scatter 512 KiB
+///   9.2 / 7.4 to 8 MiB 23.0 / 20.2; broadcast 1 MiB 12.1 / 8.0, 2 and 4 MiB
+///   even — so blocks above 256 KiB (reduce_scatter 128 KiB, alltoall 512
+///   KiB) to 4 MiB (broadcast 2 MiB).
+/// - 4 ranks (one-shot: every rank sends its whole block to every peer):
+///   all_reduce 128 KiB 11.0 / 8.8, 512 KiB 18.8 / 12.4, 1 MiB 34.4 / 20.0,
+///   2 MiB even, 4 MiB 43.5 / 54.7 (two-shot Simple ahead); all_gather,
+///   alltoall and reduce_scatter 2 MiB 18.9–19.1 / 12.7–13.3, 4 MiB (1 MiB
+///   blocks) 33.0–34.4 / 20.3–20.5, 8 MiB 33.1–35.4 / 35.6–37.0; broadcast
+///   512 KiB 13.5 / 10.4, 1 MiB 24.3 / 14.9, 4 MiB 31.2 / 44.3 — so blocks
+///   above 64 KiB (broadcast 128 KiB) to 1 MiB. Not measured above 4 ranks.
+pub const LL128_TABLE: [(Coll, Range, Range); 5] = [
+    (Coll::AllReduce, (256 << 10, 4 << 20), (64 << 10, 1 << 20)),
+    (
+        Coll::ReduceScatter,
+        (128 << 10, 4 << 20),
+        (64 << 10, 1 << 20),
+    ),
+    (Coll::AllGather, (256 << 10, 4 << 20), (64 << 10, 1 << 20)),
+    (Coll::AllToAll, (512 << 10, 4 << 20), (64 << 10, 1 << 20)),
+    (Coll::Broadcast, (256 << 10, 2 << 20), (128 << 10, 1 << 20)),
+];
+
+/// The blocks of `coll` the LL128 kernel runs on `nranks` ranks at
+/// `ll128_bytes` (`FERROCX_CE_LL128_BYTES`: a number N for the blocks above
+/// `ll_bytes` up to N, or `auto`: [`LL128_TABLE`]): above the first bound
+/// and up to the second; `(0, 0)` for the collectives it does not run.
+pub fn ll128_range(coll: Coll, nranks: usize, ll128_bytes: usize, ll_bytes: usize) -> Range {
+    LL128_TABLE
+        .iter()
+        .find(|(c, ..)| *c == coll)
+        .map_or((0, 0), |&(_, two, more)| {
+            if ll128_bytes != crate::config::LL128_AUTO {
+                (ll_bytes, ll128_bytes)
+            } else if nranks <= 2 {
+                two
+            } else {
+                more
+            }
+        })
+}
+
+/// The largest block the LL128 kernel runs on `nranks` ranks at
+/// `ll128_bytes`, any collective: what sizes its areas (0: none).
+pub fn ll128_most(nranks: usize, ll128_bytes: usize) -> usize {
+    LL128_TABLE
+        .iter()
+        .map(|&(c, ..)| ll128_range(c, nranks, ll128_bytes, 0).1)
+        .max()
+        .unwrap_or(0)
+}
+
 /// `coll`'s entry in a table of measured limits (at 2 ranks, at more) for
 /// `nranks` ranks; `None` where the table has no row for it.
 fn measured(table: &[(Coll, usize, usize)], coll: Coll, nranks: usize) -> Option<usize> {
@@ -592,7 +666,10 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
         && part <= simple_limit(Coll::AllGather, nranks, red.simple_bytes)
         && (red.simple_bytes != crate::config::SIMPLE_AUTO || block <= TWO_SHOT_AUTO_BYTES);
     let divides = d.count.is_multiple_of(nranks);
-    if block <= red.ll_bytes {
+    let (ll128_above, ll128_upto) = ll128_range(d.coll, nranks, red.ll128_bytes, red.ll_bytes);
+    if red.ll128_bytes > 0 && block > ll128_above && block <= ll128_upto {
+        Some(Exchange::Ll128)
+    } else if block <= red.ll_bytes {
         Some(Exchange::Ll)
     } else if direct(nranks, red, d, block) {
         Some(Exchange::Direct)
@@ -781,6 +858,7 @@ mod tests {
         stage: true,
         check_calls: false,
         ll_bytes: 0,
+        ll128_bytes: 0,
         simple_bytes: 0,
         direct_bytes: 0,
     };
@@ -1399,7 +1477,8 @@ mod tests {
         };
         let s = |x: &str| Some(x.to_string());
         assert_eq!(d(Coll::AllGather, 64, None), s("LL"));
-        assert_eq!(d(Coll::AllGather, 2 << 20, Some(&w)), s("Simple"));
+        assert_eq!(d(Coll::AllGather, 1 << 20, None), s("LL128"));
+        assert_eq!(d(Coll::AllGather, 8 << 20, None), s("Simple"));
         assert_eq!(d(Coll::AllGather, 32 << 20, Some(&w)), s("Simple direct"));
         assert_eq!(d(Coll::AllReduce, 32 << 20, Some(&w)), s("Simple"));
         assert_eq!(d(Coll::Gather, 4096, None), s("staged"));
@@ -1411,8 +1490,9 @@ mod tests {
         assert_eq!(describe(0, 2, &red, &host), None);
     }
 
-    /// The printed table follows the routes: LL, then Simple up to each
-    /// collective's limit, then the barrier routes or the core.
+    /// The printed table follows the routes: LL, LL128 (at 2 ranks, where
+    /// every rank has its own GPU and NVLink: assumed here), then Simple up
+    /// to each collective's limit, then the barrier routes or the core.
     #[test]
     fn the_table_names_each_route() {
         let cfg = crate::config::Config::default();
@@ -1425,9 +1505,9 @@ mod tests {
                 .map(|(_, c)| c.join(" "))
                 .unwrap()
         };
-        assert_eq!(row("all_gather "), "LL LL Simple Simple Simple core");
-        assert_eq!(row("broadcast "), "LL LL Simple Simple Simple core");
-        assert_eq!(row("all_reduce "), "LL LL Simple Simple Simple Simple");
+        assert_eq!(row("all_gather "), "LL LL128 LL128 Simple Simple core");
+        assert_eq!(row("broadcast "), "LL LL128 LL128 Simple Simple core");
+        assert_eq!(row("all_reduce "), "LL LL128 LL128 Simple Simple Simple");
         assert_eq!(row("gather "), "staged staged staged staged core core");
         let win = t
             .iter()
@@ -1435,7 +1515,7 @@ mod tests {
             .map(|(_, c)| c.join(" "))
             .unwrap();
         // On windows at 2 ranks the direct modes take broadcasts above 32 MiB.
-        assert_eq!(win, "LL LL Simple Simple Simple direct Simple direct");
+        assert_eq!(win, "LL LL128 LL128 Simple Simple direct Simple direct");
         assert_eq!(t.len(), 14);
         // Forced: a number replaces the table for every collective.
         let forced = Agreed {
@@ -1444,7 +1524,87 @@ mod tests {
         };
         let t = table(2, &forced, &sizes);
         let bc = t.iter().find(|(n, _)| n.starts_with("broadcast ")).unwrap();
-        assert_eq!(bc.1.join(" "), "LL LL Simple Simple Simple Simple");
+        assert_eq!(bc.1.join(" "), "LL LL128 LL128 Simple Simple Simple");
+    }
+
+    /// The LL128 kernel takes its range before the LL kernel's limit is
+    /// asked: under `auto` the table's (per rank count), a number N the blocks
+    /// above `FERROCX_CE_LL_BYTES` up to N, `0` or not agreed none; never avg
+    /// nor a capture. Every block maps to one kernel, boundaries ±1 element.
+    #[test]
+    fn mid_blocks_take_the_ll128_kernel_where_agreed() {
+        let red = Agreed::assumed(&crate::config::Config::default());
+        let k = |n: usize, red: &Agreed, coll, bytes: usize| {
+            route(0, n, red, &desc(coll, bytes / 4, None, None)).map(|r| r.kernel)
+        };
+        let l8 = Ok(Some(Exchange::Ll128));
+        for (coll, two, more) in LL128_TABLE {
+            for (n, (above, upto)) in [(2, two), (3, more), (4, more)] {
+                assert!(above < upto && upto <= crate::config::LL128_MAX_BYTES);
+                // The LL kernel's limit (1 MiB) covers everything below.
+                assert!(above <= crate::config::DEFAULT_LL_BYTES);
+                assert_ne!(k(n, &red, coll, above), l8, "{coll:?} {n}");
+                assert_eq!(k(n, &red, coll, above + 4), l8, "{coll:?} {n}");
+                assert_eq!(k(n, &red, coll, upto), l8, "{coll:?} {n}");
+                assert_ne!(k(n, &red, coll, upto + 4), l8, "{coll:?} {n}");
+                // Odd counts and every type: by bytes alone.
+                for elem in [1usize, 2, 8] {
+                    let mut d = desc(coll, above / elem + 1, None, None);
+                    d.elem = elem;
+                    let kernel = route(0, n, &red, &d).map(|r| r.kernel);
+                    assert_eq!(kernel, l8, "{coll:?} {n} {elem}");
+                }
+            }
+        }
+        // Below the range the LL kernel (within its limit), above it Simple.
+        let ll = Ok(Some(Exchange::Ll));
+        assert_eq!(k(2, &red, Coll::AllReduce, 256 << 10), ll);
+        assert_eq!(k(4, &red, Coll::AllReduce, 64 << 10), ll);
+        let simple = Ok(Some(Exchange::Simple));
+        assert_eq!(k(2, &red, Coll::AllReduce, (4 << 20) + 4), simple);
+        // A number: above the LL limit up to it, any rank count.
+        let forced = Agreed {
+            ll_bytes: 64 << 10,
+            ll128_bytes: 4 << 20,
+            ..red
+        };
+        for n in [2, 4] {
+            assert_eq!(
+                k(n, &forced, Coll::AllReduce, 64 << 10),
+                Ok(Some(Exchange::Ll))
+            );
+            assert_eq!(k(n, &forced, Coll::AllReduce, (64 << 10) + 4), l8);
+            assert_eq!(k(n, &forced, Coll::AllGather, 4 << 20), l8);
+            assert_ne!(k(n, &forced, Coll::AllGather, (4 << 20) + 4), l8);
+        }
+        // Off (not agreed, or 0), avg, capture, gather: never.
+        let off = Agreed {
+            ll128_bytes: 0,
+            ..red
+        };
+        assert_eq!(
+            k(2, &off, Coll::AllReduce, 512 << 10),
+            Ok(Some(Exchange::Ll))
+        );
+        assert_eq!(
+            k(2, &off, Coll::AllReduce, 2 << 20),
+            Ok(Some(Exchange::Simple))
+        );
+        let mut avg = desc(Coll::AllReduce, 128 << 10, None, None);
+        avg.op = ferrocx_sdk::abi::FX_OP_AVG;
+        assert_ne!(route(0, 2, &red, &avg).map(|r| r.kernel), l8);
+        let mut cap = desc(Coll::AllReduce, 128 << 10, None, None);
+        cap.capturing = true;
+        assert_ne!(route(0, 2, &red, &cap).map(|r| r.kernel), l8);
+        assert_eq!(
+            ll128_range(Coll::Gather, 2, crate::config::LL128_AUTO, 0),
+            (0, 0)
+        );
+        // The areas: the largest block at that rank count.
+        assert_eq!(ll128_most(2, crate::config::LL128_AUTO), 4 << 20);
+        assert_eq!(ll128_most(4, crate::config::LL128_AUTO), 1 << 20);
+        assert_eq!(ll128_most(4, 1 << 20), 1 << 20);
+        assert_eq!(ll128_most(2, 0), 0);
     }
 
     /// `auto` above 2 ranks: one-shot all_reduce only to 2 MiB blocks at 4

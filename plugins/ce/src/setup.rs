@@ -202,6 +202,35 @@ pub fn ranks_per_gpu(peers: &[ferrocx_sdk::abi::FxPeerInfo]) -> u32 {
         .max(1)
 }
 
+/// Whether this rank may run the LL128 kernel
+/// ([`ferrocx_sdk::kernels::ll128`]): every rank on a GPU of its own, and
+/// this rank's GPU joined to every peer's by NVLink (native peer atomics).
+pub fn nvlink_to_every_peer(info: &ferrocx_sdk::collective::CommInfo) -> bool {
+    own_gpus_and_links(
+        &info.peers,
+        info.rank,
+        ferrocx_sdk::cuda::native_peer_atomics,
+    )
+}
+
+/// [`nvlink_to_every_peer`] with `linked` saying whether two GPUs (by PCI
+/// location) are joined by NVLink.
+pub fn own_gpus_and_links(
+    peers: &[ferrocx_sdk::abi::FxPeerInfo],
+    me: usize,
+    linked: impl Fn(i32, i32) -> bool,
+) -> bool {
+    let Some(mine) = peers.get(me) else {
+        return false;
+    };
+    peers.iter().all(|p| p.cuda_pci >= 0)
+        && ranks_per_gpu(peers) == 1
+        && peers
+            .iter()
+            .enumerate()
+            .all(|(r, p)| r == me || linked(mine.cuda_pci, p.cuda_pci))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +268,40 @@ mod tests {
         // Ranks without a GPU do not count; none at all is 1.
         assert_eq!(ranks_per_gpu(&[rank(1, -1), rank(1, -1)]), 1);
         assert_eq!(ranks_per_gpu(&[]), 1);
+    }
+
+    #[test]
+    fn ll128_needs_a_gpu_per_rank_and_nvlink_to_every_peer() {
+        use ferrocx_sdk::abi::FxPeerInfo;
+        let rank = |pci: i32| {
+            let mut p = FxPeerInfo::zeroed();
+            p.host_hash = 1;
+            p.cuda_pci = pci;
+            p
+        };
+        let four = [rank(0x100), rank(0x200), rank(0x300), rank(0x400)];
+        let all = |_: i32, _: i32| true;
+        assert!(own_gpus_and_links(&four, 2, all));
+        // One pair without NVLink: the ranks on it say no (and so all agree no).
+        let no_1_3 = |a: i32, b: i32| !matches!((a, b), (0x200, 0x400) | (0x400, 0x200));
+        assert!(!own_gpus_and_links(&four, 1, no_1_3));
+        assert!(!own_gpus_and_links(&four, 3, no_1_3));
+        assert!(own_gpus_and_links(&four, 0, no_1_3));
+        // A shared GPU, a rank without one, a rank out of range: no.
+        let shared = [rank(0x100), rank(0x100), rank(0x200)];
+        assert!(!own_gpus_and_links(&shared, 2, all));
+        assert!(!own_gpus_and_links(&[rank(0x100), rank(-1)], 0, all));
+        assert!(!own_gpus_and_links(&four, 4, all));
+        // It asks only about its own pairs.
+        let asked = std::cell::RefCell::new(Vec::new());
+        own_gpus_and_links(&four, 0, |a, b| {
+            asked.borrow_mut().push((a, b));
+            true
+        });
+        assert_eq!(
+            asked.into_inner(),
+            [(0x100, 0x200), (0x100, 0x300), (0x100, 0x400)]
+        );
     }
 
     #[test]

@@ -124,6 +124,11 @@ pub struct FlagLayout {
     /// The largest LL block (`FERROCX_CE_LL_BYTES`, equal on every rank): it
     /// sizes the LL areas.
     pub ll_bytes: usize,
+    /// The largest LL128 block (`select::ll128_most` of
+    /// `FERROCX_CE_LL128_BYTES`; 0: no LL128 region). Last in the buffer, so
+    /// ranks that differ here (and so never run the kernel) agree on every
+    /// other offset.
+    pub ll128_bytes: usize,
     /// Bytes per slot of the Simple kernel's rings (`FERROCX_CE_SIMPLE_SLOT`,
     /// equal on every rank; 0: no Simple region).
     pub simple_slot: usize,
@@ -148,10 +153,29 @@ impl FlagLayout {
     /// × `nranks` writers × one area: `ferrocx_sdk::kernels::ll`), then the
     /// Simple region (`ferrocx_sdk::kernels::simple`), then the
     /// point-to-point region (the same layout, `ferrocx_sdk::kernels::p2p`),
-    /// then its LL part (line rings). All of it is zeroed before a peer can
+    /// then its LL part (line rings), then the LL128 region (two parities ×
+    /// `nranks` writers × one area of 128-byte lines:
+    /// `ferrocx_sdk::kernels::ll128`). All of it is zeroed before a peer can
     /// see it.
     pub fn bytes(&self) -> usize {
-        self.p2p_ll_offset() + self.p2p_ll_bytes()
+        if self.ll128_bytes == 0 {
+            return self.p2p_ll_offset() + self.p2p_ll_bytes();
+        }
+        self.ll128_offset() + 2 * self.nranks * self.ll128_area()
+    }
+
+    /// Byte offset of the LL128 region (256-byte aligned: its lines are
+    /// 128-byte aligned), after the point-to-point LL part.
+    pub fn ll128_offset(&self) -> usize {
+        (self.p2p_ll_offset() + self.p2p_ll_bytes()).div_ceil(256) * 256
+    }
+
+    /// Bytes of one LL128 area (a multiple of 128; 0 without the region).
+    pub fn ll128_area(&self) -> usize {
+        if self.ll128_bytes == 0 {
+            return 0;
+        }
+        ferrocx_sdk::kernels::ll128::area_bytes(self.ll128_bytes)
     }
 
     /// Byte offset of the point-to-point LL part (256-byte aligned), after
@@ -518,6 +542,7 @@ mod tests {
             let l = FlagLayout {
                 nranks: n,
                 ll_bytes: 256 << 10,
+                ll128_bytes: 0,
                 simple_slot: 4096,
                 p2p_slot: 1040,
                 p2p_lines: 100,
@@ -552,6 +577,19 @@ mod tests {
             assert_eq!(l.bytes(), l.p2p_ll_offset() + lines);
             let no_lines = FlagLayout { p2p_lines: 0, ..l };
             assert_eq!(no_lines.bytes(), no_lines.p2p_ll_offset());
+            // The LL128 region last, 256-byte aligned, its areas whole lines;
+            // nothing before it moves with its size.
+            let l8 = FlagLayout {
+                ll128_bytes: (2 << 20) + 1,
+                ..l
+            };
+            assert_eq!(l8.p2p_ll_offset(), l.p2p_ll_offset());
+            assert!(l8.ll128_offset() >= l.p2p_ll_offset() + lines);
+            assert_eq!(l8.ll128_offset() % 256, 0);
+            assert_eq!(l8.ll128_area() % 128, 0);
+            assert!(l8.ll128_area() / 128 * 120 > (2 << 20));
+            assert_eq!(l8.bytes(), l8.ll128_offset() + 2 * n * l8.ll128_area());
+            assert_eq!(l.ll128_area(), 0);
             let none = FlagLayout {
                 simple_slot: 0,
                 p2p_slot: 0,
@@ -587,6 +625,7 @@ mod tests {
             FlagLayout {
                 nranks: 4,
                 ll_bytes: 0,
+                ll128_bytes: 0,
                 simple_slot: 0,
                 p2p_slot: 0,
                 p2p_lines: 0,
@@ -598,6 +637,7 @@ mod tests {
             FlagLayout {
                 nranks: 5,
                 ll_bytes: 0,
+                ll128_bytes: 0,
                 simple_slot: 0,
                 p2p_slot: 0,
                 p2p_lines: 0,
@@ -609,6 +649,7 @@ mod tests {
             FlagLayout {
                 nranks: 3,
                 ll_bytes: 0,
+                ll128_bytes: 0,
                 simple_slot: 0,
                 p2p_slot: 0,
                 p2p_lines: 0,

@@ -514,7 +514,7 @@ fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
         format!("failed with code {code}")
     };
     PluginError::timeout(format!(
-        "a ce exchange kernel (LL, Simple or point-to-point) on rank {me} {why}; its output is undefined and the communicator is broken"
+        "a ce exchange kernel (LL, LL128, Simple or point-to-point) on rank {me} {why}; its output is undefined and the communicator is broken"
     ))
 }
 

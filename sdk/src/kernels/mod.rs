@@ -81,6 +81,7 @@
 pub mod graph_wait;
 pub mod kcache;
 pub mod ll;
+pub mod ll128;
 pub mod moves;
 pub mod nvrtc;
 pub mod p2p;
@@ -429,6 +430,10 @@ fn source(dtype: DataType, kind: Kind) -> String {
     s.push_str(&body.replace("FX_NAME", &name));
     if let Some(ll) = ll_name(dtype, kind) {
         s.push_str(&ll::SOURCE.replace("FX_LL_NAME", &ll));
+        s.push_str(&ll128::SOURCE.replace(
+            "FX_LL128_NAME",
+            &ll128_name(dtype, kind).expect("as ll_name"),
+        ));
         s.push_str(
             &simple::SOURCE
                 .replace("FX_SP_NAME", &simple_name(dtype, kind).expect("as ll_name"))
@@ -470,6 +475,13 @@ pub fn p2p_name(dtype: DataType, kind: Kind) -> Option<String> {
 #[doc(hidden)]
 pub fn ll_name(dtype: DataType, kind: Kind) -> Option<String> {
     (kind != Kind::Finish).then(|| format!("ferrocx_ll_{}_{}", dtype.name(), kind.name()))
+}
+
+/// The LL128 exchange kernel's entry point in the module of `kind` on
+/// `dtype` (beside the LL kernel, whose helpers it uses: [`ll128`]).
+#[doc(hidden)]
+pub fn ll128_name(dtype: DataType, kind: Kind) -> Option<String> {
+    (kind != Kind::Finish).then(|| format!("ferrocx_ll128_{}_{}", dtype.name(), kind.name()))
 }
 
 /// The Simple exchange kernel's entry point in the module of `kind` on
@@ -741,6 +753,10 @@ struct Func {
     ll: sys::CUfunction,
     /// Resident blocks of `BLOCK` threads of it per SM.
     ll_blocks_per_sm: u32,
+    /// The module's LL128 exchange kernel (null where it has none).
+    ll128: sys::CUfunction,
+    /// Resident blocks of `BLOCK` threads of it per SM.
+    ll128_blocks_per_sm: u32,
     /// The module's Simple exchange kernel (null where it has none).
     simple: sys::CUfunction,
     /// Resident blocks of `BLOCK` threads of it per SM.
@@ -902,11 +918,11 @@ pub fn driver_version() -> i32 {
     })
 }
 
-/// `exchange`: the module's LL and Simple kernels' entry points, if it has them.
+/// `exchange`: the module's LL, LL128 and Simple kernels' entry points, if it has them.
 fn load(
     image: &Compiled,
     name: &str,
-    exchange: Option<(&str, &str)>,
+    exchange: Option<(&str, &str, &str)>,
     p2p: Option<&str>,
 ) -> std::result::Result<Func, String> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
@@ -971,9 +987,17 @@ fn load(
         Ok(func)
     };
     let func = entry(name).map_err(unload)?;
-    let (ll, simple) = match exchange {
-        Some((l, sp)) => (entry(l).map_err(unload)?, entry(sp).map_err(unload)?),
-        None => (std::ptr::null_mut(), std::ptr::null_mut()),
+    let (ll, ll128, simple) = match exchange {
+        Some((l, l8, sp)) => (
+            entry(l).map_err(unload)?,
+            entry(l8).map_err(unload)?,
+            entry(sp).map_err(unload)?,
+        ),
+        None => (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        ),
     };
     let (p2p, graph_wait) = match p2p {
         Some(p) => (
@@ -1021,6 +1045,7 @@ fn load(
         Ok(blocks as u32)
     };
     let ll_blocks = occupancy(ll, "LL").map_err(unload)?;
+    let ll128_blocks = occupancy(ll128, "LL128").map_err(unload)?;
     let simple_blocks = occupancy(simple, "Simple").map_err(unload)?;
     let p2p_blocks = occupancy(p2p, "point-to-point").map_err(unload)?;
     use sys::CUfunction_attribute as FA;
@@ -1029,6 +1054,8 @@ fn load(
         func,
         ll,
         ll_blocks_per_sm: ll_blocks,
+        ll128,
+        ll128_blocks_per_sm: ll128_blocks,
         simple,
         simple_blocks_per_sm: simple_blocks,
         p2p,
@@ -1231,11 +1258,15 @@ impl Kernels {
             let name = kernel_name(dtype, kind);
             let cc = self.cc.0 * 10 + self.cc.1;
             let image = compiled(self.nvrtc, cc, self.image, dtype, kind)?;
-            let exchange = ll_name(dtype, kind).zip(simple_name(dtype, kind));
+            let exchange = ll_name(dtype, kind)
+                .zip(ll128_name(dtype, kind))
+                .zip(simple_name(dtype, kind));
             let f = load(
                 &image,
                 &name,
-                exchange.as_ref().map(|(l, sp)| (l.as_str(), sp.as_str())),
+                exchange
+                    .as_ref()
+                    .map(|((l, l8), sp)| (l.as_str(), l8.as_str(), sp.as_str())),
                 p2p_name(dtype, kind).as_deref(),
             )?;
             tracing::debug!(
@@ -1478,6 +1509,54 @@ impl Kernels {
         driver(r, || {
             format!(
                 "cuLaunchKernel(LL kernel of {}, {} bytes per segment, grid {grid}×{BLOCK})",
+                f.info.name, args.seg
+            )
+        })
+    }
+
+    /// Queue the LL128 exchange kernel ([`ll128`]) on `stream`: the LL
+    /// kernel's call (the same `args`, with this kernel's region and areas)
+    /// in 128-byte lines. Only for ranks on distinct GPUs joined by NVLink
+    /// (the module's doc says why); the caller decides that.
+    ///
+    /// # Safety
+    /// As [`ll`](Self::ll), with the LL128 regions for the LL regions: every
+    /// region and area 128-byte aligned, every rank of the call launching it
+    /// with the same `nranks`, `mode`, `root`, `seg` and `area`, in the same
+    /// order as its other LL and LL128 calls on these control words.
+    pub unsafe fn ll128(
+        &self,
+        dtype: DataType,
+        op: RedOp,
+        args: &ll::LlArgs,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let seg = usize::try_from(args.seg).unwrap_or(usize::MAX);
+        if args.area < ll128::area_bytes(seg) as u64
+            || !args.area.is_multiple_of(ll128::LINE as u64)
+            || !args.region_off.is_multiple_of(ll128::LINE as u64)
+        {
+            return Err(Error::invalid(format!(
+                "LL128 kernel: {} bytes per segment do not fit an area of {} bytes at offset {} (128-byte lines)",
+                args.seg, args.area, args.region_off
+            )));
+        }
+        let f = self.exchange_module("LL128", dtype, op, args.rank, args.nranks, args.mode)?;
+        f.has(f.ll128, "LL128 kernel")?;
+        let wave = self.wave(f.ll128_blocks_per_sm).max(1);
+        let grid = (ll128::threads(seg) as u64)
+            .div_ceil(u64::from(BLOCK))
+            .clamp(1, wave) as u32;
+        let mut a = *args;
+        let mut params = a.params();
+        // SAFETY: the module's LL128 kernel, of this (current) context, whose
+        // one parameter is `fx_ll_args`, laid out as `LlArgs` (#[repr(C)]),
+        // passed by a pointer to a copy living through the call; at most one
+        // wave of blocks; the memory and stream contracts are the caller's.
+        let r = unsafe { launch(f.ll128, grid, BLOCK, stream, &mut params) };
+        driver(r, || {
+            format!(
+                "cuLaunchKernel(LL128 kernel of {}, {} bytes per segment, grid {grid}×{BLOCK})",
                 f.info.name, args.seg
             )
         })

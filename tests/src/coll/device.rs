@@ -229,13 +229,21 @@ impl Prepared {
         let p = |d: &Option<DevMem>| d.as_ref().map_or(0, |d| d.ptr);
         // `RUNNER:bounded`: the call must also queue only self-timed work (no
         // host thread to wait for); `RUNNER:host-bound`: work that may wait for one.
+        // `…@PATH`: a call with data must also take that path (the winner's
+        // own words, e.g. ce's "LL128").
+        let (want, path) = match want.map(|w| w.split_once('@')) {
+            Some(Some((w, p))) => (Some(w), Some(p)),
+            _ => (want, None),
+        };
         let (want, bound) = match want.map(|w| w.split_once(':')) {
             Some(Some((w, b))) => (Some(w), Some(b)),
             _ => (want, None),
         };
         if let Some(b) = bound {
             if b != "bounded" && b != "host-bound" {
-                return Err(format!("--expect RUNNER[:bounded|:host-bound], not :{b}"));
+                return Err(format!(
+                    "--expect RUNNER[:bounded|:host-bound][@PATH], not :{b}"
+                ));
             }
         }
         let before = comm.host_bound_calls();
@@ -251,6 +259,14 @@ impl Prepared {
                     c.winner(),
                     c.explain()
                 ));
+            }
+            if let Some(path) = path.filter(|_| self.spec.count > 0) {
+                if c.path.as_deref() != Some(path) {
+                    return Err(format!(
+                        "{want} took the path {:?}, expected {path}",
+                        c.path
+                    ));
+                }
             }
         }
         // SAFETY: a live stream of the communicator's device; the mirrors outlive the
