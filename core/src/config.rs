@@ -323,6 +323,11 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
         "ce: blocks up to this run as one LL kernel (sizes its areas; 0: never)",
     ),
     (
+        "FERROCX_CE_LL128_BYTES",
+        "auto",
+        "ce: blocks in a measured range (auto) or above the LL limit up to this run as one LL128 kernel, only with a GPU per rank joined by NVLink (0: never)",
+    ),
+    (
         "FERROCX_CE_SIMPLE_BYTES",
         "auto",
         "ce: blocks above the LL limit and up to this run as one Simple kernel (auto: per collective, measured; 0: never)",

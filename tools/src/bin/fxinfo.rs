@@ -128,7 +128,7 @@ fn collectives(comm: &Communicator, lead: bool) -> ferrocx::Result<()> {
             "\ncollectives: the selection table (who runs each call and how, float elements, size per rank \
              8 B | 4 KiB | 256 KiB | 1 MiB | 4 MiB | 16 MiB | 64 MiB; the winner, its path, and the bids in parentheses, \
              the core's is {}; forced with FERROCX_COLLECTIVES (which plugins bid), FERROCX_ALGO (the core's algorithm) and \
-             FERROCX_CE_LL_BYTES / _SIMPLE_BYTES / _DIRECT_BYTES (ce's kernels), docs/ENV.md):",
+             FERROCX_CE_LL_BYTES / _LL128_BYTES / _SIMPLE_BYTES / _DIRECT_BYTES (ce's kernels), docs/ENV.md):",
             ferrocx_sdk::abi::FX_COLL_CORE_PRIORITY
         );
         let plugins = comm.collective_plugins();
@@ -227,7 +227,7 @@ fn ce_routes(n: usize) {
     let red = ferrocx_ce::select::Agreed::assumed(&cfg);
     println!(
         "\nce routes on device memory ({n} ranks; block per rank 8 B | 64 KiB | 1 MiB | 4 MiB | 32 MiB | 64 MiB | 256 MiB; \
-         FERROCX_CE_LL_BYTES, _SIMPLE_BYTES, _ONESHOT_BYTES, _SCRATCH_BYTES and _STAGE move the boundaries):"
+         FERROCX_CE_LL_BYTES, _LL128_BYTES, _SIMPLE_BYTES, _ONESHOT_BYTES, _SCRATCH_BYTES and _STAGE move the boundaries; LL128 as if every rank had its own GPU joined to the others by NVLink):"
     );
     for (row, cells) in ferrocx_ce::select::table(n, &red, &sizes) {
         println!("  {row:<23} {}", cells.join(" | "));
