@@ -674,7 +674,8 @@ fn ce_ll_kernel_ends_when_a_rank_never_calls() {
         return;
     }
     // The 4000-byte call as the LL kernel, then (LL off) as the Simple
-    // kernel, and as the LL128 kernel where two GPUs are joined by NVLink.
+    // kernel, and as the LL128 kernel where two GPUs are joined by NVLink
+    // (each run checks that the call took that kernel).
     let mut kernels = vec![("LL", "1M", "0"), ("Simple", "0", "0")];
     if nvlinked(2) {
         kernels.push(("LL128", "0", "1M"));
@@ -693,6 +694,7 @@ fn ce_ll_kernel_ends_when_a_rank_never_calls() {
         let o = &outs[0];
         assert!(
             o.ok()
+                && o.stdout.contains(&format!("runs on ce ({kernel})"))
                 && o.stdout.contains("ERROR after")
                 && (o
                     .stdout
@@ -850,17 +852,19 @@ fn ce_names_a_rank_killed_mid_collective() {
     // the peers' windows: the Simple kernel off), then the same as the Simple
     // kernel, then of 4 KiB (the LL kernel) killed mid-flight, and of 2 MiB
     // as the LL128 kernel where 3 GPUs are joined by NVLink.
+    // (collective, bytes, FERROCX_CE_SIMPLE_BYTES, FERROCX_CE_LL128_BYTES,
+    // the kernel it must run as where one is named).
     let mut cases = vec![
-        ("all_gather", "8388608", "0", "0"),
-        ("all_reduce", "8388608", "0", "0"),
-        ("all_gather", "8388608", "32M", "0"),
-        ("all_reduce", "8388608", "32M", "0"),
-        ("all_reduce", "4096", "32M", "0"),
+        ("all_gather", "8388608", "0", "0", None),
+        ("all_reduce", "8388608", "0", "0", None),
+        ("all_gather", "8388608", "32M", "0", Some("Simple")),
+        ("all_reduce", "8388608", "32M", "0", Some("Simple")),
+        ("all_reduce", "4096", "32M", "0", Some("LL")),
     ];
     if nvlinked(3) {
-        cases.push(("all_reduce", "2097152", "32M", "2M"));
+        cases.push(("all_reduce", "2097152", "32M", "2M", Some("LL128")));
     }
-    for (coll, bytes, simple, ll128) in cases {
+    for (coll, bytes, simple, ll128, kernel) in cases {
         let t = Instant::now();
         let outs = run_n(
             3,
@@ -888,7 +892,9 @@ fn ce_names_a_rank_killed_mid_collective() {
         );
         for o in outs.iter().filter(|o| o.rank != 1) {
             assert!(
-                o.ok() && o.stdout.contains("runs on ce"),
+                o.ok()
+                    && o.stdout.contains("runs on ce")
+                    && kernel.is_none_or(|k| o.stdout.contains(&format!("runs on ce ({k})"))),
                 "{coll}: rank {}: {}\n{}",
                 o.rank,
                 o.stdout,

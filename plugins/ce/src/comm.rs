@@ -129,7 +129,6 @@ fn reduce_setup(
     mine.push(cfg.check_calls as u8);
     mine.push(cfg.stage_needs_check as u8);
     mine.extend_from_slice(&(cfg.direct_bytes as u64).to_le_bytes());
-    mine.extend_from_slice(&(cfg.ll128_bytes as u64).to_le_bytes());
     mine.push(setup::nvlink_to_every_peer(info) as u8);
     let all = oob.all_gather(&mine)?;
     if all.iter().any(|m| m.len() != mine.len()) {
@@ -192,22 +191,15 @@ fn reduce_setup(
         0
     };
     // LL128 only where every rank may run it (its own GPU, NVLink to every
-    // peer) and all read the same limit (it sizes the areas).
-    let same_ll128 = all.iter().all(|m| m[28..36] == mine[28..36]);
-    if !same_ll128 {
-        host.warn(format!(
-            "ce on rank {}: FERROCX_CE_LL128_BYTES differs between ranks: no LL128 kernel on this communicator",
-            info.rank
-        ));
-    }
-    let ll128_everywhere = all.iter().all(|m| m[36] == 1);
+    // peer; FERROCX_CE_LL128_BYTES is equal everywhere: the hello checked it).
+    let ll128_everywhere = all.iter().all(|m| m[28] == 1);
     if !ll128_everywhere && cfg.ll128_bytes > 0 {
         host.info(format!(
             "ce on rank {}: no LL128 kernel on this communicator (a GPU is shared, or a pair of GPUs lacks NVLink or cannot see each other)",
             info.rank
         ));
     }
-    let ll128_bytes = if on && same_ll128 && ll128_everywhere {
+    let ll128_bytes = if on && ll128_everywhere {
         cfg.ll128_bytes
     } else {
         0
@@ -268,14 +260,10 @@ impl CeComm {
         let layout = FlagLayout {
             nranks,
             ll_bytes: cfg.ll_bytes,
-            // No LL128 areas where this rank could never run the kernel (then
-            // no rank runs it: reduce_setup; the region is last, so the other
-            // offsets agree either way).
-            ll128_bytes: if setup::nvlink_to_every_peer(info) {
-                select::ll128_most(nranks, cfg.ll128_bytes)
-            } else {
-                0
-            },
+            // Sized from what every rank knows alike (the scratch after the
+            // flags moves with it); whether this rank's links allow the kernel
+            // is agreed in reduce_setup.
+            ll128_bytes: setup::ll128_region(&cfg, &info.peers),
             // No rings where the Simple kernel never runs (equal on every rank).
             simple_slot: cfg.simple_rings(nranks),
             p2p_slot: cfg.p2p_rings(nranks),

@@ -570,11 +570,14 @@ pub fn ll128_range(coll: Coll, nranks: usize, ll128_bytes: usize, ll_bytes: usiz
 }
 
 /// The largest block the LL128 kernel runs on `nranks` ranks at
-/// `ll128_bytes`, any collective: what sizes its areas (0: none).
-pub fn ll128_most(nranks: usize, ll128_bytes: usize) -> usize {
+/// `ll128_bytes` and `ll_bytes`, any collective: what sizes its areas (0:
+/// none, where every range is empty).
+pub fn ll128_most(nranks: usize, ll128_bytes: usize, ll_bytes: usize) -> usize {
     LL128_TABLE
         .iter()
-        .map(|&(c, ..)| ll128_range(c, nranks, ll128_bytes, 0).1)
+        .map(|&(c, ..)| ll128_range(c, nranks, ll128_bytes, ll_bytes))
+        .filter(|&(above, upto)| upto > above)
+        .map(|(_, upto)| upto)
         .max()
         .unwrap_or(0)
 }
@@ -1601,10 +1604,12 @@ mod tests {
             (0, 0)
         );
         // The areas: the largest block at that rank count.
-        assert_eq!(ll128_most(2, crate::config::LL128_AUTO), 4 << 20);
-        assert_eq!(ll128_most(4, crate::config::LL128_AUTO), 1 << 20);
-        assert_eq!(ll128_most(4, 1 << 20), 1 << 20);
-        assert_eq!(ll128_most(2, 0), 0);
+        let auto = crate::config::LL128_AUTO;
+        assert_eq!(ll128_most(2, auto, 1 << 20), 4 << 20);
+        assert_eq!(ll128_most(4, auto, 1 << 20), 1 << 20);
+        assert_eq!(ll128_most(4, 1 << 20, 64 << 10), 1 << 20);
+        assert_eq!(ll128_most(4, 1 << 20, 1 << 20), 0, "an empty range");
+        assert_eq!(ll128_most(2, 0, 0), 0);
     }
 
     /// `auto` above 2 ranks: one-shot all_reduce only to 2 MiB blocks at 4

@@ -4,7 +4,8 @@
 //! 1. **Hello**: whether this rank could set up (CUDA, its device, the driver
 //!    entry points, every peer GPU reachable, its flag buffer), the knobs that
 //!    must agree (`FERROCX_CE_PRIORITY`, `_BATCH`, `_BATCH_BYTES`, `_LL_BYTES`,
-//!    `_SIMPLE_BYTES`, `_SIMPLE_SLOT`, `_P2P_BYTES`) and its flag
+//!    `_LL128_BYTES`, `_SIMPLE_BYTES`, `_SIMPLE_SLOT`, `_P2P_BYTES`,
+//!    `_P2P_LL_BYTES`) and its flag
 //!    buffer's IPC handle. Every rank takes part even when its own setup
 //!    failed, so nobody waits for a rank that returned early; then all ranks
 //!    see the same list and all decide the same ([`agree`]).
@@ -18,11 +19,12 @@
 use crate::config::Config;
 use ferrocx_sdk::device::{IpcHandle, HANDLE_BYTES};
 
-const MAGIC: u32 = 0x4345_0004;
+const MAGIC: u32 = 0x4345_0005;
 /// Bytes of the reason text carried.
 const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
-pub const HELLO_BYTES: usize = 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + HANDLE_BYTES + REASON_BYTES;
+pub const HELLO_BYTES: usize =
+    4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + HANDLE_BYTES + REASON_BYTES;
 
 /// One rank's message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +47,9 @@ pub struct Hello {
     pub p2p_bytes: u64,
     /// `FERROCX_CE_P2P_LL_BYTES` (which of those go as lines; it sizes the line rings).
     pub p2p_ll_bytes: u64,
+    /// `FERROCX_CE_LL128_BYTES` (which calls take the LL128 kernel; it sizes
+    /// its areas).
+    pub ll128_bytes: u64,
     /// The rank's flag buffer (NONE when it has none).
     pub handle: IpcHandle,
 }
@@ -69,6 +74,7 @@ impl Hello {
             p2p_bytes: cfg.p2p_bytes as u64,
             // What sizes the line rings: nothing where the kernel never runs.
             p2p_ll_bytes: cfg.p2p_lines_limit() as u64,
+            ll128_bytes: cfg.ll128_bytes as u64,
             handle,
         }
     }
@@ -94,6 +100,7 @@ impl Hello {
         b.extend_from_slice(&self.simple_slot.to_le_bytes());
         b.extend_from_slice(&self.p2p_bytes.to_le_bytes());
         b.extend_from_slice(&self.p2p_ll_bytes.to_le_bytes());
+        b.extend_from_slice(&self.ll128_bytes.to_le_bytes());
         b.extend_from_slice(&self.handle.0);
         let mut reason = [0u8; REASON_BYTES];
         if let Some(why) = &self.failed {
@@ -120,8 +127,8 @@ impl Hello {
             return Err(format!("bad magic {:#x}", u32_at(0)));
         }
         let mut handle = [0u8; HANDLE_BYTES];
-        handle.copy_from_slice(&b[64..64 + HANDLE_BYTES]);
-        let text = &b[64 + HANDLE_BYTES..];
+        handle.copy_from_slice(&b[72..72 + HANDLE_BYTES]);
+        let text = &b[72 + HANDLE_BYTES..];
         let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
         Ok(Hello {
             failed: (u32_at(4) == 0).then(|| String::from_utf8_lossy(&text[..end]).into_owned()),
@@ -133,6 +140,7 @@ impl Hello {
             simple_slot: u64_at(40),
             p2p_bytes: u64_at(48),
             p2p_ll_bytes: u64_at(56),
+            ll128_bytes: u64_at(64),
             handle: IpcHandle(handle),
         })
     }
@@ -161,7 +169,7 @@ pub fn agree(all: &[Hello]) -> Result<(), String> {
         return Ok(());
     };
     type Knob = (&'static str, fn(&Hello) -> u64);
-    let knobs: [Knob; 8] = [
+    let knobs: [Knob; 9] = [
         ("FERROCX_CE_PRIORITY", |h| h.priority as u64),
         ("FERROCX_CE_BATCH", |h| h.batch),
         ("FERROCX_CE_BATCH_BYTES", |h| h.batch_bytes),
@@ -170,6 +178,7 @@ pub fn agree(all: &[Hello]) -> Result<(), String> {
         ("FERROCX_CE_SIMPLE_SLOT", |h| h.simple_slot),
         ("FERROCX_CE_P2P_BYTES", |h| h.p2p_bytes),
         ("FERROCX_CE_P2P_LL_BYTES", |h| h.p2p_ll_bytes),
+        ("FERROCX_CE_LL128_BYTES", |h| h.ll128_bytes),
     ];
     for (var, get) in knobs {
         if let Some((r, h)) = all.iter().enumerate().find(|(_, h)| get(h) != get(first)) {
@@ -200,6 +209,21 @@ pub fn ranks_per_gpu(peers: &[ferrocx_sdk::abi::FxPeerInfo]) -> u32 {
         .max()
         .unwrap_or(1)
         .max(1)
+}
+
+/// The largest block the LL128 areas of every rank's flag buffer hold at
+/// these ranks with `cfg` (0: no areas): from what every rank knows alike —
+/// the variables (agreed by the hello) and every rank's GPU — so every rank
+/// lays its buffer out the same. None where the kernel can never run: the
+/// reductions off, one rank or more than the kernels take, a rank without a
+/// GPU or two on one, or a range that is empty.
+pub fn ll128_region(cfg: &Config, peers: &[ferrocx_sdk::abi::FxPeerInfo]) -> usize {
+    let n = peers.len();
+    let own_gpus = peers.iter().all(|p| p.cuda_pci >= 0) && ranks_per_gpu(peers) == 1;
+    if !cfg.reduce || !(2..=ferrocx_sdk::kernels::ll::MAX_RANKS).contains(&n) || !own_gpus {
+        return 0;
+    }
+    crate::select::ll128_most(n, cfg.ll128_bytes, cfg.ll_bytes)
 }
 
 /// Whether this rank may run the LL128 kernel
@@ -282,6 +306,39 @@ mod tests {
         let four = [rank(0x100), rank(0x200), rank(0x300), rank(0x400)];
         let all = |_: i32, _: i32| true;
         assert!(own_gpus_and_links(&four, 2, all));
+        // The areas: from the variables and the GPUs alone.
+        let cfg = Config::default();
+        assert_eq!(ll128_region(&cfg, &four), 1 << 20);
+        assert_eq!(ll128_region(&cfg, &four[..2]), 4 << 20);
+        assert_eq!(ll128_region(&cfg, &four[..1]), 0);
+        let shared4 = [rank(0x100), rank(0x100), rank(0x200), rank(0x300)];
+        assert_eq!(ll128_region(&cfg, &shared4), 0);
+        let off = Config {
+            reduce: false,
+            ..Config::default()
+        };
+        assert_eq!(ll128_region(&off, &four), 0);
+        // A number no larger than the LL limit leaves no range.
+        let empty = Config {
+            ll128_bytes: 1 << 20,
+            ..Config::default()
+        };
+        assert_eq!(ll128_region(&empty, &four), 0);
+        let forced = Config {
+            ll128_bytes: 2 << 20,
+            ..Config::default()
+        };
+        assert_eq!(ll128_region(&forced, &four), 2 << 20);
+        assert_eq!(
+            ll128_region(
+                &Config {
+                    ll128_bytes: 0,
+                    ..forced
+                },
+                &four
+            ),
+            0
+        );
         // One pair without NVLink: the ranks on it say no (and so all agree no).
         let no_1_3 = |a: i32, b: i32| !matches!((a, b), (0x200, 0x400) | (0x400, 0x200));
         assert!(!own_gpus_and_links(&four, 1, no_1_3));
@@ -346,6 +403,17 @@ mod tests {
         );
         let err = agree(&[ok.clone(), ll]).unwrap_err();
         assert!(err.starts_with("FERROCX_CE_LL_BYTES differs"), "{err}");
+        // It sizes the LL128 areas, so the scratch after them: a difference
+        // would put a peer's scratch elsewhere.
+        let l8 = Hello::ready(
+            &Config {
+                ll128_bytes: 2 << 20,
+                ..cfg
+            },
+            IpcHandle::NONE,
+        );
+        let err = agree(&[ok.clone(), l8]).unwrap_err();
+        assert!(err.starts_with("FERROCX_CE_LL128_BYTES differs"), "{err}");
         let slot = Hello::ready(
             &Config {
                 simple_slot: 4096,

@@ -124,10 +124,9 @@ pub struct FlagLayout {
     /// The largest LL block (`FERROCX_CE_LL_BYTES`, equal on every rank): it
     /// sizes the LL areas.
     pub ll_bytes: usize,
-    /// The largest LL128 block (`select::ll128_most` of
-    /// `FERROCX_CE_LL128_BYTES`; 0: no LL128 region). Last in the buffer, so
-    /// ranks that differ here (and so never run the kernel) agree on every
-    /// other offset.
+    /// The largest LL128 block (`setup::ll128_region`: from the agreed
+    /// variables and every rank's GPU, so equal on every rank, and with it
+    /// the scratch's offset after the flags; 0: no LL128 region).
     pub ll128_bytes: usize,
     /// Bytes per slot of the Simple kernel's rings (`FERROCX_CE_SIMPLE_SLOT`,
     /// equal on every rank; 0: no Simple region).

@@ -21,9 +21,15 @@
 //! 128-byte load reads one version of the line. NCCL's LL128 relies on the
 //! same and enables it only where every path is NVLink; so does ce (every
 //! rank on its own GPU, every pair with native peer atomics, which PCIe
-//! peers lack). Ranks sharing a GPU never run it: two SMs' accesses to one
-//! line meet in L2 in 32-byte sectors. A region holds only LL128 lines, so
-//! data never lies where a flag is read.
+//! peers lack — the driver API names no link type, so that is the proxy).
+//! Ranks sharing a GPU never run it: two SMs' accesses to one line meet in L2
+//! in 32-byte sectors. A region holds only LL128 lines, so data never lies
+//! where a flag is read.
+//!
+//! Like the LL kernel, the grid is at most one wave (4 MiB takes a whole
+//! wave of an H100): its blocks wait for each other's ranks, so another
+//! kernel holding SMs meanwhile can stall it — until the timeout, which
+//! ends it with an error, never a hang.
 //!
 //! The user's buffers are read and written 8 bytes at a time where aligned
 //! (`fx_ll_get` / `fx_ll_put`, any alignment works), each lane the same words
@@ -143,12 +149,12 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL128_NAME(const fx_ll
                     if (++spins >= 1024u) {
                         spins = 0;
                         bool stop = ctl[2] != 0ull;
+                        /* Any lane past the deadline records it (the lanes may
+                           read the clock on either side of it). */
                         if (!stop && fx_ll_now() > deadline) {
-                            if (lane == 0u) {
-                                ctl[3] = 1ull | ((unsigned long long)(r + 1) << 32);
-                                ctl[2] = 1ull;
-                                __threadfence_system();
-                            }
+                            ctl[3] = 1ull | ((unsigned long long)(r + 1) << 32);
+                            ctl[2] = 1ull;
+                            __threadfence_system();
                             stop = true;
                         }
                         if (__any_sync(0xffffffffu, stop)) {

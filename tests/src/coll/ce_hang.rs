@@ -31,6 +31,7 @@ pub fn run() -> Result<String, String> {
     if choice.winner() != "ce" {
         return Err(format!("ce does not run it: {}", choice.explain()));
     }
+    println!("runs on ce ({})", choice.path.as_deref().unwrap_or("-"));
     let t = Instant::now();
     // SAFETY: live stream and buffers; synchronized below.
     unsafe { comm.collective_on(&spec, send.ptr, recv.ptr, &stream) }.map_err(e2s)?;

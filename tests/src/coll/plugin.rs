@@ -592,11 +592,13 @@ pub fn loop_until_error(
         )
     };
     let spec = CollSpec::new(kind, DataType::U8, size);
+    let choice = comm
+        .collective_choice(&spec, send.ptr, recv.ptr, false, true)
+        .map_err(e2s)?;
     println!(
-        "runs on {}",
-        comm.collective_choice(&spec, send.ptr, recv.ptr, false, true)
-            .map_err(e2s)?
-            .winner()
+        "runs on {} ({})",
+        choice.winner(),
+        choice.path.as_deref().unwrap_or("-")
     );
     let start = std::time::Instant::now();
     let mut iters = 0u64;
