@@ -271,6 +271,26 @@ fn ce_runs_the_copy_collectives_staged_2_and_4_ranks() {
     }
 }
 
+/// The collective matrix on device buffers at `n` ranks (on windows or
+/// not) for the cases `filter` keeps, each call expected to run as `expect`
+/// (`--expect` of `coll-matrix`), with ce's kernels set by `env`. Staging is
+/// allowed (the kernels' gate outside windows) but there is no scratch to
+/// stage in: what ce runs outside windows is one of its kernels.
+fn kernel_matrix(n: usize, window: bool, expect: &str, filter: &str, env: &[(&str, &str)]) {
+    let mut args = vec!["coll-matrix", "--mem", "cuda", "--expect", expect];
+    args.extend(["--filter", filter]);
+    if window {
+        args.push("--window");
+    }
+    let mut all = vec![
+        ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
+        ("FERROCX_CE_STAGE", "1"),
+        ("FERROCX_CE_SCRATCH_BYTES", "0"),
+    ];
+    all.extend_from_slice(env);
+    run_ok_n(n, &args, &all, Duration::from_secs(600));
+}
+
 /// Small calls as one LL kernel (`FERROCX_CE_LL_BYTES`, 1 MiB by default):
 /// all_reduce and reduce_scatter (every type × operator but avg, which keeps
 /// its barrier route), all_gather, alltoall and broadcast, counts 1, 7 and
@@ -286,28 +306,13 @@ fn ce_runs_small_calls_as_one_ll_kernel() {
         for window in [false, true] {
             // Every call is the LL kernel's, which ends by itself at the
             // timeout: none needs a host thread (the drop-in returns at once).
-            let mut args = vec!["coll-matrix", "--mem", "cuda", "--expect", "ce:bounded"];
-            args.extend([
-                "--filter",
+            kernel_matrix(
+                n,
+                window,
+                "ce:bounded@LL",
                 "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast \
                  &!op=avg&!count=65540",
-            ]);
-            if window {
-                args.push("--window");
-            }
-            run_ok_n(
-                n,
-                &args,
-                &[
-                    ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
-                    // Staging allowed (the LL kernel's gate outside windows) but no
-                    // scratch to stage in: whatever ce runs here outside windows is
-                    // the LL kernel's.
-                    ("FERROCX_CE_STAGE", "1"),
-                    ("FERROCX_CE_SCRATCH_BYTES", "0"),
-                    ("FERROCX_CE_LL128_BYTES", "0"),
-                ],
-                Duration::from_secs(600),
+                &[("FERROCX_CE_LL128_BYTES", "0")],
             );
         }
     }
@@ -331,31 +336,15 @@ fn ce_runs_mid_calls_as_one_ll128_kernel() {
             continue;
         }
         for window in [false, true] {
-            let mut args = vec![
-                "coll-matrix",
-                "--mem",
-                "cuda",
-                "--expect",
-                "ce:bounded@LL128",
-            ];
-            args.extend([
-                "--filter",
-                "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast &!op=avg",
-            ]);
-            if window {
-                args.push("--window");
-            }
-            run_ok_n(
+            kernel_matrix(
                 n,
-                &args,
+                window,
+                "ce:bounded@LL128",
+                "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast &!op=avg",
                 &[
-                    ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
-                    ("FERROCX_CE_STAGE", "1"),
-                    ("FERROCX_CE_SCRATCH_BYTES", "0"),
                     ("FERROCX_CE_LL_BYTES", "0"),
                     ("FERROCX_CE_LL128_BYTES", "4M"),
                 ],
-                Duration::from_secs(600),
             );
         }
     }
@@ -389,34 +378,23 @@ fn ce_runs_mid_calls_as_one_simple_kernel() {
         // fit the 128 slots, two kernels past that (f64 counts of 65540).
         (4, false, "1040", "256K"),
     ] {
-        let mut args = vec!["coll-matrix", "--mem", "cuda", "--expect", "ce:bounded"];
-        args.extend([
-            "--filter",
-            if simple == "auto" {
-                "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast &!op=avg"
-            } else {
-                // The others have no form past the cap (the core runs them).
-                "^all_reduce &!op=avg"
-            },
-        ]);
-        if window {
-            args.push("--window");
-        }
-        run_ok_n(
+        let filter = if simple == "auto" {
+            "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast &!op=avg"
+        } else {
+            // The others have no form past the cap (the core runs them).
+            "^all_reduce &!op=avg"
+        };
+        kernel_matrix(
             n,
-            &args,
+            window,
+            "ce:bounded",
+            filter,
             &[
-                ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
-                // Staging allowed (the kernels' gate outside windows) but no
-                // scratch: what ce runs outside windows is the Simple kernel's.
-                ("FERROCX_CE_STAGE", "1"),
-                ("FERROCX_CE_SCRATCH_BYTES", "0"),
                 ("FERROCX_CE_LL_BYTES", "0"),
                 ("FERROCX_CE_LL128_BYTES", "0"),
                 ("FERROCX_CE_SIMPLE_SLOT", slot),
                 ("FERROCX_CE_SIMPLE_BYTES", simple),
             ],
-            Duration::from_secs(600),
         );
     }
 }

@@ -233,6 +233,41 @@ FX_FN unsigned long long fx_ll_op(unsigned long long x, unsigned long long y) {
     return r.u;
 }
 
+/* The call's note (ce's call check) into every peer's slot at note_off (0:
+   none) by thread 0 of the grid, then a fence: a peer that read anything
+   this thread wrote after it (the LL kernels' first lines, the Simple
+   kernel's first heads) has the note. */
+FX_FN void fx_ll_note(const unsigned long long* bases, unsigned long long note_off,
+                      const unsigned int* note, int n, int me) {
+    if (blockIdx.x != 0 || threadIdx.x != 0 || note_off == 0ull) return;
+    for (int q = 0; q < n; ++q) {
+        if (q == me) continue;
+        volatile unsigned int* at = (volatile unsigned int*)(bases[q] + note_off);
+        at[0] = note[0];
+        at[1] = note[1];
+        at[2] = note[2];
+        at[3] = note[3];
+    }
+    __threadfence_system();
+}
+
+/* The end of an LL or LL128 call: the last block to finish advances the
+   count to s and resets the blocks-done counter (every block read the count
+   before it counted itself done). */
+FX_FN void fx_ll_done(volatile unsigned long long* ctl, unsigned long long s) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const unsigned long long before = atomicAdd((unsigned long long*)&ctl[1], 1ull);
+        __threadfence();
+        if (before == (unsigned long long)gridDim.x - 1ull) {
+            ctl[1] = 0ull;
+            ctl[0] = s;
+            __threadfence();
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL_NAME(const fx_ll_args a) {
     volatile unsigned long long* ctl = (volatile unsigned long long*)a.ctl;
     const unsigned long long s = ctl[0] + 1ull;
@@ -247,18 +282,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL_NAME(const fx_ll_ar
 #define FX_LL_LINES(r) ((a.mode == 2 && (r) != a.root) ? 1ull : lines)
 #define FX_LL_AREA(base, w) ((base) + ((par * (unsigned long long)n + (unsigned long long)(w)) * a.area))
     const unsigned long long* bases = (const unsigned long long*)a.bases;
-    if (tid == 0ull && a.note_off != 0ull) {
-        for (int q = 0; q < n; ++q) {
-            if (q == me) continue;
-            volatile unsigned int* at = (volatile unsigned int*)(bases[q] + a.note_off);
-            at[0] = a.note[0];
-            at[1] = a.note[1];
-            at[2] = a.note[2];
-            at[3] = a.note[3];
-        }
-        /* Before this thread's first line: a peer that read it has the note. */
-        __threadfence_system();
-    }
+    fx_ll_note(bases, a.note_off, a.note, n, me);
     const bool sends_data = a.mode != 2 || me == a.root;
     for (unsigned long long i = tid; i < FX_LL_LINES(me); i += stride) {
         for (int q = 0; q < n; ++q) {
@@ -300,16 +324,6 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL_NAME(const fx_ll_ar
     }
 #undef FX_LL_LINES
 #undef FX_LL_AREA
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned long long before = atomicAdd((unsigned long long*)&ctl[1], 1ull);
-        __threadfence();
-        if (before == (unsigned long long)gridDim.x - 1ull) {
-            ctl[1] = 0ull;
-            ctl[0] = s;
-            __threadfence();
-        }
-    }
+    fx_ll_done(ctl, s);
 }
 "#;

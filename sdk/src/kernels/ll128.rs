@@ -85,18 +85,8 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL128_NAME(const fx_ll
 #define FX_L8_LINES(r) ((a.mode == 2 && (r) != a.root) ? 1ull : lines)
 #define FX_L8_AREA(base, w) ((base) + ((par * (unsigned long long)n + (unsigned long long)(w)) * a.area))
     const unsigned long long* bases = (const unsigned long long*)a.bases;
-    if (blockIdx.x == 0 && threadIdx.x == 0 && a.note_off != 0ull) {
-        for (int p = 0; p < n; ++p) {
-            if (p == me) continue;
-            volatile unsigned int* at = (volatile unsigned int*)(bases[p] + a.note_off);
-            at[0] = a.note[0];
-            at[1] = a.note[1];
-            at[2] = a.note[2];
-            at[3] = a.note[3];
-        }
-        /* Before this thread's first line: a peer that read it has the note. */
-        __threadfence_system();
-    }
+    /* Lane 0 of warp 0 writes the note first; its warp's first lines follow. */
+    fx_ll_note(bases, a.note_off, a.note, n, me);
     __syncwarp();
     const bool sends_data = a.mode != 2 || me == a.root;
     /* Every lane of a warp runs every iteration (the loops' bounds are the
@@ -185,17 +175,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL128_NAME(const fx_ll
     }
 #undef FX_L8_LINES
 #undef FX_L8_AREA
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned long long before = atomicAdd((unsigned long long*)&ctl[1], 1ull);
-        __threadfence();
-        if (before == (unsigned long long)gridDim.x - 1ull) {
-            ctl[1] = 0ull;
-            ctl[0] = s;
-            __threadfence();
-        }
-    }
+    fx_ll_done(ctl, s);
 }
 "#;
 

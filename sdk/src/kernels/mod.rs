@@ -1497,18 +1497,49 @@ impl Kernels {
         }
         let f = self.exchange_module("LL", dtype, op, args.rank, args.nranks, args.mode)?;
         f.has(f.ll, "LL kernel")?;
-        let wave = self.wave(f.ll_blocks_per_sm).max(1);
-        let grid = args.lines().div_ceil(BLOCK as u64).clamp(1, wave) as u32;
+        // SAFETY: the module's LL kernel, one thread per line; the caller's contract.
+        unsafe {
+            self.launch_lines(
+                "LL",
+                f,
+                f.ll,
+                f.ll_blocks_per_sm,
+                args.lines(),
+                args,
+                stream,
+            )
+        }
+    }
+
+    /// Launch `func`, `f`'s LL or LL128 kernel (`what`), with `threads`
+    /// threads (at most one wave of blocks) and `args` as its one parameter.
+    ///
+    /// # Safety
+    /// `func` is `f`'s kernel taking `fx_ll_args` and `per_sm` its resident
+    /// blocks per SM; the contracts of [`ll`](Self::ll) are the caller's.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch_lines(
+        &self,
+        what: &str,
+        f: &Func,
+        func: sys::CUfunction,
+        per_sm: u32,
+        threads: u64,
+        args: &ll::LlArgs,
+        stream: sys::CUstream,
+    ) -> Result<()> {
+        let wave = self.wave(per_sm).max(1);
+        let grid = threads.div_ceil(u64::from(BLOCK)).clamp(1, wave) as u32;
         let mut a = *args;
         let mut params = a.params();
-        // SAFETY: the module's LL kernel, of this (current) context, whose one
-        // parameter is `fx_ll_args`, laid out as `LlArgs` (#[repr(C)]), passed by
-        // a pointer to a copy living through the call; at most one wave of
-        // blocks; the memory and stream contracts are the caller's.
-        let r = unsafe { launch(f.ll, grid, BLOCK, stream, &mut params) };
+        // SAFETY: the module's kernel `func`, of this (current) context, whose
+        // one parameter is `fx_ll_args`, laid out as `LlArgs` (#[repr(C)]),
+        // passed by a pointer to a copy living through the call; at most one
+        // wave of blocks; the memory and stream contracts are the caller's.
+        let r = unsafe { launch(func, grid, BLOCK, stream, &mut params) };
         driver(r, || {
             format!(
-                "cuLaunchKernel(LL kernel of {}, {} bytes per segment, grid {grid}×{BLOCK})",
+                "cuLaunchKernel({what} kernel of {}, {} bytes per segment, grid {grid}×{BLOCK})",
                 f.info.name, args.seg
             )
         })
@@ -1543,23 +1574,19 @@ impl Kernels {
         }
         let f = self.exchange_module("LL128", dtype, op, args.rank, args.nranks, args.mode)?;
         f.has(f.ll128, "LL128 kernel")?;
-        let wave = self.wave(f.ll128_blocks_per_sm).max(1);
-        let grid = (ll128::threads(seg) as u64)
-            .div_ceil(u64::from(BLOCK))
-            .clamp(1, wave) as u32;
-        let mut a = *args;
-        let mut params = a.params();
-        // SAFETY: the module's LL128 kernel, of this (current) context, whose
-        // one parameter is `fx_ll_args`, laid out as `LlArgs` (#[repr(C)]),
-        // passed by a pointer to a copy living through the call; at most one
-        // wave of blocks; the memory and stream contracts are the caller's.
-        let r = unsafe { launch(f.ll128, grid, BLOCK, stream, &mut params) };
-        driver(r, || {
-            format!(
-                "cuLaunchKernel(LL128 kernel of {}, {} bytes per segment, grid {grid}×{BLOCK})",
-                f.info.name, args.seg
+        let threads = ll128::threads(seg) as u64;
+        // SAFETY: the module's LL128 kernel, 8 threads per line; the caller's contract.
+        unsafe {
+            self.launch_lines(
+                "LL128",
+                f,
+                f.ll128,
+                f.ll128_blocks_per_sm,
+                threads,
+                args,
+                stream,
             )
-        })
+        }
     }
 
     /// Queue the Simple exchange kernel ([`simple`]) on `stream`: a whole
@@ -1852,7 +1879,12 @@ mod tests {
                 return;
             }
         };
-        for (dtype, kind) in [(DataType::F32, Kind::Sum), (DataType::Bf16, Kind::Max)] {
+        // u8 sum's module also holds the point-to-point kernel.
+        for (dtype, kind) in [
+            (DataType::F32, Kind::Sum),
+            (DataType::Bf16, Kind::Max),
+            (DataType::U8, Kind::Sum),
+        ] {
             let src = source(dtype, kind);
             let file = format!("{}.cu", kernel_name(dtype, kind));
             if let Err(e) = compile_uncached(nvrtc, 90, Image::Auto, &src, &file) {

@@ -634,18 +634,8 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
     const fx_sp_u first = sender ? blockIdx.x : blockIdx.x - half;
     /* This rank's own sends are marked under the counts to its next rank. */
     const int q0 = (me + 1) % n;
-    if (blockIdx.x == 0 && threadIdx.x == 0 && a.note_off != 0ull) {
-        for (int q = 0; q < n; ++q) {
-            if (q == me) continue;
-            volatile unsigned int* at = (volatile unsigned int*)(bases[q] + a.note_off);
-            at[0] = a.note[0];
-            at[1] = a.note[1];
-            at[2] = a.note[2];
-            at[3] = a.note[3];
-        }
-        /* Before chunk 0's heads, which this thread writes: a peer that read one has the note. */
-        __threadfence_system();
-    }
+    /* Before chunk 0's heads, which this thread writes. */
+    fx_ll_note(bases, a.note_off, a.note, n, me);
     if (threadIdx.x == 0) {
         for (int q = 0; q < n; ++q) {
             sent_s[q] = fx_sp_load(fx_sp_count(own, n, q));
