@@ -669,8 +669,11 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
         && part <= simple_limit(Coll::AllGather, nranks, red.simple_bytes)
         && (red.simple_bytes != crate::config::SIMPLE_AUTO || block <= TWO_SHOT_AUTO_BYTES);
     let divides = d.count.is_multiple_of(nranks);
-    let (ll128_above, ll128_upto) = ll128_range(d.coll, nranks, red.ll128_bytes, red.ll_bytes);
-    if red.ll128_bytes > 0 && block > ll128_above && block <= ll128_upto {
+    let ll128 = red.ll128_bytes > 0 && {
+        let (above, upto) = ll128_range(d.coll, nranks, red.ll128_bytes, red.ll_bytes);
+        block > above && block <= upto
+    };
+    if ll128 {
         Some(Exchange::Ll128)
     } else if block <= red.ll_bytes {
         Some(Exchange::Ll)

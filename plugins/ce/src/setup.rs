@@ -219,11 +219,15 @@ pub fn ranks_per_gpu(peers: &[ferrocx_sdk::abi::FxPeerInfo]) -> u32 {
 /// GPU or two on one, or a range that is empty.
 pub fn ll128_region(cfg: &Config, peers: &[ferrocx_sdk::abi::FxPeerInfo]) -> usize {
     let n = peers.len();
-    let own_gpus = peers.iter().all(|p| p.cuda_pci >= 0) && ranks_per_gpu(peers) == 1;
-    if !cfg.reduce || !(2..=ferrocx_sdk::kernels::ll::MAX_RANKS).contains(&n) || !own_gpus {
+    if !cfg.reduce || !(2..=ferrocx_sdk::kernels::ll::MAX_RANKS).contains(&n) || !own_gpus(peers) {
         return 0;
     }
     crate::select::ll128_most(n, cfg.ll128_bytes, cfg.ll_bytes)
+}
+
+/// Whether every rank has a GPU and no two share one.
+fn own_gpus(peers: &[ferrocx_sdk::abi::FxPeerInfo]) -> bool {
+    peers.iter().all(|p| p.cuda_pci >= 0) && ranks_per_gpu(peers) == 1
 }
 
 /// Whether this rank may run the LL128 kernel
@@ -247,8 +251,7 @@ pub fn own_gpus_and_links(
     let Some(mine) = peers.get(me) else {
         return false;
     };
-    peers.iter().all(|p| p.cuda_pci >= 0)
-        && ranks_per_gpu(peers) == 1
+    own_gpus(peers)
         && peers
             .iter()
             .enumerate()
