@@ -283,12 +283,10 @@ impl Communicator {
         };
         // A plugin that failed because another rank gave up reports its own symptom
         // (a wait that stopped); the other rank's reason is the cause to report.
-        let e = match self.shared.check_peers() {
-            Err(
-                cause @ (Error::Mismatch { .. } | Error::Hang { .. } | Error::PeerFailed { .. }),
-            ) => cause,
-            _ => plugin_error(e, self.shared.timeout),
-        };
+        let e = self
+            .shared
+            .failure_cause(&e)
+            .unwrap_or_else(|| plugin_error(e, self.shared.timeout));
         // A host collective that failed on one rank leaves the ranks out of step:
         // the communicator breaks, and the peers learn why.
         Err(if host { self.engine.break_with(e) } else { e })

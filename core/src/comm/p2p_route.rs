@@ -489,12 +489,9 @@ impl Communicator {
     fn p2p_launch_error(&self, e: Error, nops: usize) -> Error {
         // A plugin that failed because another rank gave up reports its own
         // symptom; the other rank's reason is the cause to report.
-        match self.shared.check_peers() {
-            Err(
-                cause @ (Error::Mismatch { .. } | Error::Hang { .. } | Error::PeerFailed { .. }),
-            ) => cause,
-            _ => with_op_count(super::dispatch::plugin_error(e, self.shared.timeout), nops),
-        }
+        self.shared.failure_cause(&e).unwrap_or_else(|| {
+            with_op_count(super::dispatch::plugin_error(e, self.shared.timeout), nops)
+        })
     }
 }
 
