@@ -273,7 +273,7 @@ impl Communicator {
         tasks: &mut Vec<Task>,
         streams: &mut Vec<RawStream>,
     ) -> Result<()> {
-        if crate::plan::self_pairs(tasks, self.rank())?.is_empty() {
+        if !crate::plan::has_self_ops(tasks, self.rank()) {
             return Ok(());
         }
         let gpu = self.gpu()?;

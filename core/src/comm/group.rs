@@ -119,6 +119,9 @@ impl<'a> Group<'a> {
     /// and take them out of the group (no transport connects a rank to itself;
     /// device groups: [`Communicator::launch_device_p2p`]).
     fn copy_to_self(&mut self) -> Result<()> {
+        if !crate::plan::has_self_ops(&self.tasks, self.comm.rank()) {
+            return Ok(());
+        }
         let done =
             crate::plan::copy_self_pairs(&self.tasks, self.comm.rank(), |(_, s), (_, r)| {
                 // SAFETY: host buffers this group borrows (or raw ones under

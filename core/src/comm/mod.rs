@@ -503,11 +503,11 @@ impl Communicator {
         self.launch(tasks, false)
     }
 
-    fn launch(&self, tasks: Tasks, driving: bool) -> Result<Request> {
+    fn launch(&self, mut tasks: Tasks, driving: bool) -> Result<Request> {
         self.check_live()?;
-        match self.host_p2p_on_plugins(tasks, driving)? {
-            p2p_route::HostRoute::Done(req) => Ok(req),
-            p2p_route::HostRoute::Core(tasks) => self.launch_core(tasks.into_vec(), driving),
+        match self.host_p2p_on_plugins(&mut tasks, driving)? {
+            Some(req) => Ok(req),
+            None => self.launch_core(tasks.into_vec(), driving),
         }
     }
 

@@ -12,7 +12,7 @@
 //! to completion on the calling thread.
 
 use super::Communicator;
-use crate::collective::bids::BidKey;
+use crate::collective::bids::{BidKey, HostP2p};
 use crate::collective::Runner;
 use crate::device::{order, RawStream};
 use crate::engine::Request;
@@ -53,14 +53,6 @@ pub(crate) fn split(
     }
     launches.sort_by_key(|(p, _)| *p);
     (launches, rest)
-}
-
-/// Where a call's host sends and receives went.
-pub(super) enum HostRoute {
-    /// Plugins ran some; the request of the rest (or a finished one).
-    Done(Request),
-    /// No plugin took any: every task, for the core.
-    Core(Tasks),
 }
 
 /// The stream a launch goes on (its first op's) and the other distinct
@@ -135,6 +127,20 @@ impl Communicator {
         }
     }
 
+    /// A broken or aborted communicator, a dead peer: host ops a plugin would
+    /// run are refused as on the core's path (the plugin might still find its
+    /// peers' messages). Only for those: the core's path reads what its peers
+    /// sent first (a refused connection's reason before the abort that follows).
+    fn refuse_if_stopped(&self) -> Result<()> {
+        if self.shared.stop.load(std::sync::atomic::Ordering::Acquire) != 0 {
+            self.shared
+                .check_peers()
+                .map_err(|e| self.engine.break_with(e))?;
+            self.engine.usable()?;
+        }
+        Ok(())
+    }
+
     /// Whether some collective plugin has the point-to-point hooks.
     fn any_p2p_plugin(&self) -> bool {
         self.colls.plugins().iter().any(|p| p.has_p2p())
@@ -171,13 +177,17 @@ impl Communicator {
     /// Run the host sends and receives of `tasks` (not numbered yet) that a
     /// collective plugin wins: the rest first numbered and queued on the
     /// engine (not driven by this thread), then the plugins' ops to
-    /// completion here. `HostRoute::Core` when no plugin
-    /// wins any (the caller plans them all); otherwise the request of the
-    /// rest, or a finished one.
-    pub(super) fn host_p2p_on_plugins(&self, tasks: Tasks, driving: bool) -> Result<HostRoute> {
-        let host_p2p = |t: &Task| matches!(t, Task::P2p(p) if !p.device);
-        if !tasks.iter().any(host_p2p) || !self.any_p2p_plugin() {
-            return Ok(HostRoute::Core(tasks));
+    /// completion here. `None` when no plugin wins any (the caller plans
+    /// them all); otherwise the request of the rest, or a finished one.
+    /// `tasks` is borrowed, not moved: a group's inline ops are a few hundred
+    /// bytes, copied at every move on a path of a few hundred nanoseconds.
+    pub(super) fn host_p2p_on_plugins(
+        &self,
+        tasks: &mut Tasks,
+        driving: bool,
+    ) -> Result<Option<Request>> {
+        if !self.any_p2p_plugin() {
+            return Ok(None);
         }
         let ops: SmallVec<[Option<FxP2pOp>; 4]> = tasks
             .iter()
@@ -186,67 +196,72 @@ impl Communicator {
                 _ => None,
             })
             .collect();
+        if ops.iter().all(Option::is_none) {
+            return Ok(None); // collectives, device ops: no lock
+        }
         // One lock for the bids, the numbers and (with nothing for the core)
         // the launches: the plugins' hooks are serialized anyway.
         let mut serial = self.coll_serial.lock();
-        let (launches, rest) = split(tasks.len(), |i| {
-            let op = ops[i]?;
-            let key = BidKey {
-                send: op.kind == FX_P2P_SEND,
-                peer: op.peer as usize,
-                bytes: op.bytes as usize,
-            };
-            serial
-                .bids
-                .winner(key, || self.p2p_winner(&op, FX_MEM_HOST, false))
-        });
+        let mut winners: SmallVec<[Option<usize>; 4]> = SmallVec::with_capacity(ops.len());
+        for op in &ops {
+            winners.push(op.and_then(|op| {
+                let key = BidKey {
+                    send: op.kind == FX_P2P_SEND,
+                    peer: op.peer as usize,
+                    bytes: op.bytes as usize,
+                };
+                serial
+                    .bids
+                    .winner(key, || self.p2p_winner(&op, FX_MEM_HOST, false))
+            }));
+        }
+        // The usual group (a send and a receive, say): every op a host op
+        // that one plugin wins, run as one launch without the general split
+        // (issue 18: this path is a few hundred nanoseconds in all).
+        let first = winners.first().copied().flatten();
+        if let Some(p) = first.filter(|_| winners.iter().all(|w| *w == first)) {
+            self.refuse_if_stopped()?;
+            number_plugin_ops(&mut serial, tasks, 0..ops.len());
+            let group: SmallVec<[FxP2pOp; 4]> = ops.iter().flatten().copied().collect();
+            self.p2p_host_on(p, &group, &tasks[0].fingerprint())?;
+            return Ok(Some(Request::finished()));
+        }
+        let (launches, rest) = split(tasks.len(), |i| winners[i]);
         if launches.is_empty() {
-            return Ok(HostRoute::Core(tasks));
+            return Ok(None);
         }
-        // A broken or aborted communicator, a dead peer: refused as on the
-        // core's path (the plugin might still find its peers' messages). Only
-        // for ops a plugin runs: the core's path reads what its peers sent
-        // first (a refused connection's reason before the abort that follows).
-        if self.shared.stop.load(std::sync::atomic::Ordering::Acquire) != 0 {
-            self.shared
-                .check_peers()
-                .map_err(|e| self.engine.break_with(e))?;
-            self.engine.usable()?;
-        }
-        // Status reports name a launch by its first op, numbered among the
-        // plugins' sends to (receives from) its peer, as the plugin counts.
-        let mut tasks = tasks;
+        self.refuse_if_stopped()?;
         for (_, idx) in &launches {
-            for &i in idx {
-                if let Task::P2p(p) = &mut tasks[i] {
-                    p.seq = serial.next_seq(p.peer, p.dir == Dir::Send);
-                }
-            }
+            number_plugin_ops(&mut serial, tasks, idx.iter().copied());
         }
-        let firsts: SmallVec<[Fingerprint; 1]> = launches
+        let groups: SmallVec<[(usize, SmallVec<[FxP2pOp; 4]>, Fingerprint); 1]> = launches
             .iter()
-            .map(|(_, idx)| tasks[idx[0]].fingerprint())
+            .map(|(p, idx)| {
+                let group = idx.iter().filter_map(|&i| ops[i]).collect();
+                (*p, group, tasks[idx[0]].fingerprint())
+            })
             .collect();
-        if rest.is_empty() {
-            for ((p, idx), first) in launches.iter().zip(&firsts) {
-                self.p2p_host_on(*p, idx, &ops, first)?;
+        // The caller holds `coll_serial`.
+        let launch_all = || -> Result<()> {
+            for (p, group, first) in &groups {
+                self.p2p_host_on(*p, group, first)?;
             }
-            drop(serial);
-            return Ok(HostRoute::Done(Request::finished()));
+            Ok(())
+        };
+        if rest.is_empty() {
+            launch_all()?;
+            return Ok(Some(Request::finished()));
         }
         drop(serial);
         let run_plugins = || {
             let _serial = self.coll_serial.lock();
-            for ((p, idx), first) in launches.iter().zip(&firsts) {
-                self.p2p_host_on(*p, idx, &ops, first)?;
-            }
-            Ok(())
+            launch_all()
         };
         let mut keep = vec![false; tasks.len()];
         for &i in &rest {
             keep[i] = true;
         }
-        let mut rest: Vec<Task> = tasks
+        let mut rest: Vec<Task> = std::mem::take(tasks)
             .into_iter()
             .zip(keep)
             .filter_map(|(t, k)| k.then_some(t))
@@ -274,24 +289,19 @@ impl Communicator {
             })
         };
         match (result, core) {
-            (Ok(()), None) => Ok(HostRoute::Done(Request::finished())),
-            (Ok(()), Some(req)) if !driving => Ok(HostRoute::Done(req)),
-            (Ok(()), Some(req)) => req.wait().map(|()| HostRoute::Done(Request::finished())),
+            (Ok(()), None) => Ok(Some(Request::finished())),
+            (Ok(()), Some(req)) if !driving => Ok(Some(req)),
+            (Ok(()), Some(req)) => req.wait().map(|()| Some(Request::finished())),
             // The rest still runs (dropping its request waits for it).
             (Err(e), _) => Err(e),
         }
     }
 
-    /// One plugin's ops `idx` (posted order) on host memory, run to
-    /// completion. The caller holds `coll_serial`.
-    fn p2p_host_on(
-        &self,
-        p: usize,
-        idx: &[usize],
-        ops: &[Option<FxP2pOp>],
-        first: &Fingerprint,
-    ) -> Result<()> {
-        let group: SmallVec<[FxP2pOp; 4]> = idx.iter().filter_map(|&i| ops[i]).collect();
+    /// One plugin's `group` of ops (posted order) on host memory, run to
+    /// completion; `first`: its first op's fingerprint (status reports name
+    /// the launch by it). The caller holds `coll_serial` and checked that
+    /// the communicator lives.
+    fn p2p_host_on(&self, p: usize, group: &[FxP2pOp], first: &Fingerprint) -> Result<()> {
         let desc = FxP2pDesc {
             ops: group.as_ptr(),
             nops: group.len() as u32,
@@ -299,7 +309,6 @@ impl Communicator {
             flags: 0,
             reserved: 0,
         };
-        self.check_live()?;
         let plugin = self.colls.get(p)?;
         let status = &self.shared.status;
         // This thread blocks in the plugin: recorded lock-free, as waiting.
@@ -492,6 +501,17 @@ impl Communicator {
         self.shared.failure_cause(&e).unwrap_or_else(|| {
             with_op_count(super::dispatch::plugin_error(e, self.shared.timeout), nops)
         })
+    }
+}
+
+/// Number the host sends and receives a plugin runs among the plugins' sends
+/// to (receives from) their peers, as the plugin counts them: status reports
+/// name a launch by its first op's number.
+fn number_plugin_ops(serial: &mut HostP2p, tasks: &mut [Task], idx: impl Iterator<Item = usize>) {
+    for i in idx {
+        if let Task::P2p(p) = &mut tasks[i] {
+            p.seq = serial.next_seq(p.peer, p.dir == Dir::Send);
+        }
     }
 }
 

@@ -25,4 +25,4 @@ pub(crate) use planner::{plan, Plan, PlanConfig, PlanDevice};
 pub(crate) use runner::{Post, Poster, ScratchBuf, Step};
 pub use spec::CollSpec;
 pub(crate) use task::{label, CollTask, Label, P2pTask, Task, Tasks};
-pub(crate) use to_self::{copy_self_pairs, self_pairs};
+pub(crate) use to_self::{copy_self_pairs, has_self_ops, self_pairs};

@@ -9,13 +9,17 @@ use crate::plugin::Dir;
 
 /// (send, receive) task indices of every send to `rank` and its receive, paired in
 /// order. Unequal numbers or sizes are an error naming them.
-pub(crate) fn self_pairs(tasks: &[Task], rank: usize) -> Result<Vec<(usize, usize)>> {
-    // The usual group has none: no allocation then (a small send costs
-    // well under a microsecond, issue 18).
-    if !tasks
+/// Whether any op of `tasks` is with `rank` itself. The usual group has
+/// none: callers ask first, so a small send (well under a microsecond, issue
+/// 18) pays for no pairing.
+pub(crate) fn has_self_ops(tasks: &[Task], rank: usize) -> bool {
+    tasks
         .iter()
         .any(|t| matches!(t, Task::P2p(p) if p.peer == rank))
-    {
+}
+
+pub(crate) fn self_pairs(tasks: &[Task], rank: usize) -> Result<Vec<(usize, usize)>> {
+    if !has_self_ops(tasks, rank) {
         return Ok(Vec::new());
     }
     let mine = |dir: Dir| -> Vec<usize> {
