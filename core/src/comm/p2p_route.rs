@@ -29,6 +29,9 @@ use std::ffi::c_void;
 /// One plugin launch: the runner's index and its op indices, posted order.
 pub(crate) type Launch = (usize, Indices);
 
+/// One launch's ops as the ABI passes them (inline for a call's usual handful).
+type P2pOps = SmallVec<[FxP2pOp; 4]>;
+
 /// Op indices (inline for a call's usual handful: no allocation per call).
 pub(crate) type Indices = SmallVec<[usize; 4]>;
 
@@ -222,7 +225,7 @@ impl Communicator {
         if let Some(p) = first.filter(|_| winners.iter().all(|w| *w == first)) {
             self.refuse_if_stopped()?;
             number_plugin_ops(&mut serial, tasks, 0..ops.len());
-            let group: SmallVec<[FxP2pOp; 4]> = ops.iter().flatten().copied().collect();
+            let group: P2pOps = ops.iter().flatten().copied().collect();
             self.p2p_host_on(p, &group, &tasks[0].fingerprint())?;
             return Ok(Some(Request::finished()));
         }
@@ -234,7 +237,7 @@ impl Communicator {
         for (_, idx) in &launches {
             number_plugin_ops(&mut serial, tasks, idx.iter().copied());
         }
-        let groups: SmallVec<[(usize, SmallVec<[FxP2pOp; 4]>, Fingerprint); 1]> = launches
+        let groups: SmallVec<[(usize, P2pOps, Fingerprint); 1]> = launches
             .iter()
             .map(|(p, idx)| {
                 let group = idx.iter().filter_map(|&i| ops[i]).collect();
