@@ -116,72 +116,73 @@ class Communicator:
         """The CUDA device this rank uses, or None."""
         return self._c.device
 
-    def _coll(self, kind: str, send: Any, out: Any, count: int, out_numel: int, op: str = "sum",
+    def _coll(self, kind: str, send: Any, out: Any, div: int, mul: int, op: str = "sum",
               root: int = 0, stream: Optional[int] = None, nonblocking: bool = False) -> Any:
-        ref = send if send is not None else out
+        """`kind` of `send`'s elements ÷ `div` into `out` (that count × `mul` elements)."""
+        if out is not None:
+            # Host arrays go straight to the native layer, which reads their
+            # DLPack itself; CUDA tensors (their stream) are prepared here.
+            req = self._c.coll(kind, send, out, div, op, root, nonblocking)
+            if req is not NotImplemented:
+                return (out, req) if nonblocking else out
+        n = _numel(send) // div
         if out is None:
-            out = _empty_like(ref, out_numel)
+            out = _empty_like(send, n * mul)
         in_place = send is out
-        s = _stream_of(ref, stream)
-        req = self._c.collective(kind, None if in_place else _capsule(send, s), _capsule(out, s), count, op,
+        s = _stream_of(send, stream)
+        req = self._c.collective(kind, None if in_place else _capsule(send, s), _capsule(out, s), n, op,
                                  root, in_place, s, nonblocking)
         return (out, req) if nonblocking else out
 
     def all_reduce(self, send: Any, out: Any = None, op: str = "sum", stream: Optional[int] = None,
                    nonblocking: bool = False) -> Any:
         """Every rank's `send` reduced (sum, prod, min, max, avg) into `out` on every rank."""
-        n = _numel(send)
-        return self._coll("all_reduce", send, out, n, n, op, 0, stream, nonblocking)
+        return self._coll("all_reduce", send, out, 1, 1, op, 0, stream, nonblocking)
 
     def all_gather(self, send: Any, out: Any = None, stream: Optional[int] = None, nonblocking: bool = False) -> Any:
         """Every rank's `send` (n elements) into `out` (nranks*n), in rank order."""
-        n = _numel(send)
-        return self._coll("all_gather", send, out, n, n * self.nranks, "sum", 0, stream, nonblocking)
+        return self._coll("all_gather", send, out, 1, self.nranks, "sum", 0, stream, nonblocking)
 
     def reduce_scatter(self, send: Any, out: Any = None, op: str = "sum", stream: Optional[int] = None,
                        nonblocking: bool = False) -> Any:
         """Block r (n elements) of every rank's `send` (nranks*n) reduced into rank r's `out`."""
-        n = _numel(send) // self.nranks
-        return self._coll("reduce_scatter", send, out, n, n, op, 0, stream, nonblocking)
+        return self._coll("reduce_scatter", send, out, self.nranks, 1, op, 0, stream, nonblocking)
 
     def broadcast(self, send: Any, out: Any = None, root: int = 0, stream: Optional[int] = None,
                   nonblocking: bool = False) -> Any:
         """The root's `send` into every rank's `out` (non-roots' `send` gives the size and type)."""
-        n = _numel(send)
-        return self._coll("broadcast", send, out, n, n, "sum", root, stream, nonblocking)
+        return self._coll("broadcast", send, out, 1, 1, "sum", root, stream, nonblocking)
 
     def reduce(self, send: Any, out: Any = None, op: str = "sum", root: int = 0, stream: Optional[int] = None,
                nonblocking: bool = False) -> Any:
         """Every rank's `send` reduced into the root's `out`."""
-        n = _numel(send)
-        return self._coll("reduce", send, out, n, n, op, root, stream, nonblocking)
+        return self._coll("reduce", send, out, 1, 1, op, root, stream, nonblocking)
 
     def all_to_all(self, send: Any, out: Any = None, stream: Optional[int] = None, nonblocking: bool = False) -> Any:
         """Block p of `send` to rank p; block p of `out` from rank p."""
-        n = _numel(send) // self.nranks
-        return self._coll("all_to_all", send, out, n, n * self.nranks, "sum", 0, stream, nonblocking)
+        return self._coll("all_to_all", send, out, self.nranks, self.nranks, "sum", 0, stream, nonblocking)
 
     def gather(self, send: Any, out: Any = None, root: int = 0, stream: Optional[int] = None,
                nonblocking: bool = False) -> Any:
         """Every rank's `send` into the root's `out` (nranks*n), in rank order."""
-        n = _numel(send)
-        return self._coll("gather", send, out, n, n * self.nranks, "sum", root, stream, nonblocking)
+        return self._coll("gather", send, out, 1, self.nranks, "sum", root, stream, nonblocking)
 
     def scatter(self, send: Any, out: Any = None, root: int = 0, stream: Optional[int] = None,
                 nonblocking: bool = False) -> Any:
         """Block r of the root's `send` (nranks*n) into rank r's `out` (n)."""
-        n = _numel(send) // self.nranks
-        return self._coll("scatter", send, out, n, n, "sum", root, stream, nonblocking)
+        return self._coll("scatter", send, out, self.nranks, 1, "sum", root, stream, nonblocking)
 
     def send(self, buf: Any, peer: int, stream: Optional[int] = None) -> None:
         """Send `buf` to `peer` (returns when `buf` may be reused, or once queued on CUDA)."""
-        s = _stream_of(buf, stream)
-        self._c.p2p(True, _capsule(buf, s), peer, s)
+        if self._c.p2p_buf(True, buf, peer) is NotImplemented:
+            s = _stream_of(buf, stream)
+            self._c.p2p(True, _capsule(buf, s), peer, s)
 
     def recv(self, buf: Any, peer: int, stream: Optional[int] = None) -> Any:
         """Receive exactly `buf`'s bytes from `peer` into `buf`."""
-        s = _stream_of(buf, stream)
-        self._c.p2p(False, _capsule(buf, s), peer, s)
+        if self._c.p2p_buf(False, buf, peer) is NotImplemented:
+            s = _stream_of(buf, stream)
+            self._c.p2p(False, _capsule(buf, s), peer, s)
         return buf
 
     def split(self, color: int, key: int = 0) -> Optional["Communicator"]:

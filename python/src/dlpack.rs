@@ -5,8 +5,10 @@
 
 use crate::InvalidArgument;
 use ferrocx::DataType;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyCapsule, PyType};
 use std::ffi::c_void;
 
 #[repr(C)]
@@ -89,11 +91,9 @@ impl Tensor {
         let cap = capsule
             .downcast_bound::<PyCapsule>(py)
             .map_err(|_| InvalidArgument::new_err("not a DLPack capsule"))?;
-        let name = cap
-            .name()?
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if name != "dltensor" {
+        let name = cap.name()?;
+        if name != Some(c"dltensor") {
+            let name = name.map(|n| n.to_string_lossy()).unwrap_or_default();
             return Err(InvalidArgument::new_err(format!(
                 "a capsule named '{name}', not 'dltensor' (already consumed?)"
             )));
@@ -155,4 +155,59 @@ impl Tensor {
             capsule: capsule.clone_ref(py),
         })
     }
+
+    /// Read a host tensor through `obj`'s own DLPack methods. `None` when the
+    /// Python layer must prepare it: no `__dlpack_device__` (it raises the
+    /// error there), or a CUDA tensor (its stream is resolved there). Doing
+    /// this here, not in Python, was most of a small call's cost in the
+    /// package (issue 18).
+    pub fn from_object(obj: &Bound<'_, PyAny>) -> PyResult<Option<Tensor>> {
+        let py = obj.py();
+        let kind = if is_ndarray(obj) {
+            KDL_CPU // NumPy's arrays live in host memory: no need to ask
+        } else {
+            let Ok(dev) = obj.call_method0(intern!(py, "__dlpack_device__")) else {
+                return Ok(None);
+            };
+            let Ok((kind, _)) = dev.extract::<(i32, i32)>() else {
+                return Ok(None);
+            };
+            kind
+        };
+        if kind == KDL_CUDA {
+            return Ok(None);
+        }
+        let capsule = obj.call_method0(intern!(py, "__dlpack__"))?;
+        Tensor::of(py, &capsule.unbind()).map(Some)
+    }
+
+    /// Elements.
+    pub fn numel(&self) -> usize {
+        self.bytes / self.dtype.size()
+    }
+}
+
+/// NumPy's array type, once NumPy is loaded (it is not imported here: an
+/// array exists only once the program imported it).
+static NDARRAY: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+
+/// Whether `obj` is exactly a NumPy array.
+fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
+    let py = obj.py();
+    let t = match NDARRAY.get(py) {
+        Some(t) => t,
+        None => {
+            let found = py
+                .import("sys")
+                .and_then(|sys| sys.getattr("modules"))
+                .and_then(|m| m.get_item("numpy"))
+                .and_then(|np| np.getattr("ndarray"))
+                .and_then(|t| Ok(t.downcast_into::<PyType>()?.unbind()));
+            match found {
+                Ok(t) => NDARRAY.get_or_init(py, || t),
+                Err(_) => return false,
+            }
+        }
+    };
+    obj.get_type().is(t.bind(py))
 }

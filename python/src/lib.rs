@@ -168,6 +168,119 @@ impl Comm {
     }
 }
 
+/// What a collective call asks for, apart from its buffers.
+struct Call {
+    kind: CollKind,
+    count: usize,
+    op: RedOp,
+    root: usize,
+    in_place: bool,
+    /// A CUstream for CUDA tensors, else 0.
+    stream: usize,
+    nonblocking: bool,
+}
+
+impl Comm {
+    /// Run `call` on tensors `s` (None in place or where unused) and `r`.
+    /// A blocking host call starts and waits in one release of the GIL.
+    fn run_collective(
+        &self,
+        py: Python<'_>,
+        call: Call,
+        s: Option<Tensor>,
+        r: Option<Tensor>,
+    ) -> PyResult<Option<Request>> {
+        let name = call.kind.name();
+        let dtype: DataType = r
+            .as_ref()
+            .or(s.as_ref())
+            .map(|t| t.dtype)
+            .unwrap_or(DataType::U8);
+        if let (Some(a), Some(b)) = (&s, &r) {
+            if a.dtype != b.dtype || a.cuda != b.cuda {
+                return Err(InvalidArgument::new_err(format!(
+                    "{name}: send is {} on {}, receive {} on {}",
+                    a.dtype,
+                    if a.cuda { "cuda" } else { "cpu" },
+                    b.dtype,
+                    if b.cuda { "cuda" } else { "cpu" }
+                )));
+            }
+        }
+        let cuda = r.as_ref().or(s.as_ref()).is_some_and(|t| t.cuda);
+        let spec = CollSpec::new(call.kind, dtype, call.count)
+            .op(call.op)
+            .root(call.root);
+        let (sp, sl) = s.as_ref().map_or((0, 0), |t| (t.ptr, t.bytes));
+        let (rp, rl) = r.as_ref().map_or((0, 0), |t| (t.ptr, t.bytes));
+        let (in_place, stream) = (call.in_place, call.stream);
+        let rank = self.comm.rank();
+        let keep = || -> Vec<PyObject> { s.into_iter().chain(r).map(|t| t.capsule).collect() };
+        if cuda {
+            self.call(py, name, |c| {
+                // SAFETY: device buffers of live tensors (kept by the caller), a live stream.
+                unsafe {
+                    if in_place {
+                        c.collective_in_place_on(&spec, rp as u64, stream as ferrocx::RawStream)
+                    } else {
+                        c.collective_on(&spec, sp as u64, rp as u64, stream as ferrocx::RawStream)
+                    }
+                }
+            })?;
+            return Ok(call.nonblocking.then(|| Request {
+                inner: None,
+                _keep: keep(),
+                rank,
+            }));
+        }
+        let (sp, sl) = if in_place { (rp, rl) } else { (sp, sl) };
+        // SAFETY: host buffers of tensors kept alive by `s` and `r` (dropped
+        // after this returns) or by the request's `keep` until it ends.
+        let start = |c: &Communicator| unsafe {
+            c.start_raw(&spec, (sp as *const u8, sl), (rp as *mut u8, rl), in_place)
+        };
+        if !call.nonblocking {
+            self.call(py, name, |c| start(c)?.wait())?;
+            return Ok(None);
+        }
+        let req = self.call(py, name, start)?;
+        Ok(Some(Request {
+            inner: Some(req),
+            _keep: keep(),
+            rank,
+        }))
+    }
+
+    /// Send (`send`) or receive `t`'s bytes to/from `peer`, to completion
+    /// (host) or queued on `stream` (CUDA).
+    fn run_p2p(
+        &self,
+        py: Python<'_>,
+        send: bool,
+        t: Tensor,
+        peer: usize,
+        stream: usize,
+    ) -> PyResult<()> {
+        let name = if send { "send" } else { "recv" };
+        let (p, n, cuda) = (t.ptr, t.bytes, t.cuda);
+        self.call(py, name, move |c| {
+            let mut g = c.group_start();
+            // SAFETY: the tensor lives across the call (`t` is held until it returns).
+            unsafe {
+                match (send, cuda) {
+                    (true, false) => g.send(std::slice::from_raw_parts(p as *const u8, n), peer)?,
+                    (false, false) => {
+                        g.recv(std::slice::from_raw_parts_mut(p as *mut u8, n), peer)?
+                    }
+                    (true, true) => g.send_on(p as u64, n, peer, stream as ferrocx::RawStream)?,
+                    (false, true) => g.recv_on(p as u64, n, peer, stream as ferrocx::RawStream)?,
+                }
+            }
+            g.group_end()
+        })
+    }
+}
+
 #[pymethods]
 impl Comm {
     /// From the launcher's environment (fxrun, mpirun, srun, torchrun).
@@ -205,6 +318,7 @@ impl Comm {
 
     /// A collective on DLPack capsules (`send`/`recv` may be None where
     /// unused). `stream`: a CUstream as an int for CUDA tensors, else 0.
+    /// Returns the call's `Request` when `nonblocking`, else None once done.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (kind, send, recv, count, op, root, in_place, stream, nonblocking))]
     fn collective(
@@ -219,64 +333,64 @@ impl Comm {
         in_place: bool,
         stream: usize,
         nonblocking: bool,
-    ) -> PyResult<Request> {
-        let kind = kind_of(kind)?;
-        let name = kind.name();
+    ) -> PyResult<Option<Request>> {
         let s = send.as_ref().map(|o| Tensor::of(py, o)).transpose()?;
         let r = recv.as_ref().map(|o| Tensor::of(py, o)).transpose()?;
-        let dtype: DataType = r
-            .as_ref()
-            .or(s.as_ref())
-            .map(|t| t.dtype)
-            .unwrap_or(DataType::U8);
-        if let (Some(a), Some(b)) = (&s, &r) {
-            if a.dtype != b.dtype || a.cuda != b.cuda {
-                return Err(InvalidArgument::new_err(format!(
-                    "{name}: send is {} on {}, receive {} on {}",
-                    a.dtype,
-                    if a.cuda { "cuda" } else { "cpu" },
-                    b.dtype,
-                    if b.cuda { "cuda" } else { "cpu" }
-                )));
-            }
-        }
-        let cuda = r.as_ref().or(s.as_ref()).is_some_and(|t| t.cuda);
-        let spec = CollSpec::new(kind, dtype, count).op(op_of(op)?).root(root);
-        let (sp, sl) = s.as_ref().map_or((0, 0), |t| (t.ptr, t.bytes));
-        let (rp, rl) = r.as_ref().map_or((0, 0), |t| (t.ptr, t.bytes));
-        let rank = self.comm.rank();
-        let keep: Vec<PyObject> = s.into_iter().chain(r).map(|t| t.capsule).collect();
-        if cuda {
-            self.call(py, name, |c| {
-                // SAFETY: device buffers of live tensors (kept by the caller), a live stream.
-                unsafe {
-                    if in_place {
-                        c.collective_in_place_on(&spec, rp as u64, stream as ferrocx::RawStream)
-                    } else {
-                        c.collective_on(&spec, sp as u64, rp as u64, stream as ferrocx::RawStream)
-                    }
-                }
-            })?;
-            return Ok(Request {
-                inner: None,
-                _keep: keep,
-                rank,
-            });
-        }
-        let (sp, sl) = if in_place { (rp, rl) } else { (sp, sl) };
-        // SAFETY: host buffers of tensors kept alive by `keep` until the request ends.
-        let req = self.call(py, name, |c| unsafe {
-            c.start_raw(&spec, (sp as *const u8, sl), (rp as *mut u8, rl), in_place)
-        })?;
-        let mut req = Request {
-            inner: Some(req),
-            _keep: keep,
-            rank,
+        let call = Call {
+            kind: kind_of(kind)?,
+            count,
+            op: op_of(op)?,
+            root,
+            in_place,
+            stream,
+            nonblocking,
         };
-        if !nonblocking {
-            req.wait(py)?;
-        }
-        Ok(req)
+        self.run_collective(py, call, s, r)
+    }
+
+    /// The same on host buffers themselves (`send is out`: in place), the
+    /// count being `send`'s elements ÷ `div`: NotImplemented where the
+    /// Python layer must prepare them ([`Tensor::from_object`]: CUDA
+    /// tensors, objects without DLPack), else as [`collective`](Self::collective).
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (kind, send, out, div, op, root, nonblocking))]
+    fn coll(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        send: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        div: usize,
+        op: &str,
+        root: usize,
+        nonblocking: bool,
+    ) -> PyResult<PyObject> {
+        let in_place = send.is(out);
+        let Some(s) = Tensor::from_object(send)? else {
+            return Ok(py.NotImplemented());
+        };
+        let count = s.numel() / div.max(1);
+        let (s, r) = if in_place {
+            (None, s)
+        } else {
+            match Tensor::from_object(out)? {
+                Some(r) => (Some(s), r),
+                None => return Ok(py.NotImplemented()),
+            }
+        };
+        let call = Call {
+            kind: kind_of(kind)?,
+            count,
+            op: op_of(op)?,
+            root,
+            in_place,
+            stream: 0,
+            nonblocking,
+        };
+        Ok(match self.run_collective(py, call, s, Some(r))? {
+            Some(req) => Py::new(py, req)?.into_any(),
+            None => py.None(),
+        })
     }
 
     /// Send (`send=True`) or receive `capsule`'s bytes to/from `peer`.
@@ -290,23 +404,24 @@ impl Comm {
         stream: usize,
     ) -> PyResult<()> {
         let t = Tensor::of(py, &capsule)?;
-        let name = if send { "send" } else { "recv" };
-        let (p, n, cuda) = (t.ptr, t.bytes, t.cuda);
-        self.call(py, name, move |c| {
-            let mut g = c.group_start();
-            // SAFETY: the tensor lives across the call (the caller holds it).
-            unsafe {
-                match (send, cuda) {
-                    (true, false) => g.send(std::slice::from_raw_parts(p as *const u8, n), peer)?,
-                    (false, false) => {
-                        g.recv(std::slice::from_raw_parts_mut(p as *mut u8, n), peer)?
-                    }
-                    (true, true) => g.send_on(p as u64, n, peer, stream as ferrocx::RawStream)?,
-                    (false, true) => g.recv_on(p as u64, n, peer, stream as ferrocx::RawStream)?,
-                }
-            }
-            g.group_end()
-        })
+        self.run_p2p(py, send, t, peer, stream)
+    }
+
+    /// The same on a host buffer itself: NotImplemented where the Python
+    /// layer must prepare it ([`Tensor::from_object`]), else None once done.
+    #[pyo3(signature = (send, buf, peer))]
+    fn p2p_buf(
+        &self,
+        py: Python<'_>,
+        send: bool,
+        buf: &Bound<'_, PyAny>,
+        peer: usize,
+    ) -> PyResult<PyObject> {
+        let Some(t) = Tensor::from_object(buf)? else {
+            return Ok(py.NotImplemented());
+        };
+        self.run_p2p(py, send, t, peer, 0)?;
+        Ok(py.None())
     }
 
     /// New communicators by color (None for a negative color), ordered by key.

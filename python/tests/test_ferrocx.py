@@ -66,6 +66,39 @@ def test_nonblocking():
     np.testing.assert_array_equal(out, np.full(100_000, float(n), dtype=np.float32))
 
 
+def test_every_collective_into_given_outputs():
+    """With `out=` host arrays go straight to the native layer (no Python-side
+    DLPack work): the same results as with a new output, in place and not."""
+    x = np.arange(4 * n, dtype=np.float32) + me
+    cases = [
+        ("all_reduce", {}, 4 * n), ("all_gather", {}, 4 * n * n), ("reduce_scatter", {}, 4),
+        ("broadcast", {"root": n - 1}, 4 * n), ("reduce", {"root": 0}, 4 * n),
+        ("all_to_all", {}, 4 * n), ("gather", {"root": 1}, 4 * n * n), ("scatter", {"root": 0}, 4),
+    ]
+    for name, kw, out_len in cases:
+        f = getattr(comm, name)
+        want = f(x, **kw)
+        out = np.full(out_len, -7, dtype=np.float32)
+        assert f(x, out=out, **kw) is out
+        if name not in ("reduce", "gather") or me == kw["root"]:
+            np.testing.assert_array_equal(out, want, err_msg=name)
+        got, req = f(x, out=np.zeros(out_len, dtype=np.float32), nonblocking=True, **kw)
+        req.wait()
+        if name not in ("reduce", "gather") or me == kw["root"]:
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} nonblocking")
+    y = x.copy()
+    comm.broadcast(y, out=y, root=0)
+    np.testing.assert_array_equal(y, np.arange(4 * n, dtype=np.float32))
+    with pytest.raises(ferrocx.InvalidArgument, match="all_reduce: send is float on cpu, receive int32 on cpu"):
+        comm.all_reduce(x, out=np.zeros(4 * n, dtype=np.int32))
+    with pytest.raises(ferrocx.InvalidArgument, match="__dlpack__"):
+        comm.all_reduce(x, out=[0.0] * (4 * n))
+    with pytest.raises(ferrocx.InvalidArgument, match="not contiguous"):
+        comm.all_reduce(x, out=np.zeros((4 * n, 2), dtype=np.float32)[:, 0])
+    # Still in step after the errors (each failed before anything moved).
+    np.testing.assert_array_equal(comm.all_reduce(np.ones(2, dtype=np.int32)), np.full(2, n))
+
+
 def test_send_recv_ring():
     x = np.arange(1000, dtype=np.int64) + me
     y = np.empty_like(x)
