@@ -192,43 +192,53 @@ impl Communicator {
         if !self.any_p2p_plugin() {
             return Ok(None);
         }
-        let ops: SmallVec<[Option<FxP2pOp>; 4]> = tasks
-            .iter()
-            .map(|t| match t {
-                Task::P2p(p) if !p.device => Some(raw_op(p.dir, p.peer, p.len, p.ptr)),
-                _ => None,
-            })
-            .collect();
-        if ops.iter().all(Option::is_none) {
+        let host_op = |t: &Task| match t {
+            Task::P2p(p) if !p.device => Some(raw_op(p.dir, p.peer, p.len, p.ptr)),
+            _ => None,
+        };
+        if !tasks.iter().any(|t| matches!(t, Task::P2p(p) if !p.device)) {
             return Ok(None); // collectives, device ops: no lock
         }
         // One lock for the bids, the numbers and (with nothing for the core)
         // the launches: the plugins' hooks are serialized anyway.
         let mut serial = self.coll_serial.lock();
-        let mut winners: SmallVec<[Option<usize>; 4]> = SmallVec::with_capacity(ops.len());
-        for op in &ops {
-            winners.push(op.and_then(|op| {
-                let key = BidKey {
-                    send: op.kind == FX_P2P_SEND,
-                    peer: op.peer as usize,
-                    bytes: op.bytes as usize,
-                };
-                serial
-                    .bids
-                    .winner(key, || self.p2p_winner(&op, FX_MEM_HOST, false))
-            }));
-        }
+        let winner = |serial: &mut HostP2p, op: &FxP2pOp| {
+            let key = BidKey {
+                send: op.kind == FX_P2P_SEND,
+                peer: op.peer as usize,
+                bytes: op.bytes as usize,
+            };
+            serial
+                .bids
+                .winner(key, || self.p2p_winner(op, FX_MEM_HOST, false))
+        };
         // The usual group (a send and a receive, say): every op a host op
-        // that one plugin wins, run as one launch without the general split
-        // (issue 18: this path is a few hundred nanoseconds in all).
-        let first = winners.first().copied().flatten();
-        if let Some(p) = first.filter(|_| winners.iter().all(|w| *w == first)) {
+        // that one plugin wins, run as one launch, found in one pass without
+        // the general split (issue 18: this path is a few hundred nanoseconds
+        // in all).
+        let mut group = P2pOps::new();
+        let mut one = None;
+        for t in tasks.iter() {
+            let Some(op) = host_op(t) else { break };
+            let w = winner(&mut serial, &op);
+            if w.is_none() || (one.is_some() && w != one) {
+                break;
+            }
+            one = w;
+            group.push(op);
+        }
+        if let Some(p) = one.filter(|_| group.len() == tasks.len()) {
             self.refuse_if_stopped()?;
-            number_plugin_ops(&mut serial, tasks, 0..ops.len());
-            let group: P2pOps = ops.iter().flatten().copied().collect();
+            number_plugin_ops(&mut serial, tasks, 0..group.len());
             self.p2p_host_on(p, &group, &tasks[0].fingerprint())?;
             return Ok(Some(Request::finished()));
         }
+        // Otherwise per op (the bids are remembered: asking again is cheap).
+        let ops: SmallVec<[Option<FxP2pOp>; 4]> = tasks.iter().map(host_op).collect();
+        let winners: SmallVec<[Option<usize>; 4]> = ops
+            .iter()
+            .map(|op| op.as_ref().and_then(|op| winner(&mut serial, op)))
+            .collect();
         let (launches, rest) = split(tasks.len(), |i| winners[i]);
         if launches.is_empty() {
             return Ok(None);
