@@ -119,12 +119,12 @@ class Communicator:
     def _coll(self, kind: str, send: Any, out: Any, div: int, mul: int, op: str = "sum",
               root: int = 0, stream: Optional[int] = None, nonblocking: bool = False) -> Any:
         """`kind` of `send`'s elements ÷ `div` into `out` (that count × `mul` elements)."""
-        if out is not None:
-            # Host arrays go straight to the native layer, which reads their
-            # DLPack itself; CUDA tensors (their stream) are prepared here.
-            req = self._c.coll(kind, send, out, div, op, root, nonblocking)
-            if req is not NotImplemented:
-                return (out, req) if nonblocking else out
+        # Host arrays go straight to the native layer, which reads their DLPack
+        # (and makes a NumPy output) itself; CUDA tensors (their stream) and
+        # outputs like other inputs are prepared here.
+        r = self._c.coll(kind, send, out, div, mul, op, root, nonblocking)
+        if r is not NotImplemented:
+            return r
         n = _numel(send) // div
         if out is None:
             out = _empty_like(send, n * mul)

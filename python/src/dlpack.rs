@@ -211,3 +211,20 @@ fn is_ndarray(obj: &Bound<'_, PyAny>) -> bool {
     };
     obj.get_type().is(t.bind(py))
 }
+
+/// `numpy.empty`, looked up once (only after an array was seen).
+static NP_EMPTY: GILOnceCell<PyObject> = GILOnceCell::new();
+
+/// A new 1-D NumPy array of `n` elements of `like`'s type, if `like` is a
+/// NumPy array (`None` otherwise: the Python layer allocates then).
+pub fn empty_like<'py>(like: &Bound<'py, PyAny>, n: usize) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if !is_ndarray(like) {
+        return Ok(None);
+    }
+    let py = like.py();
+    let empty = NP_EMPTY.get_or_try_init(py, || {
+        py.import("numpy")?.getattr("empty").map(Bound::unbind)
+    })?;
+    let dtype = like.getattr(intern!(py, "dtype"))?;
+    empty.bind(py).call1((n, dtype)).map(Some)
+}

@@ -348,32 +348,43 @@ impl Comm {
         self.run_collective(py, call, s, r)
     }
 
-    /// The same on host buffers themselves (`send is out`: in place), the
-    /// count being `send`'s elements ÷ `div`: NotImplemented where the
-    /// Python layer must prepare them ([`Tensor::from_object`]: CUDA
-    /// tensors, objects without DLPack), else as [`collective`](Self::collective).
+    /// The same on host buffers themselves, as `Communicator`'s methods
+    /// return it: `out` (a new NumPy array of the count × `mul` elements when
+    /// None), or `(out, request)` when `nonblocking`. The count is `send`'s
+    /// elements ÷ `div`; `send is out`: in place. NotImplemented where the
+    /// Python layer must prepare the buffers ([`Tensor::from_object`]: CUDA
+    /// tensors, objects without DLPack; or a new output like a non-NumPy
+    /// `send`).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (kind, send, out, div, op, root, nonblocking))]
+    #[pyo3(signature = (kind, send, out, div, mul, op, root, nonblocking))]
     fn coll(
         &self,
         py: Python<'_>,
         kind: &str,
         send: &Bound<'_, PyAny>,
-        out: &Bound<'_, PyAny>,
+        out: Option<&Bound<'_, PyAny>>,
         div: usize,
+        mul: usize,
         op: &str,
         root: usize,
         nonblocking: bool,
     ) -> PyResult<PyObject> {
-        let in_place = send.is(out);
+        let in_place = out.is_some_and(|o| send.is(o));
         let Some(s) = Tensor::from_object(send)? else {
             return Ok(py.NotImplemented());
         };
         let count = s.numel() / div.max(1);
+        let out = match out {
+            Some(o) => o.clone(),
+            None => match dlpack::empty_like(send, count * mul)? {
+                Some(o) => o,
+                None => return Ok(py.NotImplemented()),
+            },
+        };
         let (s, r) = if in_place {
             (None, s)
         } else {
-            match Tensor::from_object(out)? {
+            match Tensor::from_object(&out)? {
                 Some(r) => (Some(s), r),
                 None => return Ok(py.NotImplemented()),
             }
@@ -388,8 +399,11 @@ impl Comm {
             nonblocking,
         };
         Ok(match self.run_collective(py, call, s, Some(r))? {
-            Some(req) => Py::new(py, req)?.into_any(),
-            None => py.None(),
+            Some(req) => (out, Py::new(py, req)?)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            None => out.unbind(),
         })
     }
 

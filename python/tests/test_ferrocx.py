@@ -67,8 +67,9 @@ def test_nonblocking():
 
 
 def test_every_collective_into_given_outputs():
-    """With `out=` host arrays go straight to the native layer (no Python-side
-    DLPack work): the same results as with a new output, in place and not."""
+    """Host arrays go straight to the native layer (no Python-side DLPack work,
+    a new output made there): the same results with `out=` as without, in
+    place and not, blocking and not."""
     x = np.arange(4 * n, dtype=np.float32) + me
     cases = [
         ("all_reduce", {}, 4 * n), ("all_gather", {}, 4 * n * n), ("reduce_scatter", {}, 4),
@@ -86,6 +87,16 @@ def test_every_collective_into_given_outputs():
         req.wait()
         if name not in ("reduce", "gather") or me == kw["root"]:
             np.testing.assert_array_equal(got, want, err_msg=f"{name} nonblocking")
+    # Not exactly NumPy's array (a subclass): its device is asked, and a new
+    # output is made on the Python side.
+    class Sub(np.ndarray):
+        pass
+
+    xs = x.view(Sub)
+    np.testing.assert_array_equal(comm.all_reduce(xs), comm.all_reduce(x))
+    out = np.zeros(4 * n * n, dtype=np.float32).view(Sub)
+    assert comm.all_gather(xs, out=out) is out
+    np.testing.assert_array_equal(out, comm.all_gather(x))
     y = x.copy()
     comm.broadcast(y, out=y, root=0)
     np.testing.assert_array_equal(y, np.arange(4 * n, dtype=np.float32))
