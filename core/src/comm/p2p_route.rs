@@ -312,8 +312,7 @@ impl Communicator {
 
     /// One plugin's `group` of ops (posted order) on host memory, run to
     /// completion; `first`: its first op's fingerprint (status reports name
-    /// the launch by it). The caller holds `coll_serial` and checked that
-    /// the communicator lives.
+    /// the launch by it). The caller holds `coll_serial`.
     fn p2p_host_on(&self, p: usize, group: &[FxP2pOp], first: &Fingerprint) -> Result<()> {
         let desc = FxP2pDesc {
             ops: group.as_ptr(),
@@ -322,6 +321,9 @@ impl Communicator {
             flags: 0,
             reserved: 0,
         };
+        // Under the lock: a communicator destroyed meanwhile (another thread)
+        // no longer has its plugins' comms.
+        self.check_live()?;
         let plugin = self.colls.get(p)?;
         let status = &self.shared.status;
         // This thread blocks in the plugin: recorded lock-free, as waiting.
