@@ -117,7 +117,7 @@ fn groups_in_different_orders_do_not_deadlock() {
     }
 }
 
-/// Host messages of at most 4 KiB run on shm-coll's point-to-point rings,
+/// Host messages of at most 64 KiB run on shm-coll's point-to-point rings,
 /// larger ones on the core's shm transport, in one group, asynchronous groups
 /// and blocking calls mixed across ranks; every byte checked (with the call
 /// check on, and off on 3 ranks).

@@ -6,7 +6,7 @@
 //! | `FERROCX_SHM_COLL_BYTES` | `64K` | the largest message between two ranks it takes: a call runs on shm-coll when each rank's block (`count` × element size) is at most this; also the size of each mailbox slot (0 = never) |
 //! | `FERROCX_SHM_COLL_MAX_BYTES` | `256K` | the largest block it bids for, moved through the slots in chunks; above 4 ranks it shrinks as 4 / ranks (every rank reads and reduces every rank's block), never below a slot |
 //! | `FERROCX_SHM_COLL_MEMORY` | `16M` | shared memory a communicator's mailboxes may take in all (2 × ranks² slots): with many ranks the slot, and so the largest block, shrinks to fit |
-//! | `FERROCX_SHM_COLL_P2P_BYTES` | `4K` | the largest host-memory send or receive it takes (through a ring of 8 slots of this size per pair and direction, besides the collectives' slots; 0 = none, at most 64K) |
+//! | `FERROCX_SHM_COLL_P2P_BYTES` | `64K` | the largest host-memory send or receive it takes (through a ring of 8 slots of this size per pair and direction, besides the collectives' slots, shrinking with many ranks to fit `FERROCX_SHM_COLL_MEMORY`; 0 = none, at most 64K) |
 //! | `FERROCX_SHM_COLL_MAX_RANKS` | `16` | the most ranks a communicator may have for shm-coll to take part (every rank writes to every peer in a call) |
 //! | `FERROCX_CHECK_CALLS` | `1` | the core's call check: `0` skips comparing call fingerprints |
 //!
@@ -35,10 +35,12 @@ pub const MIN_SLOT: usize = 64;
 pub const DEFAULT_MAX_RANKS: usize = 16;
 /// Largest accepted `FERROCX_SHM_COLL_BYTES`: slots are mapped by every rank.
 pub const MAX_BYTES: usize = 1 << 20;
-/// Default largest point-to-point message: Open MPI's shared-memory eager
-/// limit is of this order, and above it the core's path (single copy by CMA
-/// from 16 KiB) already beats Open MPI on the dev VM (docs/BENCH.md).
-pub const DEFAULT_P2P_BYTES: usize = 4 << 10;
+/// Default largest point-to-point message: the rings beat the core's path
+/// (single copy by CMA from 16 KiB) at every size up to it — on the dev VM,
+/// 2 ranks, 32 KiB in 2.8–3.9 µs against 8.8 (Open MPI 5.9), 4 ranks on 2
+/// vCPUs 13–17 against 46 (docs/BENCH.md, session 19) — and cost small
+/// messages nothing more than 4 KiB slots did.
+pub const DEFAULT_P2P_BYTES: usize = 64 << 10;
 /// Largest accepted `FERROCX_SHM_COLL_P2P_BYTES`.
 pub const MAX_P2P_BYTES: usize = 64 << 10;
 
@@ -183,7 +185,9 @@ mod tests {
         assert_eq!(d.max_block(2), 256 << 10);
         assert_eq!(d.max_block(16), 64 << 10);
         // Point-to-point messages: shrunk to fit, 0 stays 0.
-        assert_eq!(d.p2p_slot_bytes(2), 4096);
+        assert_eq!(d.p2p_slot_bytes(2), 64 << 10);
+        assert_eq!(d.p2p_slot_bytes(8), 32 << 10);
+        assert_eq!(d.p2p_slot_bytes(16), 8 << 10);
         assert_eq!(d.p2p_slot_bytes(1000), 2);
         assert_eq!(c.p2p_slot_bytes(2), 0);
         let odd = with(&[("FERROCX_SHM_COLL_P2P_BYTES", "100")]).unwrap();
