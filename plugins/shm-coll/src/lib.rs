@@ -38,7 +38,7 @@
 //!
 //! See [`config`]: `FERROCX_SHM_COLL_PRIORITY` (150; 0 disables),
 //! `FERROCX_SHM_COLL_MAX_BYTES` (256K), `FERROCX_SHM_COLL_BYTES` (64K),
-//! `FERROCX_SHM_COLL_MEMORY` (16M),
+//! `FERROCX_SHM_COLL_MEMORY` (16M), `FERROCX_SHM_COLL_P2P_BYTES` (64K),
 //! `FERROCX_SHM_COLL_MAX_RANKS` (16); and
 //! `FERROCX_COLLECTIVES=^shm-coll` leaves it out like any plugin.
 //!
