@@ -129,6 +129,7 @@ fn main() -> ExitCode {
         ),
         Some("host-p2p") => coll::host_p2p::run(args[1].parse().expect("rounds"), &args[2]),
         Some("host-p2p-size") => coll::host_p2p::size_mismatch(),
+        Some("host-p2p-lazy") => coll::host_p2p::lazy_connections(),
         Some("shrink") => coll::shrink::run(),
         Some("coll-plugin") => coll::plugin::run(
             opt("--expect"),

@@ -240,3 +240,46 @@ pub fn size_mismatch() -> Result<String, String> {
     comm.destroy().map_err(e2s)?;
     Ok(format!("SIZE {what}"))
 }
+
+/// `host-p2p-lazy` (4 ranks): the known limit of the core's lazy connections
+/// (docs/ARCHITECTURE.md, Connections). Messages m1 = 2 → 0, m2 = 0 → 1,
+/// m3 = 1 → 2, all above the rings' limit and the first on their pairs:
+/// ranks 0 and 1 make blocking calls in that order, rank 2 posts m1 and m3
+/// in one group. A valid program; today rank 2's group holds m1 back until
+/// rank 1 posts m3, which waits for m2, which waits for m1: the ranks hang
+/// until the timeout.
+pub fn lazy_connections() -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let me = comm.rank();
+    if comm.nranks() != 4 {
+        return Err("needs 4 ranks".into());
+    }
+    let size = LIMIT + 1;
+    let msg = |k: u8| vec![k; size];
+    let mut got = vec![0u8; size];
+    match me {
+        0 => {
+            comm.recv(&mut got, 2).map_err(e2s)?;
+            comm.send(&msg(2), 1).map_err(e2s)?;
+        }
+        1 => {
+            comm.recv(&mut got, 0).map_err(e2s)?;
+            comm.send(&msg(3), 2).map_err(e2s)?;
+        }
+        2 => {
+            let m1 = msg(1);
+            let mut g = comm.group_start();
+            g.send(&m1, 0).map_err(e2s)?;
+            g.recv(&mut got, 1).map_err(e2s)?;
+            g.group_end().map_err(e2s)?;
+        }
+        _ => {}
+    }
+    // Rank 0 receives m1, rank 1 m2, rank 2 m3.
+    if me < 3 && got != msg(me as u8 + 1) {
+        return Err(format!("rank {me} received wrong bytes"));
+    }
+    comm.barrier().map_err(e2s)?;
+    comm.destroy().map_err(e2s)?;
+    Ok("LAZY every message arrived".into())
+}
