@@ -84,31 +84,52 @@ impl CommShared {
         Ok(())
     }
 
+    /// What a peer said went wrong, awaited for up to `grace`: the first
+    /// error of [`check_peers`](Self::check_peers). A failure seen locally (a
+    /// transport's reset, a plugin's stopped wait) is often the symptom of a
+    /// peer's death, abort or mismatch whose notice travels over the bootstrap
+    /// mesh and lands a moment later; callers wait for it on their error path
+    /// only.
+    pub fn peer_cause_within(&self, grace: Duration) -> Option<Error> {
+        first_cause(grace, || self.check_peers())
+    }
+
     /// The cause to report for a plugin's failure: a peer's mismatch, hang
     /// report or death, when one explains it. A plugin that failed with
-    /// `FX_REMOTE` stopped because another rank gave up; that rank's notice
-    /// travels over the bootstrap mesh and may land after the plugin's own
-    /// signal (shared memory is faster than a socket), so it is awaited for a
-    /// short grace — on the error path only.
+    /// `FX_REMOTE` stopped because another rank gave up: its notice is awaited
+    /// for [`CAUSE_GRACE`] (at most the timeout); other failures look once.
     pub fn failure_cause(&self, e: &Error) -> Option<Error> {
-        let grace = self.timeout.min(CAUSE_GRACE);
-        await_cause(e, grace, || self.check_peers())
+        self.peer_cause_within(cause_grace(e, self.timeout))
+            .and_then(explains)
     }
 }
 
-/// [`CommShared::failure_cause`] over any `check` (sans-IO for the tests):
-/// polls `check` until it names a cause, fails otherwise, or — for anything but
-/// a plugin's `FX_REMOTE` symptom, at once — `grace` ends.
-fn await_cause(e: &Error, grace: Duration, mut check: impl FnMut() -> Result<()>) -> Option<Error> {
-    let symptom = matches!(e, Error::Plugin { code, .. } if *code == FX_REMOTE);
+/// How long a plugin's failure `e` waits for a peer's cause: [`CAUSE_GRACE`]
+/// (at most `timeout`) for an `FX_REMOTE` symptom, else none (one look).
+fn cause_grace(e: &Error, timeout: Duration) -> Duration {
+    match e {
+        Error::Plugin { code, .. } if *code == FX_REMOTE => timeout.min(CAUSE_GRACE),
+        _ => Duration::ZERO,
+    }
+}
+
+/// A peer's error that explains a plugin's failure (a local abort does not).
+fn explains(cause: Error) -> Option<Error> {
+    match cause {
+        Error::Mismatch { .. } | Error::Hang { .. } | Error::PeerFailed { .. } => Some(cause),
+        _ => None,
+    }
+}
+
+/// [`CommShared::peer_cause_within`] over any `check` (sans-IO for the
+/// tests): polls `check` until it fails (that error) or `grace` ends (`None`;
+/// a zero grace checks once).
+fn first_cause(grace: Duration, mut check: impl FnMut() -> Result<()>) -> Option<Error> {
     let deadline = Instant::now() + grace;
     loop {
         match check() {
-            Err(
-                cause @ (Error::Mismatch { .. } | Error::Hang { .. } | Error::PeerFailed { .. }),
-            ) => return Some(cause),
-            Err(_) => return None,
-            Ok(()) if !symptom || Instant::now() >= deadline => return None,
+            Err(cause) => return Some(cause),
+            Ok(()) if Instant::now() >= deadline => return None,
             Ok(()) => std::thread::sleep(Duration::from_millis(1)),
         }
     }
@@ -121,17 +142,6 @@ const CAUSE_GRACE: Duration = Duration::from_secs(1);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferrocx_sdk::abi::FX_INVALID_ARGUMENT;
-
-    fn plugin(code: i32) -> Error {
-        Error::Plugin {
-            plugin: "shm-coll".into(),
-            hook: "launch",
-            peer: None,
-            code,
-            message: "launch: rank 0 gave up: the communicator broke or was aborted".into(),
-        }
-    }
 
     fn mismatch() -> Error {
         Error::Mismatch {
@@ -142,12 +152,12 @@ mod tests {
         }
     }
 
-    /// A peer's notice that lands after the plugin's symptom is still the cause
-    /// reported (CI once saw the symptom win this race on a third rank).
+    /// A peer's notice that lands after the local symptom is still the cause
+    /// reported (CI once saw a plugin's symptom win this race on a third rank).
     #[test]
-    fn a_remote_failure_waits_for_the_notice_that_explains_it() {
+    fn a_notice_that_lands_within_the_grace_is_the_cause() {
         let mut polls = 0;
-        let cause = await_cause(&plugin(FX_REMOTE), Duration::from_secs(5), || {
+        let cause = first_cause(Duration::from_secs(5), || {
             polls += 1;
             if polls < 20 {
                 Ok(())
@@ -162,26 +172,53 @@ mod tests {
         assert_eq!(polls, 20);
     }
 
-    /// Without a notice the grace ends; other failures do not wait at all; a
-    /// local abort is no peer's cause.
+    /// Without a notice the grace ends; a zero grace looks once.
     #[test]
-    fn no_notice_ends_the_grace_and_other_failures_do_not_wait() {
+    fn no_notice_ends_the_grace_and_a_zero_grace_looks_once() {
         let t = Instant::now();
         let grace = Duration::from_millis(30);
-        assert!(await_cause(&plugin(FX_REMOTE), grace, || Ok(())).is_none());
+        assert!(first_cause(grace, || Ok(())).is_none());
         assert!(t.elapsed() >= grace);
 
         let mut polls = 0;
-        let none = await_cause(&plugin(FX_INVALID_ARGUMENT), Duration::from_secs(5), || {
+        let none = first_cause(Duration::ZERO, || {
             polls += 1;
             Ok(())
         });
         assert!(none.is_none());
         assert_eq!(polls, 1);
 
-        let local = await_cause(&plugin(FX_REMOTE), Duration::from_secs(5), || {
+        let local = first_cause(Duration::from_secs(5), || {
             Err(Error::Destroyed("rank 2 was aborted".into()))
         });
-        assert!(local.is_none());
+        assert!(matches!(local, Some(Error::Destroyed(_))));
+    }
+
+    fn plugin(code: i32) -> Error {
+        Error::Plugin {
+            plugin: "shm-coll".into(),
+            hook: "launch",
+            peer: None,
+            code,
+            message: "launch: rank 0 gave up: the communicator broke or was aborted".into(),
+        }
+    }
+
+    /// Only a plugin's `FX_REMOTE` symptom waits (never past the timeout);
+    /// other failures look once; a local abort is no peer's cause.
+    #[test]
+    fn only_a_remote_symptom_waits_and_a_local_abort_explains_nothing() {
+        let t = Duration::from_secs(20);
+        assert_eq!(cause_grace(&plugin(FX_REMOTE), t), CAUSE_GRACE);
+        assert_eq!(
+            cause_grace(&plugin(FX_REMOTE), Duration::from_millis(300)),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            cause_grace(&plugin(ferrocx_sdk::abi::FX_INVALID_ARGUMENT), t),
+            Duration::ZERO
+        );
+        assert!(explains(mismatch()).is_some());
+        assert!(explains(Error::Destroyed("rank 2 was aborted".into())).is_none());
     }
 }

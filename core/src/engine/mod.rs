@@ -633,14 +633,7 @@ impl Engine {
             // The bootstrap may learn of it a moment after a transport does (a
             // survivor that saw the death first resets its connections to us), so
             // give it a short grace period before blaming the messenger.
-            let grace = Instant::now() + ROOT_CAUSE_GRACE;
-            let e = loop {
-                match self.shared.check_peers() {
-                    Err(peer_err) => break peer_err,
-                    Ok(()) if Instant::now() >= grace => break e,
-                    Ok(()) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            };
+            let e = self.shared.peer_cause_within(ROOT_CAUSE_GRACE).unwrap_or(e);
             self.break_all(st, e);
             return true;
         }

@@ -7,8 +7,6 @@ use super::{P2pTask, Task};
 use crate::error::{Error, Result};
 use crate::plugin::Dir;
 
-/// (send, receive) task indices of every send to `rank` and its receive, paired in
-/// order. Unequal numbers or sizes are an error naming them.
 /// Whether any op of `tasks` is with `rank` itself. The usual group has
 /// none: callers ask first, so a small send (well under a microsecond, issue
 /// 18) pays for no pairing.
@@ -18,6 +16,8 @@ pub(crate) fn has_self_ops(tasks: &[Task], rank: usize) -> bool {
         .any(|t| matches!(t, Task::P2p(p) if p.peer == rank))
 }
 
+/// (send, receive) task indices of every send to `rank` and its receive, paired in
+/// order. Unequal numbers or sizes are an error naming them.
 pub(crate) fn self_pairs(tasks: &[Task], rank: usize) -> Result<Vec<(usize, usize)>> {
     if !has_self_ops(tasks, rank) {
         return Ok(Vec::new());
