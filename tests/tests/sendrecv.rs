@@ -177,12 +177,11 @@ fn a_small_receive_of_another_size_fails_alone() {
     );
 }
 
-/// The known limit of the core's lazy connections (docs/ARCHITECTURE.md,
-/// Connections): a valid program of three messages that today hangs until
-/// the timeout. Ignored until the core queues a group's plans per
-/// connection; run it with `cargo test --test sendrecv -- --ignored`.
+/// A group's op on a connection already made goes while the group's other
+/// connection waits for a peer that first needs that op (docs/ARCHITECTURE.md,
+/// Connections): a valid program of three messages that once hung until the
+/// timeout.
 #[test]
-#[ignore = "known limit of lazy connections (docs/ARCHITECTURE.md, Connections)"]
 fn a_group_making_a_connection_does_not_hold_back_its_other_ops() {
     let outs = ferrocx_tests::run_passing(
         WORKER,

@@ -213,36 +213,62 @@ impl Mailbox {
         deadline: Instant,
         heed_abort: bool,
     ) -> Result<Vec<u8>, WaitError> {
+        self.wait_any(&[(peer, tag)], deadline, heed_abort)
+            .map(|(_, m)| m)
+            .map_err(|(_, e)| e)
+    }
+
+    /// Take the oldest message of the first of `keys` (peer, tag) that has one,
+    /// waiting until `deadline`: its index in `keys` and the message. A failure
+    /// comes with the index of the key it concerns (a dead or departed peer's;
+    /// 0 for an abort, a close or the deadline). For waits on several peers at
+    /// once: connection setup takes requests and answers in the order they come.
+    pub fn wait_any(
+        &self,
+        keys: &[(usize, u64)],
+        deadline: Instant,
+        heed_abort: bool,
+    ) -> Result<(usize, Vec<u8>), (usize, WaitError)> {
         let mut st = self.state.lock();
         loop {
             if st.closed {
-                return Err(WaitError::Closed);
+                return Err((0, WaitError::Closed));
             }
-            if let Some(q) = st.queues.get_mut(&(peer, tag)) {
-                if let Some(m) = q.pop_front() {
-                    if q.is_empty() {
-                        st.queues.remove(&(peer, tag));
+            for (i, key) in keys.iter().enumerate() {
+                if let Some(q) = st.queues.get_mut(key) {
+                    if let Some(m) = q.pop_front() {
+                        if q.is_empty() {
+                            st.queues.remove(key);
+                        }
+                        return Ok((i, m));
                     }
-                    return Ok(m);
                 }
             }
-            if let PeerState::Dead(d) = &st.peers[peer] {
-                return Err(WaitError::PeerDead(d.clone()));
+            for (i, &(peer, _)) in keys.iter().enumerate() {
+                if let PeerState::Dead(d) = &st.peers[peer] {
+                    return Err((i, WaitError::PeerDead(d.clone())));
+                }
             }
             // An abort notice explains a peer that then left: a rank that aborts sends its
             // notice before its goodbye, so the notice is the cause to report.
             if let Some((from, reason)) = st.abort.as_ref().filter(|_| heed_abort) {
-                return Err(WaitError::Aborted(*from, reason.clone()));
+                return Err((0, WaitError::Aborted(*from, reason.clone())));
             }
-            if st.peers[peer] == PeerState::Left {
-                return Err(WaitError::PeerLeft);
+            if let Some(i) = keys
+                .iter()
+                .position(|&(p, _)| st.peers[p] == PeerState::Left)
+            {
+                return Err((i, WaitError::PeerLeft));
             }
             if self.cond.wait_until(&mut st, deadline).timed_out() {
                 // One last look: the event may have landed right at the deadline.
-                if st.queues.get(&(peer, tag)).is_some_and(|q| !q.is_empty()) {
+                if keys
+                    .iter()
+                    .any(|k| st.queues.get(k).is_some_and(|q| !q.is_empty()))
+                {
                     continue;
                 }
-                return Err(WaitError::Timeout);
+                return Err((0, WaitError::Timeout));
             }
         }
     }
@@ -362,5 +388,39 @@ mod tests {
             f.fetch_add(1, Ordering::SeqCst);
         }));
         assert_eq!(fired.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn wait_any_takes_whichever_key_has_a_message() {
+        let mb = Arc::new(Mailbox::new(3));
+        let keys = [(1, 5), (2, 7)];
+        mb.deliver(2, 7, b"second key".to_vec());
+        mb.deliver(1, 6, b"not asked for".to_vec());
+        assert_eq!(
+            mb.wait_any(&keys, soon(10), true),
+            Ok((1, b"second key".to_vec()))
+        );
+        assert_eq!(
+            mb.wait_any(&keys, soon(10), true),
+            Err((0, WaitError::Timeout))
+        );
+        // A message that lands while waiting ends the wait.
+        let m = mb.clone();
+        let t = std::thread::spawn(move || m.wait_any(&keys, soon(10_000), true));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        mb.deliver(1, 5, b"first key".to_vec());
+        assert_eq!(t.join().unwrap(), Ok((0, b"first key".to_vec())));
+        // A death names the key of the dead peer; queued messages still come first.
+        mb.deliver(1, 5, b"sent before".to_vec());
+        mb.peer_dead(2, "rank 2 gone".into());
+        assert_eq!(
+            mb.wait_any(&keys, soon(10), true),
+            Ok((0, b"sent before".to_vec()))
+        );
+        assert_eq!(
+            mb.wait_any(&keys, soon(10), true),
+            Err((1, WaitError::PeerDead("rank 2 gone".into())))
+        );
+        assert_eq!(mb.wait(1, 6, soon(10)).unwrap(), b"not asked for");
     }
 }

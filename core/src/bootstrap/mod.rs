@@ -237,6 +237,23 @@ impl Bootstrap {
         )
     }
 
+    /// Wait until `deadline` for a message on any of `keys` (peer, tag): the
+    /// index of the key that had one, and the message. A failure is
+    /// [`recv`](Self::recv)'s, naming the peer it concerns (the first key's for
+    /// an expired deadline).
+    pub fn recv_any(&self, keys: &[(usize, u64)], deadline: Instant) -> Result<(usize, Vec<u8>)> {
+        for &(peer, tag) in keys {
+            self.check_args(peer, tag)?;
+        }
+        let waited = deadline.saturating_duration_since(Instant::now());
+        self.mailbox
+            .wait_any(keys, deadline, true)
+            .map_err(|(i, e)| match keys.get(i) {
+                Some(&(peer, tag)) => self.wait_error(e, peer, tag, waited),
+                None => Error::invalid("bootstrap: recv_any needs at least one key".to_string()),
+            })
+    }
+
     /// The first peer seen dead (connection lost without a goodbye frame), with a
     /// description naming its pid and host.
     pub fn dead_peer(&self) -> Option<(usize, String)> {

@@ -619,13 +619,37 @@ impl Communicator {
     ) -> Result<Arc<crate::plan::StageDone>> {
         let _waiting = self.shared.status.waiting();
         let missing = self.check_before_connecting(&mut plans, missing)?;
-        self.connect(missing)?;
-        match self.engine.submit(plans, driving)? {
-            Submitted::Queued(done) => Ok(done),
-            Submitted::Missing(_, still) => Err(Error::Io(format!(
-                "connections {still:?} missing right after they were established"
-            ))),
+        // Device plans choose per transfer whether to stage through host
+        // memory by the transport that takes it: they wait for every connection.
+        if plans.iter().any(|p| p.device.is_some()) {
+            self.connect(missing)?;
+            return match self.engine.submit(plans, driving)? {
+                Submitted::Queued(done) => Ok(done),
+                Submitted::Missing(_, still) => Err(Error::Io(format!(
+                    "connections {still:?} missing right after they were established"
+                ))),
+            };
         }
+        // Host plans are queued as soon as the send sides are announced, their
+        // operations on each connection starting as it is made: a peer may post
+        // its side of one connection only once an operation on another ended.
+        let handshake = self.announce(&missing)?;
+        let done = self.engine.submit_connecting(plans, &missing)?;
+        if let Err(e) = self.finish_connecting(handshake) {
+            // The plans are queued and cannot be taken back: whatever the
+            // failure, the communicator breaks. A refused or unreachable peer
+            // is this call's own error still (the first failure may be a
+            // peer's abort notice saying the same from its side).
+            let cause = self.engine.break_with(e.clone());
+            return Err(match e {
+                Error::NoTransport { .. } => e,
+                _ => cause,
+            });
+        }
+        if driving {
+            self.engine.add_driver();
+        }
+        Ok(done)
     }
 
     /// Before making connections a call needs beyond its first check's ring, run
@@ -676,30 +700,9 @@ impl Communicator {
 
     /// Establish connections on the service thread; fatal failures break the communicator.
     fn connect(&self, missing: Vec<(usize, usize, Dir)>) -> Result<()> {
-        let shared = self.shared.clone();
-        let conns = {
-            let svc = self.service.lock();
-            let svc = svc
-                .as_ref()
-                .ok_or_else(|| Error::Destroyed("communicator was destroyed".into()))?;
-            // Peers that never answer may be blocked in another call waiting for
-            // this rank: the crossed check names both calls long before the timeout.
-            let mut crossed = crate::status::CrossedCheck::new();
-            svc.call_watching(
-                move || connect::establish(&shared, &missing),
-                crate::status::CrossedCheck::TICK,
-                || {
-                    if let Some(e) = crossed.poll(&self.shared.status, &self.shared.bootstrap) {
-                        self.engine.break_with(e);
-                    }
-                },
-            )
-        };
-        match conns {
-            Ok(c) => {
-                self.engine.add_connections(c);
-                Ok(())
-            }
+        let handshake = self.announce(&missing)?;
+        match self.finish_connecting(handshake) {
+            Ok(()) => Ok(()),
             // A half-made connection cannot be trusted: timeouts, dead peers and
             // transport failures break the communicator; a missing transport does not.
             Err(
@@ -710,6 +713,46 @@ impl Communicator {
             ) => Err(self.engine.break_with(e)),
             Err(e) => Err(e),
         }
+    }
+
+    /// Run `job` on the service thread. Peers that never answer may be blocked
+    /// in another call waiting for this rank: meanwhile the crossed check names
+    /// both calls long before the timeout.
+    fn on_service<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&CommShared) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let shared = self.shared.clone();
+        let svc = self.service.lock();
+        let svc = svc
+            .as_ref()
+            .ok_or_else(|| Error::Destroyed("communicator was destroyed".into()))?;
+        let mut crossed = crate::status::CrossedCheck::new();
+        svc.call_watching(
+            move || job(&shared),
+            crate::status::CrossedCheck::TICK,
+            || {
+                if let Some(e) = crossed.poll(&self.shared.status, &self.shared.bootstrap) {
+                    self.engine.break_with(e);
+                }
+            },
+        )
+    }
+
+    /// Announce the send sides of `missing` (local; a failure leaves nothing made
+    /// and does not break the communicator).
+    fn announce(&self, missing: &[(usize, usize, Dir)]) -> Result<connect::Handshake> {
+        let missing = missing.to_vec();
+        self.on_service(move |shared| connect::announce(shared, &missing))
+    }
+
+    /// Make the connections `handshake` announced, each handed to the engine as
+    /// soon as it is made.
+    fn finish_connecting(&self, handshake: connect::Handshake) -> Result<()> {
+        let engine = self.engine.clone();
+        self.on_service(move |shared| {
+            handshake.finish(shared, &mut |c| engine.add_connections(vec![c]))
+        })
     }
 
     /// Send `buf` to `peer` and wait until the buffer may be reused.

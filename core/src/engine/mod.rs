@@ -66,7 +66,9 @@ struct Posted {
 }
 
 struct ConnQueue {
-    conn: Connection,
+    /// `None` while the connection is being made: operations queue in
+    /// `waiting` and are posted once it is ([`Engine::add_connections`]).
+    conn: Option<Connection>,
     waiting: VecDeque<Queued>,
     posted: Vec<Posted>,
     /// Whether this connection is in `State::active`.
@@ -74,6 +76,15 @@ struct ConnQueue {
 }
 
 impl ConnQueue {
+    fn new(conn: Option<Connection>) -> Self {
+        ConnQueue {
+            conn,
+            waiting: VecDeque::new(),
+            posted: Vec::new(),
+            listed: false,
+        }
+    }
+
     fn idle(&self) -> bool {
         self.waiting.is_empty() && self.posted.is_empty()
     }
@@ -130,7 +141,8 @@ impl Poster for Queuer<'_> {
         self.conns
             .get(i)
             .and_then(Option::as_ref)
-            .is_some_and(|q| q.conn.plugin.takes_device_memory())
+            .and_then(|q| q.conn.as_ref())
+            .is_some_and(|c| c.plugin.takes_device_memory())
     }
 
     fn post(&mut self, posts: &[Post]) -> Arc<StageDone> {
@@ -145,10 +157,11 @@ impl Poster for Queuer<'_> {
                 ))));
                 continue;
             };
-            let mh = if self.regs.is_empty() {
-                None
-            } else {
-                self.regs.lookup(&q.conn.plugin, p.ptr, p.len)
+            // A connection still being made has no plugin to look up yet:
+            // those first operations go unregistered.
+            let mh = match &q.conn {
+                Some(c) if !self.regs.is_empty() => self.regs.lookup(&c.plugin, p.ptr, p.len),
+                _ => None,
             };
             q.waiting.push_back(Queued {
                 op: Op {
@@ -298,17 +311,24 @@ impl Engine {
         st.broken.clone().expect("set by break_all")
     }
 
-    /// Add newly established connections.
+    /// Add newly established connections. Operations already queued on one
+    /// (see [`submit_connecting`](Self::submit_connecting)) are posted from
+    /// the next sweep on.
     pub fn add_connections(&self, conns: Vec<Connection>) {
         let mut st = self.state.lock();
+        let mut work = false;
         for c in conns {
             let i = Self::slot_of(self.shared.nranks, c.channel as usize, c.peer, c.dir);
-            st.conns[i] = Some(ConnQueue {
-                conn: c,
-                waiting: VecDeque::new(),
-                posted: Vec::new(),
-                listed: false,
-            });
+            match st.conns[i].as_mut() {
+                Some(q) if q.conn.is_none() => {
+                    q.conn = Some(c);
+                    work |= !q.waiting.is_empty();
+                }
+                _ => st.conns[i] = Some(ConnQueue::new(Some(c))),
+            }
+        }
+        if work {
+            self.wake.notify_one();
         }
     }
 
@@ -319,7 +339,8 @@ impl Engine {
             .conns
             .get(Self::slot_of(self.shared.nranks, channel, peer, dir))?
             .as_ref()
-            .map(|c| c.conn.plugin.name().to_string())
+            .and_then(|c| c.conn.as_ref())
+            .map(|c| c.plugin.name().to_string())
     }
 
     fn check_usable(&self, st: &State) -> Result<()> {
@@ -369,6 +390,40 @@ impl Engine {
             needs.retain(|&n| !connected(&st, n));
             return Ok(Submitted::Missing(plans, needs));
         }
+        Ok(Submitted::Queued(
+            self.queue_locked(&mut st, plans, driving),
+        ))
+    }
+
+    /// Queue plans whose connections `making` (channel, peer, dir) are being
+    /// made now: their operations on those wait in the engine until
+    /// [`add_connections`](Self::add_connections) brings each, and the others
+    /// go on meanwhile (the progress thread drives them; the caller is not
+    /// counted as driving, see [`add_driver`](Self::add_driver)). A connection
+    /// that then cannot be made must break the communicator: these plans
+    /// cannot be taken back.
+    pub fn submit_connecting(
+        &self,
+        plans: Vec<Plan>,
+        making: &[(usize, usize, Dir)],
+    ) -> Result<Arc<StageDone>> {
+        self.reclaim();
+        let mut st = self.state.lock();
+        self.check_usable(&st)?;
+        for &(c, peer, d) in making {
+            let i = Self::slot_of(self.shared.nranks, c, peer, d);
+            st.conns[i].get_or_insert_with(|| ConnQueue::new(None));
+        }
+        Ok(self.queue_locked(&mut st, plans, false))
+    }
+
+    /// Count the caller as driving progress, for work it submitted without
+    /// (as if `submit` had been called with `driving`).
+    pub fn add_driver(&self) {
+        self.driving.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn queue_locked(&self, st: &mut State, plans: Vec<Plan>, driving: bool) -> Arc<StageDone> {
         let done = StageDone::new(plans.len());
         for plan in plans {
             self.live_plans.fetch_add(1, Ordering::AcqRel);
@@ -383,7 +438,7 @@ impl Engine {
         } else {
             self.wake.notify_one();
         }
-        Ok(Submitted::Queued(done))
+        done
     }
 
     /// Wait for `done`. The caller drives progress itself (no thread hand-off)
@@ -653,9 +708,12 @@ impl Engine {
             let Some(q) = st.conns[i].as_mut() else {
                 continue;
             };
-            let plugin = &q.conn.plugin;
+            let Some(conn) = q.conn.as_ref() else {
+                continue; // still being made
+            };
+            let plugin = &conn.plugin;
             if plugin.has_proxy_progress() {
-                match plugin.proxy_progress(q.conn.raw, q.conn.peer) {
+                match plugin.proxy_progress(conn.raw, conn.peer) {
                     Ok(worked) => *moved |= worked,
                     Err(e) => return Some(e),
                 }
@@ -665,14 +723,14 @@ impl Engine {
                 let posted = unsafe {
                     match w.op.dir {
                         Dir::Send => plugin.isend(
-                            q.conn.raw,
+                            conn.raw,
                             w.op.ptr as *const u8,
                             w.op.len,
                             w.op.mh,
                             w.op.peer,
                         ),
                         Dir::Recv => plugin.irecv(
-                            q.conn.raw,
+                            conn.raw,
                             w.op.ptr as *mut u8,
                             w.op.len,
                             w.op.mh,
@@ -711,7 +769,11 @@ impl Engine {
             let Some(q) = st.conns[i].as_mut() else {
                 continue;
             };
-            let plugin = &q.conn.plugin;
+            // One still being made has nothing posted; its own setup times out.
+            let Some(conn) = q.conn.as_ref() else {
+                continue;
+            };
+            let plugin = &conn.plugin;
             let mut i = 0;
             while i < q.posted.len() {
                 let p = &q.posted[i];

@@ -3,12 +3,17 @@
 //! connect until done).
 //!
 //! The sender chooses the transport (`plugin::select`) and tells the receiver
-//! which one in its request, so both ends always run the same plugin. Phases
-//! per group (no cycles, so no deadlock whatever order ranks post in):
-//! 1. for every needed send side: choose, `setup`, send REQ(name, blob);
-//! 2. for every needed receive side: wait REQ, `setup` with that plugin, send ACK(blob), `connect`;
-//! 3. for every send side: wait ACK, `connect`;
-//! 4. repeat `connect` on the ones in progress until all are done (bounded).
+//! which one in its request, so both ends always run the same plugin:
+//! 1. [`announce`]: every needed send side chooses, `setup`s and sends REQ(name, blob);
+//! 2. [`Handshake::finish`], taking the peers' messages in the order they come:
+//!    a receive side takes its REQ, `setup`s with that plugin, sends ACK(blob)
+//!    and `connect`s; a send side takes its ACK and `connect`s; `connect`s in
+//!    progress are repeated until done (bounded by the timeout).
+//!
+//! No step waits for one peer while another's message is pending, and each
+//! connection is handed over as soon as it is made: whatever order ranks
+//! post in, no cycle of waits forms (a group's operations on one connection
+//! may be what lets a peer post its side of another).
 
 use crate::error::{Error, Result};
 use crate::plugin::{Connection, Dir, PluginInstance};
@@ -149,21 +154,30 @@ fn refuse(shared: &CommShared, peer: usize, phase: u64, channel: u32, err: Error
     err
 }
 
+/// A send side waiting for the receiver's answer, or a connection whose
+/// `connect` is still in progress.
 struct Pending {
     conn: Connection,
     peer_blob: Option<FxBlob>,
-    done: bool,
 }
 
-/// Establish the given (channel, peer, dir) connections.
-pub(crate) fn establish(
-    shared: &CommShared,
-    needs: &[(usize, usize, Dir)],
-) -> Result<Vec<Connection>> {
-    let mut sends: Vec<Pending> = Vec::new();
-    let mut recvs: Vec<Pending> = Vec::new();
-    // Phase 1: send sides choose, set up and announce. A failure is announced
-    // too (empty name + reason), so the receiver fails at once instead of timing out.
+/// Connections being made: the send sides announced (phase 1), waiting for
+/// the receive sides' requests and the send sides' answers (see
+/// [`finish`](Handshake::finish)).
+pub(crate) struct Handshake {
+    /// Send sides waiting for the receiver's answer.
+    answers: Vec<Pending>,
+    /// (channel, peer) of the receive sides waiting for the sender's request.
+    requests: Vec<(u32, usize)>,
+}
+
+/// Phase 1 for the given (channel, peer, dir) connections: every send side
+/// chooses its transport, sets up its end and sends the receiver a request.
+/// Local only (no waiting): a failure here leaves nothing half made on this
+/// rank, and is announced too (empty name + reason) so the receiver fails at
+/// once instead of timing out.
+pub(crate) fn announce(shared: &CommShared, needs: &[(usize, usize, Dir)]) -> Result<Handshake> {
+    let mut answers = Vec::new();
     for &(channel, peer, _) in needs.iter().filter(|(_, _, d)| *d == Dir::Send) {
         let channel = channel as u32;
         let opened = shared
@@ -177,96 +191,170 @@ pub(crate) fn establish(
         shared
             .bootstrap
             .send(peer, tag(0, channel), &encode(plugin.name(), &blob, ""))?;
-        sends.push(Pending {
+        answers.push(Pending {
             conn,
             peer_blob: None,
-            done: false,
         });
     }
-    // Phase 2: receive sides follow the sender's choice (or report why they cannot).
-    for &(channel, peer, _) in needs.iter().filter(|(_, _, d)| *d == Dir::Recv) {
-        let channel = channel as u32;
-        let msg = shared.bootstrap.recv(peer, tag(0, channel)).map_err(|e| {
-            setup_wait_error(
-                e,
-                "its connection request (rank {peer} has not posted a send to this rank)",
-            )
-        })?;
-        let (name, sblob, status) = decode(peer, &msg)?;
-        if name.is_empty() {
-            return Err(Error::PeerFailed {
-                rank: peer,
-                detail: format!("it could not set up its end of the connection: {status}"),
-            });
-        }
-        let accepted = shared
-            .candidates()
-            .follow(peer, &name)
-            .and_then(|p| open_end(shared, &p, peer, Dir::Recv, channel));
-        let (conn, blob) = match accepted {
-            Ok(x) => x,
-            Err(e) => return Err(refuse(shared, peer, 1, channel, e)),
+    let requests = needs
+        .iter()
+        .filter(|(_, _, d)| *d == Dir::Recv)
+        .map(|&(channel, peer, _)| (channel as u32, peer))
+        .collect();
+    Ok(Handshake { answers, requests })
+}
+
+impl Handshake {
+    /// Phases 2–4, in the order the peers' messages come: a receive side
+    /// takes its sender's request (sets up with the sender's transport,
+    /// answers, connects); a send side takes its receiver's answer and
+    /// connects; connections still in progress are driven until done. Each
+    /// connection goes to `install` as soon as it is made, so operations
+    /// queued on it start while the others are still being made: a peer may
+    /// post its side of one connection only after an operation on another
+    /// has completed.
+    pub(crate) fn finish(
+        self,
+        shared: &CommShared,
+        install: &mut dyn FnMut(Connection),
+    ) -> Result<()> {
+        let Handshake {
+            mut answers,
+            mut requests,
+        } = self;
+        let mut connecting: Vec<Pending> = Vec::new();
+        let deadline = Instant::now() + shared.timeout;
+        let mut idle = 0u32;
+        let mut finish_one = |p: Pending| -> Result<()> {
+            p.conn
+                .plugin
+                .proxy_hook("proxy_connect", p.conn.raw, p.conn.peer)?;
+            install(p.conn);
+            Ok(())
         };
-        shared
-            .bootstrap
-            .send(peer, tag(1, channel), &encode(&name, &blob, ""))?;
-        let done = conn.plugin.connect(conn.raw, &sblob, peer)?;
-        recvs.push(Pending {
-            conn,
-            peer_blob: Some(sblob),
-            done,
-        });
-    }
-    // Phase 3: send sides connect with the receivers' answers.
-    for p in sends.iter_mut() {
-        let peer = p.conn.peer;
-        let channel = p.conn.channel;
-        let msg = shared.bootstrap.recv(peer, tag(1, channel)).map_err(|e| {
-            setup_wait_error(
-                e,
-                "its connection answer (rank {peer} has not posted a receive from this rank)",
-            )
-        })?;
-        let (name, rblob, status) = decode(peer, &msg)?;
-        if name.is_empty() {
-            return Err(Error::NoTransport {
-                peer,
-                detail: format!("rank {peer} refused the connection: {status}"),
-            });
-        }
-        p.done = p.conn.plugin.connect(p.conn.raw, &rblob, peer)?;
-        p.peer_blob = Some(rblob);
-    }
-    // Phase 4: finish connections still in progress.
-    let start = Instant::now();
-    let mut idle = 0u32;
-    loop {
-        let mut waiting = None;
-        for p in sends.iter_mut().chain(recvs.iter_mut()).filter(|p| !p.done) {
-            let blob = p.peer_blob.as_ref().expect("set in phases 2-3");
-            p.done = p.conn.plugin.connect(p.conn.raw, blob, p.conn.peer)?;
-            if !p.done {
-                waiting = Some(p.conn.peer);
+        loop {
+            // Drive the connections in progress.
+            let mut i = 0;
+            while i < connecting.len() {
+                let p = &connecting[i];
+                let blob = p
+                    .peer_blob
+                    .as_ref()
+                    .expect("set when it started connecting");
+                if p.conn.plugin.connect(p.conn.raw, blob, p.conn.peer)? {
+                    finish_one(connecting.swap_remove(i))?;
+                    idle = 0;
+                } else {
+                    i += 1;
+                }
+            }
+            if requests.is_empty() && answers.is_empty() {
+                let Some(p) = connecting.first() else {
+                    return Ok(());
+                };
+                shared.check_peers()?;
+                if Instant::now() > deadline {
+                    return Err(Error::Timeout {
+                        what: "connection setup (connect still in progress)".into(),
+                        peer: Some(p.conn.peer),
+                        after: shared.timeout,
+                    });
+                }
+                idle += 1;
+                super::backoff(idle);
+                continue;
+            }
+            // Requests first, in the order asked: a timeout names the first one
+            // still awaited (as the phases did, one after the other).
+            let keys: Vec<(usize, u64)> = requests
+                .iter()
+                .map(|&(channel, peer)| (peer, tag(0, channel)))
+                .chain(
+                    answers
+                        .iter()
+                        .map(|p| (p.conn.peer, tag(1, p.conn.channel))),
+                )
+                .collect();
+            // With connections in progress, look back at them soon.
+            let until = if connecting.is_empty() {
+                deadline
+            } else {
+                deadline.min(Instant::now() + std::time::Duration::from_micros(100))
+            };
+            let (k, msg) = match shared.bootstrap.recv_any(&keys, until) {
+                Ok(got) => got,
+                Err(Error::Timeout { .. }) if Instant::now() < deadline => continue,
+                Err(e) => {
+                    // Name what was awaited of the peer the error is about.
+                    let asked = |r| requests.iter().any(|&(_, p)| p == r);
+                    let waiting_for = match e.peer() {
+                        Some(r) if asked(r) => REQUEST,
+                        Some(_) => ANSWER,
+                        None if requests.is_empty() => ANSWER,
+                        None => REQUEST,
+                    };
+                    return Err(setup_wait_error(e, waiting_for));
+                }
+            };
+            if k < requests.len() {
+                let (channel, peer) = requests.remove(k);
+                let p = accept(shared, peer, channel, &msg)?;
+                if p.conn
+                    .plugin
+                    .connect(p.conn.raw, p.peer_blob.as_ref().expect("set"), peer)?
+                {
+                    finish_one(p)?;
+                } else {
+                    connecting.push(p);
+                }
+            } else {
+                let mut p = answers.remove(k - requests.len());
+                let peer = p.conn.peer;
+                let (name, rblob, status) = decode(peer, &msg)?;
+                if name.is_empty() {
+                    return Err(Error::NoTransport {
+                        peer,
+                        detail: format!("rank {peer} refused the connection: {status}"),
+                    });
+                }
+                let done = p.conn.plugin.connect(p.conn.raw, &rblob, peer)?;
+                p.peer_blob = Some(rblob);
+                if done {
+                    finish_one(p)?;
+                } else {
+                    connecting.push(p);
+                }
             }
         }
-        let Some(peer) = waiting else { break };
-        shared.check_peers()?;
-        if start.elapsed() > shared.timeout {
-            return Err(Error::Timeout {
-                what: "connection setup (connect still in progress)".into(),
-                peer: Some(peer),
-                after: shared.timeout,
-            });
-        }
-        idle += 1;
-        super::backoff(idle);
     }
-    let mut out = Vec::with_capacity(sends.len() + recvs.len());
-    for p in sends.into_iter().chain(recvs) {
-        p.conn
-            .plugin
-            .proxy_hook("proxy_connect", p.conn.raw, p.conn.peer)?;
-        out.push(p.conn);
+}
+
+const REQUEST: &str = "its connection request (rank {peer} has not posted a send to this rank)";
+const ANSWER: &str = "its connection answer (rank {peer} has not posted a receive from this rank)";
+
+/// A receive side follows the sender's request `msg` (or reports why it cannot):
+/// sets up with the sender's transport and answers.
+fn accept(shared: &CommShared, peer: usize, channel: u32, msg: &[u8]) -> Result<Pending> {
+    let (name, sblob, status) = decode(peer, msg)?;
+    if name.is_empty() {
+        return Err(Error::PeerFailed {
+            rank: peer,
+            detail: format!("it could not set up its end of the connection: {status}"),
+        });
     }
-    Ok(out)
+    let accepted = shared
+        .candidates()
+        .follow(peer, &name)
+        .and_then(|p| open_end(shared, &p, peer, Dir::Recv, channel));
+    let (conn, blob) = match accepted {
+        Ok(x) => x,
+        Err(e) => return Err(refuse(shared, peer, 1, channel, e)),
+    };
+    shared
+        .bootstrap
+        .send(peer, tag(1, channel), &encode(&name, &blob, ""))?;
+    Ok(Pending {
+        conn,
+        peer_blob: Some(sblob),
+    })
 }

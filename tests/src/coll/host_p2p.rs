@@ -96,24 +96,9 @@ pub fn run(rounds: u64, expect: &str) -> Result<String, String> {
             LIMIT + 1
         ));
     }
-    // Every pair's core connections first, in one group: a group whose core
-    // part needs a connection not made yet waits, before starting any of its
-    // core ops, for that peer to post its side — a peer that may itself wait
-    // for one of those ops (a known limit of the core's lazy connections,
-    // docs/ARCHITECTURE.md). The rounds test the two paths, not that.
-    let big = vec![7u8; LIMIT + 1];
-    let mut sinks = vec![vec![0u8; LIMIT + 1]; n];
-    let mut g = comm.group_start();
-    for p in (0..n).filter(|&p| p != me) {
-        g.send(&big, p).map_err(e2s)?;
-    }
-    for (p, sink) in sinks.iter_mut().enumerate().filter(|(p, _)| *p != me) {
-        g.recv(sink, p).map_err(e2s)?;
-    }
-    g.group_end().map_err(e2s)?;
-    if sinks.iter().enumerate().any(|(p, s)| p != me && s != &big) {
-        return Err("the connecting exchange moved wrong bytes".into());
-    }
+    // No connection is made ahead: the rounds' groups make them as they go,
+    // with ops on the connections made meanwhile (docs/ARCHITECTURE.md,
+    // Connections: an order that once left ranks waiting on each other).
     let mut moved = [0usize; 2]; // messages at most the limit, larger
     for round in 0..rounds {
         let msgs = messages(round, n);
@@ -241,13 +226,13 @@ pub fn size_mismatch() -> Result<String, String> {
     Ok(format!("SIZE {what}"))
 }
 
-/// `host-p2p-lazy` (4 ranks): the known limit of the core's lazy connections
-/// (docs/ARCHITECTURE.md, Connections). Messages m1 = 2 → 0, m2 = 0 → 1,
-/// m3 = 1 → 2, all above the rings' limit and the first on their pairs:
-/// ranks 0 and 1 make blocking calls in that order, rank 2 posts m1 and m3
-/// in one group. A valid program; today rank 2's group holds m1 back until
-/// rank 1 posts m3, which waits for m2, which waits for m1: the ranks hang
-/// until the timeout.
+/// `host-p2p-lazy` (4 ranks): a group whose connections are made while a
+/// peer blocks on it (docs/ARCHITECTURE.md, Connections). Messages m1 = 2 → 0,
+/// m2 = 0 → 1, m3 = 1 → 2, all above the rings' limit and the first on their
+/// pairs: ranks 0 and 1 make blocking calls in that order, rank 2 posts m1
+/// and m3 in one group. m1 must leave before m3's connection exists (rank 1
+/// posts m3 only after m2, which waits for m1): when a group's ops waited for
+/// all its connections, the ranks hung until the timeout.
 pub fn lazy_connections() -> Result<String, String> {
     let comm = Communicator::from_env().map_err(e2s)?;
     let me = comm.rank();
