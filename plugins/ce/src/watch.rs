@@ -94,21 +94,30 @@ impl<E> Tracker<E> {
     /// Drop the oldest entries whose event completed (what a launch does);
     /// they come back (their events for reuse, their notes to check).
     /// Launches are ordered (`Watchdog::order` chains streams), so the
-    /// completed entries are a prefix: the newest is asked first (a
-    /// host-bound stream of calls has completed them all), then the end of
-    /// the prefix is found by bisection — about log2(n) event queries
-    /// instead of one per entry.
-    pub fn retire_front(&mut self, mut done: impl FnMut(&E) -> bool) -> Vec<Entry<E>> {
+    /// completed entries are a prefix. The entry `behind` places before the
+    /// newest is asked first (the newest itself with `behind` 0, or when
+    /// fewer are tracked): where it completed, the prefix through it goes
+    /// and the newer ones are left for a later launch — one query where a
+    /// host-bound stream of calls keeps the GPU a call or two behind it,
+    /// whose newest entry is still pending. Otherwise the end of the prefix
+    /// is found below it by bisection: about log2(n) event queries instead
+    /// of one per entry.
+    pub fn retire_front(
+        &mut self,
+        behind: usize,
+        mut done: impl FnMut(&E) -> bool,
+    ) -> Vec<Entry<E>> {
         let n = self.entries.len();
         if n == 0 {
             return Vec::new();
         }
-        if done(&self.entries[n - 1].event) {
-            let out: Vec<_> = self.entries.drain(..).collect();
+        let probe = if behind < n { n - 1 - behind } else { n - 1 };
+        if done(&self.entries[probe].event) {
+            let out: Vec<_> = self.entries.drain(..=probe).collect();
             return self.forget(out);
         }
         // entries[..lo] completed, entries[hi..] pending.
-        let (mut lo, mut hi) = (0, n - 1);
+        let (mut lo, mut hi) = (0, probe);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if done(&self.entries[mid].event) {
@@ -354,7 +363,7 @@ mod tests {
         assert_eq!(t.last_event(), Some(&3));
         // Front only: stops at the first pending one (the newest is pending).
         let events = |v: Vec<Entry<u32>>| v.into_iter().map(|e| e.event).collect::<Vec<_>>();
-        assert_eq!(events(t.retire_front(|&e| e == 0)), vec![0]);
+        assert_eq!(events(t.retire_front(0, |&e| e == 0)), vec![0]);
         assert_eq!(t.len(), 3);
         assert_eq!(events(t.retire_all(|&e| e == 2)), vec![2]);
         assert_eq!(t.len(), 2);
@@ -377,13 +386,13 @@ mod tests {
         t.push(b(2));
         t.push(entry(vec![], 3, t0));
         assert_eq!(t.oldest_with_barriers().map(|e| e.event), Some(1));
-        t.retire_front(|&e| e <= 1);
+        t.retire_front(0, |&e| e <= 1);
         assert_eq!(t.oldest_with_barriers().map(|e| e.event), Some(2));
         t.retire_all(|&e| e == 2);
         assert!(t.oldest_with_barriers().is_none());
         t.push(b(4));
         assert_eq!(t.oldest_with_barriers().map(|e| e.event), Some(4));
-        t.retire_front(|_| true);
+        t.retire_front(0, |_| true);
         assert!(t.oldest_with_barriers().is_none());
         t.push(b(5));
         t.clear();
@@ -399,7 +408,7 @@ mod tests {
             t.push(entry(vec![], i, t0));
         }
         let mut asked = Vec::new();
-        let freed = t.retire_front(|&e| {
+        let freed = t.retire_front(0, |&e| {
             asked.push(e);
             true
         });
@@ -414,7 +423,7 @@ mod tests {
             t.push(entry(vec![], i, t0));
         }
         let mut n = 0;
-        let freed = t.retire_front(|&e| {
+        let freed = t.retire_front(0, |&e| {
             n += 1;
             e < 20
         });
@@ -426,7 +435,7 @@ mod tests {
         t.push(entry(vec![], 9, t0));
         let mut n = 0;
         assert_eq!(
-            t.retire_front(|_| {
+            t.retire_front(0, |_| {
                 n += 1;
                 true
             })
@@ -434,6 +443,88 @@ mod tests {
             1
         );
         assert_eq!(n, 1);
+    }
+
+    /// Asked from `behind` places before the newest: one query retires all
+    /// but the newest `behind` where the GPU is a few calls behind the host;
+    /// a GPU further behind costs the bisection below the probe; fewer
+    /// entries than that ask the newest.
+    #[test]
+    fn tracker_asks_behind_the_newest_first() {
+        let t0 = Instant::now();
+        let filled = |n: u32| {
+            let mut t = Tracker::default();
+            for i in 0..n {
+                t.push(entry(vec![], i, t0));
+            }
+            t
+        };
+        let events = |v: Vec<Entry<u32>>| v.into_iter().map(|e| e.event).collect::<Vec<_>>();
+        // 32 tracked, the newest two pending: one query (entry 23), 24 retired.
+        let mut t = filled(32);
+        let mut asked = Vec::new();
+        let freed = t.retire_front(8, |&e| {
+            asked.push(e);
+            e < 30
+        });
+        assert_eq!(asked, vec![23]);
+        assert_eq!(events(freed), (0..24).collect::<Vec<_>>());
+        assert_eq!(t.oldest().map(|e| e.event), Some(24));
+        // The GPU 12 calls behind: the probe is pending, the prefix (20) is
+        // found below it.
+        let mut t = filled(32);
+        let mut n = 0;
+        let freed = t.retire_front(8, |&e| {
+            n += 1;
+            e < 20
+        });
+        assert_eq!(freed.len(), 20);
+        assert!(n <= 6, "{n} queries for 32 entries");
+        assert_eq!(t.oldest().map(|e| e.event), Some(20));
+        // The completed prefix ends at the probe: bisection retires 23.
+        let mut t = filled(32);
+        assert_eq!(t.retire_front(8, |&e| e < 23).len(), 23);
+        assert_eq!(t.oldest().map(|e| e.event), Some(23));
+        // All completed: all but the newest 8 retired, after one query.
+        let mut t = filled(20);
+        let mut n = 0;
+        let freed = t.retire_front(8, |_| {
+            n += 1;
+            true
+        });
+        assert_eq!((n, freed.len(), t.len()), (1, 12, 8));
+        // One more than `behind`: the probe is the oldest.
+        let mut t = filled(9);
+        let mut asked = Vec::new();
+        let freed = t.retire_front(8, |&e| {
+            asked.push(e);
+            false
+        });
+        assert_eq!((asked, freed.len()), (vec![0], 0));
+        // None completed: nothing retired.
+        let mut t = filled(32);
+        assert!(t.retire_front(8, |_| false).is_empty());
+        assert_eq!(t.len(), 32);
+        // At most `behind`: the newest is asked (one entry: once).
+        let mut t = filled(1);
+        let mut n = 0;
+        assert_eq!(
+            t.retire_front(8, |_| {
+                n += 1;
+                true
+            })
+            .len(),
+            1
+        );
+        assert_eq!(n, 1);
+        let mut t = filled(5);
+        let mut asked = Vec::new();
+        let freed = t.retire_front(8, |&e| {
+            asked.push(e);
+            true
+        });
+        assert_eq!((asked, freed.len()), (vec![4], 5));
+        assert!(t.is_empty());
     }
 
     #[test]

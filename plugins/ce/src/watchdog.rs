@@ -10,8 +10,9 @@
 //!
 //! * An entry whose event completed is dropped (its event goes back to the
 //!   pool). Launches also retire completed entries at the front, once
-//!   `RETIRE_AT` are tracked or a barrier route is (the newest event asked
-//!   first, then bisection: completions come in launch order).
+//!   `RETIRE_AT` are tracked (the event `RETIRE_BEHIND` calls before the
+//!   newest asked first) or a barrier route is (the newest asked first);
+//!   then bisection below it: completions come in launch order.
 //! * An entry still pending at its deadline (launch + `Host::timeout()`):
 //!   the thread reads this rank's eager flag arrays (`cuMemcpyDtoHAsync` on
 //!   its own non-blocking stream into pinned memory, then waits — bounded —
@@ -57,12 +58,21 @@ const IDLE: Duration = Duration::from_secs(1);
 /// stream of fast calls is checked whole without a wake per call.
 const VERIFY_BATCH: usize = notes::RING / 4;
 /// Tracked calls from which a launch retires the completed ones itself (the
-/// thread does at every wake). Each retire costs 1 + log2(n) event queries
+/// thread does at every wake). Each retire costs 1 event query where the
+/// probe ([`RETIRE_BEHIND`]) completed, else about 1 + log2(n)
 /// (`Tracker::retire_front`; a query costs 1.5–3 µs), so a larger batch
 /// means fewer per call: at 4, asking from the oldest, `order` took 2.9–4.0
 /// µs of a launch, at 32 with bisection 0.8–1.9 (2 of 4 H200s,
 /// `bench/results/2026-11-27-session13/run3`, `FERROCX_SPANS=1`).
 const RETIRE_AT: usize = 32;
+/// Where a launch's retirement asks first, in calls before the newest
+/// tracked one. Small device calls are bound by the host, so the GPU runs a
+/// call or two behind it: the newest is pending, and asking it first cost a
+/// bisection (about 6 queries) every ~30 calls — `ce: retire` 0.6–1.3 µs per
+/// call of 6.6–8.5 (2 H100s, `bench/results/2026-11-28-session18/run3/s`,
+/// `FERROCX_SPANS=1`). A call this far back has completed unless the GPU is
+/// that far behind: one query retires all but these.
+const RETIRE_BEHIND: usize = RETIRE_AT / 4;
 /// Longest wait for its own stream (a flag read, a release).
 const OWN_STREAM_WAIT: Duration = Duration::from_secs(5);
 
@@ -101,7 +111,8 @@ struct Shared {
 impl State {
     /// Retire the completed entries, at the front only or `all` of them (an
     /// event that cannot be queried counts as done, and its notes are not kept).
-    fn retire_done(&mut self, all: bool) {
+    /// (`all`: every one; `behind`: [`Tracker::retire_front`]'s probe.)
+    fn retire_done(&mut self, all: bool, behind: usize) {
         let mut failed = false;
         let done = |e: &Event| {
             e.done().unwrap_or_else(|_| {
@@ -112,7 +123,7 @@ impl State {
         let freed = if all {
             self.tracker.retire_all(done)
         } else {
-            self.tracker.retire_front(done)
+            self.tracker.retire_front(behind, done)
         };
         self.retired(freed, !failed);
     }
@@ -350,12 +361,16 @@ impl Watchdog {
     pub unsafe fn order(&self, stream: sys::CUstream) -> PluginResult<()> {
         let _span = spans::enter(Point::CeOrder);
         let mut st = self.shared.lock();
-        // A pending barrier route is retired at once (`barriers_pending`
-        // reads the tracker right after this launch); self-timed kernels
-        // only once a few are tracked.
-        if st.tracker.len() >= RETIRE_AT || st.tracker.oldest_with_barriers().is_some() {
+        // A pending barrier route is retired at once, newest first
+        // (`barriers_pending` reads the tracker right after this launch);
+        // self-timed kernels only once a few are tracked, asked from
+        // `RETIRE_BEHIND` calls back.
+        if st.tracker.oldest_with_barriers().is_some() {
             let _span = spans::enter(Point::CeRetire);
-            st.retire_done(false);
+            st.retire_done(false, 0);
+        } else if st.tracker.len() >= RETIRE_AT {
+            let _span = spans::enter(Point::CeRetire);
+            st.retire_done(false, RETIRE_BEHIND);
         }
         // By level, not by crossing: notes that `drain` retired count too.
         if st.unverified.len() >= VERIFY_BATCH {
@@ -441,7 +456,7 @@ impl Watchdog {
         loop {
             {
                 let mut st = self.shared.lock();
-                st.retire_done(true);
+                st.retire_done(true, 0);
                 if st.tracker.is_empty() {
                     return true;
                 }
