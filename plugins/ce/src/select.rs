@@ -614,7 +614,11 @@ fn direct(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>, block: usize) -
 /// µs, two-shot / ce's routes without the kernel): 2 MiB 50 / 77, 8 MiB
 /// 92 / 212, 16 MiB 131 / 402, 32 MiB 264 / 786, 64 MiB 473 / 420. With
 /// the spread kernel (`bench/results/2026-11-27-h200x4-spread/run3`): 64
-/// MiB 381 / 482, 128 MiB 730 / 672, 256 MiB 1438 / 1288.
+/// MiB 381 / 482, 128 MiB 730 / 672, 256 MiB 1438 / 1288. Against the
+/// core's path on 4 H100s (`bench/results/2026-11-28-session20/x4-twoshot`,
+/// µs, two-shot / core / NCCL): 128 MiB 706–711 / 715–733 / 624, 256 MiB
+/// 1372–1373 / 1352–1358 / 1185, 1 GiB 5028–5049 / 5173–5216 / 4542 —
+/// within 3 % either way, so the bound stays.
 pub const TWO_SHOT_AUTO_BYTES: usize = 64 << 20;
 
 /// The largest block of `coll` the Simple kernel runs on `nranks` ranks at
