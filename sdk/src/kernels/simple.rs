@@ -540,13 +540,15 @@ static __device__ __noinline__ void fx_sp_copy_on(fx_sp_u dst, fx_sp_u fwd, fx_s
 }
 
 /* The block folds chunk `lo`/`len` of every rank in rank order (its own from
-   `mine`, the peers' from `in`: their ring slots, or with `rings` false their
-   own buffers, read over the link) into `out`. Not inlined, as the copy. */
-static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const fx_sp_u* in, int n, int me, fx_sp_u len, bool rings) {
+   `mine`, the peers' from `in` + `off`: their ring slots, or with `rings` false
+   their own buffers, read over the link) into `out`. Not inlined, as the copy.
+   `in` is shared memory: an array built per call in a thread's own memory would
+   live in local memory, its address being passed here. */
+static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const fx_sp_u* in, fx_sp_u off, int n, int me, fx_sp_u len, bool rings) {
     fx_sp_u done = 0ull;
     fx_sp_u align = out | mine;
     for (int r = 0; !rings && r < n; ++r)
-        if (r != me) align |= in[r];
+        if (r != me) align |= in[r] + off;
     if ((align & 15ull) == 0ull) {
         const fx_sp_u units = len / 16ull;
         fx_sp_u u = threadIdx.x;
@@ -560,12 +562,12 @@ static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const 
         for (; u + 3ull * blockDim.x < units; u += 4ull * blockDim.x) {
             fx_sp_u ax[4], ay[4];
             {
-                const fx_sp_u p = 0 == me ? mine : in[0];
+                const fx_sp_u p = 0 == me ? mine : in[0] + off;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) fx_sp_ld16(p + 16ull * (u + (fx_sp_u)j * blockDim.x), &ax[j], &ay[j]);
             }
             for (int r = 1; r < n; ++r) {
-                const fx_sp_u p = r == me ? mine : in[r];
+                const fx_sp_u p = r == me ? mine : in[r] + off;
                 fx_sp_u x[4], y[4];
 #pragma unroll
                 for (int j = 0; j < 4; ++j) fx_sp_ld16(p + 16ull * (u + (fx_sp_u)j * blockDim.x), &x[j], &y[j]);
@@ -579,7 +581,7 @@ static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const 
             fx_sp_u ax = 0ull, ay = 0ull;
             for (int r = 0; r < n; ++r) {
                 fx_sp_u x, y;
-                fx_sp_ld16((r == me ? mine : in[r]) + 16ull * u, &x, &y);
+                fx_sp_ld16((r == me ? mine : in[r] + off) + 16ull * u, &x, &y);
                 if (r == 0) { ax = x; ay = y; }
                 else { ax = fx_ll_op(ax, x); ay = fx_ll_op(ay, y); }
             }
@@ -591,7 +593,7 @@ static __device__ __noinline__ void fx_sp_fold(fx_sp_u out, fx_sp_u mine, const 
     for (fx_sp_u i = done / 8ull + threadIdx.x; i < lines; i += blockDim.x) {
         fx_sp_u acc = 0ull;
         for (int r = 0; r < n; ++r) {
-            const fx_sp_u v = r == me ? fx_sp_get8(mine, i, len, false) : fx_sp_get8(in[r], i, len, rings);
+            const fx_sp_u v = r == me ? fx_sp_get8(mine, i, len, false) : fx_sp_get8(in[r] + off, i, len, rings);
             acc = r == 0 ? v : fx_ll_op(acc, v);
         }
         fx_sp_put8(out, i, len, false, acc);
@@ -689,6 +691,9 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             }
             ok_s = good;
         }
+        /* A fold reads the peers' inputs at in_s[r] + the chunk's offset (the
+           rings carry no data in the direct modes: in_s is free). */
+        if (a.mode == 5 && threadIdx.x < (unsigned)n) in_s[threadIdx.x] = a.peer_in[threadIdx.x];
         __syncthreads();
         ok = ok_s != 0;
         const bool bc = a.mode == 7;
@@ -698,9 +703,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             const fx_sp_u lo = c * a.chunk;
             const fx_sp_u len = a.seg - lo < a.chunk ? a.seg - lo : a.chunk;
             if (a.mode == 5) {
-                fx_sp_u src[FX_SP_MAX_RANKS];
-                for (int r = 0; r < n; ++r) src[r] = a.peer_in[r] + lo;
-                fx_sp_fold(dst0 + lo, mine + lo, src, n, me, len, false);
+                fx_sp_fold(dst0 + lo, mine + lo, in_s, lo, n, me, len, false);
             } else if (!bc || me == a.root) {
                 for (int j = 0; j < n; ++j) {
                     const int q = (me + j) % n;
@@ -820,7 +823,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             ok = ok_s != 0;
             if (!ok) break;
             if (a.mode == 0 || two) {
-                fx_sp_fold(a.output + (two ? (fx_sp_u)me * a.out_stride : 0ull) + lo, mine + lo, in_s, n, me, len, true);
+                fx_sp_fold(a.output + (two ? (fx_sp_u)me * a.out_stride : 0ull) + lo, mine + lo, in_s, 0ull, n, me, len, true);
             } else if (a.mode == 1) {
                 /* This rank's own chunk goes with the item of its first peer. */
                 const fx_sp_u own_dst = a.output + (fx_sp_u)me * a.out_stride + lo;
