@@ -198,3 +198,49 @@ fn a_group_making_a_connection_does_not_hold_back_its_other_ops() {
         );
     }
 }
+
+/// A group waiting for a connection request learns of a peer's death at
+/// once, though it waits on another peer: its own send to the dead rank was
+/// already done (the wait looks at every peer, not only the awaited ones).
+#[test]
+fn a_death_during_connection_setup_ends_the_wait_at_once() {
+    let outs = ferrocx_tests::run_ranks(
+        WORKER,
+        3,
+        &["host-p2p-setup-death"],
+        &[("FERROCX_TIMEOUT", "10")],
+        LIMIT,
+    );
+    let o = &outs[2];
+    let line = o
+        .stdout
+        .lines()
+        .find_map(|l| l.split_once("SETUP-DEATH after "))
+        .map(|(_, rest)| rest.to_string())
+        .unwrap_or_else(|| panic!("{o:?}"));
+    let secs: f64 = line
+        .split(':')
+        .next()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(secs < 5.0, "rank 2 waited {secs} s for a dead rank: {line}");
+    assert!(line.contains("rank 0"), "{line}");
+}
+
+/// A connection request that never comes times out after the whole
+/// `FERROCX_TIMEOUT`, naming the rank that did not post its side.
+#[test]
+fn a_connection_request_that_never_comes_names_its_rank_and_the_timeout() {
+    let outs = ferrocx_tests::run_ranks(
+        WORKER,
+        3,
+        &["host-p2p-setup-timeout"],
+        &[("FERROCX_TIMEOUT", "3")],
+        LIMIT,
+    );
+    let o = &outs[0];
+    assert!(
+        o.stdout.contains("SETUP-TIMEOUT") && o.stdout.contains("after 3.0s waiting for rank 2"),
+        "{o:?}"
+    );
+}

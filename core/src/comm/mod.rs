@@ -635,17 +635,10 @@ impl Communicator {
         // its side of one connection only once an operation on another ended.
         let handshake = self.announce(&missing)?;
         let done = self.engine.submit_connecting(plans, &missing)?;
-        if let Err(e) = self.finish_connecting(handshake) {
-            // The plans are queued and cannot be taken back: whatever the
-            // failure, the communicator breaks. A refused or unreachable peer
-            // is this call's own error still (the first failure may be a
-            // peer's abort notice saying the same from its side).
-            let cause = self.engine.break_with(e.clone());
-            return Err(match e {
-                Error::NoTransport { .. } => e,
-                _ => cause,
-            });
-        }
+        // The plans are queued and cannot be taken back: whatever the failure,
+        // the communicator breaks.
+        self.finish_connecting(handshake)
+            .map_err(|e| self.setup_broke(e))?;
         if driving {
             self.engine.add_driver();
         }
@@ -701,17 +694,20 @@ impl Communicator {
     /// Establish connections on the service thread; fatal failures break the communicator.
     fn connect(&self, missing: Vec<(usize, usize, Dir)>) -> Result<()> {
         let handshake = self.announce(&missing)?;
-        match self.finish_connecting(handshake) {
-            Ok(()) => Ok(()),
-            // A half-made connection cannot be trusted: timeouts, dead peers and
-            // transport failures break the communicator; a missing transport does not.
-            Err(
-                e @ (Error::Timeout { .. }
-                | Error::PeerFailed { .. }
-                | Error::Plugin { .. }
-                | Error::Bootstrap(_)),
-            ) => Err(self.engine.break_with(e)),
-            Err(e) => Err(e),
+        // Some connections may be made by the time one fails, and a peer may
+        // have dropped its side of another: none can be trusted.
+        self.finish_connecting(handshake)
+            .map_err(|e| self.setup_broke(e))
+    }
+
+    /// Break the communicator for a failure while connections were being made.
+    /// A refused or unreachable peer stays this call's own error (the first
+    /// failure may be that peer's abort notice saying the same from its side).
+    fn setup_broke(&self, e: Error) -> Error {
+        let cause = self.engine.break_with(e.clone());
+        match e {
+            Error::NoTransport { .. } => e,
+            _ => cause,
         }
     }
 
@@ -741,9 +737,18 @@ impl Communicator {
 
     /// Announce the send sides of `missing` (local; a failure leaves nothing made
     /// and does not break the communicator).
+    /// A missing transport does not break the communicator (nothing was made,
+    /// and the peers were told); a failed setup or a dead peer does.
     fn announce(&self, missing: &[(usize, usize, Dir)]) -> Result<connect::Handshake> {
         let missing = missing.to_vec();
         self.on_service(move |shared| connect::announce(shared, &missing))
+            .map_err(|e| match e {
+                Error::Timeout { .. }
+                | Error::PeerFailed { .. }
+                | Error::Plugin { .. }
+                | Error::Bootstrap(_) => self.engine.break_with(e),
+                e => e,
+            })
     }
 
     /// Make the connections `handshake` announced, each handed to the engine as
@@ -751,7 +756,8 @@ impl Communicator {
     fn finish_connecting(&self, handshake: connect::Handshake) -> Result<()> {
         let engine = self.engine.clone();
         self.on_service(move |shared| {
-            handshake.finish(shared, &mut |c| engine.add_connections(vec![c]))
+            let stopped = || engine.usable().err();
+            handshake.finish(shared, &mut |c| engine.add_connections(vec![c]), &stopped)
         })
     }
 

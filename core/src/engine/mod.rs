@@ -316,15 +316,30 @@ impl Engine {
     /// the next sweep on.
     pub fn add_connections(&self, conns: Vec<Connection>) {
         let mut st = self.state.lock();
+        if st.broken.is_some() || st.shutdown {
+            return; // dropped here: nothing may use them
+        }
         let mut work = false;
         for c in conns {
             let i = Self::slot_of(self.shared.nranks, c.channel as usize, c.peer, c.dir);
             match st.conns[i].as_mut() {
-                Some(q) if q.conn.is_none() => {
+                // Not expected (a connection is made by one caller at a time):
+                // the one in use stays.
+                Some(q) if q.conn.is_some() => {
+                    tracing::warn!(target: "ferrocx::comm", "rank {}: a second connection with rank {} ({:?}, channel {}) dropped", self.shared.rank, c.peer, c.dir, c.channel);
+                }
+                Some(q) => {
+                    // Operations queued before it existed look up their
+                    // registrations now (the plugin is known).
+                    if !self.regs.is_empty() {
+                        for w in q.waiting.iter_mut().filter(|w| w.op.mh.is_none()) {
+                            w.op.mh = self.regs.lookup(&c.plugin, w.op.ptr, w.op.len);
+                        }
+                    }
                     q.conn = Some(c);
                     work |= !q.waiting.is_empty();
                 }
-                _ => st.conns[i] = Some(ConnQueue::new(Some(c))),
+                None => st.conns[i] = Some(ConnQueue::new(Some(c))),
             }
         }
         if work {

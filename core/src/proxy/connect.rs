@@ -11,9 +11,10 @@
 //!    progress are repeated until done (bounded by the timeout).
 //!
 //! No step waits for one peer while another's message is pending, and each
-//! connection is handed over as soon as it is made: whatever order ranks
-//! post in, no cycle of waits forms (a group's operations on one connection
-//! may be what lets a peer post its side of another).
+//! connection is handed over as soon as it is made: a group's operations on
+//! one connection may be what lets a peer post its side of another. A call
+//! still returns only once its connections exist (docs/ARCHITECTURE.md,
+//! Connections, names the cycle that leaves through a caller's next call).
 
 use crate::error::{Error, Result};
 use crate::plugin::{Connection, Dir, PluginInstance};
@@ -142,12 +143,17 @@ fn open_end(
     Ok((conn, blob))
 }
 
-/// Tell `peer` (in setup phase `phase`) that this end failed, then return the error.
-fn refuse(shared: &CommShared, peer: usize, phase: u64, channel: u32, err: Error) -> Error {
-    let why = match &err {
+/// What a refusal tells the peer of `err`.
+fn refusal(err: &Error) -> String {
+    match err {
         Error::NoTransport { detail, .. } => detail.clone(),
         other => other.to_string(),
-    };
+    }
+}
+
+/// Tell `peer` (in setup phase `phase`) that this end failed, then return the error.
+fn refuse(shared: &CommShared, peer: usize, phase: u64, channel: u32, err: Error) -> Error {
+    let why = refusal(&err);
     let _ = shared
         .bootstrap
         .send(peer, tag(phase, channel), &encode("", &FxBlob::new(), &why));
@@ -172,25 +178,45 @@ pub(crate) struct Handshake {
 }
 
 /// Phase 1 for the given (channel, peer, dir) connections: every send side
-/// chooses its transport, sets up its end and sends the receiver a request.
-/// Local only (no waiting): a failure here leaves nothing half made on this
-/// rank, and is announced too (empty name + reason) so the receiver fails at
-/// once instead of timing out.
+/// chooses its transport and sets up its end; then each receiver gets its
+/// request. Local only (no waiting). Every end is set up before any request
+/// leaves: when one fails, every receiver is told why instead (an empty name
+/// and the reason), so none waits for the timeout and none keeps a request
+/// or answer that a later attempt would take for its own.
 pub(crate) fn announce(shared: &CommShared, needs: &[(usize, usize, Dir)]) -> Result<Handshake> {
-    let mut answers = Vec::new();
-    for &(channel, peer, _) in needs.iter().filter(|(_, _, d)| *d == Dir::Send) {
-        let channel = channel as u32;
-        let opened = shared
+    let sends: Vec<(u32, usize)> = needs
+        .iter()
+        .filter(|(_, _, d)| *d == Dir::Send)
+        .map(|&(channel, peer, _)| (channel as u32, peer))
+        .collect();
+    let mut opened = Vec::with_capacity(sends.len());
+    for &(channel, peer) in &sends {
+        let end = shared
             .candidates()
             .choose_for(peer, shared.host_channel(channel as usize))
             .and_then(|p| open_end(shared, &p, peer, Dir::Send, channel).map(|(c, b)| (p, c, b)));
-        let (plugin, conn, blob) = match opened {
-            Ok(x) => x,
-            Err(e) => return Err(refuse(shared, peer, 0, channel, e)),
-        };
-        shared
-            .bootstrap
-            .send(peer, tag(0, channel), &encode(plugin.name(), &blob, ""))?;
+        match end {
+            Ok(x) => opened.push(x),
+            Err(e) => {
+                let why = refusal(&e);
+                for &(channel, peer) in &sends {
+                    let _ = shared.bootstrap.send(
+                        peer,
+                        tag(0, channel),
+                        &encode("", &FxBlob::new(), &why),
+                    );
+                }
+                return Err(e);
+            }
+        }
+    }
+    let mut answers = Vec::with_capacity(opened.len());
+    for (plugin, conn, blob) in opened {
+        shared.bootstrap.send(
+            conn.peer,
+            tag(0, conn.channel),
+            &encode(plugin.name(), &blob, ""),
+        )?;
         answers.push(Pending {
             conn,
             peer_blob: None,
@@ -212,11 +238,14 @@ impl Handshake {
     /// connection goes to `install` as soon as it is made, so operations
     /// queued on it start while the others are still being made: a peer may
     /// post its side of one connection only after an operation on another
-    /// has completed.
+    /// has completed. Those operations may fail meanwhile and break the
+    /// communicator: `stopped` says so (checked, with every peer's state,
+    /// every [`CHECK_EVERY`] of waiting), and the setup ends with it.
     pub(crate) fn finish(
         self,
         shared: &CommShared,
         install: &mut dyn FnMut(Connection),
+        stopped: &dyn Fn() -> Option<Error>,
     ) -> Result<()> {
         let Handshake {
             mut answers,
@@ -253,6 +282,9 @@ impl Handshake {
                     return Ok(());
                 };
                 shared.check_peers()?;
+                if let Some(e) = stopped() {
+                    return Err(e);
+                }
                 if Instant::now() > deadline {
                     return Err(Error::Timeout {
                         what: "connection setup (connect still in progress)".into(),
@@ -275,26 +307,43 @@ impl Handshake {
                         .map(|p| (p.conn.peer, tag(1, p.conn.channel))),
                 )
                 .collect();
-            // With connections in progress, look back at them soon.
-            let until = if connecting.is_empty() {
-                deadline
+            // In slices: connections in progress are looked at again soon, and
+            // between slices this rank's own state and every peer's.
+            let slice = if connecting.is_empty() {
+                CHECK_EVERY
             } else {
-                deadline.min(Instant::now() + std::time::Duration::from_micros(100))
+                std::time::Duration::from_micros(100)
+            };
+            let until = deadline.min(Instant::now() + slice);
+            // Name what was awaited of the peer an error is about.
+            let waiting_for = |e: &Error| match e.peer() {
+                Some(r) if requests.iter().any(|&(_, p)| p == r) => REQUEST,
+                Some(r) if answers.iter().any(|p| p.conn.peer == r) => ANSWER,
+                Some(_) => OTHERS,
+                None if requests.is_empty() => ANSWER,
+                None => REQUEST,
             };
             let (k, msg) = match shared.bootstrap.recv_any(&keys, until) {
                 Ok(got) => got,
-                Err(Error::Timeout { .. }) if Instant::now() < deadline => continue,
-                Err(e) => {
-                    // Name what was awaited of the peer the error is about.
-                    let asked = |r| requests.iter().any(|&(_, p)| p == r);
-                    let waiting_for = match e.peer() {
-                        Some(r) if asked(r) => REQUEST,
-                        Some(_) => ANSWER,
-                        None if requests.is_empty() => ANSWER,
-                        None => REQUEST,
-                    };
-                    return Err(setup_wait_error(e, waiting_for));
+                Err(Error::Timeout { .. }) if Instant::now() < deadline => {
+                    if let Err(e) = shared.check_peers() {
+                        return Err(setup_wait_error(e.clone(), waiting_for(&e)));
+                    }
+                    if let Some(e) = stopped() {
+                        return Err(e);
+                    }
+                    continue;
                 }
+                // The wait was in slices: the whole timeout passed.
+                Err(Error::Timeout { what, peer, .. }) => {
+                    let e = Error::Timeout {
+                        what,
+                        peer,
+                        after: shared.timeout,
+                    };
+                    return Err(setup_wait_error(e.clone(), waiting_for(&e)));
+                }
+                Err(e) => return Err(setup_wait_error(e.clone(), waiting_for(&e))),
             };
             if k < requests.len() {
                 let (channel, peer) = requests.remove(k);
@@ -329,6 +378,11 @@ impl Handshake {
     }
 }
 
+/// How often a wait for the peers' setup messages looks at this rank's own
+/// state and at every peer (not only those it waits for).
+const CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
+const OTHERS: &str = "connections with its peers";
 const REQUEST: &str = "its connection request (rank {peer} has not posted a send to this rank)";
 const ANSWER: &str = "its connection answer (rank {peer} has not posted a receive from this rank)";
 

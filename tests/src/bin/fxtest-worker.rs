@@ -130,6 +130,8 @@ fn main() -> ExitCode {
         Some("host-p2p") => coll::host_p2p::run(args[1].parse().expect("rounds"), &args[2]),
         Some("host-p2p-size") => coll::host_p2p::size_mismatch(),
         Some("host-p2p-lazy") => coll::host_p2p::lazy_connections(),
+        Some("host-p2p-setup-death") => coll::host_p2p::setup_death(),
+        Some("host-p2p-setup-timeout") => coll::host_p2p::setup_timeout(),
         Some("shrink") => coll::shrink::run(),
         Some("coll-plugin") => coll::plugin::run(
             opt("--expect"),

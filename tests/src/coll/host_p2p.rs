@@ -268,3 +268,71 @@ pub fn lazy_connections() -> Result<String, String> {
     comm.destroy().map_err(e2s)?;
     Ok("LAZY every message arrived".into())
 }
+
+/// `host-p2p-setup-death` (3 ranks): rank 2's group sends m1 (above the
+/// rings' limit) to rank 0 and receives from rank 1, both on new
+/// connections; rank 0 takes m1 and dies; rank 1 never sends. Rank 2's wait
+/// for rank 1's connection request must end with rank 0's death, not at the
+/// timeout: `SETUP-DEATH after <s>: <error>`.
+pub fn setup_death() -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let size = LIMIT + 1;
+    match comm.rank() {
+        0 => {
+            let mut got = vec![0u8; size];
+            comm.recv(&mut got, 2).map_err(e2s)?;
+            std::process::exit(3);
+        }
+        1 => {
+            // Long enough for rank 2 to be waiting; never posts its send.
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            Ok("idle".into())
+        }
+        _ => {
+            let t = std::time::Instant::now();
+            let m1 = vec![1u8; size];
+            let mut got = vec![0u8; size];
+            let mut g = comm.group_start();
+            g.send(&m1, 0).map_err(e2s)?;
+            g.recv(&mut got, 1).map_err(e2s)?;
+            match g.group_end() {
+                Ok(()) => Err("the group completed without rank 1's message".into()),
+                Err(e) => Ok(format!(
+                    "SETUP-DEATH after {:.2}: {e}",
+                    t.elapsed().as_secs_f64()
+                )),
+            }
+        }
+    }
+}
+
+/// `host-p2p-setup-timeout` (3 ranks): rank 0's group receives from ranks 1
+/// and 2 on new connections; rank 1 sends after a second, rank 2 never does.
+/// Rank 0's timeout names rank 2 and the whole `FERROCX_TIMEOUT`:
+/// `SETUP-TIMEOUT <error>`.
+pub fn setup_timeout() -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let size = LIMIT + 1;
+    match comm.rank() {
+        0 => {
+            let (mut a, mut b) = (vec![0u8; size], vec![0u8; size]);
+            let mut g = comm.group_start();
+            g.recv(&mut a, 1).map_err(e2s)?;
+            g.recv(&mut b, 2).map_err(e2s)?;
+            match g.group_end() {
+                Ok(()) => Err("the group completed without rank 2's message".into()),
+                Err(e) => Ok(format!("SETUP-TIMEOUT {e}")),
+            }
+        }
+        1 => {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            // Rank 0's failure may reach this send first: either way is fine.
+            let _ = comm.send(&vec![1u8; size], 0);
+            Ok("sent".into())
+        }
+        _ => {
+            std::thread::sleep(std::time::Duration::from_secs(5));
+            Ok("idle".into())
+        }
+    }
+}
