@@ -270,6 +270,14 @@ fn a_failed_setup_is_reported_to_the_peer_without_waiting_for_the_timeout() {
         "{}",
         outs[0].stdout
     );
+    // A failed setup breaks the communicator: the next send says so at once.
+    assert!(
+        outs[0]
+            .stdout
+            .contains("an earlier failure broke the communicator: plugin 'failsetup' setup"),
+        "{}",
+        outs[0].stdout
+    );
     assert_eq!(outs[1].code, Some(1), "{:?}", outs[1]);
     assert!(
         outs[1]

@@ -507,11 +507,16 @@ fn oneway() -> Result<String, String> {
     let comm = Communicator::from_env().map_err(|e| e.to_string())?;
     let mut buf = vec![comm.rank() as u8; 4096];
     let r = if comm.rank() == 0 {
-        comm.send(&buf, 1)
+        // A failed send is tried once more: what the communicator says then
+        // (broken or not) is part of the report.
+        comm.send(&buf, 1).map_err(|e| {
+            let again = comm.send(&buf, 1).err().map(|e| e.to_string());
+            format!("{e}\nAGAIN: {again:?}")
+        })
     } else {
-        comm.recv(&mut buf, 0)
+        comm.recv(&mut buf, 0).map_err(|e| e.to_string())
     };
-    r.map_err(|e| e.to_string())?;
+    r?;
     comm.destroy().map_err(|e| e.to_string())?;
     Ok(format!("rank {} done", comm.rank()))
 }
