@@ -735,10 +735,9 @@ impl Communicator {
         )
     }
 
-    /// Announce the send sides of `missing` (local; a failure leaves nothing made
-    /// and does not break the communicator).
-    /// A missing transport does not break the communicator (nothing was made,
-    /// and the peers were told); a failed setup or a dead peer does.
+    /// Announce the send sides of `missing` on the service thread. A missing
+    /// transport does not break the communicator (nothing was made, and the
+    /// peers were told); a failed setup or a dead peer does.
     fn announce(&self, missing: &[(usize, usize, Dir)]) -> Result<connect::Handshake> {
         let missing = missing.to_vec();
         self.on_service(move |shared| connect::announce(shared, &missing))

@@ -316,18 +316,21 @@ impl Handshake {
             };
             let until = deadline.min(Instant::now() + slice);
             // Name what was awaited of the peer an error is about.
-            let waiting_for = |e: &Error| match e.peer() {
-                Some(r) if requests.iter().any(|&(_, p)| p == r) => REQUEST,
-                Some(r) if answers.iter().any(|p| p.conn.peer == r) => ANSWER,
-                Some(_) => OTHERS,
-                None if requests.is_empty() => ANSWER,
-                None => REQUEST,
+            let explain = |e: Error| {
+                let waiting_for = match e.peer() {
+                    Some(r) if requests.iter().any(|&(_, p)| p == r) => REQUEST,
+                    Some(r) if answers.iter().any(|p| p.conn.peer == r) => ANSWER,
+                    Some(_) => OTHERS,
+                    None if requests.is_empty() => ANSWER,
+                    None => REQUEST,
+                };
+                setup_wait_error(e, waiting_for)
             };
             let (k, msg) = match shared.bootstrap.recv_any(&keys, until) {
                 Ok(got) => got,
                 Err(Error::Timeout { .. }) if Instant::now() < deadline => {
                     if let Err(e) = shared.check_peers() {
-                        return Err(setup_wait_error(e.clone(), waiting_for(&e)));
+                        return Err(explain(e));
                     }
                     if let Some(e) = stopped() {
                         return Err(e);
@@ -341,9 +344,9 @@ impl Handshake {
                         peer,
                         after: shared.timeout,
                     };
-                    return Err(setup_wait_error(e.clone(), waiting_for(&e)));
+                    return Err(explain(e));
                 }
-                Err(e) => return Err(setup_wait_error(e.clone(), waiting_for(&e))),
+                Err(e) => return Err(explain(e)),
             };
             if k < requests.len() {
                 let (channel, peer) = requests.remove(k);
