@@ -199,6 +199,28 @@ fn a_group_making_a_connection_does_not_hold_back_its_other_ops() {
     }
 }
 
+/// A started receive returns before its connection exists, and the service
+/// thread makes several calls' connections at once: a valid program across
+/// two communicators, which hung until the timeout when a started call
+/// waited for its connections (docs/ARCHITECTURE.md, Connections).
+#[test]
+fn a_started_call_does_not_wait_for_its_connections() {
+    let outs = ferrocx_tests::run_passing(
+        WORKER,
+        3,
+        &["host-p2p-two-comms"],
+        &[("FERROCX_TIMEOUT", "10")],
+        LIMIT,
+    );
+    for o in &outs {
+        assert!(
+            o.stdout.contains("TWO-COMMS every message arrived"),
+            "{}",
+            o.stdout
+        );
+    }
+}
+
 /// A group waiting for a connection request learns of a peer's death at
 /// once, though it waits on another peer: its own send to the dead rank was
 /// already done (the wait looks at every peer, not only the awaited ones).

@@ -154,7 +154,9 @@ impl<'a> Group<'a> {
     /// not depend on a later call of this rank (start both in one group
     /// instead). Sends and receives a collective plugin runs on host memory
     /// (small ones on shm-coll) complete before this returns; the rest of the
-    /// group runs on after it.
+    /// group runs on after it, its new connections made in the background (so
+    /// a peer may meet them only after this rank's next call, on another
+    /// communicator for example: docs/ARCHITECTURE.md, Connections).
     ///
     /// # Safety
     /// Every buffer added to the group must stay valid (and unaliased where

@@ -337,7 +337,7 @@ impl Communicator {
                 e.notify_peer_event();
             }
         }));
-        let service = ServiceThread::start(cfg.rank)?;
+        let service = ServiceThread::start(shared.clone(), connection_hooks(&engine))?;
         let progress = ProgressThread::start(cfg.rank, engine.clone())?;
         tracing::info!(
             target: "ferrocx::comm",
@@ -620,9 +620,17 @@ impl Communicator {
         let _waiting = self.shared.status.waiting();
         let missing = self.check_before_connecting(&mut plans, missing)?;
         // Device plans choose per transfer whether to stage through host
-        // memory by the transport that takes it: they wait for every connection.
+        // memory by the transport that takes it: they wait for every
+        // connection they use, those an earlier call is still making too.
         if plans.iter().any(|p| p.device.is_some()) {
-            self.connect(missing)?;
+            let mut needs = Vec::new();
+            for p in &plans {
+                p.needs(&mut needs);
+            }
+            needs.sort_unstable();
+            needs.dedup();
+            self.begin_connecting(&missing)?;
+            self.when_made(needs)?;
             return match self.engine.submit(plans, driving)? {
                 Submitted::Queued(done) => Ok(done),
                 Submitted::Missing(_, still) => Err(Error::Io(format!(
@@ -632,14 +640,15 @@ impl Communicator {
         }
         // Host plans are queued as soon as the send sides are announced, their
         // operations on each connection starting as it is made: a peer may post
-        // its side of one connection only once an operation on another ended.
-        let handshake = self.announce(&missing)?;
+        // its side of one connection only once an operation on another ended,
+        // or once this rank made a later call (on another communicator too).
+        // A failure from here on breaks the communicator: the plans cannot be
+        // taken back.
+        self.begin_connecting(&missing)?;
         let done = self.engine.submit_connecting(plans, &missing)?;
-        // The plans are queued and cannot be taken back: whatever the failure,
-        // the communicator breaks.
-        self.finish_connecting(handshake)
-            .map_err(|e| self.setup_broke(e))?;
         if driving {
+            // A blocking call hears a failed setup as itself.
+            self.when_made(missing)?;
             self.engine.add_driver();
         }
         Ok(done)
@@ -693,11 +702,8 @@ impl Communicator {
 
     /// Establish connections on the service thread; fatal failures break the communicator.
     fn connect(&self, missing: Vec<(usize, usize, Dir)>) -> Result<()> {
-        let handshake = self.announce(&missing)?;
-        // Some connections may be made by the time one fails, and a peer may
-        // have dropped its side of another: none can be trusted.
-        self.finish_connecting(handshake)
-            .map_err(|e| self.setup_broke(e))
+        self.begin_connecting(&missing)?;
+        self.when_made(missing)
     }
 
     /// Break the communicator for a failure while connections were being made.
@@ -711,53 +717,48 @@ impl Communicator {
         }
     }
 
-    /// Run `job` on the service thread. Peers that never answer may be blocked
-    /// in another call waiting for this rank: meanwhile the crossed check names
-    /// both calls long before the timeout.
-    fn on_service<R: Send + 'static>(
-        &self,
-        job: impl FnOnce(&CommShared) -> Result<R> + Send + 'static,
-    ) -> Result<R> {
-        let shared = self.shared.clone();
+    /// The service thread, or that the communicator was destroyed.
+    fn service(&self) -> Result<parking_lot::MutexGuard<'_, Option<ServiceThread>>> {
         let svc = self.service.lock();
-        let svc = svc
-            .as_ref()
-            .ok_or_else(|| Error::Destroyed("communicator was destroyed".into()))?;
-        let mut crossed = crate::status::CrossedCheck::new();
-        svc.call_watching(
-            move || job(&shared),
-            crate::status::CrossedCheck::TICK,
-            || {
-                if let Some(e) = crossed.poll(&self.shared.status, &self.shared.bootstrap) {
-                    self.engine.break_with(e);
-                }
-            },
-        )
+        if svc.is_none() {
+            return Err(Error::Destroyed("communicator was destroyed".into()));
+        }
+        Ok(svc)
     }
 
-    /// Announce the send sides of `missing` on the service thread. A missing
-    /// transport does not break the communicator (nothing was made, and the
-    /// peers were told); a failed setup or a dead peer does.
-    fn announce(&self, missing: &[(usize, usize, Dir)]) -> Result<connect::Handshake> {
-        let missing = missing.to_vec();
-        self.on_service(move |shared| connect::announce(shared, &missing))
-            .map_err(|e| match e {
-                Error::Timeout { .. }
-                | Error::PeerFailed { .. }
-                | Error::Plugin { .. }
-                | Error::Bootstrap(_) => self.engine.break_with(e),
-                e => e,
-            })
-    }
-
-    /// Make the connections `handshake` announced, each handed to the engine as
-    /// soon as it is made.
-    fn finish_connecting(&self, handshake: connect::Handshake) -> Result<()> {
-        let engine = self.engine.clone();
-        self.on_service(move |shared| {
-            let stopped = || engine.usable().err();
-            handshake.finish(shared, &mut |c| engine.add_connections(vec![c]), &stopped)
+    /// Announce the send sides of `missing`; the service thread makes them
+    /// and their receive sides from then on. A missing transport does not
+    /// break the communicator (nothing was made, and the peers were told); a
+    /// failed setup or a dead peer does.
+    fn begin_connecting(&self, missing: &[(usize, usize, Dir)]) -> Result<()> {
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let svc = self.service()?;
+        let svc = svc.as_ref().expect("checked");
+        svc.begin(missing.to_vec()).map_err(|e| match e {
+            Error::Timeout { .. }
+            | Error::PeerFailed { .. }
+            | Error::Plugin { .. }
+            | Error::Bootstrap(_) => self.engine.break_with(e),
+            e => e,
         })
+    }
+
+    /// Wait until the connections `needs` are made. Peers that never answer
+    /// may be blocked in another call waiting for this rank: meanwhile the
+    /// crossed check names both calls long before the timeout. A failure has
+    /// broken the communicator.
+    fn when_made(&self, needs: Vec<(usize, usize, Dir)>) -> Result<()> {
+        let svc = self.service()?;
+        let svc = svc.as_ref().expect("checked");
+        let mut crossed = crate::status::CrossedCheck::new();
+        svc.when_made(needs, crate::status::CrossedCheck::TICK, || {
+            if let Some(e) = crossed.poll(&self.shared.status, &self.shared.bootstrap) {
+                self.engine.break_with(e);
+            }
+        })
+        .map_err(|e| self.setup_broke(e))
     }
 
     /// Send `buf` to `peer` and wait until the buffer may be reused.
@@ -921,6 +922,18 @@ impl Drop for Communicator {
         if self.state.load(Ordering::Acquire) == LIVE {
             let _ = self.destroy();
         }
+    }
+}
+
+/// What the service thread's connection setup needs from `engine`.
+fn connection_hooks(engine: &Arc<Engine>) -> connect::Hooks {
+    let (a, b, c) = (engine.clone(), engine.clone(), engine.clone());
+    connect::Hooks {
+        install: Box::new(move |conn| a.add_connections(vec![conn])),
+        stopped: Box::new(move || b.usable().err()),
+        broke: Box::new(move |e| {
+            c.break_with(e);
+        }),
     }
 }
 

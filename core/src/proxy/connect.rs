@@ -1,27 +1,27 @@
 //! The connection phases the proxy service thread runs: how the connections
-//! a group needs are established (setup → blob exchange over the bootstrap →
+//! a call needs are established (setup → blob exchange over the bootstrap →
 //! connect until done).
 //!
 //! The sender chooses the transport (`plugin::select`) and tells the receiver
 //! which one in its request, so both ends always run the same plugin:
-//! 1. [`announce`]: every needed send side chooses, `setup`s and sends REQ(name, blob);
-//! 2. [`Handshake::finish`], taking the peers' messages in the order they come:
-//!    a receive side takes its REQ, `setup`s with that plugin, sends ACK(blob)
-//!    and `connect`s; a send side takes its ACK and `connect`s; `connect`s in
-//!    progress are repeated until done (bounded by the timeout).
+//! 1. [`Connecting::begin`]: every needed send side chooses, `setup`s and
+//!    sends REQ(name, blob);
+//! 2. [`Connecting::step`], taking the peers' messages in the order they
+//!    come, whichever call they are for: a receive side takes its REQ,
+//!    `setup`s with that plugin, sends ACK(blob) and `connect`s; a send side
+//!    takes its ACK and `connect`s; `connect`s in progress are repeated until
+//!    done (bounded by the timeout).
 //!
-//! No step waits for one peer while another's message is pending, and each
-//! connection is handed over as soon as it is made: a group's operations on
-//! one connection may be what lets a peer post its side of another. A call
-//! still returns only once its connections exist (docs/ARCHITECTURE.md,
-//! Connections, names the cycle that leaves through a caller's next call).
+//! No step waits for one peer while another's message is pending, each
+//! connection is handed over as soon as it is made, and a call need not wait
+//! for its connections at all (docs/ARCHITECTURE.md, Connections).
 
 use crate::error::{Error, Result};
 use crate::plugin::{Connection, Dir, PluginInstance};
 use crate::shared::CommShared;
 use ferrocx_sdk::abi::*;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const TAG_CONN: u64 = 0x4658_0000_0000_0000; // "FX" connection-setup tag space
 fn tag(phase: u64, channel: u32) -> u64 {
@@ -167,10 +167,9 @@ struct Pending {
     peer_blob: Option<FxBlob>,
 }
 
-/// Connections being made: the send sides announced (phase 1), waiting for
-/// the receive sides' requests and the send sides' answers (see
-/// [`finish`](Handshake::finish)).
-pub(crate) struct Handshake {
+/// One call's connections, its send sides announced (phase 1): what
+/// [`Connecting::begin`] adds to the connections being made.
+struct Handshake {
     /// Send sides waiting for the receiver's answer.
     answers: Vec<Pending>,
     /// (channel, peer) of the receive sides waiting for the sender's request.
@@ -183,7 +182,7 @@ pub(crate) struct Handshake {
 /// leaves: when one fails, every receiver is told why instead (an empty name
 /// and the reason), so none waits for the timeout and none keeps a request
 /// or answer that a later attempt would take for its own.
-pub(crate) fn announce(shared: &CommShared, needs: &[(usize, usize, Dir)]) -> Result<Handshake> {
+fn announce(shared: &CommShared, needs: &[Need]) -> Result<Handshake> {
     let sends: Vec<(u32, usize)> = needs
         .iter()
         .filter(|(_, _, d)| *d == Dir::Send)
@@ -230,160 +229,299 @@ pub(crate) fn announce(shared: &CommShared, needs: &[(usize, usize, Dir)]) -> Re
     Ok(Handshake { answers, requests })
 }
 
-impl Handshake {
-    /// Phases 2–4, in the order the peers' messages come: a receive side
-    /// takes its sender's request (sets up with the sender's transport,
-    /// answers, connects); a send side takes its receiver's answer and
-    /// connects; connections still in progress are driven until done. Each
-    /// connection goes to `install` as soon as it is made, so operations
-    /// queued on it start while the others are still being made: a peer may
-    /// post its side of one connection only after an operation on another
-    /// has completed. Those operations may fail meanwhile and break the
-    /// communicator: `stopped` says so (checked, with every peer's state,
-    /// every [`CHECK_EVERY`] of waiting), and the setup ends with it.
-    pub(crate) fn finish(
-        self,
-        shared: &CommShared,
-        install: &mut dyn FnMut(Connection),
-        stopped: &dyn Fn() -> Option<Error>,
-    ) -> Result<()> {
-        let Handshake {
-            mut answers,
-            mut requests,
-        } = self;
-        let mut connecting: Vec<Pending> = Vec::new();
+/// A connection as the engine names it: (channel, peer, direction).
+pub(crate) type Need = (usize, usize, Dir);
+
+/// Where a caller waiting for connections gets its answer.
+pub(crate) type Reply = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// What the connections being made need from the communicator's engine.
+pub(crate) struct Hooks {
+    /// Takes a connection the moment it is made (its queued operations start).
+    pub install: Box<dyn FnMut(Connection) + Send>,
+    /// The engine's failure, if it failed or shut down: the setup ends with it.
+    pub stopped: Box<dyn Fn() -> Option<Error> + Send>,
+    /// Breaks the communicator: a setup failed while operations waited on it.
+    pub broke: Box<dyn Fn(Error) + Send>,
+}
+
+/// The message key that wakes the service thread's wait for setup messages
+/// when a caller hands it work ([`Connecting::step`]): a message to itself.
+pub(crate) fn wake_key(rank: usize) -> (usize, u64) {
+    (rank, tag(2, 0))
+}
+
+/// Every connection the service thread is making, whichever call asked for
+/// it. A call announces its send sides ([`begin`](Self::begin)) and may go
+/// on at once: the rest (phases 2–4) happens here, in the order the peers'
+/// messages come, a step at a time between the thread's other jobs. So no
+/// call waits for its connections unless it asks to
+/// ([`when_made`](Self::when_made)), and a peer that posts its side of one
+/// connection late holds back no other: a receive started on one
+/// communicator may be met only after this rank's send on another.
+///
+/// In a step: a receive side takes its sender's request (sets up with the
+/// sender's transport, answers, connects); a send side takes its receiver's
+/// answer and connects; connections still in progress are driven. Each
+/// connection goes to [`Hooks::install`] as soon as it is made, so operations
+/// queued on it start while the others are still being made: a peer may
+/// post its side of one connection only after an operation on another has
+/// completed. Each call's connections are bounded by `FERROCX_TIMEOUT` from
+/// its `begin`. Any failure fails every connection being made and breaks the
+/// communicator ([`Hooks::broke`]): operations are queued on them and cannot
+/// be taken back.
+#[derive(Default)]
+pub(crate) struct Connecting {
+    /// Receive sides waiting for their sender's request: (channel, peer, deadline).
+    requests: Vec<(u32, usize, Instant)>,
+    /// Send sides waiting for their receiver's answer, with their deadline.
+    answers: Vec<(Pending, Instant)>,
+    /// Connections whose `connect` is still in progress, with their deadline.
+    connecting: Vec<(Pending, Instant)>,
+    /// Callers waiting until connections of theirs are made.
+    waiters: Vec<(Vec<Need>, Reply)>,
+    /// Empty polls of connections in progress (for the backoff).
+    idle: u32,
+    /// When this rank's own state and every peer's were last looked at.
+    checked: Option<Instant>,
+}
+
+impl Connecting {
+    /// Announce the send sides of `needs` and make them, with their receive
+    /// sides, from the next step on.
+    pub fn begin(&mut self, shared: &CommShared, needs: &[Need]) -> Result<()> {
+        let h = announce(shared, needs)?;
         let deadline = Instant::now() + shared.timeout;
-        let mut idle = 0u32;
-        let mut finish_one = |p: Pending| -> Result<()> {
+        self.requests
+            .extend(h.requests.into_iter().map(|(c, p)| (c, p, deadline)));
+        self.answers
+            .extend(h.answers.into_iter().map(|p| (p, deadline)));
+        Ok(())
+    }
+
+    /// Answer `reply` once none of `needs` is being made any more: all made
+    /// (Ok), or the setup failed (its error).
+    pub fn when_made(&mut self, needs: Vec<Need>, reply: Reply) {
+        if needs.iter().any(|n| self.making(n)) {
+            self.waiters.push((needs, reply));
+        } else {
+            reply(Ok(()));
+        }
+    }
+
+    /// Nothing being made: the service thread may park.
+    pub fn is_idle(&self) -> bool {
+        self.requests.is_empty() && self.answers.is_empty() && self.connecting.is_empty()
+    }
+
+    fn making(&self, &(channel, peer, dir): &Need) -> bool {
+        let same = |c: &Connection| c.channel as usize == channel && c.peer == peer && c.dir == dir;
+        let awaited = match dir {
+            Dir::Recv => self
+                .requests
+                .iter()
+                .any(|&(c, p, _)| c as usize == channel && p == peer),
+            Dir::Send => self.answers.iter().any(|(p, _)| same(&p.conn)),
+        };
+        awaited || self.connecting.iter().any(|(p, _)| same(&p.conn))
+    }
+
+    /// Fail every connection being made, and every caller waiting, with `err`.
+    pub fn fail(&mut self, err: Error) {
+        self.requests.clear();
+        self.answers.clear(); // dropping a Connection frees its end
+        self.connecting.clear();
+        for (_, reply) in self.waiters.drain(..) {
+            reply(Err(err.clone()));
+        }
+    }
+
+    /// One step: drive the connections in progress, then wait (until a
+    /// message, a slice of [`CHECK_EVERY`] at most, or a message on `wake`)
+    /// and take one peer's request or answer. A failure fails everything
+    /// being made and breaks the communicator.
+    pub fn step(&mut self, shared: &CommShared, hooks: &mut Hooks, wake: (usize, u64)) {
+        if let Err(e) = self.try_step(shared, hooks, wake) {
+            (hooks.broke)(e.clone());
+            self.fail(e);
+        }
+        // Answer the callers whose connections are all made now.
+        let mut i = 0;
+        while i < self.waiters.len() {
+            if self.waiters[i].0.iter().any(|n| self.making(n)) {
+                i += 1;
+            } else {
+                let (_, reply) = self.waiters.swap_remove(i);
+                reply(Ok(()));
+            }
+        }
+    }
+
+    fn try_step(
+        &mut self,
+        shared: &CommShared,
+        hooks: &mut Hooks,
+        wake: (usize, u64),
+    ) -> Result<()> {
+        let made = |p: Pending, hooks: &mut Hooks| -> Result<()> {
             p.conn
                 .plugin
                 .proxy_hook("proxy_connect", p.conn.raw, p.conn.peer)?;
-            install(p.conn);
+            (hooks.install)(p.conn);
             Ok(())
         };
-        loop {
-            // Drive the connections in progress.
-            let mut i = 0;
-            while i < connecting.len() {
-                let p = &connecting[i];
-                let blob = p
-                    .peer_blob
-                    .as_ref()
-                    .expect("set when it started connecting");
-                if p.conn.plugin.connect(p.conn.raw, blob, p.conn.peer)? {
-                    finish_one(connecting.swap_remove(i))?;
-                    idle = 0;
-                } else {
-                    i += 1;
-                }
+        // This rank's own state and every peer's, not only those awaited.
+        let now = Instant::now();
+        if self.checked.is_none_or(|t| now >= t + CHECK_EVERY) {
+            self.checked = Some(now);
+            if let Some(e) = (hooks.stopped)() {
+                return Err(e);
             }
-            if requests.is_empty() && answers.is_empty() {
-                let Some(p) = connecting.first() else {
-                    return Ok(());
-                };
-                shared.check_peers()?;
-                if let Some(e) = stopped() {
-                    return Err(e);
-                }
-                if Instant::now() > deadline {
-                    return Err(Error::Timeout {
-                        what: "connection setup (connect still in progress)".into(),
-                        peer: Some(p.conn.peer),
-                        after: shared.timeout,
-                    });
-                }
-                idle += 1;
-                super::backoff(idle);
-                continue;
-            }
-            // Requests first, in the order asked: a timeout names the first one
-            // still awaited (as the phases did, one after the other).
-            let keys: Vec<(usize, u64)> = requests
-                .iter()
-                .map(|&(channel, peer)| (peer, tag(0, channel)))
-                .chain(
-                    answers
-                        .iter()
-                        .map(|p| (p.conn.peer, tag(1, p.conn.channel))),
-                )
-                .collect();
-            // In slices: connections in progress are looked at again soon, and
-            // between slices this rank's own state and every peer's.
-            let slice = if connecting.is_empty() {
-                CHECK_EVERY
+            shared.check_peers().map_err(|e| self.explain(e))?;
+        }
+        // Drive the connections in progress.
+        let mut i = 0;
+        while i < self.connecting.len() {
+            let p = &self.connecting[i].0;
+            let blob = p
+                .peer_blob
+                .as_ref()
+                .expect("set when it started connecting");
+            if p.conn.plugin.connect(p.conn.raw, blob, p.conn.peer)? {
+                made(self.connecting.swap_remove(i).0, hooks)?;
+                self.idle = 0;
             } else {
-                std::time::Duration::from_micros(100)
-            };
-            let until = deadline.min(Instant::now() + slice);
-            // Name what was awaited of the peer an error is about.
-            let explain = |e: Error| {
-                let waiting_for = match e.peer() {
-                    Some(r) if requests.iter().any(|&(_, p)| p == r) => REQUEST,
-                    Some(r) if answers.iter().any(|p| p.conn.peer == r) => ANSWER,
-                    Some(_) => OTHERS,
-                    None if requests.is_empty() => ANSWER,
-                    None => REQUEST,
-                };
-                setup_wait_error(e, waiting_for)
-            };
-            let (k, msg) = match shared.bootstrap.recv_any(&keys, until) {
-                Ok(got) => got,
-                Err(Error::Timeout { .. }) if Instant::now() < deadline => {
-                    if let Err(e) = shared.check_peers() {
-                        return Err(explain(e));
-                    }
-                    if let Some(e) = stopped() {
-                        return Err(e);
-                    }
-                    continue;
-                }
-                // The wait was in slices: the whole timeout passed.
-                Err(Error::Timeout { what, peer, .. }) => {
-                    let e = Error::Timeout {
-                        what,
-                        peer,
-                        after: shared.timeout,
-                    };
-                    return Err(explain(e));
-                }
-                Err(e) => return Err(explain(e)),
-            };
-            if k < requests.len() {
-                let (channel, peer) = requests.remove(k);
-                let p = accept(shared, peer, channel, &msg)?;
-                if p.conn
-                    .plugin
-                    .connect(p.conn.raw, p.peer_blob.as_ref().expect("set"), peer)?
-                {
-                    finish_one(p)?;
-                } else {
-                    connecting.push(p);
-                }
-            } else {
-                let mut p = answers.remove(k - requests.len());
-                let peer = p.conn.peer;
-                let (name, rblob, status) = decode(peer, &msg)?;
-                if name.is_empty() {
-                    return Err(Error::NoTransport {
-                        peer,
-                        detail: format!("rank {peer} refused the connection: {status}"),
-                    });
-                }
-                let done = p.conn.plugin.connect(p.conn.raw, &rblob, peer)?;
-                p.peer_blob = Some(rblob);
-                if done {
-                    finish_one(p)?;
-                } else {
-                    connecting.push(p);
-                }
+                i += 1;
             }
         }
+        let earliest = self
+            .requests
+            .iter()
+            .map(|r| r.2)
+            .chain(self.answers.iter().map(|a| a.1))
+            .chain(self.connecting.iter().map(|c| c.1))
+            .min();
+        let Some(earliest) = earliest else {
+            return Ok(());
+        };
+        if Instant::now() > earliest {
+            return Err(self.expired(shared.timeout));
+        }
+        if self.requests.is_empty() && self.answers.is_empty() {
+            self.idle += 1;
+            super::backoff(self.idle);
+            return Ok(());
+        }
+        // Requests first, in the order asked; the wake key last.
+        let keys: Vec<(usize, u64)> = self
+            .requests
+            .iter()
+            .map(|&(channel, peer, _)| (peer, tag(0, channel)))
+            .chain(
+                self.answers
+                    .iter()
+                    .map(|(p, _)| (p.conn.peer, tag(1, p.conn.channel))),
+            )
+            .chain(std::iter::once(wake))
+            .collect();
+        // Connections in progress are looked at again soon.
+        let slice = if self.connecting.is_empty() {
+            CHECK_EVERY
+        } else {
+            Duration::from_micros(100)
+        };
+        let until = earliest.min(Instant::now() + slice);
+        let (k, msg) = match shared.bootstrap.recv_any(&keys, until) {
+            Ok(got) => got,
+            Err(Error::Timeout { .. }) => return Ok(()), // the deadline: next step
+            Err(e) => return Err(self.explain(e)),
+        };
+        let nreq = self.requests.len();
+        if k == keys.len() - 1 {
+            return Ok(()); // woken: a caller has a job for this thread
+        }
+        if k < nreq {
+            let (channel, peer, deadline) = self.requests.remove(k);
+            let p = accept(shared, peer, channel, &msg)?;
+            if p.conn
+                .plugin
+                .connect(p.conn.raw, p.peer_blob.as_ref().expect("set"), peer)?
+            {
+                made(p, hooks)?;
+            } else {
+                self.connecting.push((p, deadline));
+            }
+        } else {
+            let (mut p, deadline) = self.answers.remove(k - nreq);
+            let peer = p.conn.peer;
+            let (name, rblob, status) = decode(peer, &msg)?;
+            if name.is_empty() {
+                return Err(Error::NoTransport {
+                    peer,
+                    detail: format!("rank {peer} refused the connection: {status}"),
+                });
+            }
+            let done = p.conn.plugin.connect(p.conn.raw, &rblob, peer)?;
+            p.peer_blob = Some(rblob);
+            if done {
+                made(p, hooks)?;
+            } else {
+                self.connecting.push((p, deadline));
+            }
+        }
+        Ok(())
+    }
+
+    /// The timeout of the first connection whose deadline passed: a request
+    /// before an answer (as asked), then a `connect` in progress.
+    fn expired(&self, timeout: Duration) -> Error {
+        let now = Instant::now();
+        let peer = self
+            .requests
+            .iter()
+            .find(|r| r.2 <= now)
+            .map(|r| r.1)
+            .or_else(|| {
+                self.answers
+                    .iter()
+                    .find(|a| a.1 <= now)
+                    .map(|a| a.0.conn.peer)
+            });
+        let e = Error::Timeout {
+            what: String::new(),
+            peer,
+            after: timeout,
+        };
+        match peer {
+            Some(_) => self.explain(e),
+            None => Error::Timeout {
+                what: "connection setup (connect still in progress)".into(),
+                peer: self
+                    .connecting
+                    .iter()
+                    .find(|c| c.1 <= now)
+                    .map(|c| c.0.conn.peer),
+                after: timeout,
+            },
+        }
+    }
+
+    /// Say what was awaited of the peer an error is about.
+    fn explain(&self, e: Error) -> Error {
+        let waiting_for = match e.peer() {
+            Some(r) if self.requests.iter().any(|&(_, p, _)| p == r) => REQUEST,
+            Some(r) if self.answers.iter().any(|(p, _)| p.conn.peer == r) => ANSWER,
+            Some(_) => OTHERS,
+            None if self.requests.is_empty() => ANSWER,
+            None => REQUEST,
+        };
+        setup_wait_error(e, waiting_for)
     }
 }
 
 /// How often a wait for the peers' setup messages looks at this rank's own
 /// state and at every peer (not only those it waits for).
-const CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+const CHECK_EVERY: Duration = Duration::from_millis(20);
 
 const OTHERS: &str = "connections with its peers";
 const REQUEST: &str = "its connection request (rank {peer} has not posted a send to this rank)";

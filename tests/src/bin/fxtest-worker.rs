@@ -131,6 +131,7 @@ fn main() -> ExitCode {
         Some("host-p2p-size") => coll::host_p2p::size_mismatch(),
         Some("host-p2p-lazy") => coll::host_p2p::lazy_connections(),
         Some("host-p2p-setup-death") => coll::host_p2p::setup_death(),
+        Some("host-p2p-two-comms") => coll::host_p2p::two_comms(),
         Some("host-p2p-setup-timeout") => coll::host_p2p::setup_timeout(),
         Some("shrink") => coll::shrink::run(),
         Some("coll-plugin") => coll::plugin::run(

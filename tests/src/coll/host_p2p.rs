@@ -269,6 +269,64 @@ pub fn lazy_connections() -> Result<String, String> {
     Ok("LAZY every message arrived".into())
 }
 
+/// `host-p2p-two-comms` (3 ranks): a valid program whose receive started on
+/// one communicator is met only after this rank's send on another. Rank 0
+/// starts a receive from 1 and a send to 2 on `c1` (neither waited for),
+/// then sends to 1 on `c2` (a split of `c1`), then waits; rank 1 receives
+/// from 0 on `c2`, then sends to 0 on `c1`; rank 2 receives from 0 on `c1`.
+/// Every message is above the rings' limit and the first on its connection.
+/// When a started call returned only once its connections existed, or the
+/// service thread made one call's connections at a time, rank 0 waited in
+/// its first (or second) call for rank 1, which waited for rank 0's third:
+/// both hung until the timeout.
+pub fn two_comms() -> Result<String, String> {
+    let c1 = Communicator::from_env().map_err(e2s)?;
+    let me = c1.rank();
+    if c1.nranks() != 3 {
+        return Err("needs 3 ranks".into());
+    }
+    let c2 = c1
+        .split(0, me as i32)
+        .map_err(e2s)?
+        .ok_or("split gave no communicator")?;
+    let size = LIMIT + 1;
+    let msg = |k: u8| vec![k; size];
+    let mut got = vec![0u8; size];
+    let expect = match me {
+        0 => {
+            let (to1, to2) = (msg(1), msg(2));
+            let mut g = c1.group_start();
+            g.recv(&mut got, 1).map_err(e2s)?;
+            // SAFETY: the buffers outlive the request, waited for below.
+            let r1 = unsafe { g.launch() }.map_err(e2s)?;
+            let mut g = c1.group_start();
+            g.send(&to2, 2).map_err(e2s)?;
+            // SAFETY: as above.
+            let r2 = unsafe { g.launch() }.map_err(e2s)?;
+            c2.send(&to1, 1).map_err(e2s)?;
+            r1.wait().map_err(e2s)?;
+            r2.wait().map_err(e2s)?;
+            msg(3)
+        }
+        1 => {
+            c2.recv(&mut got, 0).map_err(e2s)?;
+            c1.send(&msg(3), 0).map_err(e2s)?;
+            msg(1)
+        }
+        _ => {
+            c1.recv(&mut got, 0).map_err(e2s)?;
+            msg(2)
+        }
+    };
+    if got != expect {
+        return Err(format!("rank {me} received wrong bytes"));
+    }
+    c2.destroy().map_err(e2s)?;
+    c1.barrier().map_err(e2s)?;
+    c1.destroy().map_err(e2s)?;
+    Ok("TWO-COMMS every message arrived".into())
+}
+
 /// `host-p2p-setup-death` (3 ranks): rank 2's group sends m1 (above the
 /// rings' limit) to rank 0 and receives from rank 1, both on new
 /// connections; rank 0 takes m1 and dies; rank 1 never sends. Rank 2's wait
