@@ -236,6 +236,30 @@ fn ranks_that_disagree_on_a_transport_fail_with_both_sides_named() {
     );
 }
 
+/// The connection setup goes on in the background once a call announced
+/// it: a receiver that posts only after its refusal of the sender's
+/// request could have been sent still hears the refusal's own error, not
+/// "an earlier failure broke the communicator" (34 of 40 runs before the
+/// setup kept its failure for callers that ask after it).
+#[test]
+fn a_receiver_posting_late_hears_its_own_refusal() {
+    let outs = run_ranks(
+        WORKER,
+        2,
+        &["oneway", "late"],
+        &[
+            ("FXTEST_SHM_DISABLE_ON_RANK", "1"),
+            ("FERROCX_TIMEOUT", "10"),
+            ("FERROCX_SHM_COLL_P2P_BYTES", "0"),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(outs[1].code, Some(1), "{:?}", outs[1]);
+    let out = &outs[1].stdout;
+    assert!(out.contains("'shm' on rank 1 cannot reach rank 0"), "{out}");
+    assert!(!out.contains("earlier failure"), "{out}");
+}
+
 #[test]
 fn a_failed_setup_is_reported_to_the_peer_without_waiting_for_the_timeout() {
     let src = repo_root().join("tests/fixtures/bad_plugin.c");

@@ -645,7 +645,12 @@ impl Communicator {
         // A failure from here on breaks the communicator: the plans cannot be
         // taken back.
         self.begin_connecting(&missing)?;
-        let done = self.engine.submit_connecting(plans, &missing)?;
+        let done = match self.engine.submit_connecting(plans, &missing) {
+            Ok(done) => done,
+            // The setup may have failed already, breaking the engine: the
+            // call hears the setup's own error.
+            Err(e) => return Err(self.when_made(missing).err().unwrap_or(e)),
+        };
         if driving {
             // A blocking call hears a failed setup as itself.
             self.when_made(missing)?;

@@ -284,12 +284,36 @@ pub(crate) struct Connecting {
     idle: u32,
     /// When this rank's own state and every peer's were last looked at.
     checked: Option<Instant>,
+    /// The failure that ended the setup: every later wait and `begin` hears
+    /// it (the communicator is broken), also a caller that asks only after
+    /// the failure came.
+    failed: Option<Error>,
+}
+
+/// Why a step ended the setup.
+enum Stop {
+    /// The engine failed or shut down: its error, nothing more to break.
+    Engine(Error),
+    /// The setup failed: the communicator must break.
+    Setup(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Setup(e)
+    }
 }
 
 impl Connecting {
     /// Announce the send sides of `needs` and make them, with their receive
     /// sides, from the next step on.
     pub fn begin(&mut self, shared: &CommShared, needs: &[Need]) -> Result<()> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.is_idle() {
+            self.checked = None; // the first look comes a slice after this
+        }
         let h = announce(shared, needs)?;
         let deadline = Instant::now() + shared.timeout;
         self.requests
@@ -300,9 +324,11 @@ impl Connecting {
     }
 
     /// Answer `reply` once none of `needs` is being made any more: all made
-    /// (Ok), or the setup failed (its error).
+    /// (Ok), or the setup failed (its error, also when it failed before).
     pub fn when_made(&mut self, needs: Vec<Need>, reply: Reply) {
-        if needs.iter().any(|n| self.making(n)) {
+        if let Some(e) = &self.failed {
+            reply(Err(e.clone()));
+        } else if needs.iter().any(|n| self.making(n)) {
             self.waiters.push((needs, reply));
         } else {
             reply(Ok(()));
@@ -326,8 +352,10 @@ impl Connecting {
         awaited || self.connecting.iter().any(|(p, _)| same(&p.conn))
     }
 
-    /// Fail every connection being made, and every caller waiting, with `err`.
+    /// Fail every connection being made, and every caller waiting (now and
+    /// later), with `err`.
     pub fn fail(&mut self, err: Error) {
+        self.failed.get_or_insert_with(|| err.clone());
         self.requests.clear();
         self.answers.clear(); // dropping a Connection frees its end
         self.connecting.clear();
@@ -341,9 +369,23 @@ impl Connecting {
     /// and take one peer's request or answer. A failure fails everything
     /// being made and breaks the communicator.
     pub fn step(&mut self, shared: &CommShared, hooks: &mut Hooks, wake: (usize, u64)) {
-        if let Err(e) = self.try_step(shared, hooks, wake) {
-            (hooks.broke)(e.clone());
-            self.fail(e);
+        let stop = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.try_step(shared, hooks, wake)
+        }))
+        .unwrap_or_else(|_| {
+            Err(Stop::Setup(Error::Io(
+                "connection setup panicked on the proxy service thread".into(),
+            )))
+        });
+        match stop {
+            Ok(()) => {}
+            // A failed or closed engine needs no breaking: a communicator
+            // being destroyed must not tell its peers it aborted.
+            Err(Stop::Engine(e)) => self.fail(e),
+            Err(Stop::Setup(e)) => {
+                (hooks.broke)(e.clone());
+                self.fail(e);
+            }
         }
         // Answer the callers whose connections are all made now.
         let mut i = 0;
@@ -357,12 +399,33 @@ impl Connecting {
         }
     }
 
+    /// Every [`CHECK_EVERY`]: the engine, then every peer (not only those
+    /// awaited). Messages already queued are taken first (a refusal before
+    /// the abort notice its sender sent next).
+    fn look(&mut self, shared: &CommShared, hooks: &Hooks) -> std::result::Result<(), Stop> {
+        let now = Instant::now();
+        match self.checked {
+            Some(t) if now < t + CHECK_EVERY => return Ok(()),
+            None => {
+                self.checked = Some(now);
+                return Ok(());
+            }
+            Some(_) => self.checked = Some(now),
+        }
+        if let Some(e) = (hooks.stopped)() {
+            return Err(Stop::Engine(e));
+        }
+        shared
+            .check_peers()
+            .map_err(|e| Stop::Setup(self.explain(e)))
+    }
+
     fn try_step(
         &mut self,
         shared: &CommShared,
         hooks: &mut Hooks,
         wake: (usize, u64),
-    ) -> Result<()> {
+    ) -> std::result::Result<(), Stop> {
         let made = |p: Pending, hooks: &mut Hooks| -> Result<()> {
             p.conn
                 .plugin
@@ -370,15 +433,6 @@ impl Connecting {
             (hooks.install)(p.conn);
             Ok(())
         };
-        // This rank's own state and every peer's, not only those awaited.
-        let now = Instant::now();
-        if self.checked.is_none_or(|t| now >= t + CHECK_EVERY) {
-            self.checked = Some(now);
-            if let Some(e) = (hooks.stopped)() {
-                return Err(e);
-            }
-            shared.check_peers().map_err(|e| self.explain(e))?;
-        }
         // Drive the connections in progress.
         let mut i = 0;
         while i < self.connecting.len() {
@@ -405,12 +459,12 @@ impl Connecting {
             return Ok(());
         };
         if Instant::now() > earliest {
-            return Err(self.expired(shared.timeout));
+            return Err(self.expired(shared.timeout).into());
         }
         if self.requests.is_empty() && self.answers.is_empty() {
             self.idle += 1;
             super::backoff(self.idle);
-            return Ok(());
+            return self.look(shared, hooks);
         }
         // Requests first, in the order asked; the wake key last.
         let keys: Vec<(usize, u64)> = self
@@ -433,12 +487,14 @@ impl Connecting {
         let until = earliest.min(Instant::now() + slice);
         let (k, msg) = match shared.bootstrap.recv_any(&keys, until) {
             Ok(got) => got,
-            Err(Error::Timeout { .. }) => return Ok(()), // the deadline: next step
-            Err(e) => return Err(self.explain(e)),
+            // A slice or the deadline: the next step says which.
+            Err(Error::Timeout { .. }) => return self.look(shared, hooks),
+            Err(e) => return Err(self.explain(e).into()),
         };
         let nreq = self.requests.len();
         if k == keys.len() - 1 {
-            return Ok(()); // woken: a caller has a job for this thread
+            // Woken: a caller has a job for this thread.
+            return self.look(shared, hooks);
         }
         if k < nreq {
             let (channel, peer, deadline) = self.requests.remove(k);
@@ -456,10 +512,10 @@ impl Connecting {
             let peer = p.conn.peer;
             let (name, rblob, status) = decode(peer, &msg)?;
             if name.is_empty() {
-                return Err(Error::NoTransport {
+                return Err(Stop::Setup(Error::NoTransport {
                     peer,
                     detail: format!("rank {peer} refused the connection: {status}"),
-                });
+                }));
             }
             let done = p.conn.plugin.connect(p.conn.raw, &rblob, peer)?;
             p.peer_blob = Some(rblob);
@@ -469,40 +525,32 @@ impl Connecting {
                 self.connecting.push((p, deadline));
             }
         }
-        Ok(())
+        self.look(shared, hooks)
     }
 
     /// The timeout of the first connection whose deadline passed: a request
     /// before an answer (as asked), then a `connect` in progress.
     fn expired(&self, timeout: Duration) -> Error {
         let now = Instant::now();
-        let peer = self
-            .requests
-            .iter()
-            .find(|r| r.2 <= now)
-            .map(|r| r.1)
-            .or_else(|| {
-                self.answers
-                    .iter()
-                    .find(|a| a.1 <= now)
-                    .map(|a| a.0.conn.peer)
-            });
-        let e = Error::Timeout {
+        let timed_out = |peer| Error::Timeout {
             what: String::new(),
-            peer,
+            peer: Some(peer),
             after: timeout,
         };
-        match peer {
-            Some(_) => self.explain(e),
-            None => Error::Timeout {
-                what: "connection setup (connect still in progress)".into(),
-                peer: self
-                    .connecting
-                    .iter()
-                    .find(|c| c.1 <= now)
-                    .map(|c| c.0.conn.peer),
-                after: timeout,
-            },
+        if let Some(r) = self.requests.iter().find(|r| r.2 <= now) {
+            return setup_wait_error(timed_out(r.1), REQUEST);
+        }
+        if let Some(a) = self.answers.iter().find(|a| a.1 <= now) {
+            return setup_wait_error(timed_out(a.0.conn.peer), ANSWER);
+        }
+        Error::Timeout {
+            what: "connection setup (connect still in progress)".into(),
+            peer: self
+                .connecting
+                .iter()
+                .find(|c| c.1 <= now)
+                .map(|c| c.0.conn.peer),
+            after: timeout,
         }
     }
 

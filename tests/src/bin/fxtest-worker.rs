@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         Some("groups") => groups(args[1].parse().expect("rounds")),
         Some("stall") => stall(args.get(1).map(String::as_str) == Some("data")),
         Some("abort") => abort(),
-        Some("oneway") => oneway(),
+        Some("oneway") => oneway(args.get(1).map(String::as_str) == Some("late")),
         Some("idle") => idle(),
         Some("dev-smoke") => coll::device::smoke(),
         Some("cuda-latency") => {
@@ -504,9 +504,14 @@ fn post_sends<'a>(
 }
 
 /// Rank 0 sends 4 KiB to rank 1 and nothing else.
-fn oneway() -> Result<String, String> {
+/// `oneway [late]`: rank 0 sends 4 KiB to rank 1; with `late`, rank 1
+/// posts its receive only after rank 0's request (or refusal) is in.
+fn oneway(late: bool) -> Result<String, String> {
     let comm = Communicator::from_env().map_err(|e| e.to_string())?;
     let mut buf = vec![comm.rank() as u8; 4096];
+    if late && comm.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(300));
+    }
     let r = if comm.rank() == 0 {
         // A failed send is tried once more: what the communicator says then
         // (broken or not) is part of the report.
