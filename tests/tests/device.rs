@@ -374,8 +374,8 @@ fn ce_runs_mid_calls_as_one_simple_kernel() {
         (4, false, "1040", "auto"),
         (4, true, "64K", "auto"),
         (4, false, "64K", "256K"),
-        // Two-shot with chunks of 1040 bytes: one kernel while 2 × chunks
-        // fit the 128 slots, two kernels past that (f64 counts of 65540).
+        // Two-shot with chunks of 1040 bytes: one kernel, whose chunks lap
+        // the 128 slots several times past 64 KiB parts (f64 counts of 65540).
         (4, false, "1040", "256K"),
     ] {
         let filter = if simple == "auto" {

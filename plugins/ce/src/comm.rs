@@ -730,7 +730,10 @@ impl CeComm {
         r
     }
 
-    /// [`launch_exchange`](Self::launch_exchange) without the break.
+    /// [`launch_exchange`](Self::launch_exchange) without the break: one
+    /// exchange kernel (LL or Simple; a two-shot all_reduce as one) for `d`
+    /// on `stream`. Its note goes into the peers' note rings with its first
+    /// chunk; an eager call is tracked by the watchdog.
     ///
     /// # Safety
     /// As [`launch`](Self::launch); the device is bound.
@@ -743,57 +746,6 @@ impl CeComm {
     ) -> PluginResult<()> {
         let note = self.note(d, mode);
         let what = format!("{} ({})", what(d), kernel.name());
-        // A two-shot all_reduce whose chunks fit one lap of the rings is one
-        // kernel (the same on every rank: the part and the agreed slot).
-        let one = kernel == Exchange::TwoShot
-            && self.flags.as_ref().is_some_and(|f| {
-                let part = d.count / self.nranks.max(1) * d.elem;
-                ferrocx_sdk::kernels::simple::two_shot_fits(part, f.layout().simple_slot)
-            });
-        if one {
-            // SAFETY: the caller's contract.
-            return unsafe { self.queue_kernel(d, &what, mode, stream, kernel, note, Some(note)) };
-        }
-        match kernel.parts(self.rank, self.nranks, d) {
-            // Two kernels: the first writes the call's note; the second is
-            // tracked with it (the watchdog checks it once both ran).
-            // SAFETY: the caller's contract; both parts lie in the call's buffers.
-            Some((first, second)) => unsafe {
-                self.queue_kernel(&first, &what, mode, stream, Exchange::Simple, note, None)?;
-                self.queue_kernel(
-                    &second,
-                    &what,
-                    mode,
-                    stream,
-                    Exchange::Simple,
-                    None,
-                    Some(note),
-                )
-            },
-            // SAFETY: the caller's contract.
-            None => unsafe { self.queue_kernel(d, &what, mode, stream, kernel, note, Some(note)) },
-        }
-    }
-
-    /// One exchange kernel (LL or Simple; a two-shot all_reduce whose
-    /// chunks fit one lap of the rings as one) for `d` (a call, or a part of
-    /// one) on `stream`: `note` goes into the peers' note rings with its
-    /// first chunk; `track` (with the note to check) has the watchdog track
-    /// it as the call `what`.
-    ///
-    /// # Safety
-    /// As [`launch`](Self::launch) for `d`'s buffers; the device is bound.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn queue_kernel(
-        &mut self,
-        d: &CollDesc<'_, Window>,
-        what: &str,
-        mode: Mode,
-        stream: sys::CUstream,
-        kernel: Exchange,
-        note: Option<(u64, notes::Call)>,
-        track: Option<Option<(u64, notes::Call)>>,
-    ) -> PluginResult<()> {
         use ferrocx_sdk::kernels::ll::LlArgs;
         use ferrocx_sdk::kernels::simple::{self, SimpleArgs};
         // A two-shot all_reduce in one kernel moves as a reduce_scatter of
@@ -804,7 +756,6 @@ impl CeComm {
         } else {
             (d.coll, d.count * d.elem)
         };
-        let what = what.to_string();
         let flags = self
             .flags
             .as_ref()
@@ -941,7 +892,7 @@ impl CeComm {
         if matches!(kernel, Exchange::Ll | Exchange::Ll128) {
             self.ll_calls += 1;
         }
-        if let (Mode::Eager, Some(note)) = (mode, track) {
+        if mode == Mode::Eager {
             // SAFETY: as above.
             unsafe { self.watchdog.track(stream, d.seq, what, Vec::new(), note) }?;
         }

@@ -37,8 +37,7 @@
 //!   as the LL kernel. Above 2 ranks its blocks take one (chunk, peer) pair
 //!   each (`FERROCX_CE_SIMPLE_SPREAD`), a broadcast is passed along the
 //!   ranks from the root (the chain) and all_reduce runs two-shot, as one
-//!   kernel while the call's chunks fit one lap of the rings
-//!   ([`select::Exchange::TwoShot`]). These kernels end by themselves at the
+//!   kernel ([`select::Exchange::TwoShot`]). These kernels end by themselves at the
 //!   timeout, which ce says through `launch_bounded` (the NCCL drop-in then
 //!   need not wait for them).
 //!

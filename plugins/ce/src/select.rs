@@ -241,10 +241,10 @@ pub enum Exchange {
     Simple,
     /// all_reduce above 2 ranks as a reduce_scatter into this rank's part
     /// of the output, then an all_gather in place, so each rank sends
-    /// 2(n−1)/n of its input instead of n−1 whole copies: one Simple kernel
-    /// where the call's chunks fit one lap of the rings
-    /// ([`ferrocx_sdk::kernels::simple::MODE_TWO_SHOT`]), two above
-    /// ([`two_shot_parts`]).
+    /// 2(n−1)/n of its input instead of n−1 whole copies, in one Simple
+    /// kernel ([`ferrocx_sdk::kernels::simple::MODE_TWO_SHOT`]; until
+    /// session 21 two kernels, a reduce_scatter and an all_gather, past one
+    /// lap of the rings: 7–11 % slower from 32 MiB on 4 H200s).
     TwoShot,
     /// The Simple kernel's direct modes on windows
     /// ([`ferrocx_sdk::kernels::simple::MODE_DIRECT_FOLD`] and the two
@@ -264,96 +264,6 @@ impl Exchange {
             Exchange::TwoShot => "Simple two-shot",
             Exchange::Direct => "Simple direct",
         }
-    }
-
-    /// The two Simple calls `d` runs as on rank `me` of `nranks`, for the
-    /// route made of two ([`TwoShot`](Self::TwoShot)); `None` for one kernel.
-    pub fn parts<'a>(
-        self,
-        me: usize,
-        nranks: usize,
-        d: &CollDesc<'a, Window>,
-    ) -> Option<(CollDesc<'a, Window>, CollDesc<'a, Window>)> {
-        match self {
-            Exchange::TwoShot => Some(two_shot_parts(me, nranks, d)),
-            Exchange::Ll | Exchange::Ll128 | Exchange::Simple | Exchange::Direct => None,
-        }
-    }
-}
-
-/// What the two-call route starts from: the count of a block, whether the
-/// call is in place (NCCL lets one be with the flag unset: send == recv),
-/// and where rank `me`'s block of the output lies.
-fn own_block(me: usize, nranks: usize, d: &CollDesc<'_, Window>) -> (usize, bool, *mut u8) {
-    let count = d.count / nranks;
-    let in_place = d.in_place || d.send as u64 == d.recv as u64;
-    (count, in_place, d.recv.wrapping_add(me * count * d.elem))
-}
-
-/// The two calls of a two-shot all_reduce ([`Exchange::TwoShot`]) on rank
-/// `me` of `nranks` (`d.count` a multiple of `nranks`): a reduce_scatter of
-/// `count / nranks` from the input into block `me` of the output (in place
-/// where the all_reduce is, NCCL's in-place reduce_scatter layout), then an
-/// all_gather of that block in place. Neither lies in a window (the
-/// exchange kernels use none).
-pub fn two_shot_parts<'a>(
-    me: usize,
-    nranks: usize,
-    d: &CollDesc<'a, Window>,
-) -> (CollDesc<'a, Window>, CollDesc<'a, Window>) {
-    let (count, in_place, mine) = own_block(me, nranks, d);
-    let rs = if in_place {
-        part(
-            d,
-            Coll::ReduceScatter,
-            0,
-            count,
-            d.recv as *const u8,
-            d.recv,
-            true,
-        )
-    } else {
-        part(d, Coll::ReduceScatter, 0, count, d.send, mine, false)
-    };
-    let ag = part(
-        d,
-        Coll::AllGather,
-        0,
-        count,
-        mine as *const u8,
-        d.recv,
-        true,
-    );
-    (rs, ag)
-}
-
-/// One of the two calls a call `d` is run as: `count` elements of `coll`
-/// on the given buffers, with `d`'s type, operator, memory, capture flag and
-/// sequence number, in no window (the exchange kernels use none).
-fn part<'a>(
-    d: &CollDesc<'a, Window>,
-    coll: Coll,
-    root: usize,
-    count: usize,
-    send: *const u8,
-    recv: *mut u8,
-    in_place: bool,
-) -> CollDesc<'a, Window> {
-    CollDesc {
-        coll,
-        dtype: d.dtype,
-        elem: d.elem,
-        op: d.op,
-        root,
-        count,
-        mem: d.mem,
-        in_place,
-        capturing: d.capturing,
-        send,
-        recv,
-        send_win: None,
-        recv_win: None,
-        seq: d.seq,
     }
 }
 
@@ -618,8 +528,16 @@ fn direct(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>, block: usize) -
 /// core's path on 4 H100s (`bench/results/2026-11-28-session20/x4-twoshot`,
 /// µs, two-shot / core / NCCL): 128 MiB 706–711 / 715–733 / 624, 256 MiB
 /// 1372–1373 / 1352–1358 / 1185, 1 GiB 5028–5049 / 5173–5216 / 4542 —
-/// within 3 % either way, so the bound stays.
-pub const TWO_SHOT_AUTO_BYTES: usize = 64 << 20;
+/// within 3 % either way, so the bound stayed. Once two-shot became one
+/// kernel at every size (session 21, 4 H200s,
+/// `bench/results/2026-11-28-session21/x4-twoshot`, µs, two rounds, out of
+/// place / in place; one kernel / the two kernels before / the core /
+/// NCCL): 128 MiB 650–651 / 626–635, 698–707, 673–689 (one 759), 613; 256
+/// MiB 1238–1243 / 1237–1243, 1370–1376, 1217–1342, 1185; 512 MiB 2454 /
+/// 2435–2441, 2700–2728, 2363–2680, 2311; 1 GiB 4828–4840 / 4835–4841,
+/// 5016–5100, 4604–5402, 4538 — ahead of the core to 256 MiB, even with its
+/// median above and steadier; so the bound is 256 MiB.
+pub const TWO_SHOT_AUTO_BYTES: usize = 256 << 20;
 
 /// The largest block of `coll` the Simple kernel runs on `nranks` ranks at
 /// `simple_bytes` (`FERROCX_CE_SIMPLE_BYTES`: a number, or `auto`:
@@ -662,16 +580,19 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
         Coll::AllReduce => block.saturating_mul(nranks) <= limit.saturating_mul(2),
         _ => block <= limit,
     };
-    // Above 2 ranks an all_reduce too large for one-shot runs two-shot
-    // while its parts fit their own limits (and, under `auto`, up to
-    // TWO_SHOT_AUTO_BYTES); a count the ranks do not divide runs one-shot
-    // there instead (correct, slower; rare at these sizes).
+    // Above 2 ranks an all_reduce too large for one-shot runs two-shot (one
+    // kernel, whose chunks may lap the rings): under `auto` up to
+    // TWO_SHOT_AUTO_BYTES, else while its part is within the limit; a count
+    // the ranks do not divide runs one-shot there instead (correct, slower;
+    // rare at these sizes).
     let part = block.div_ceil(nranks.max(1));
     let two_shot = d.coll == Coll::AllReduce
         && nranks > 2
-        && part <= simple_limit(Coll::ReduceScatter, nranks, red.simple_bytes)
-        && part <= simple_limit(Coll::AllGather, nranks, red.simple_bytes)
-        && (red.simple_bytes != crate::config::SIMPLE_AUTO || block <= TWO_SHOT_AUTO_BYTES);
+        && if red.simple_bytes == crate::config::SIMPLE_AUTO {
+            block <= TWO_SHOT_AUTO_BYTES
+        } else {
+            part <= red.simple_bytes
+        };
     let divides = d.count.is_multiple_of(nranks);
     let ll128 = red.ll128_bytes > 0 && {
         let (above, upto) = ll128_range(d.coll, nranks, red.ll128_bytes, red.ll_bytes);
@@ -1183,54 +1104,6 @@ mod tests {
         assert_ne!(ll(&avg, &red), Ok(true));
         for coll in [Coll::Gather, Coll::Scatter] {
             assert_ne!(ll(&desc(coll, 4, None, None), &red), Ok(true), "{coll:?}");
-        }
-    }
-
-    /// The two calls of a two-shot all_reduce: out of place, the
-    /// reduce_scatter reads the input and writes this rank's block of the
-    /// output; in place (flagged or send == recv) it is NCCL's in-place
-    /// reduce_scatter; the all_gather then spreads that block in place.
-    #[test]
-    fn two_shot_parts_lay_out_as_nccl_in_place() {
-        let (send, mut recv) = (vec![0u8; 4096], vec![0u8; 4096]);
-        let mut d = desc(Coll::AllReduce, 1024, None, None);
-        d.send = send.as_ptr();
-        d.recv = recv.as_mut_ptr();
-        for me in 0..4 {
-            let (rs, ag) = two_shot_parts(me, 4, &d);
-            let mine = d.recv as usize + me * 1024;
-            assert_eq!(
-                (rs.coll, rs.count, rs.in_place),
-                (Coll::ReduceScatter, 256, false)
-            );
-            assert_eq!(
-                (rs.send as usize, rs.recv as usize),
-                (d.send as usize, mine)
-            );
-            assert_eq!(
-                (ag.coll, ag.count, ag.in_place),
-                (Coll::AllGather, 256, true)
-            );
-            assert_eq!(
-                (ag.send as usize, ag.recv as usize),
-                (mine, d.recv as usize)
-            );
-            assert_eq!(
-                (rs.seq, ag.seq, rs.elem, ag.op),
-                (d.seq, d.seq, d.elem, d.op)
-            );
-        }
-        let mut ip = desc(Coll::AllReduce, 1024, None, None);
-        ip.recv = d.recv;
-        ip.send = d.recv as *const u8;
-        for flagged in [false, true] {
-            ip.in_place = flagged;
-            let (rs, _) = two_shot_parts(2, 4, &ip);
-            assert!(rs.in_place);
-            assert_eq!(
-                (rs.send as usize, rs.recv as usize),
-                (d.recv as usize, d.recv as usize)
-            );
         }
     }
 

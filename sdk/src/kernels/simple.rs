@@ -58,11 +58,14 @@
 //!
 //! A fifth, [`MODE_TWO_SHOT`], is an all_reduce as a reduce_scatter and an
 //! all_gather in one kernel: the sending blocks send part `q` of the input to
-//! rank `q` (chunks `0..m`); a receiving block folds chunk `c` of this rank's
-//! part into its place in the output, sends the folded chunk to every peer
-//! (chunk `m + c`), then copies the peers' chunk `m + c` into their places.
-//! Its `2m` chunks fit one lap of the rings ([`two_shot_fits`]), so every
-//! credit it waits for is an earlier call's. In place it needs no marks: rank
+//! rank `q` (its chunk `c` at ring position `2c`); a receiving block folds
+//! chunk `c` of this rank's part into its place in the output, sends the
+//! folded chunk to every peer (at `2c + 1`), then copies the peers' folded
+//! chunk `c` into their places. Interleaved so, a credit waits for the
+//! peer's use of an earlier chunk of the same kind, never for a later one:
+//! a call may lap the rings (a part of any size is one kernel; before
+//! session 21 the folded parts came after all the fold's chunks, which held
+//! a call to one lap). In place it needs no marks: rank
 //! `r`'s folded chunk `c` of part `r`, which this rank copies over its input's
 //! part `r`, exists only once this rank's sender delivered chunk `c` of that
 //! part to `r`.
@@ -120,8 +123,7 @@ pub const MODE_CHAIN: i32 = 3;
 
 /// A two-shot all_reduce in one kernel (the Simple kernel's own mode): the
 /// fold of a reduce_scatter into this rank's part of the output, then each
-/// folded chunk sent to every peer and the peers' copied into place; needs
-/// [`two_shot_fits`].
+/// folded chunk sent to every peer and the peers' copied into place.
 pub const MODE_TWO_SHOT: i32 = 4;
 
 /// An all_reduce on windows read straight from the peers' inputs (the
@@ -147,14 +149,6 @@ pub const DIRECT_MAGIC: u64 = 0x4658_4449_5245_4354;
 /// Whether `mode` is one of the direct modes.
 pub fn is_direct(mode: i32) -> bool {
     (MODE_DIRECT_FOLD..=MODE_DIRECT_BROADCAST).contains(&mode)
-}
-
-/// Whether a two-shot call of parts of `part` bytes with slots of `slot`
-/// bytes fits one kernel: its 2 × chunks stay within one lap of the rings,
-/// so a chunk of the second half never waits for a free of this call's
-/// first (which a block still folding could hold back).
-pub fn two_shot_fits(part: usize, slot: usize) -> bool {
-    2 * chunks(part, chunk_bytes(part, slot, MODE_TWO_SHOT)) <= SLOTS
 }
 
 /// Slots of one ring (one per writer in every rank's region).
@@ -625,6 +619,11 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
 #define FX_SP_POS(r) (((r) - a.root + n) % n)
     /* Chunks rank s sends rank q in this call: a broadcast's non-roots send one empty
        chunk (so every rank reads a head of every peer), a chain's data goes to the next. */
+    /* A pair's ring position of chunk c: a two-shot interleaves its fold's
+       chunks (2c) with the folded parts sent back (2c + 1), so a credit always
+       waits for an earlier chunk of the same kind and a call may lap the ring. */
+#define FX_SP_RS(c) (two ? 2ull * (c) : (c))
+#define FX_SP_AG(c) (2ull * (c) + 1ull)
 #define FX_SP_TO(s, q) (direct ? 2ull : two ? 2ull * m : chain ? ((FX_SP_POS(s) < n - 1 && (q) == ((s) + 1) % n) ? m : 1ull) : ((bcast && (s) != a.root) ? 1ull : m))
     const int next = (chain && FX_SP_POS(me) < n - 1) ? (me + 1) % n : -1;
     const int prev = (chain && me != a.root) ? (me + n - 1) % n : a.root;
@@ -766,7 +765,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             for (int j = jlo; j < jhi; ++j) {
                 const int q = (me + j) % n;
                 if (c >= FX_SP_TO(me, q) || (chain && me != a.root && q == next)) continue;
-                const fx_sp_u g = sent_s[q] + c;
+                const fx_sp_u g = sent_s[q] + FX_SP_RS(c);
                 const fx_sp_u k = g % FX_SP_K;
                 if (threadIdx.x == 0) {
                     /* The wait acquires: the peer's reads of the slot came first. */
@@ -804,7 +803,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                 for (int j = jlo; good && j < jhi; ++j) {
                     const int r = (me + n - j) % n;
                     if (c >= FX_SP_TO(r, me)) continue;
-                    const fx_sp_u g = recv_s[r] + c;
+                    const fx_sp_u g = recv_s[r] + FX_SP_RS(c);
                     in_s[r] = fx_sp_data(own, n, a.slot, r, g % FX_SP_K);
                     good = fx_sp_wait(fx_sp_head(own, r, g % FX_SP_K), g + 1ull, ctl, deadline, r);
                 }
@@ -853,21 +852,21 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                 for (int j = jlo; j < jhi; ++j) {
                     const int r = (me + n - j) % n;
                     if (c >= FX_SP_TO(r, me)) continue;
-                    const fx_sp_u g = recv_s[r] + c;
+                    const fx_sp_u g = recv_s[r] + FX_SP_RS(c);
                     fx_sp_store(fx_sp_free(bases[r] + a.region_off, n, me, g % FX_SP_K), g + 1ull);
                 }
                 /* The forwarded chunk is in the next rank's slot (the fence above covers it). */
                 if (fwd) fx_sp_store(fx_sp_head(bases[next] + a.region_off, me, (sent_s[next] + c) % FX_SP_K), sent_s[next] + c + 1ull);
             }
             if (two) {
-                /* The folded chunk to every peer, in slots of the call's second half:
-                   with 2m ≤ SLOTS their credits are earlier calls' (no wait on this one's). */
+                /* The folded chunk to every peer (ring position 2c + 1): its credit is
+                   the peer's copy of an earlier folded chunk, or an earlier call's. */
                 const fx_sp_u at = a.output + (fx_sp_u)me * a.out_stride + lo;
                 if (threadIdx.x == 0) {
                     bool good = true;
                     for (int j = 1; good && j < n; ++j) {
                         const int q = (me + j) % n;
-                        const fx_sp_u g = sent_s[q] + m + c;
+                        const fx_sp_u g = sent_s[q] + FX_SP_AG(c);
                         good = fx_sp_room(own, n, q, g, ctl, deadline);
                     }
                     ok_s = good;
@@ -877,7 +876,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                 if (!ok) break;
                 for (int j = 1; j < n; ++j) {
                     const int q = (me + j) % n;
-                    fx_sp_copy(fx_sp_data(bases[q] + a.region_off, n, a.slot, me, (sent_s[q] + m + c) % FX_SP_K), true, at, false, len);
+                    fx_sp_copy(fx_sp_data(bases[q] + a.region_off, n, a.slot, me, (sent_s[q] + FX_SP_AG(c)) % FX_SP_K), true, at, false, len);
                 }
                 __syncthreads();
                 if (threadIdx.x == 0) {
@@ -885,13 +884,13 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                     bool good = true;
                     for (int j = 1; j < n; ++j) {
                         const int q = (me + j) % n;
-                        const fx_sp_u g = sent_s[q] + m + c;
+                        const fx_sp_u g = sent_s[q] + FX_SP_AG(c);
                         fx_sp_store(fx_sp_head(bases[q] + a.region_off, me, g % FX_SP_K), g + 1ull);
                     }
                     /* Then the peers' folded chunks. */
                     for (int j = 1; good && j < n; ++j) {
                         const int r = (me + n - j) % n;
-                        const fx_sp_u g = recv_s[r] + m + c;
+                        const fx_sp_u g = recv_s[r] + FX_SP_AG(c);
                         in_s[r] = fx_sp_data(own, n, a.slot, r, g % FX_SP_K);
                         good = fx_sp_wait(fx_sp_head(own, r, g % FX_SP_K), g + 1ull, ctl, deadline, r);
                     }
@@ -908,7 +907,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                 if (threadIdx.x == 0) {
                     for (int j = 1; j < n; ++j) {
                         const int r = (me + n - j) % n;
-                        const fx_sp_u g = recv_s[r] + m + c;
+                        const fx_sp_u g = recv_s[r] + FX_SP_AG(c);
                         fx_sp_store(fx_sp_free(bases[r] + a.region_off, n, me, g % FX_SP_K), g + 1ull);
                     }
                 }
@@ -931,6 +930,8 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
         }
     }
 #undef FX_SP_TO
+#undef FX_SP_RS
+#undef FX_SP_AG
 #undef FX_SP_POS
 }
 "#;
@@ -990,20 +991,6 @@ mod tests {
             chunk_bytes(LARGE_BROADCAST_SEG, DEFAULT_SLOT, b),
             DEFAULT_SLOT
         );
-    }
-
-    /// One two-shot kernel while its 2 × chunks fit a lap of the rings:
-    /// about TARGET_BLOCKS chunks until they reach the slot size, so parts
-    /// up to TARGET_BLOCKS slots; more chunks than that take two kernels.
-    #[test]
-    fn two_shot_fits_one_lap() {
-        let slot = DEFAULT_SLOT;
-        assert!(two_shot_fits(1, slot));
-        assert!(two_shot_fits(TARGET_BLOCKS * slot, slot));
-        assert!(!two_shot_fits(TARGET_BLOCKS * slot + 16, slot));
-        assert!(two_shot_fits(64 * 1040, 1040));
-        assert!(!two_shot_fits(65 * 1040, 1040));
-        assert_eq!(SLOTS, 2 * TARGET_BLOCKS, "the lap the two halves share");
     }
 
     #[test]

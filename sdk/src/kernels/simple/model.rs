@@ -94,6 +94,17 @@ struct Call {
 }
 
 impl Call {
+    /// A pair's ring position of data chunk `ch` in this call (the kernel's
+    /// `FX_SP_RS`): a two-shot interleaves its fold's chunks (2ch) with the
+    /// folded parts sent back (2ch + 1).
+    fn at(&self, ch: usize) -> u64 {
+        if self.mode == Mode::TwoShot {
+            2 * ch as u64
+        } else {
+            ch as u64
+        }
+    }
+
     /// Work items per chunk of a sending block (and of a gather's receiving
     /// block): the peers where spread, as the kernel's `per`.
     fn per(&self, n: usize) -> usize {
@@ -201,7 +212,7 @@ impl World {
                 }
                 let src = (data && (c.mode != Mode::Chain || Some(q) == next))
                     .then_some(c.input + q * c.send_stride + lo);
-                self.put(me, q, sent[q] + ch as u64, src, len);
+                self.put(me, q, sent[q] + c.at(ch), src, len);
             }
             if c.overlap {
                 let g = sent[(me + 1) % n] + ch as u64;
@@ -240,7 +251,7 @@ impl World {
                 if ch >= self.to(c, r, me) {
                     continue;
                 }
-                let g = recvd[r] + ch as u64;
+                let g = recvd[r] + c.at(ch);
                 let k = (g % K) as usize;
                 wait(&mine.heads[r * K as usize + k], g + 1, "a head");
                 at[r] = (r * K as usize + k) * self.slot;
@@ -320,7 +331,7 @@ impl World {
                 if ch >= self.to(c, r, me) {
                     continue;
                 }
-                let g = recvd[r] + ch as u64;
+                let g = recvd[r] + c.at(ch);
                 // Release here; the CUDA kernel's free is a plain store after a
                 // block barrier (its loads of the slot have returned): the model
                 // checks the protocol, not that translation.
@@ -330,21 +341,21 @@ impl World {
                 self.publish(me, q, g);
             }
             if c.mode == Mode::TwoShot {
-                // The folded chunk to every peer (chunk m + ch), then theirs into place.
-                assert!(2 * m as u64 <= K, "two-shot needs 2m <= K");
+                // The folded chunk to every peer (ring position 2ch + 1), then
+                // theirs into place.
                 for j in 1..n {
                     let q = (me + j) % n;
                     self.put(
                         me,
                         q,
-                        sent[q] + (m + ch) as u64,
+                        sent[q] + 2 * ch as u64 + 1,
                         Some(c.output + me * c.out_stride + lo),
                         len,
                     );
                 }
                 for j in 1..n {
                     let r = (me + n - j) % n;
-                    let g = recvd[r] + (m + ch) as u64;
+                    let g = recvd[r] + 2 * ch as u64 + 1;
                     let k = (g % K) as usize;
                     wait(&mine.heads[r * K as usize + k], g + 1, "a head");
                     let base = (r * K as usize + k) * self.slot;
@@ -885,10 +896,11 @@ fn chain_broadcast_from_every_root_lapping_small_rings() {
 }
 
 /// The two-shot all_reduce in one kernel ([`super::MODE_TWO_SHOT`]) on 3–5
-/// ranks, in and out of place, with rings of 2m ≤ K slots (here K = 4, so
-/// parts of one or two chunks), many calls on one world interleaved with
-/// plain all_reduces: every rank ends with the whole sum and the counters
-/// stay in step, in place too, with no marks.
+/// ranks, in and out of place, with parts of 1–13 chunks (up to 26 ring
+/// positions per pair: six laps of K = 4 slots, so the folded parts' credits
+/// wait on this call's own earlier chunks), many calls on one world
+/// interleaved with plain all_reduces: every rank ends with the whole sum,
+/// no wait hangs, the counters stay in step, in place too, with no marks.
 #[test]
 fn two_shot_in_one_kernel_sums_every_part() {
     let mut rng = crate::testing::Rng::new(0x2f69_3a1b_64c7_1e0d);
@@ -899,9 +911,9 @@ fn two_shot_in_one_kernel_sums_every_part() {
         for round in 0..24 {
             let in_place = round % 2 == 1;
             let fused = round % 4 != 3;
-            let part = 1 + next(64) as usize;
+            let part = 1 + next(400) as usize;
             let block = n * part;
-            let chunk = 32; // parts of at most two chunks: 2 × 2 ≤ K
+            let chunk = 32; // up to 13 chunks a part: calls lap the K = 4 slots
             let calls: Vec<Call> = (0..n)
                 .map(|me| {
                     let mut c = call_of(Coll::AllReduce, me, n, block, in_place, span);
