@@ -578,6 +578,28 @@ fn ce_names_a_send_that_meets_a_receive_of_another_size() {
 /// device all-reduce, and a device receive that meets one, fail both ranks
 /// with `Error::Mismatch` naming both calls, over p2p and staged over shm;
 /// both streams are released (the worker synchronizes them).
+/// Device plans are queued before their connections exist; a stage waits
+/// for its own (the transport decides what it stages). Four ranks whose hosts
+/// wait on their streams after each call (as the NCCL drop-in does on the
+/// core's path), on the core's path: rank 2's group sends m1 while its
+/// receive's connection waits for rank 1, which connects only after m1
+/// reached rank 0 and m2 came from it (`dev-lazy`). Once a hang until the
+/// timeout (docs/ARCHITECTURE.md, Connections).
+#[test]
+fn device_groups_make_their_connections_as_they_go() {
+    if !gpus() {
+        return;
+    }
+    for transport in [P2P, SHM] {
+        run_ok_n(
+            4,
+            &["dev-lazy"],
+            &[CORE, transport, ("FERROCX_TIMEOUT", "20")],
+            Duration::from_secs(120),
+        );
+    }
+}
+
 #[test]
 fn the_cores_device_sends_and_receives_are_checked() {
     if !gpus() {

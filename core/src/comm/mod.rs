@@ -619,29 +619,12 @@ impl Communicator {
     ) -> Result<Arc<crate::plan::StageDone>> {
         let _waiting = self.shared.status.waiting();
         let missing = self.check_before_connecting(&mut plans, missing)?;
-        // Device plans choose per transfer whether to stage through host
-        // memory by the transport that takes it: they wait for every
-        // connection they use, those an earlier call is still making too.
-        if plans.iter().any(|p| p.device.is_some()) {
-            let mut needs = Vec::new();
-            for p in &plans {
-                p.needs(&mut needs);
-            }
-            needs.sort_unstable();
-            needs.dedup();
-            self.begin_connecting(&missing)?;
-            self.when_made(needs)?;
-            return match self.engine.submit(plans, driving)? {
-                Submitted::Queued(done) => Ok(done),
-                Submitted::Missing(_, still) => Err(Error::Io(format!(
-                    "connections {still:?} missing right after they were established"
-                ))),
-            };
-        }
-        // Host plans are queued as soon as the send sides are announced, their
-        // operations on each connection starting as it is made: a peer may post
-        // its side of one connection only once an operation on another ended,
-        // or once this rank made a later call (on another communicator too).
+        // Plans are queued as soon as the send sides are announced, their
+        // operations on each connection starting as it is made (a device
+        // stage waits for all its connections: their transports decide what
+        // it stages through host memory): a peer may post its side of one
+        // connection only once an operation on another ended, or once this
+        // rank made a later call (on another communicator too).
         // A failure from here on breaks the communicator: the plans cannot be
         // taken back.
         self.begin_connecting(&missing)?;

@@ -136,13 +136,13 @@ struct Queuer<'a> {
 }
 
 impl Poster for Queuer<'_> {
-    fn device_ok(&self, channel: usize, peer: usize, dir: Dir) -> bool {
+    fn device_ok(&self, channel: usize, peer: usize, dir: Dir) -> Option<bool> {
         let i = Engine::slot_of(self.nranks, channel, peer, dir);
-        self.conns
-            .get(i)
-            .and_then(Option::as_ref)
-            .and_then(|q| q.conn.as_ref())
-            .is_some_and(|c| c.plugin.takes_device_memory())
+        match self.conns.get(i).and_then(Option::as_ref) {
+            // No slot at all: posting says so (an internal error).
+            None => Some(false),
+            Some(q) => q.conn.as_ref().map(|c| c.plugin.takes_device_memory()),
+        }
     }
 
     fn post(&mut self, posts: &[Post]) -> Arc<StageDone> {
@@ -337,7 +337,9 @@ impl Engine {
                         }
                     }
                     q.conn = Some(c);
-                    work |= !q.waiting.is_empty();
+                    // Waiting operations post now, and a device stage waiting
+                    // for the connection decides how to move its data.
+                    work = true;
                 }
                 None => st.conns[i] = Some(ConnQueue::new(Some(c))),
             }

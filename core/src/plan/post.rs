@@ -21,6 +21,8 @@ pub(crate) trait Poster {
     /// Queue transfers; they complete into the returned stage counter.
     fn post(&mut self, posts: &[Post]) -> Arc<super::StageDone>;
     /// Whether the connection for (channel, peer, dir) takes device memory itself
-    /// (`FX_CAP_CUDA_MEM`); otherwise device runners stage through pinned host memory.
-    fn device_ok(&self, channel: usize, peer: usize, dir: Dir) -> bool;
+    /// (`FX_CAP_CUDA_MEM`); otherwise device runners stage through pinned host
+    /// memory. `None` while the connection is still being made: a device
+    /// stage waits for it before it decides.
+    fn device_ok(&self, channel: usize, peer: usize, dir: Dir) -> Option<bool>;
 }

@@ -58,9 +58,11 @@ pub(crate) struct Runner {
 /// Where a device runner is within its current stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Next: stage device data bound for host-only transports, then post.
+    /// Next: stage device data bound for host-only transports, then post
+    /// (the transfers whose connections exist; the others in later batches).
     Start,
-    /// Transfers built (and staged copies queued): post them once the copies are done.
+    /// A batch built (and staged copies queued): post it once the copies are
+    /// done, then back to `Start` while transfers are left.
     Post,
     /// Waiting for the transfers; then copy staged receives in and run the locals.
     Transfer,
@@ -78,6 +80,13 @@ pub(crate) struct DevRun {
     stage: (usize, usize),
     /// (device address, pinned address, bytes) of this stage's staged receives.
     staged_recvs: Vec<(usize, usize, usize)>,
+    /// Which of this stage's transfers (receives, then sends) are posted;
+    /// empty before its first batch.
+    posted: Vec<bool>,
+    /// Bytes of the pinned staging this stage's batches took.
+    staged: usize,
+    /// The stage's earlier batches (the last is the runner's `cur`).
+    batches: Vec<Arc<super::StageDone>>,
     /// How many of this stage's local steps were queued before its transfers
     /// (they touch nothing the transfers do, so they run alongside them), and
     /// the event after them when they queued GPU work.
@@ -122,6 +131,9 @@ impl DevRun {
             started: false,
             stage: (0, 0),
             staged_recvs: Vec::new(),
+            posted: Vec::new(),
+            staged: 0,
+            batches: Vec::new(),
             early: 0,
             early_done: None,
         })
@@ -343,22 +355,44 @@ impl Runner {
                         self.stage += 1;
                         continue;
                     }
-                    self.build_device_posts(poster)?;
-                    self.queue_early_locals()?;
+                    let first = self.dev.as_ref().is_some_and(|d| d.posted.is_empty());
+                    if !self.build_device_posts(poster)? {
+                        // Every transfer left waits for its connection.
+                        return Ok(Step::Blocked);
+                    }
+                    if first {
+                        self.queue_early_locals()?;
+                    }
                     let dev = self.dev.as_mut().expect("device runner");
                     dev.phase = Phase::Post;
                 }
                 Phase::Post => {
                     tracing::trace!(target: "ferrocx::device", "channel {} stage {}: posting {} transfer(s)", self.channel, self.stage, self.posts.len());
-                    self.cur = Some(poster.post(&self.posts));
-                    self.dev.as_mut().expect("device runner").phase = Phase::Transfer;
+                    let batch = poster.post(&self.posts);
+                    let dev = self.dev.as_mut().expect("device runner");
+                    if let Some(earlier) = self.cur.replace(batch) {
+                        dev.batches.push(earlier);
+                    }
+                    dev.phase = if dev.posted.iter().all(|&p| p) {
+                        Phase::Transfer
+                    } else {
+                        Phase::Start
+                    };
                 }
                 Phase::Transfer => {
+                    let dev = self.dev.as_mut().expect("device runner");
                     let done = self.cur.as_ref().expect("posted");
-                    if !done.is_done() {
+                    if !done.is_done() || !dev.batches.iter().all(|b| b.is_done()) {
                         return Ok(Step::Blocked);
                     }
-                    if let Some(e) = done.take_error() {
+                    let failed = dev
+                        .batches
+                        .iter()
+                        .chain([done])
+                        .find_map(|b| b.take_error());
+                    dev.batches.clear();
+                    dev.posted.clear();
+                    if let Some(e) = failed {
                         self.cur = None;
                         return Ok(Step::Failed(self.cause(e)));
                     }
@@ -444,67 +478,81 @@ impl Runner {
 
     /// The current stage's transfers, with those through host-only transports
     /// redirected to pinned staging (sends copied there first, on the GPU).
-    fn build_device_posts(&mut self, poster: &mut dyn Poster) -> Result<(), Error> {
+    /// Build the next batch of the current stage's transfers: those not yet
+    /// posted whose connections exist (which transport carries a transfer
+    /// decides whether it is staged), with those through host-only
+    /// transports redirected to pinned staging (sends copied there first, on
+    /// the GPU). `false` (nothing built) while every transfer left waits for
+    /// its connection: a group's transfer on a connection still being made
+    /// must not hold back one whose peer is ready (docs/ARCHITECTURE.md,
+    /// Connections).
+    fn build_device_posts(&mut self, poster: &mut dyn Poster) -> Result<bool, Error> {
         let st = &self.sched.stages[self.stage];
         let dev = self.dev.as_mut().expect("device runner");
-        let esize = self.bases.esize;
+        if dev.posted.is_empty() {
+            dev.posted = vec![false; st.recvs.len() + st.sends.len()];
+            dev.staged = 0;
+            dev.staged_recvs.clear();
+            dev.batches.clear();
+        }
         // Send/receive fingerprints are host memory: posted as they are.
         let pairs = self.pairs.as_ref();
-        let staged = |x: &Xfer, dir| {
-            !poster.device_ok(self.channel, x.peer, dir)
-                && !pairs.is_some_and(|p| p.holds(self.bases.addr(&x.region).0))
-        };
-        let need: usize = st
-            .sends
-            .iter()
-            .filter(|x| staged(x, Dir::Send))
-            .chain(st.recvs.iter().filter(|x| staged(x, Dir::Recv)))
-            .map(|x| x.region.len * esize)
-            .sum();
-        if need > dev.stage.1 {
-            return Err(Error::Cuda(format!(
-                "internal: {need} bytes to stage but the channel has {}",
-                dev.stage.1
-            )));
-        }
         let base = dev.stage.0;
-        let mut off = 0;
         let stream = dev.gpu.stream();
         self.posts.clear();
-        dev.staged_recvs.clear();
         let mut copies = false;
         // Receives first: a rendezvous transport can advertise where data goes.
-        for (list, dir) in [(&st.recvs, Dir::Recv), (&st.sends, Dir::Send)] {
-            for x in list.iter() {
-                let (ptr, len) = self.bases.addr(&x.region);
-                let ptr = if staged(x, dir) {
-                    let h = base + off;
-                    off += len;
-                    if dir == Dir::Send {
-                        // SAFETY: `ptr` is in a validated device buffer or our scratch,
-                        // `h` in our pinned staging (large enough: `need`).
-                        unsafe { copy_async(h, ptr, len, stream)? };
-                        copies = true;
-                    } else {
-                        dev.staged_recvs.push((ptr, h, len));
-                    }
-                    h
-                } else {
-                    ptr
-                };
-                self.posts.push(Post {
-                    channel: self.channel,
-                    peer: x.peer,
-                    dir,
-                    ptr,
-                    len,
-                });
+        let all = st.recvs.iter().map(|x| (x, Dir::Recv));
+        for (i, (x, dir)) in all
+            .chain(st.sends.iter().map(|x| (x, Dir::Send)))
+            .enumerate()
+        {
+            if dev.posted[i] {
+                continue;
             }
+            let Some(direct) = poster.device_ok(self.channel, x.peer, dir) else {
+                continue; // its connection is still being made
+            };
+            let (ptr, len) = self.bases.addr(&x.region);
+            let staged = !direct && !pairs.is_some_and(|p| p.holds(ptr));
+            let ptr = if staged {
+                if dev.staged + len > dev.stage.1 {
+                    return Err(Error::Cuda(format!(
+                        "internal: {} bytes to stage but the channel has {}",
+                        dev.staged + len,
+                        dev.stage.1
+                    )));
+                }
+                let h = base + dev.staged;
+                dev.staged += len;
+                if dir == Dir::Send {
+                    // SAFETY: `ptr` is in a validated device buffer or our scratch,
+                    // `h` in our pinned staging (checked above).
+                    unsafe { copy_async(h, ptr, len, stream)? };
+                    copies = true;
+                } else {
+                    dev.staged_recvs.push((ptr, h, len));
+                }
+                h
+            } else {
+                ptr
+            };
+            dev.posted[i] = true;
+            self.posts.push(Post {
+                channel: self.channel,
+                peer: x.peer,
+                dir,
+                ptr,
+                len,
+            });
+        }
+        if self.posts.is_empty() {
+            return Ok(false);
         }
         if copies {
             dev.pending = Some(dev.gpu.mark()?);
         }
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -51,6 +51,7 @@ fn main() -> ExitCode {
         Some("oneway") => oneway(args.get(1).map(String::as_str) == Some("late")),
         Some("idle") => idle(),
         Some("dev-smoke") => coll::device::smoke(),
+        Some("dev-lazy") => coll::device::lazy(),
         Some("cuda-latency") => {
             coll::probe::run(args.get(1).map_or(200, |n| n.parse().expect("repetitions")))
         }

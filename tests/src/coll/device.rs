@@ -361,6 +361,74 @@ pub fn smoke() -> Result<String, String> {
     ))
 }
 
+/// `dev-lazy` (4 ranks, device memory): `host-p2p-lazy`'s program with
+/// every rank's host waiting on its stream after each call, as the NCCL
+/// drop-in waits for calls on the core's path. Messages of 1 MiB, each the
+/// first on its connection: m1 = 2 → 0, m2 = 0 → 1, m3 = 1 → 2; ranks 0
+/// and 1 make one call at a time (receive, then send), rank 2 posts m1 and
+/// m3 in one group. m1 must leave before m3's connection can exist (rank 1
+/// sends m3 only once m2, which waits for m1, arrived): when device plans
+/// waited for all their connections before being queued, rank 2's group
+/// never queued m1 and the ranks hung until the timeout.
+pub fn lazy() -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(|e| e.to_string())?;
+    let me = comm.rank();
+    if comm.nranks() != 4 {
+        return Err("needs 4 ranks".into());
+    }
+    let stream = Stream::new().map_err(|e| e.to_string())?;
+    let size = 1 << 20;
+    let send = DevMem::new(size)?;
+    let recv = DevMem::new(size)?;
+    // What rank `me` sends: its message's number in every byte.
+    let mine = match me {
+        0 => 2u8,
+        1 => 3,
+        _ => 1,
+    };
+    send.upload(&vec![mine; size])?;
+    // One group on the stream, then the host waits for it.
+    let call = |ops: &[(bool, usize)]| -> Result<(), String> {
+        let mut g = comm.group_start();
+        for &(is_send, peer) in ops {
+            // SAFETY: live buffers and stream, synchronized below.
+            unsafe {
+                if is_send {
+                    g.send_on(send.ptr, size, peer, stream.raw())
+                } else {
+                    g.recv_on(recv.ptr, size, peer, stream.raw())
+                }
+            }
+            .map_err(|e| e.to_string())?;
+        }
+        g.group_end().map_err(|e| e.to_string())?;
+        sync(&stream)?;
+        comm.device_error().map_err(|e| e.to_string())
+    };
+    match me {
+        0 => {
+            call(&[(false, 2)])?;
+            call(&[(true, 1)])?;
+        }
+        1 => {
+            call(&[(false, 0)])?;
+            call(&[(true, 2)])?;
+        }
+        2 => call(&[(true, 0), (false, 1)])?,
+        _ => {}
+    }
+    if me < 3 {
+        let mut got = vec![0u8; size];
+        recv.download(&mut got)?;
+        if got.iter().any(|&b| b != me as u8 + 1) {
+            return Err(format!("rank {me} received wrong bytes"));
+        }
+    }
+    comm.barrier().map_err(|e| e.to_string())?;
+    comm.destroy().map_err(|e| e.to_string())?;
+    Ok(format!("rank {me}: PASS dev-lazy"))
+}
+
 /// `ring-loop-dev SIZE --victim V --kill-after-ms MS`: device send/recv around the
 /// ring until an error; the victim kills itself mid-transfer. Survivors must fail
 /// with an error naming the victim (no hang: `FERROCX_TIMEOUT` bounds every wait).
