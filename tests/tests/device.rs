@@ -573,13 +573,9 @@ fn ce_names_a_send_that_meets_a_receive_of_another_size() {
     }
 }
 
-/// Device sends and receives on the core's path carry their fingerprints
-/// (host memory, never staged) before their data: a device send that meets a
-/// device all-reduce, and a device receive that meets one, fail both ranks
-/// with `Error::Mismatch` naming both calls, over p2p and staged over shm;
-/// both streams are released (the worker synchronizes them).
-/// Device plans are queued before their connections exist; a stage waits
-/// for its own (the transport decides what it stages). Four ranks whose hosts
+/// Device plans are queued before their connections exist; a stage posts
+/// each transfer once its connection is made (the transport decides what it
+/// stages). Four ranks whose hosts
 /// wait on their streams after each call (as the NCCL drop-in does on the
 /// core's path), on the core's path: rank 2's group sends m1 while its
 /// receive's connection waits for rank 1, which connects only after m1
@@ -600,6 +596,11 @@ fn device_groups_make_their_connections_as_they_go() {
     }
 }
 
+/// Device sends and receives on the core's path carry their fingerprints
+/// (host memory, never staged) before their data: a device send that meets a
+/// device all-reduce, and a device receive that meets one, fail both ranks
+/// with `Error::Mismatch` naming both calls, over p2p and staged over shm;
+/// both streams are released (the worker synchronizes them).
 #[test]
 fn the_cores_device_sends_and_receives_are_checked() {
     if !gpus() {

@@ -621,8 +621,8 @@ impl Communicator {
         let missing = self.check_before_connecting(&mut plans, missing)?;
         // Plans are queued as soon as the send sides are announced, their
         // operations on each connection starting as it is made (a device
-        // stage waits for all its connections: their transports decide what
-        // it stages through host memory): a peer may post its side of one
+        // stage posts each transfer once its connection exists: its transport
+        // decides what is staged through host memory): a peer may post its side of one
         // connection only once an operation on another ended, or once this
         // rank made a later call (on another communicator too).
         // A failure from here on breaks the communicator: the plans cannot be

@@ -252,7 +252,15 @@ impl Runner {
         if self.dev.is_some() {
             return match self.advance_device(poster) {
                 Ok(s) => s,
-                Err(e) => Step::Failed(self.cause(e)),
+                Err(e) => {
+                    // Batches of the stage still in flight would go on into
+                    // buffers the plan's end releases: only breaking the
+                    // communicator stops them (its connections are freed).
+                    let in_flight = self.cur.is_some()
+                        || self.dev.as_ref().is_some_and(|d| !d.batches.is_empty());
+                    self.fatal |= in_flight;
+                    Step::Failed(self.cause(e))
+                }
             };
         }
         loop {
@@ -355,7 +363,12 @@ impl Runner {
                         self.stage += 1;
                         continue;
                     }
-                    let first = self.dev.as_ref().is_some_and(|d| d.posted.is_empty());
+                    // The early locals go with the stage's first batch, whenever
+                    // its first connection comes.
+                    let first = self
+                        .dev
+                        .as_ref()
+                        .is_some_and(|d| !d.posted.iter().any(|&p| p));
                     if !self.build_device_posts(poster)? {
                         // Every transfer left waits for its connection.
                         return Ok(Step::Blocked);
@@ -476,8 +489,6 @@ impl Runner {
         Ok(())
     }
 
-    /// The current stage's transfers, with those through host-only transports
-    /// redirected to pinned staging (sends copied there first, on the GPU).
     /// Build the next batch of the current stage's transfers: those not yet
     /// posted whose connections exist (which transport carries a transfer
     /// decides whether it is staged), with those through host-only
