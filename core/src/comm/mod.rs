@@ -705,13 +705,12 @@ impl Communicator {
         }
     }
 
-    /// The service thread, or that the communicator was destroyed.
-    fn service(&self) -> Result<parking_lot::MutexGuard<'_, Option<ServiceThread>>> {
-        let svc = self.service.lock();
-        if svc.is_none() {
-            return Err(Error::Destroyed("communicator was destroyed".into()));
+    /// Run `f` with the service thread (else: the communicator was destroyed).
+    fn on_service<R>(&self, f: impl FnOnce(&ServiceThread) -> Result<R>) -> Result<R> {
+        match self.service.lock().as_ref() {
+            Some(svc) => f(svc),
+            None => Err(Error::Destroyed("communicator was destroyed".into())),
         }
-        Ok(svc)
     }
 
     /// Announce the send sides of `missing`; the service thread makes them
@@ -722,15 +721,14 @@ impl Communicator {
         if missing.is_empty() {
             return Ok(());
         }
-        let svc = self.service()?;
-        let svc = svc.as_ref().expect("checked");
-        svc.begin(missing.to_vec()).map_err(|e| match e {
-            Error::Timeout { .. }
-            | Error::PeerFailed { .. }
-            | Error::Plugin { .. }
-            | Error::Bootstrap(_) => self.engine.break_with(e),
-            e => e,
-        })
+        self.on_service(|svc| svc.begin(missing.to_vec()))
+            .map_err(|e| match e {
+                Error::Timeout { .. }
+                | Error::PeerFailed { .. }
+                | Error::Plugin { .. }
+                | Error::Bootstrap(_) => self.engine.break_with(e),
+                e => e,
+            })
     }
 
     /// Wait until the connections `needs` are made. Peers that never answer
@@ -738,15 +736,15 @@ impl Communicator {
     /// crossed check names both calls long before the timeout. A failure has
     /// broken the communicator.
     fn when_made(&self, needs: Vec<(usize, usize, Dir)>) -> Result<()> {
-        let svc = self.service()?;
-        let svc = svc.as_ref().expect("checked");
         let mut crossed = crate::status::CrossedCheck::new();
-        svc.when_made(needs, crate::status::CrossedCheck::TICK, || {
-            if let Some(e) = crossed.poll(&self.shared.status, &self.shared.bootstrap) {
-                self.engine.break_with(e);
-            }
+        self.on_service(|svc| {
+            svc.when_made(needs, crate::status::CrossedCheck::TICK, || {
+                if let Some(e) = crossed.poll(&self.shared.status, &self.shared.bootstrap) {
+                    self.engine.break_with(e);
+                }
+            })
+            .map_err(|e| self.setup_broke(e))
         })
-        .map_err(|e| self.setup_broke(e))
     }
 
     /// Send `buf` to `peer` and wait until the buffer may be reused.

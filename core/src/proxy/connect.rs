@@ -167,22 +167,14 @@ struct Pending {
     peer_blob: Option<FxBlob>,
 }
 
-/// One call's connections, its send sides announced (phase 1): what
-/// [`Connecting::begin`] adds to the connections being made.
-struct Handshake {
-    /// Send sides waiting for the receiver's answer.
-    answers: Vec<Pending>,
-    /// (channel, peer) of the receive sides waiting for the sender's request.
-    requests: Vec<(u32, usize)>,
-}
-
 /// Phase 1 for the given (channel, peer, dir) connections: every send side
 /// chooses its transport and sets up its end; then each receiver gets its
 /// request. Local only (no waiting). Every end is set up before any request
 /// leaves: when one fails, every receiver is told why instead (an empty name
 /// and the reason), so none waits for the timeout and none keeps a request
-/// or answer that a later attempt would take for its own.
-fn announce(shared: &CommShared, needs: &[Need]) -> Result<Handshake> {
+/// or answer that a later attempt would take for its own. Returns the send
+/// sides, each waiting for its receiver's answer.
+fn announce(shared: &CommShared, needs: &[Need]) -> Result<Vec<Pending>> {
     let sends: Vec<(u32, usize)> = needs
         .iter()
         .filter(|(_, _, d)| *d == Dir::Send)
@@ -197,13 +189,8 @@ fn announce(shared: &CommShared, needs: &[Need]) -> Result<Handshake> {
         match end {
             Ok(x) => opened.push(x),
             Err(e) => {
-                let why = refusal(&e);
                 for &(channel, peer) in &sends {
-                    let _ = shared.bootstrap.send(
-                        peer,
-                        tag(0, channel),
-                        &encode("", &FxBlob::new(), &why),
-                    );
+                    refuse(shared, peer, 0, channel, e.clone());
                 }
                 return Err(e);
             }
@@ -221,12 +208,7 @@ fn announce(shared: &CommShared, needs: &[Need]) -> Result<Handshake> {
             peer_blob: None,
         });
     }
-    let requests = needs
-        .iter()
-        .filter(|(_, _, d)| *d == Dir::Recv)
-        .map(|&(channel, peer, _)| (channel as u32, peer))
-        .collect();
-    Ok(Handshake { answers, requests })
+    Ok(answers)
 }
 
 /// A connection as the engine names it: (channel, peer, direction).
@@ -314,12 +296,16 @@ impl Connecting {
         if self.is_idle() {
             self.checked = None; // the first look comes a slice after this
         }
-        let h = announce(shared, needs)?;
+        let answers = announce(shared, needs)?;
         let deadline = Instant::now() + shared.timeout;
-        self.requests
-            .extend(h.requests.into_iter().map(|(c, p)| (c, p, deadline)));
         self.answers
-            .extend(h.answers.into_iter().map(|p| (p, deadline)));
+            .extend(answers.into_iter().map(|p| (p, deadline)));
+        self.requests.extend(
+            needs
+                .iter()
+                .filter(|(_, _, d)| *d == Dir::Recv)
+                .map(|&(channel, peer, _)| (channel as u32, peer, deadline)),
+        );
         Ok(())
     }
 

@@ -81,11 +81,16 @@ impl ServiceThread {
             .ok_or_else(|| Error::Destroyed("proxy service thread stopped".into()))?;
         tx.send(job)
             .map_err(|_| Error::Destroyed("proxy service thread stopped".into()))?;
+        self.wake();
+        Ok(())
+    }
+
+    /// End the thread's wait for setup messages, if it is in one.
+    fn wake(&self) {
         if self.listening.load(Ordering::SeqCst) {
             let (me, tag) = wake_key(self.shared.rank);
             let _ = self.shared.bootstrap.send(me, tag, &[]);
         }
-        Ok(())
     }
 
     /// Run `f` on the service thread and wait for what it answers (it may
@@ -148,10 +153,7 @@ impl ServiceThread {
     /// Stop and join.
     pub fn stop(&mut self) {
         self.tx.take();
-        if self.listening.load(Ordering::SeqCst) {
-            let (me, tag) = wake_key(self.shared.rank);
-            let _ = self.shared.bootstrap.send(me, tag, &[]);
-        }
+        self.wake();
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
