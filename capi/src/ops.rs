@@ -133,6 +133,39 @@ fn in_place(c: &Communicator, spec: &CollSpec, send: usize, recv: usize) -> bool
             && recv == send + block)
 }
 
+/// Outside a group, run a collective on `stream` if its buffers are device
+/// memory (`Ok(true)`); `Ok(false)`, nothing done, where they are host memory
+/// (or a group is open), for the caller to take [`collective`]'s way. For the
+/// NCCL layer, whose callers may pass either: the device path's own buffer
+/// check tells them apart, so the usual device call asks the driver nothing
+/// more (the layer's own query cost 0.1–0.25 µs a call, BENCH.md).
+///
+/// # Safety
+/// `comm` null or a handle of this library; device buffers and stream as
+/// [`Communicator::collective_on`] requires.
+pub unsafe fn collective_if_device(
+    comm: *mut FerrocxComm,
+    spec: &CollSpec,
+    send: *const c_void,
+    recv: *mut c_void,
+    stream: *mut c_void,
+) -> Result<bool> {
+    if in_group() {
+        return Ok(false);
+    }
+    // SAFETY: the caller's contract on `comm`.
+    let c = &unsafe { comm_ref(comm) }?.comm;
+    let (send, recv) = (send as usize, recv as usize);
+    let inp = in_place(c, spec, send, recv);
+    let first = if inp {
+        in_place_span(send, recv, (0, 0)).0
+    } else {
+        send
+    };
+    // SAFETY: the caller's contract.
+    unsafe { c.collective_on_if_device(spec, first as u64, recv as u64, inp, stream as RawStream) }
+}
+
 /// Run (or queue) a collective; errors are reported as `name`'s (the layers
 /// over this one pass their own call's name). `device`: whether the buffers
 /// are device memory, where the caller already asked the driver (the NCCL

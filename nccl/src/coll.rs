@@ -7,6 +7,7 @@
 use crate::codes::{self, Op, Type};
 use crate::comm::{call, handle, rank_of, NcclComm};
 use ferrocx::{CollKind, CollSpec, Error, Result};
+use ferrocx_sdk::spans::{self, Point};
 use std::cell::RefCell;
 use std::ffi::c_void;
 
@@ -42,6 +43,7 @@ fn after(name: &str, comm: *mut NcclComm, code: i32, device: bool, issued: Issue
         return r;
     }
     let (inner, before, stream) = issued;
+    let _span = spans::enter(Point::NcclBlocking);
     call(name, rank_of(comm), || {
         crate::wait::issued(inner, before, stream)
     })
@@ -71,7 +73,9 @@ fn collective(
     comm: *mut NcclComm,
     stream: *mut c_void,
 ) -> i32 {
+    let _span = spans::enter(Point::NcclCall);
     let mut ready = None;
+    let mut ran = None;
     let r = call(name, rank_of(comm), || {
         // SAFETY: the C caller's contract on `comm`.
         let c = unsafe { handle(comm) }?;
@@ -108,14 +112,40 @@ fn collective(
                 .map_err(|_| Error::InvalidArgument(format!("root {root} is negative")))?;
             spec = spec.root(r);
         }
+        // The usual call (device buffers, no group, no scaled copy) goes
+        // straight to the core, whose buffer check tells host memory apart.
+        if scaled.is_none() {
+            let span = spans::enter(Point::NcclBlocking);
+            let before = crate::wait::mark(inner);
+            drop(span);
+            // SAFETY: the C caller's contract on the buffers and stream, passed
+            // on; `inner` is a live handle of the C API.
+            if unsafe { ferrocx_c::collective_if_device(inner, &spec, send, recv, stream) }? {
+                ran = Some((inner, before));
+                return Ok(());
+            }
+        }
+        let span = spans::enter(Point::NcclPointerQuery);
         let (stream, device) = stream_for(&[send as usize, recv as usize], stream)?;
+        drop(span);
         ready = Some((inner, spec, send, stream, device, scaled));
         Ok(())
     });
+    if let Some((inner, before)) = ran {
+        return after(
+            name,
+            comm,
+            ferrocx_c::FERROCX_SUCCESS,
+            true,
+            (inner, before, stream),
+        );
+    }
     let Some((inner, spec, send, stream, device, scaled)) = ready else {
         return r;
     };
+    let span = spans::enter(Point::NcclBlocking);
     let before = crate::wait::mark(inner);
+    drop(span);
     // SAFETY: the C caller's contract on the buffers and stream, passed on; `inner`
     // is a live handle of the C API.
     let code =
@@ -366,6 +396,7 @@ fn p2p(
     comm: *mut NcclComm,
     stream: *mut c_void,
 ) -> i32 {
+    let _span = spans::enter(Point::NcclCall);
     let mut ready = None;
     let r = call(name, rank_of(comm), || {
         // SAFETY: the C caller's contract on `comm`.
@@ -378,7 +409,9 @@ fn p2p(
     let Some((inner, t, stream, device)) = ready else {
         return r;
     };
+    let span = spans::enter(Point::NcclBlocking);
     let before = crate::wait::mark(inner);
+    drop(span);
     // SAFETY: as in `collective`.
     let code = unsafe {
         ferrocx_c::point_to_point(

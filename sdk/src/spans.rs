@@ -15,6 +15,13 @@ use std::time::Instant;
 /// The places timed, in the order [`report`] lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Point {
+    /// The NCCL drop-in: a collective, send or receive call (`ncclAllReduce` …), whole.
+    NcclCall,
+    /// The NCCL drop-in: its pointer query telling host from device buffers.
+    NcclPointerQuery,
+    /// The NCCL drop-in: the host-bound counts read around a call
+    /// (`FERROCX_NCCL_BLOCKING`) and the wait they may ask for.
+    NcclBlocking,
     /// The core: a device collective (`collective_on` and its in-place form), whole.
     CoreCollective,
     /// The core: a group's device sends and receives offered to the plugins
@@ -44,7 +51,10 @@ pub enum Point {
     KernelLaunch,
 }
 
-const POINTS: [(Point, &str); 13] = [
+const POINTS: [(Point, &str); 16] = [
+    (Point::NcclCall, "nccl: call"),
+    (Point::NcclPointerQuery, "nccl: pointer query"),
+    (Point::NcclBlocking, "nccl: blocking check"),
     (Point::CoreCollective, "core: device collective"),
     (Point::CoreP2pGroup, "core: device send/recv bids+launch"),
     (Point::CoreBufferChecks, "core: buffer checks"),

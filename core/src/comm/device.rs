@@ -51,15 +51,34 @@ impl Communicator {
         if ptr == 0 {
             return Ok((0, 0));
         }
-        let gpu = self.gpu()?;
-        gpu.bind()?;
-        let ptr = ptr as usize;
-        let span = cuda::device_span(ptr).ok_or_else(|| {
+        self.gpu()?;
+        self.device_extent_or_host(&what, ptr)?.ok_or_else(|| {
             Error::invalid(format!(
                 "{} at {ptr:#x} is not CUDA device memory (use the host API for host buffers)",
                 what()
             ))
-        })?;
+        })
+    }
+
+    /// [`device_extent`](Self::device_extent), or `None` where `ptr` is not
+    /// device memory (or this rank has no GPU); device memory of another GPU
+    /// is an error.
+    fn device_extent_or_host(
+        &self,
+        what: &impl Fn() -> String,
+        ptr: u64,
+    ) -> Result<Option<(usize, usize)>> {
+        if ptr == 0 {
+            return Ok(Some((0, 0)));
+        }
+        let Some(gpu) = self.gpu.as_ref() else {
+            return Ok(None);
+        };
+        gpu.bind()?;
+        let ptr = ptr as usize;
+        let Some(span) = cuda::device_span(ptr) else {
+            return Ok(None);
+        };
         if span.device != gpu.device() {
             return Err(Error::invalid(format!(
                 "{} at {ptr:#x} is on GPU {}, but rank {} uses GPU {}",
@@ -70,7 +89,7 @@ impl Communicator {
             )));
         }
         let (base, size) = (span.base, span.size);
-        Ok((ptr, base + size - ptr))
+        Ok(Some((ptr, base + size - ptr)))
     }
 
     fn device_coll_task(
@@ -85,6 +104,15 @@ impl Communicator {
         let s = self.device_extent(|| format!("{name}: the send buffer"), send)?;
         let r = self.device_extent(|| format!("{name}: the receive buffer"), recv)?;
         drop(span);
+        self.device_task_of(spec, (s, r), in_place)
+    }
+
+    fn device_task_of(
+        &self,
+        spec: &CollSpec,
+        (s, r): ((usize, usize), (usize, usize)),
+        in_place: bool,
+    ) -> Result<CollTask> {
         let mut t = self.coll_task(spec, s, r, in_place)?;
         t.device = true;
         Ok(t)
@@ -199,6 +227,58 @@ impl Communicator {
         }
         // SAFETY: the caller's contract.
         unsafe { self.launch_device(vec![t.into()], &[stream]) }
+    }
+
+    /// A collective whose buffers may be host or device memory, for layers
+    /// whose callers pass either (NCCL's API, which ferrocx lets take host
+    /// buffers): run on `stream` as [`collective_on`](Self::collective_on)
+    /// (`in_place`: [`collective_in_place_on`](Self::collective_in_place_on)
+    /// on `send`) when the first buffer that is not null is device memory
+    /// (`Ok(true)`); nothing done (`Ok(false)`) when it is host memory, or
+    /// both are null, for the caller to run it on the host path. The test is
+    /// the device path's own buffer check: no driver query of its own.
+    ///
+    /// # Safety
+    /// As [`collective_on`](Self::collective_on).
+    pub unsafe fn collective_on_if_device(
+        &self,
+        spec: &CollSpec,
+        send: u64,
+        recv: u64,
+        in_place: bool,
+        stream: impl AsStream,
+    ) -> Result<bool> {
+        let _span = spans::enter(Point::CoreCollective);
+        let recv = if in_place { send } else { recv };
+        let name = spec.kind.name();
+        let (what_s, what_r) = (
+            || format!("{name}: the send buffer"),
+            || format!("{name}: the receive buffer"),
+        );
+        let span = spans::enter(Point::CoreBufferChecks);
+        let (s, r) = if send != 0 {
+            let Some(s) = self.device_extent_or_host(&what_s, send)? else {
+                return Ok(false);
+            };
+            (s, self.device_extent(what_r, recv)?)
+        } else {
+            let Some(r) = self.device_extent_or_host(&what_r, recv)? else {
+                return Ok(false);
+            };
+            if recv == 0 {
+                return Ok(false);
+            }
+            ((0, 0), r)
+        };
+        drop(span);
+        let t = self.device_task_of(spec, (s, r), in_place)?;
+        let stream = stream.raw_stream();
+        // SAFETY: the caller's contract.
+        if unsafe { self.device_on_plugin(spec, t.seq, send, recv, in_place, stream)? } {
+            return Ok(true);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_device(vec![t.into()], &[stream]) }.map(|()| true)
     }
 
     /// Send `len` bytes of device memory to `peer`, ordered on `stream`.
