@@ -830,6 +830,7 @@ impl CeComm {
                 overlap,
             )
         };
+        let blocks = select::simple_blocks(Some(d.coll), self.nranks, self.cfg.simple_blocks);
         let r = match kernel {
             // SAFETY: every address in `args` is this rank's buffers (checked
             // above, valid per the caller's contract) or a flag buffer mapped
@@ -857,7 +858,7 @@ impl CeComm {
                 // SAFETY: as above; the peers' buffers lie in their windows
                 // (mapped until window_deregister, which waits for this
                 // communicator's calls), which every rank routes alike.
-                unsafe { k.simple(t, o, &sp, self.cfg.simple_blocks, stream) }
+                unsafe { k.simple(t, o, &sp, blocks, stream) }
             }
             Exchange::Simple | Exchange::TwoShot => {
                 // Above 2 ranks a broadcast is passed along the ranks
@@ -883,7 +884,7 @@ impl CeComm {
                 // SAFETY: as above, with the Simple regions (mapped until
                 // comm_destroy, of the agreed slot on every rank) and the same
                 // segment and chunk on every rank.
-                unsafe { k.simple(t, o, &sp, self.cfg.simple_blocks, stream) }
+                unsafe { k.simple(t, o, &sp, blocks, stream) }
             }
         };
         if let Err(e) = r {
@@ -1032,7 +1033,14 @@ impl CeComm {
         // words are this rank's flag buffer and the peers' as mapped until
         // comm_destroy; both ends of every message size it alike (the op's
         // bytes and the agreed slot), and cut their groups alike (p2p::kernels).
-        unsafe { k.p2p(args, self.cfg.simple_blocks, stream) }.map_err(issue::kernel_error)?;
+        unsafe {
+            k.p2p(
+                args,
+                select::simple_blocks(None, self.nranks, self.cfg.simple_blocks),
+                stream,
+            )
+        }
+        .map_err(issue::kernel_error)?;
         // SAFETY: as above.
         unsafe {
             self.watchdog

@@ -16,7 +16,7 @@
 //! | `FERROCX_CE_SIMPLE_SLOT` | `auto` | bytes of one slot of the Simple kernel's rings (and the point-to-point kernel's), the largest chunk (a multiple of 16, 32 B–16 MiB; the Simple kernel's chunks of segments below 256 MiB stay at most 64 KiB, a broadcast's below 16 MiB); `auto`: 128 KiB for the Simple kernel at 2 ranks, 256 KiB at 3 and 4, 64 KiB above and for the point-to-point kernel. The rings take nranks × 128 × this bytes of device memory per rank (in the flag buffer, only where the kernel may run). Every rank must set the same value |
 //! | `FERROCX_CE_P2P_BYTES` | `16M` | device sends and receives of at most this many bytes (each decided alone, by its size, so both ends agree) run as ce's point-to-point kernel ([`ferrocx_sdk::kernels::p2p`]: the Simple kernel's rings, a region of their own, every chunk headed by its message's size, which the receive checks) on the caller's stream, one kernel per group (more where a group has several messages to one peer the same way); larger ones, and any on a stream being captured, take the core's path. A send may finish before its receive is posted while the peer's ring has room (128 slots: 8 MiB of 64 KiB slots; a larger send waits for its receive); `0`: never. The rings take nranks × 128 × `FERROCX_CE_SIMPLE_SLOT` bytes of device memory per rank. A send through ce must meet a receive of device memory of exactly its size (else both ranks fail with the core's mismatch error). Every rank must set the same value |
 //! | `FERROCX_CE_P2P_LL_BYTES` | `64K` | of those, messages of at most this many bytes (again by size alone) travel as LL lines (8 data bytes and their flag per 16-byte line, polled by the receiver: no fence, no head word per chunk), larger ones as chunks; at most 16 MiB. Each rank's line rings hold two of the largest (nranks × 4 × this bytes of device memory per rank). A send and a receive on either side of this limit are a size mismatch like any other. `0`: always chunks. Every rank must set the same value |
-//! | `FERROCX_CE_SIMPLE_BLOCKS` | `64` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once. This rank's alone (chunks do not depend on it) |
+//! | `FERROCX_CE_SIMPLE_BLOCKS` | `auto` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once; `auto`: 128 for reduce_scatter above 2 ranks, 64 otherwise (`select::simple_blocks`). This rank's alone (chunks do not depend on it) |
 //! | `FERROCX_CE_SIMPLE_SPREAD` | `1` | above 2 ranks, out of place: a Simple kernel's sending blocks take one (chunk, peer) pair each, a chunk's pairs on consecutive blocks (a gather's receiving blocks too), so every peer's link is busy at once; `0`: a block sends each chunk to every peer in turn. This rank's alone |
 //! | `FERROCX_CE_DIRECT_BYTES` | `auto` | all_reduce (not avg), all_gather and broadcast on windows whose block is above the LL kernel's limit and at most this many bytes run as the Simple kernel's direct modes (the data read from the peers' input windows or written into their output windows, two empty chunks per pair as barriers; an all_reduce also needs the block to fit the scratch, which an in-place call folds into): `auto` per collective and rank count (`select::DIRECT_TABLE`: at 2 ranks all_gather above 4 MiB to 512 MiB, broadcast above 32 MiB to 1 GiB), a number for every collective from the LL limit up, `0` never. Agreed like `FERROCX_CE_ONESHOT_BYTES` (a rank that differs turns it off, with a warning) |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
@@ -46,6 +46,9 @@ pub const SIMPLE_AUTO: usize = usize::MAX;
 /// `FERROCX_CE_DIRECT_BYTES=auto` (the default): each collective's measured
 /// range (`select::DIRECT_TABLE`).
 pub const DIRECT_AUTO: usize = usize::MAX;
+/// `FERROCX_CE_SIMPLE_BLOCKS=auto` (the default): per collective and rank
+/// count (`select::simple_blocks`).
+pub const SIMPLE_BLOCKS_AUTO: usize = usize::MAX;
 /// `FERROCX_CE_LL128_BYTES=auto` (the default): each collective's measured
 /// range (`select::LL128_TABLE`).
 pub const LL128_AUTO: usize = usize::MAX;
@@ -129,7 +132,8 @@ pub struct Config {
     /// `FERROCX_CE_DIRECT_BYTES`: the largest block run by the Simple
     /// kernel's direct modes ([`DIRECT_AUTO`]: per collective).
     pub direct_bytes: usize,
-    /// `FERROCX_CE_SIMPLE_BLOCKS`: most sending blocks of a Simple kernel.
+    /// `FERROCX_CE_SIMPLE_BLOCKS`: most sending blocks of a Simple kernel
+    /// ([`SIMPLE_BLOCKS_AUTO`]: per collective).
     pub simple_blocks: usize,
     /// `FERROCX_CE_SIMPLE_SPREAD`: above 2 ranks, a Simple kernel's blocks
     /// take one (chunk, peer) pair each ([`ferrocx_sdk::kernels::simple::SimpleArgs::spread`]).
@@ -161,7 +165,7 @@ impl Default for Config {
             simple_bytes: SIMPLE_AUTO,
             simple_slot: SIMPLE_SLOT_AUTO,
             direct_bytes: DIRECT_AUTO,
-            simple_blocks: ferrocx_sdk::kernels::simple::TARGET_BLOCKS,
+            simple_blocks: SIMPLE_BLOCKS_AUTO,
             simple_spread: true,
             p2p_bytes: DEFAULT_P2P_BYTES,
             p2p_ll_bytes: DEFAULT_P2P_LL_BYTES,
@@ -279,6 +283,15 @@ impl Config {
                 "FERROCX_CE_P2P_LL_BYTES={p2p_ll_bytes}: at most {P2P_LL_MAX_BYTES} (its line rings take 4 × this per peer)"
             )));
         }
+        let simple_blocks = match lookup("FERROCX_CE_SIMPLE_BLOCKS") {
+            Some(v) if v.trim().eq_ignore_ascii_case("auto") => SIMPLE_BLOCKS_AUTO,
+            _ => env::unsigned(&lookup, "FERROCX_CE_SIMPLE_BLOCKS", d.simple_blocks)?,
+        };
+        if simple_blocks == 0 {
+            return Err(PluginError::invalid(
+                "FERROCX_CE_SIMPLE_BLOCKS=0: a kernel has at least one sending block",
+            ));
+        }
         Ok(Config {
             priority,
             ll_bytes,
@@ -292,18 +305,7 @@ impl Config {
                 Some(v) if v.trim().eq_ignore_ascii_case("auto") => DIRECT_AUTO,
                 _ => env::unsigned(&lookup, "FERROCX_CE_DIRECT_BYTES", d.direct_bytes)?,
             },
-            simple_blocks: match env::unsigned(
-                &lookup,
-                "FERROCX_CE_SIMPLE_BLOCKS",
-                d.simple_blocks,
-            )? {
-                0 => {
-                    return Err(PluginError::invalid(
-                        "FERROCX_CE_SIMPLE_BLOCKS=0: a kernel has at least one sending block",
-                    ))
-                }
-                b => b,
-            },
+            simple_blocks,
             simple_spread: env::boolean(&lookup, "FERROCX_CE_SIMPLE_SPREAD", d.simple_spread)?,
             p2p_bytes: env::unsigned(&lookup, "FERROCX_CE_P2P_BYTES", d.p2p_bytes)?,
             p2p_ll_bytes,
@@ -336,6 +338,13 @@ mod tests {
     fn defaults_names_and_limits() {
         let d = with(&[]).unwrap();
         assert_eq!(d, Config::default());
+        assert_eq!(d.simple_blocks, SIMPLE_BLOCKS_AUTO);
+        assert_eq!(
+            with(&[("FERROCX_CE_SIMPLE_BLOCKS", "auto")])
+                .unwrap()
+                .simple_blocks,
+            SIMPLE_BLOCKS_AUTO
+        );
         assert!(d.priority > FX_COLL_CORE_PRIORITY);
         assert_eq!((d.batch, d.batch_bytes), (8, 512 << 20));
         let c = with(&[

@@ -539,6 +539,28 @@ fn direct(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>, block: usize) -
 /// median above and steadier; so the bound is 256 MiB.
 pub const TWO_SHOT_AUTO_BYTES: usize = 256 << 20;
 
+/// Most sending blocks of a Simple kernel running `coll` (`None`: the
+/// point-to-point kernel) on `nranks` ranks at `blocks`
+/// (`FERROCX_CE_SIMPLE_BLOCKS`: a number, or `auto`): under
+/// `auto`, 128 for reduce_scatter above 2 ranks, where every receiving block
+/// folds what it takes, and [`TARGET_BLOCKS`](ferrocx_sdk::kernels::simple::TARGET_BLOCKS)
+/// (64) otherwise. On 4 H200s
+/// (`bench/results/2026-11-28-session22/x4-knobs`, µs out of place / in
+/// place, 64 / 128 blocks / NCCL): reduce_scatter 64 MiB 186.7 / 186.0,
+/// 169.6 / 169.3, 188.7; 128 MiB 354.0 / 354.0, 324.5 / 324.7, 345.9;
+/// 256 MiB 689.2 / 693.3, 630.2 / 629.5, 661.5 — while all_reduce's
+/// two-shot did not move (256 MiB 1231.7 against 1231.4) and broadcast's
+/// chain slowed (64 MiB 234.1 against 324.9), so only reduce_scatter.
+pub fn simple_blocks(coll: Option<Coll>, nranks: usize, blocks: usize) -> usize {
+    if blocks != crate::config::SIMPLE_BLOCKS_AUTO {
+        return blocks;
+    }
+    match coll {
+        Some(Coll::ReduceScatter) if nranks > 2 => 2 * ferrocx_sdk::kernels::simple::TARGET_BLOCKS,
+        _ => ferrocx_sdk::kernels::simple::TARGET_BLOCKS,
+    }
+}
+
 /// The largest block of `coll` the Simple kernel runs on `nranks` ranks at
 /// `simple_bytes` (`FERROCX_CE_SIMPLE_BYTES`: a number, or `auto`:
 /// [`SIMPLE_TABLE`]).
@@ -777,6 +799,27 @@ fn reductions_usable(red: &Agreed, d: &CollDesc<'_, Window>) -> Result<(), Strin
 mod tests {
     use super::*;
     use ferrocx_sdk::collective::Coll;
+
+    #[test]
+    fn simple_blocks_double_for_reduce_scatter_above_2_ranks_unless_set() {
+        use crate::config::SIMPLE_BLOCKS_AUTO as AUTO;
+        let t = ferrocx_sdk::kernels::simple::TARGET_BLOCKS;
+        for n in [3, 4, 8] {
+            assert_eq!(simple_blocks(Some(Coll::ReduceScatter), n, AUTO), 2 * t);
+        }
+        assert_eq!(simple_blocks(Some(Coll::ReduceScatter), 2, AUTO), t);
+        for c in [
+            Coll::AllReduce,
+            Coll::AllGather,
+            Coll::AllToAll,
+            Coll::Broadcast,
+        ] {
+            assert_eq!(simple_blocks(Some(c), 4, AUTO), t, "{}", c.name());
+        }
+        assert_eq!(simple_blocks(None, 4, AUTO), t);
+        assert_eq!(simple_blocks(Some(Coll::ReduceScatter), 4, 32), 32);
+        assert_eq!(simple_blocks(None, 4, 16), 16);
+    }
 
     fn bid(priority: i32, nranks: usize, d: &CollDesc<'_, Window>) -> Result<i32, String> {
         super::bid(priority, 0, nranks, &Agreed::default(), d)
