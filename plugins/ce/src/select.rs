@@ -541,22 +541,29 @@ pub const TWO_SHOT_AUTO_BYTES: usize = 256 << 20;
 
 /// Most sending blocks of a Simple kernel running `coll` (`None`: the
 /// point-to-point kernel) on `nranks` ranks at `blocks`
-/// (`FERROCX_CE_SIMPLE_BLOCKS`: a number, or `auto`): under
-/// `auto`, 128 for reduce_scatter above 2 ranks, where every receiving block
-/// folds what it takes, and [`TARGET_BLOCKS`](ferrocx_sdk::kernels::simple::TARGET_BLOCKS)
-/// (64) otherwise. On 4 H200s
-/// (`bench/results/2026-11-28-session22/x4-knobs`, µs out of place / in
-/// place, 64 / 128 blocks / NCCL): reduce_scatter 64 MiB 186.7 / 186.0,
-/// 169.6 / 169.3, 188.7; 128 MiB 354.0 / 354.0, 324.5 / 324.7, 345.9;
-/// 256 MiB 689.2 / 693.3, 630.2 / 629.5, 661.5 — while all_reduce's
-/// two-shot did not move (256 MiB 1231.7 against 1231.4) and broadcast's
-/// chain slowed (64 MiB 234.1 against 324.9), so only reduce_scatter.
+/// (`FERROCX_CE_SIMPLE_BLOCKS`: a number, or `auto`): under `auto`, 128 for
+/// reduce_scatter, all_gather and alltoall above 2 ranks (their spread
+/// kernels: a sending block per (chunk, peer) pair, a receiving block that
+/// folds or places what it takes — twice the blocks keep twice of both in
+/// flight), [`TARGET_BLOCKS`](ferrocx_sdk::kernels::simple::TARGET_BLOCKS)
+/// (64) otherwise. On 4 H200s (`bench/results/2026-11-28-session22/`, µs
+/// out of place, 64 / 128 blocks, NCCL in the same call): reduce_scatter
+/// (`x4-rs-blocks`, two rounds) 64 MiB 182.9–185.0 / 169.3–169.8 (NCCL
+/// 190.3), 256 MiB 683.0–684.9 / 626.9–630.6 (662.8), 512 MiB 1341 / 1238
+/// (1283); all_gather (`x4-gather-blocks`, `-2`) 64 MiB 178.1–182.4 /
+/// 162.6–165.4 (197.6), 128 MiB 346.0–352.5 / 315.3–317.1 (354.8); alltoall
+/// 64 MiB 181.3–181.6 / 163.6–166.0 (193.4), 128 MiB 351.9–353.2 /
+/// 315.5–319.8 (353.3), in place 7–18 % off. all_reduce's two-shot did not
+/// move (`x4-knobs`: 256 MiB 1231.7 against 1231.4) and broadcast's chain
+/// slowed (64 MiB 234.1 against 324.9).
 pub fn simple_blocks(coll: Option<Coll>, nranks: usize, blocks: usize) -> usize {
     if blocks != crate::config::SIMPLE_BLOCKS_AUTO {
         return blocks;
     }
     match coll {
-        Some(Coll::ReduceScatter) if nranks > 2 => 2 * ferrocx_sdk::kernels::simple::TARGET_BLOCKS,
+        Some(Coll::ReduceScatter | Coll::AllGather | Coll::AllToAll) if nranks > 2 => {
+            2 * ferrocx_sdk::kernels::simple::TARGET_BLOCKS
+        }
         _ => ferrocx_sdk::kernels::simple::TARGET_BLOCKS,
     }
 }
@@ -801,19 +808,16 @@ mod tests {
     use ferrocx_sdk::collective::Coll;
 
     #[test]
-    fn simple_blocks_double_for_reduce_scatter_above_2_ranks_unless_set() {
+    fn simple_blocks_double_for_the_spread_kernels_above_2_ranks_unless_set() {
         use crate::config::SIMPLE_BLOCKS_AUTO as AUTO;
         let t = ferrocx_sdk::kernels::simple::TARGET_BLOCKS;
-        for n in [3, 4, 8] {
-            assert_eq!(simple_blocks(Some(Coll::ReduceScatter), n, AUTO), 2 * t);
+        for c in [Coll::ReduceScatter, Coll::AllGather, Coll::AllToAll] {
+            for n in [3, 4, 8] {
+                assert_eq!(simple_blocks(Some(c), n, AUTO), 2 * t, "{}", c.name());
+            }
+            assert_eq!(simple_blocks(Some(c), 2, AUTO), t, "{}", c.name());
         }
-        assert_eq!(simple_blocks(Some(Coll::ReduceScatter), 2, AUTO), t);
-        for c in [
-            Coll::AllReduce,
-            Coll::AllGather,
-            Coll::AllToAll,
-            Coll::Broadcast,
-        ] {
+        for c in [Coll::AllReduce, Coll::Broadcast] {
             assert_eq!(simple_blocks(Some(c), 4, AUTO), t, "{}", c.name());
         }
         assert_eq!(simple_blocks(None, 4, AUTO), t);
