@@ -69,6 +69,22 @@ fn local(comm: &Communicator) -> Result<(), String> {
     let a = ABuf::new(4096, 0);
     let mut b = ABuf::new(4096, 0);
     let ar = CollSpec::new(CollKind::AllReduce, DataType::F32, 100);
+    // The NCCL layer's way in: host buffers are left to the caller, on rank 0
+    // only, and take no call number (the collectives after this still match).
+    if me == 0 {
+        let (s, r) = (a.bytes().as_ptr() as u64, b.bytes_mut().as_mut_ptr() as u64);
+        for (send, recv, in_place) in [(s, r, false), (r, r, true), (0, r, false), (0, 0, false)] {
+            // SAFETY: host memory: nothing is queued on the (null) stream.
+            let ran = unsafe {
+                comm.collective_on_if_device(&ar, send, recv, in_place, std::ptr::null_mut())
+            };
+            if !matches!(ran, Ok(false)) {
+                return Err(format!(
+                    "collective_on_if_device on host buffers ({send:#x}, {recv:#x}, in place {in_place}): {ran:?}, expected Ok(false)"
+                ));
+            }
+        }
+    }
     invalid(
         "all_reduce with a short send buffer",
         comm.collective(&ar, &a.bytes()[..396], b.bytes_mut()),
