@@ -830,7 +830,6 @@ impl CeComm {
                 overlap,
             )
         };
-        let blocks = select::simple_blocks(Some(d.coll), self.nranks, self.cfg.simple_blocks);
         let r = match kernel {
             // SAFETY: every address in `args` is this rank's buffers (checked
             // above, valid per the caller's contract) or a flag buffer mapped
@@ -855,6 +854,7 @@ impl CeComm {
                 let sp =
                     crate::direct::args(d, self.rank, ring(false, dm), flags.scratch(self.rank))
                         .map_err(PluginError::internal)?;
+                let blocks = select::simple_blocks(None, self.nranks, self.cfg.simple_blocks);
                 // SAFETY: as above; the peers' buffers lie in their windows
                 // (mapped until window_deregister, which waits for this
                 // communicator's calls), which every rank routes alike.
@@ -881,6 +881,8 @@ impl CeComm {
                         mode,
                     )
                 };
+                let blocks =
+                    select::simple_blocks(Some(d.coll), self.nranks, self.cfg.simple_blocks);
                 // SAFETY: as above, with the Simple regions (mapped until
                 // comm_destroy, of the agreed slot on every rank) and the same
                 // segment and chunk on every rank.

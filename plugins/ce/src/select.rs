@@ -539,8 +539,9 @@ fn direct(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>, block: usize) -
 /// median above and steadier; so the bound is 256 MiB.
 pub const TWO_SHOT_AUTO_BYTES: usize = 256 << 20;
 
-/// Most sending blocks of a Simple kernel running `coll` (`None`: the
-/// point-to-point kernel) on `nranks` ranks at `blocks`
+/// Most sending blocks of a Simple kernel running `coll` in its exchange
+/// modes (`None`: the point-to-point kernel and the direct modes, measured
+/// only at 64) on `nranks` ranks at `blocks`
 /// (`FERROCX_CE_SIMPLE_BLOCKS`: a number, or `auto`): under `auto`, 128 for
 /// reduce_scatter, all_gather and alltoall above 2 ranks (their spread
 /// kernels: a sending block per (chunk, peer) pair, a receiving block that
