@@ -339,8 +339,8 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     ),
     (
         "FERROCX_CE_SIMPLE_BLOCKS",
-        "64",
-        "ce: most sending blocks of one Simple kernel (as many receive)",
+        "auto",
+        "ce: most sending blocks of one Simple kernel (as many receive; auto: 128 for reduce_scatter, all_gather and alltoall above 2 ranks, else 64)",
     ),
     (
         "FERROCX_CE_SIMPLE_SPREAD",

@@ -51,18 +51,21 @@ impl Communicator {
         if ptr == 0 {
             return Ok((0, 0));
         }
-        self.gpu()?;
-        self.device_extent_or_host(&what, ptr)?.ok_or_else(|| {
+        let gpu = self.gpu()?;
+        gpu.bind()?;
+        let span = cuda::device_span(ptr as usize).ok_or_else(|| {
             Error::invalid(format!(
                 "{} at {ptr:#x} is not CUDA device memory (use the host API for host buffers)",
                 what()
             ))
-        })
+        })?;
+        self.extent_in(gpu, &span, ptr as usize, &what)
     }
 
     /// [`device_extent`](Self::device_extent), or `None` where `ptr` is not
     /// device memory (or this rank has no GPU); device memory of another GPU
-    /// is an error.
+    /// is an error. Host memory leaves the thread's current context as it
+    /// was (the pointer query needs none).
     fn device_extent_or_host(
         &self,
         what: &impl Fn() -> String,
@@ -74,11 +77,22 @@ impl Communicator {
         let Some(gpu) = self.gpu.as_ref() else {
             return Ok(None);
         };
-        gpu.bind()?;
-        let ptr = ptr as usize;
-        let Some(span) = cuda::device_span(ptr) else {
+        let Some(span) = cuda::device_span(ptr as usize) else {
             return Ok(None);
         };
+        gpu.bind()?;
+        self.extent_in(gpu, &span, ptr as usize, what).map(Some)
+    }
+
+    /// The bytes from `ptr` to the end of its allocation `span`, which must be
+    /// on this rank's GPU.
+    fn extent_in(
+        &self,
+        gpu: &Gpu,
+        span: &cuda::DeviceSpan,
+        ptr: usize,
+        what: &impl Fn() -> String,
+    ) -> Result<(usize, usize)> {
         if span.device != gpu.device() {
             return Err(Error::invalid(format!(
                 "{} at {ptr:#x} is on GPU {}, but rank {} uses GPU {}",
@@ -88,8 +102,7 @@ impl Communicator {
                 gpu.device()
             )));
         }
-        let (base, size) = (span.base, span.size);
-        Ok(Some((ptr, base + size - ptr)))
+        Ok((ptr, span.base + span.size - ptr))
     }
 
     fn device_coll_task(
