@@ -112,23 +112,24 @@ fn collective(
                 .map_err(|_| Error::InvalidArgument(format!("root {root} is negative")))?;
             spec = spec.root(r);
         }
+        let span = spans::enter(Point::NcclBlocking);
+        let before = crate::wait::mark(inner);
+        drop(span);
         // The usual call (device buffers, no group, no scaled copy) goes
         // straight to the core, whose buffer check tells host memory apart.
-        if scaled.is_none() {
-            let span = spans::enter(Point::NcclBlocking);
-            let before = crate::wait::mark(inner);
-            drop(span);
+        let ran_on_device = scaled.is_none() && {
             // SAFETY: the C caller's contract on the buffers and stream, passed
             // on; `inner` is a live handle of the C API.
-            if unsafe { ferrocx_c::collective_if_device(inner, &spec, send, recv, stream) }? {
-                ran = Some((inner, before));
-                return Ok(());
-            }
+            unsafe { ferrocx_c::collective_if_device(inner, &spec, send, recv, stream) }?
+        };
+        if ran_on_device {
+            ran = Some((inner, before));
+            return Ok(());
         }
         let span = spans::enter(Point::NcclPointerQuery);
         let (stream, device) = stream_for(&[send as usize, recv as usize], stream)?;
         drop(span);
-        ready = Some((inner, spec, send, stream, device, scaled));
+        ready = Some((inner, spec, send, stream, device, scaled, before));
         Ok(())
     });
     if let Some((inner, before)) = ran {
@@ -140,12 +141,9 @@ fn collective(
             (inner, before, stream),
         );
     }
-    let Some((inner, spec, send, stream, device, scaled)) = ready else {
+    let Some((inner, spec, send, stream, device, scaled, before)) = ready else {
         return r;
     };
-    let span = spans::enter(Point::NcclBlocking);
-    let before = crate::wait::mark(inner);
-    drop(span);
     // SAFETY: the C caller's contract on the buffers and stream, passed on; `inner`
     // is a live handle of the C API.
     let code =

@@ -167,9 +167,25 @@ impl Communicator {
     ) -> Result<()> {
         let _span = spans::enter(Point::CoreCollective);
         let t = self.device_coll_task(spec, send, recv, false)?;
-        let stream = stream.raw_stream();
         // SAFETY: the caller's contract.
-        if unsafe { self.device_on_plugin(spec, t.seq, send, recv, false, stream)? } {
+        unsafe { self.queue_device(spec, t, (send, recv), false, stream.raw_stream()) }
+    }
+
+    /// Queue the checked device collective `t` on `stream`: on the plugin
+    /// that wins it, else on the core's path.
+    ///
+    /// # Safety
+    /// As [`collective_on`](Self::collective_on).
+    unsafe fn queue_device(
+        &self,
+        spec: &CollSpec,
+        t: CollTask,
+        (send, recv): (u64, u64),
+        in_place: bool,
+        stream: RawStream,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        if unsafe { self.device_on_plugin(spec, t.seq, send, recv, in_place, stream)? } {
             return Ok(());
         }
         // SAFETY: the caller's contract.
@@ -233,13 +249,8 @@ impl Communicator {
     ) -> Result<()> {
         let _span = spans::enter(Point::CoreCollective);
         let t = self.device_coll_task(spec, buf, buf, true)?;
-        let stream = stream.raw_stream();
         // SAFETY: the caller's contract.
-        if unsafe { self.device_on_plugin(spec, t.seq, buf, buf, true, stream)? } {
-            return Ok(());
-        }
-        // SAFETY: the caller's contract.
-        unsafe { self.launch_device(vec![t.into()], &[stream]) }
+        unsafe { self.queue_device(spec, t, (buf, buf), true, stream.raw_stream()) }
     }
 
     /// A collective whose buffers may be host or device memory, for layers
@@ -274,24 +285,19 @@ impl Communicator {
                 return Ok(false);
             };
             (s, self.device_extent(what_r, recv)?)
-        } else {
+        } else if recv != 0 {
             let Some(r) = self.device_extent_or_host(&what_r, recv)? else {
                 return Ok(false);
             };
-            if recv == 0 {
-                return Ok(false);
-            }
             ((0, 0), r)
+        } else {
+            return Ok(false);
         };
         drop(span);
         let t = self.device_task_of(spec, (s, r), in_place)?;
-        let stream = stream.raw_stream();
         // SAFETY: the caller's contract.
-        if unsafe { self.device_on_plugin(spec, t.seq, send, recv, in_place, stream)? } {
-            return Ok(true);
-        }
-        // SAFETY: the caller's contract.
-        unsafe { self.launch_device(vec![t.into()], &[stream]) }.map(|()| true)
+        unsafe { self.queue_device(spec, t, (send, recv), in_place, stream.raw_stream()) }
+            .map(|()| true)
     }
 
     /// Send `len` bytes of device memory to `peer`, ordered on `stream`.
