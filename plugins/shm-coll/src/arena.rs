@@ -87,10 +87,10 @@ impl Arena {
         self.regions[rank].lock_held(0)
     }
 
-    /// The slot `from` writes into `owner`'s region.
-    fn slot(&self, owner: usize, from: usize, parity: usize) -> *mut u8 {
+    /// The slot `from` writes its collective message `number` into in `owner`'s region.
+    fn slot(&self, owner: usize, from: usize, number: u64) -> *mut u8 {
         // SAFETY: the offset lies inside every region (layout.len() checked at mapping).
-        unsafe { self.bases[owner].add(self.layout.slot(from, parity)) }
+        unsafe { self.bases[owner].add(self.layout.slot(from, number)) }
     }
 
     fn flag(&self, slot: *mut u8) -> &AtomicU64 {
@@ -99,57 +99,72 @@ impl Arena {
         unsafe { &*slot.cast::<AtomicU64>() }
     }
 
-    /// Write a message into `to`'s slot `parity` for this rank: the payload,
-    /// the fingerprint and the length, then `flag` (release: a reader that sees
-    /// the flag sees the rest).
+    /// A 64-byte aligned word at `offset` of `owner`'s region.
+    fn word(&self, owner: usize, offset: usize) -> &AtomicU64 {
+        // SAFETY: the layout puts credit words on their own cache lines inside
+        // the region; they are accessed atomically only.
+        unsafe { &*self.bases[owner].add(offset).cast::<AtomicU64>() }
+    }
+
+    /// Write this rank's collective message `number` to `to`: the payload, the
+    /// fingerprint and the length, then the flag `number + 1` (release: a
+    /// reader that sees the flag sees the rest).
     ///
     /// # Safety
-    /// `data` readable for `len` ≤ the layout's bytes; the protocol guarantees
-    /// `to` has finished with the slot's previous message.
+    /// `data` readable for `len` ≤ the layout's bytes; `to` took message
+    /// `number − depth` ([`coll_credits`](Self::coll_credits)).
     pub unsafe fn post(
         &self,
         to: usize,
-        parity: usize,
-        flag: u64,
+        number: u64,
         fingerprint: &[u8; FINGERPRINT_BYTES],
         data: *const u8,
         len: usize,
     ) {
         debug_assert!(len <= self.layout.bytes);
         // SAFETY: the caller's contract; the slot holds `layout.bytes` of payload.
-        unsafe { write_slot(self.slot(to, self.me, parity), flag, fingerprint, data, len) }
+        unsafe {
+            write_slot(
+                self.slot(to, self.me, number),
+                number + 1,
+                fingerprint,
+                data,
+                len,
+            )
+        }
     }
 
-    /// The flag of `from`'s slot `parity` here (acquire).
-    pub fn arrived(&self, from: usize, parity: usize) -> u64 {
-        self.flag(self.slot(self.me, from, parity))
+    /// Whether `from`'s collective message `number` is here (acquire).
+    pub fn arrived(&self, from: usize, number: u64) -> bool {
+        self.flag(self.slot(self.me, from, number))
+            .load(Ordering::Acquire)
+            == number + 1
+    }
+
+    /// `from`'s collective message `number`: fingerprint, length, payload.
+    /// Valid once [`arrived`](Self::arrived) said so, until it is credited.
+    pub fn message(&self, from: usize, number: u64) -> ([u8; FINGERPRINT_BYTES], usize, *const u8) {
+        // SAFETY: the caller saw the flag (acquire) of this slot.
+        unsafe { read_slot(self.slot(self.me, from, number)) }
+    }
+
+    /// How many of this rank's collective messages `to` has taken.
+    pub fn coll_credits(&self, to: usize) -> u64 {
+        self.word(self.me, self.layout.coll_credit(to))
             .load(Ordering::Acquire)
     }
 
-    /// The message in `from`'s slot `parity` here: fingerprint, length, payload.
-    /// Valid once [`arrived`](Self::arrived) showed its flag.
-    pub fn message(
-        &self,
-        from: usize,
-        parity: usize,
-    ) -> ([u8; FINGERPRINT_BYTES], usize, *const u8) {
-        // SAFETY: the caller saw the flag (acquire) of this slot.
-        unsafe { read_slot(self.slot(self.me, from, parity)) }
+    /// Tell `from` this rank took its first `taken` collective messages
+    /// (release: `from` may overwrite their slots).
+    pub fn coll_credit(&self, from: usize, taken: u64) {
+        self.word(from, self.layout.coll_credit(self.me))
+            .store(taken, Ordering::Release);
     }
 
     /// Sender `from`'s point-to-point slot for its message `number` in `owner`'s region.
     fn p2p_slot(&self, owner: usize, from: usize, number: u64) -> *mut u8 {
         // SAFETY: inside every region (layout.len() checked at mapping).
         unsafe { self.bases[owner].add(self.layout.p2p_slot(from, number)) }
-    }
-
-    fn credit_word(&self, owner: usize, from: usize) -> &AtomicU64 {
-        // SAFETY: a 64-byte aligned word inside the region, accessed atomically only.
-        unsafe {
-            &*self.bases[owner]
-                .add(self.layout.credit(from))
-                .cast::<AtomicU64>()
-        }
     }
 
     /// Write this rank's point-to-point message `number` to `to`, made after
@@ -198,13 +213,14 @@ impl Arena {
 
     /// How many of this rank's messages `to` has taken.
     pub fn credits(&self, to: usize) -> u64 {
-        self.credit_word(self.me, to).load(Ordering::Acquire)
+        self.word(self.me, self.layout.credit(to))
+            .load(Ordering::Acquire)
     }
 
     /// Tell `from` this rank took its first `taken` messages (release: `from`
     /// may overwrite their slots).
     pub fn credit(&self, from: usize, taken: u64) {
-        self.credit_word(from, self.me)
+        self.word(from, self.layout.credit(self.me))
             .store(taken, Ordering::Release);
     }
 

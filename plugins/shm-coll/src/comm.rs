@@ -2,12 +2,14 @@
 //! protocol of [`layout`](crate::layout) run by [`crate::exchange`]
 //! over this rank's [`Arena`].
 //!
-//! Rank `r`'s `m`-th exchange with peer `p` (counted per pair, from 0) goes
-//! into slot `m mod 2` of `p`'s region with the flag `m + 1`; `p` waits for
-//! that flag in its own region, compares the fingerprint with its own call's
-//! and uses the payload. A failure (a mismatch, a timeout, a dead peer, an
-//! abort) breaks this comm for good: its reason goes into the region's header,
-//! where peers still waiting read it and report the same cause.
+//! Rank `r`'s `k`-th collective message to peer `p` (counted per pair and
+//! direction, from 0) goes into slot `k mod depth` of `p`'s region with the
+//! flag `k + 1`, once `p` credited message `k − depth`; `p` waits for that
+//! flag in its own region, compares the fingerprint with its own call's, uses
+//! the payload and credits it when its exchange is done. A failure (a
+//! mismatch, a timeout, a dead peer, an abort) breaks this comm for good: its
+//! reason goes into the region's header, where peers still waiting read it
+//! and report the same cause.
 
 use crate::arena::Arena;
 use crate::config::Config;
@@ -38,8 +40,18 @@ pub struct ShmComm {
     /// The largest block bid for (chunked through the slots).
     max_block: usize,
     arena: Arena,
-    /// Exchanges so far with each peer.
+    /// Collective slots per pair.
+    depth: usize,
+    /// Exchanges so far with each peer (calls, or chunks of calls): what a
+    /// point-to-point message's epoch counts.
     exchanges: Vec<u64>,
+    /// Collective messages posted to each peer so far.
+    posted: Vec<u64>,
+    /// Collective messages taken from each peer so far.
+    coll_taken: Vec<u64>,
+    /// Each peer's collective credits as last read (read again only when
+    /// the ring looks full).
+    coll_credits_seen: Vec<u64>,
     /// The largest point-to-point message (0: none).
     p2p_bytes: usize,
     /// Point-to-point messages sent to each peer so far.
@@ -55,12 +67,13 @@ pub struct ShmComm {
     broken: Option<PluginError>,
 }
 
-/// The setup of this rank: its region and slot size, or why it cannot take part.
+/// The setup of this rank: its region, slot size, point-to-point slot size
+/// and ring depth, or why it cannot take part.
 fn local_setup(
     info: &CommInfo,
     cfg: &Config,
     name: &str,
-) -> Result<(Region, usize, usize), String> {
+) -> Result<(Region, usize, usize, usize), String> {
     if !cfg.enabled() {
         return Err("disabled (FERROCX_SHM_COLL_PRIORITY, _BYTES or _MAX_RANKS is 0)".into());
     }
@@ -80,9 +93,10 @@ fn local_setup(
         )
     })?;
     let p2p = cfg.p2p_slot_bytes(info.nranks);
-    let region = Arena::create(name, &Layout::new(info.nranks, bytes, p2p))
+    let depth = cfg.depth(info.nranks, bytes);
+    let region = Arena::create(name, &Layout::new(info.nranks, bytes, depth, p2p))
         .map_err(|e| format!("cannot create {name}: {e}"))?;
-    Ok((region, bytes, p2p))
+    Ok((region, bytes, p2p, depth))
 }
 
 /// CPUs the ranks can share: the host's online CPUs (not this process's
@@ -126,13 +140,15 @@ impl ShmComm {
             max_block: cfg.max_block(info.nranks) as u64,
             max_ranks: cfg.max_ranks as u64,
             p2p_bytes: mine.as_ref().map_or(0, |m| m.2) as u64,
+            depth: mine.as_ref().map_or(0, |m| m.3) as u64,
+            check: cfg.check,
             name: name.clone(),
         };
         let all = oob.all_gather(&hello.encode())?;
         let hellos: Vec<_> = all.iter().map(|b| Hello::decode(b)).collect();
         let agreed = setup::agree(&hellos).map_err(PluginError::unsupported)?;
-        let (mine, _, _) = mine.map_err(PluginError::internal)?;
-        let layout = Layout::new(info.nranks, agreed.bytes, agreed.p2p_bytes);
+        let (mine, ..) = mine.map_err(PluginError::internal)?;
+        let layout = Layout::new(info.nranks, agreed.bytes, agreed.depth, agreed.p2p_bytes);
         let arena = Arena::new(info.rank, layout, mine, |r| {
             let name = &hellos[r].as_ref().expect("agreed").name;
             Region::open(name, Some(layout.len()))
@@ -146,14 +162,18 @@ impl ShmComm {
         let _ = arena.unlink_own();
         Ok(ShmComm {
             host,
-            check: cfg.check,
+            check: agreed.check,
             rank: info.rank,
             nranks: info.nranks,
             priority: agreed.priority,
             bytes: agreed.bytes,
             max_block: agreed.max_block,
             arena,
+            depth: agreed.depth,
             exchanges: vec![0; info.nranks],
+            posted: vec![0; info.nranks],
+            coll_taken: vec![0; info.nranks],
+            coll_credits_seen: vec![0; info.nranks],
             p2p_bytes: agreed.p2p_bytes,
             sent: vec![0; info.nranks],
             taken: vec![0; info.nranks],
@@ -211,6 +231,7 @@ impl ShmComm {
             root: d.root,
             block: total,
             stride: total,
+            checked: self.check,
         };
         let fp = Fingerprint::of(d.seq, d.coll.kind(), dtype, op, d.count, d.root, false);
         let encoded = fp.encode();
@@ -247,6 +268,11 @@ impl ShmComm {
                 self.broken = Some(e.clone());
                 return Err(e);
             }
+            // The payloads taken were read: their slots go back to the senders.
+            for p in (0..self.nranks).filter(|&p| call.takes_from(p)) {
+                self.coll_taken[p] += 1;
+                self.arena.coll_credit(p, self.coll_taken[p]);
+            }
             for p in (0..self.nranks).filter(|&p| call.talks_to(p)) {
                 self.exchanges[p] += 1;
             }
@@ -257,7 +283,7 @@ impl ShmComm {
 
 /// One call's view of the comm, as `exchange` moves messages.
 struct CallWire<'a> {
-    comm: &'a ShmComm,
+    comm: &'a mut ShmComm,
     fp: Fingerprint,
     encoded: [u8; FINGERPRINT_BYTES],
     /// When the first wait of this call began polling past its spin phase.
@@ -280,9 +306,23 @@ impl CallWire<'_> {
         if let Some(theirs) = self.comm.sent_before_exchange(peer) {
             return Err(self.mismatch(peer, &theirs));
         }
-        self.comm
-            .check_wait(peer, &self.fp, &mut self.began, last_pid_check)
+        self.comm.check_wait(
+            peer,
+            &self.fp,
+            Awaiting::Part,
+            &mut self.began,
+            last_pid_check,
+        )
     }
+}
+
+/// What a wait waits for (its timeout names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Awaiting {
+    /// The peer's message.
+    Part,
+    /// A free slot: the peer to take this rank's earlier messages.
+    Room,
 }
 
 impl ShmComm {
@@ -308,6 +348,7 @@ impl ShmComm {
         &self,
         peer: usize,
         what: &Fingerprint,
+        awaiting: Awaiting,
         began: &mut Option<Instant>,
         last_pid_check: &mut Option<Instant>,
     ) -> PluginResult<Duration> {
@@ -344,10 +385,16 @@ impl ShmComm {
         }
         let limit = self.host.timeout();
         if waited >= limit {
-            return Err(PluginError::timeout(format!(
-                "rank {peer} never sent its part of {what} (waited {:.1}s)",
-                waited.as_secs_f64()
-            )));
+            let secs = waited.as_secs_f64();
+            return Err(PluginError::timeout(match awaiting {
+                Awaiting::Part => {
+                    format!("rank {peer} never sent its part of {what} (waited {secs:.1}s)")
+                }
+                Awaiting::Room => format!(
+                    "rank {peer} never took the messages rank {} sent it before {what} (waited {secs:.1}s)",
+                    self.rank
+                ),
+            }));
         }
         Ok(waited)
     }
@@ -371,39 +418,66 @@ impl ShmComm {
     }
 }
 
+impl CallWire<'_> {
+    /// Wait until `peer` took enough of this rank's collective messages that
+    /// message `k` has a free slot (`depth` earlier ones may be untaken).
+    fn wait_for_room(&mut self, peer: usize, k: u64) -> PluginResult<()> {
+        let depth = self.comm.depth as u64;
+        if k < self.comm.coll_credits_seen[peer] + depth {
+            return Ok(());
+        }
+        let mut backoff = Backoff::new(self.comm.oversubscribed);
+        let mut waited = Duration::ZERO;
+        let mut last_pid_check = None;
+        loop {
+            self.comm.coll_credits_seen[peer] = self.comm.arena.coll_credits(peer);
+            if k < self.comm.coll_credits_seen[peer] + depth {
+                return Ok(());
+            }
+            if backoff.polled() {
+                waited = self.comm.check_wait(
+                    peer,
+                    &self.fp,
+                    Awaiting::Room,
+                    &mut self.began,
+                    &mut last_pid_check,
+                )?;
+            }
+            pause(backoff.pause(waited));
+        }
+    }
+}
+
 impl Wire for CallWire<'_> {
     unsafe fn post(&mut self, peer: usize, data: *const u8, len: usize) -> PluginResult<()> {
-        let m = self.comm.exchanges[peer];
+        let k = self.comm.posted[peer];
+        self.wait_for_room(peer, k)?;
         // SAFETY: `data` readable for `len` ≤ the slot (can_run bounds the block);
-        // two slots per pair make `peer` done with the one overwritten (layout).
-        unsafe {
-            self.comm
-                .arena
-                .post(peer, (m % 2) as usize, m + 1, &self.encoded, data, len)
-        };
+        // `peer` took message k − depth (wait_for_room).
+        unsafe { self.comm.arena.post(peer, k, &self.encoded, data, len) };
+        self.comm.posted[peer] += 1;
         Ok(())
     }
 
     fn take(&mut self, peer: usize, len: usize) -> PluginResult<*const u8> {
-        let c = self.comm;
-        let m = c.exchanges[peer];
-        let parity = (m % 2) as usize;
-        if c.arena.arrived(peer, parity) != m + 1 {
-            let mut backoff = Backoff::new(c.oversubscribed);
+        let k = self.comm.coll_taken[peer];
+        if !self.comm.arena.arrived(peer, k) {
+            let mut backoff = Backoff::new(self.comm.oversubscribed);
             let mut waited = Duration::ZERO;
             // No clock read unless the wait lasts (checks come every few polls).
             let mut last_pid_check = None;
-            while c.arena.arrived(peer, parity) != m + 1 {
+            while !self.comm.arena.arrived(peer, k) {
                 if backoff.polled() {
                     waited = self.check(peer, &mut last_pid_check)?;
                 }
                 pause(backoff.pause(waited));
             }
         }
+        let c = &*self.comm;
         if let Some(theirs) = c.sent_before_exchange(peer) {
             return Err(self.mismatch(peer, &theirs));
         }
-        let (fp, got, data) = c.arena.message(peer, parity);
+        let (fp, got, data) = c.arena.message(peer, k);
         if c.check && fp != self.encoded {
             return Err(self.mismatch(peer, &fp));
         }

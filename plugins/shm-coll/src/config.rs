@@ -5,7 +5,7 @@
 //! | `FERROCX_SHM_COLL_PRIORITY` | `150` | what `can_run` answers for a call shm-coll can run (0 = never; the core bids 100, ce 200) |
 //! | `FERROCX_SHM_COLL_BYTES` | `64K` | the largest message between two ranks it takes: a call runs on shm-coll when each rank's block (`count` × element size) is at most this; also the size of each mailbox slot (0 = never) |
 //! | `FERROCX_SHM_COLL_MAX_BYTES` | `256K` | the largest block it bids for, moved through the slots in chunks; above 4 ranks it shrinks as 4 / ranks (every rank reads and reduces every rank's block), never below a slot |
-//! | `FERROCX_SHM_COLL_MEMORY` | `16M` | shared memory a communicator's mailboxes may take in all (2 × ranks² slots): with many ranks the slot, and so the largest block, shrinks to fit |
+//! | `FERROCX_SHM_COLL_MEMORY` | `16M` | shared memory a communicator's mailboxes may take in all (2 × ranks² slots): with many ranks the slot, and so the largest block, shrinks to fit; with `FERROCX_CHECK_CALLS=0` what is left deepens the rings, up to 64 slots per pair (how many calls a rank that receives nothing, such as a broadcast's root, may run ahead) |
 //! | `FERROCX_SHM_COLL_P2P_BYTES` | `64K` | the largest host-memory send or receive it takes (through a ring of 8 slots of this size per pair and direction, besides the collectives' slots, shrinking with many ranks to fit `FERROCX_SHM_COLL_MEMORY`; 0 = none, at most 64K) |
 //! | `FERROCX_SHM_COLL_MAX_RANKS` | `16` | the most ranks a communicator may have for shm-coll to take part (every rank writes to every peer in a call) |
 //! | `FERROCX_CHECK_CALLS` | `1` | the core's call check: `0` skips comparing call fingerprints |
@@ -131,6 +131,21 @@ impl Config {
         Some(self.bytes.min(self.memory / pairs) / 64 * 64).filter(|&b| b >= MIN_SLOT)
     }
 
+    /// Collective slots per pair for `nranks` ranks and slots of `slot`
+    /// bytes: 2 with the call check on (every pair exchanges in every call:
+    /// no rank gets further ahead); without it as many as `memory` holds, up
+    /// to [`MAX_DEPTH`](crate::layout::MAX_DEPTH), a power of two — how many calls a rank
+    /// that receives nothing may run ahead.
+    pub fn depth(&self, nranks: usize, slot: usize) -> usize {
+        if self.check {
+            return 2;
+        }
+        let ring = nranks.max(1) * nranks.max(1) * slot.max(1);
+        let fits = (self.memory / ring).clamp(2, crate::layout::MAX_DEPTH);
+        // A power of two: the slot of a message is a mask away.
+        1 << fits.ilog2()
+    }
+
     /// The largest block to bid for at `nranks` ranks: `max_bytes`, shrunk as
     /// 4 / ranks above 4 ranks.
     pub fn max_block(&self, nranks: usize) -> usize {
@@ -182,6 +197,21 @@ mod tests {
         assert_eq!(d.slot_bytes(1000), None);
         assert_eq!(c.slot_bytes(8), Some(4096));
         assert_eq!(c.slot_bytes(16), Some(2048));
+        // Checked, 2 slots per pair; unchecked, the rings deepen with what
+        // memory is left, up to 64.
+        assert_eq!(d.depth(2, 64 << 10), 2);
+        let u = Config { check: false, ..d };
+        assert_eq!(u.depth(2, 64 << 10), 64);
+        assert_eq!(u.depth(4, 64 << 10), 16);
+        assert_eq!(u.depth(8, 64 << 10), 4);
+        assert_eq!(u.depth(16, 32 << 10), 2);
+        // Room for 48 slots per pair: 32, a power of two.
+        let m = Config {
+            memory: 12 << 20,
+            ..u
+        };
+        assert_eq!(m.depth(2, 64 << 10), 32);
+        assert_eq!(c.depth(16, 2048), 2);
         assert_eq!(d.max_block(2), 256 << 10);
         assert_eq!(d.max_block(16), 64 << 10);
         // Point-to-point messages: shrunk to fit, 0 stays 0.

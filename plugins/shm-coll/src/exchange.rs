@@ -2,13 +2,17 @@
 //! region, the waits and the checks live behind the trait; `tests` run every
 //! collective on threads with channels).
 //!
-//! A call is one round: every rank first posts its message to every other
-//! rank, then takes theirs. Every pair exchanges in every call, so every rank
-//! sees every rank's fingerprint: a rank that only sends (a broadcast's root)
-//! still learns that its peers made the same call, and ranks that disagree
-//! about the root — which decides who sends data to whom — still meet and
-//! fail, instead of some returning while others wait. Where no data flows the
-//! message is the fingerprint alone (one cache line).
+//! A call is one round: every rank first posts its messages, then takes its
+//! peers'. With the call check on ([`Call::checked`], the default), every
+//! pair exchanges in every call, so every rank sees every rank's fingerprint:
+//! a rank that only sends (a broadcast's root) still learns that its peers
+//! made the same call, and ranks that disagree about the root — which decides
+//! who sends data to whom — still meet and fail, instead of some returning
+//! while others wait. Where no data flows the message is the fingerprint
+//! alone (one cache line). With the check off, messages go only where data
+//! does: a rank that receives nothing (a broadcast's or scatter's root, the
+//! other ranks of reduce and gather) returns once its messages are posted,
+//! without a round trip (as Open MPI's eager messages).
 //!
 //! Reductions are one-shot: each rank reduces every rank's input itself, in
 //! rank order (`((in₀ ∘ in₁) ∘ in₂) …`), so every rank computes the same bits.
@@ -20,7 +24,7 @@ use ferrocx_sdk::PluginResult;
 /// The messages of one call, as the plugin moves them.
 pub trait Wire {
     /// Post this call's message to `peer`: `len` bytes at `data` (0: the
-    /// fingerprint alone; `data` may then be null).
+    /// fingerprint alone, or an empty block; `data` may then be null).
     ///
     /// # Safety
     /// `data` must be readable for `len` bytes.
@@ -52,6 +56,9 @@ pub struct Call {
     /// Bytes of a whole block (`count` elements): where block `p` starts in a
     /// buffer of several (equal to `block` unless the call moves a chunk).
     pub stride: usize,
+    /// The call check: every pair exchanges (fingerprints where no data
+    /// flows); otherwise messages go only where data does.
+    pub checked: bool,
 }
 
 /// The chunks of a block of `total` bytes through slots of `slot` bytes:
@@ -66,10 +73,24 @@ pub fn chunks(total: usize, slot: usize) -> impl Iterator<Item = (usize, usize)>
 }
 
 impl Call {
-    /// Whether this rank and `peer` exchange messages in this call: every other
-    /// rank, whatever the collective and root (see the module's docs).
+    /// Whether `peer` is another rank of the call (with the check on, the
+    /// two exchange messages whatever the collective and root: the module's docs).
     pub fn talks_to(&self, peer: usize) -> bool {
         peer != self.rank && peer < self.nranks
+    }
+
+    /// Whether this rank posts `peer` a message in this call.
+    pub fn posts_to(&self, peer: usize) -> bool {
+        self.talks_to(peer) && (self.checked || self.outgoing(peer).is_some())
+    }
+
+    /// Whether this rank takes a message from `peer` in this call.
+    pub fn takes_from(&self, peer: usize) -> bool {
+        let theirs = Call {
+            rank: peer,
+            ..*self
+        };
+        self.talks_to(peer) && (self.checked || theirs.outgoing(self.rank).is_some())
     }
 
     /// Offset in this rank's send buffer of its block for `peer`, or `None`
@@ -165,7 +186,7 @@ pub unsafe fn run(
     wire: &mut impl Wire,
 ) -> PluginResult<()> {
     let (n, b) = (call.nranks, call.block);
-    for p in (0..n).filter(|&p| call.talks_to(p)) {
+    for p in (0..n).filter(|&p| call.posts_to(p)) {
         match call.outgoing(p) {
             // SAFETY: the block lies in the send buffer (caller's contract).
             Some(off) => unsafe { wire.post(p, send.add(off), b)? },
@@ -186,7 +207,7 @@ pub unsafe fn run(
             }
         }
     }
-    for p in (0..n).filter(|&p| call.talks_to(p)) {
+    for p in (0..n).filter(|&p| call.takes_from(p)) {
         let data = wire.take(p, call.incoming(p))?;
         if let Some(to) = call.placed(p) {
             // SAFETY: the payload holds `b` bytes (checked by take) and the block

@@ -1,20 +1,21 @@
 //! Where things lie in a rank's mailbox region (sans-IO: offsets only).
 //!
 //! Each rank owns one shared-memory region that its peers write into and it
-//! reads. After a header come two slots per sender (rank `s` writes its
-//! messages to rank `o` alternately into slot 0 and 1 of `o`'s region; its own
-//! pair is this rank's scratch). A slot is a 48-byte head — the message
-//! number as a `u64` flag, written last; the call's 32-byte fingerprint; the
-//! payload's length — then the payload, so a message of up to 16 bytes
-//! travels in the flag's cache line.
+//! reads. After a header come `depth` slots per sender (a power of two, 2 to [`MAX_DEPTH`],
+//! agreed at setup: rank `s` writes its `k`-th collective message to rank `o`
+//! into slot `k mod depth` of `o`'s region; its own slots are this rank's
+//! scratch). A slot is a 48-byte head — the message number + 1 as a `u64`
+//! flag, written last; the call's 32-byte fingerprint; the payload's length —
+//! then the payload, so a message of up to 16 bytes travels in the flag's
+//! cache line. Then one collective credit word per peer, each on its own
+//! cache line: how many of this rank's collective messages that peer has
+//! taken, written by the peer; a sender writes message `k` once message
+//! `k − depth` was taken. With the call check on, every pair exchanges in
+//! every call, so no rank gets more than a call ahead; with it off, messages
+//! flow only where data does, and a rank that receives nothing in a call (a
+//! broadcast's root) runs up to `depth − 1` calls ahead of its peers.
 //!
-//! Two slots per pair suffice because every pair exchanges in every call, both
-//! ways, posting before taking: a rank writes its message number `m` to a peer
-//! only after reading the peer's message `m − 1`, which the peer wrote only
-//! after it had finished with message `m − 2` — the one in the slot being
-//! overwritten.
-//!
-//! After the collective slots come the point-to-point rings (when
+//! After the collective credits come the point-to-point rings (when
 //! `FERROCX_SHM_COLL_P2P_BYTES` is not 0): [`P2P_SLOTS`] slots per sender, each
 //! a 16-byte head — the flag (message number + 1, written last), the length,
 //! the sender's count of collective exchanges with the receiver — then the
@@ -47,8 +48,10 @@ pub const P2P_LEN: usize = 8;
 /// exchanges with the receiver when it sent (`u32`, wrapping): which of the
 /// two ranks' collectives the send came before.
 pub const EPOCH: usize = 12;
-/// Region magic (`FXSC` v2: point-to-point rings) at offset 0.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"FXSC\x02\0\0\0");
+/// Region magic (`FXSC` v3: collective rings with credits) at offset 0.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"FXSC\x03\0\0\0");
+/// The most collective slots per pair.
+pub const MAX_DEPTH: usize = 64;
 /// Point-to-point slots per sender: that many sends to one peer complete
 /// before it takes any.
 pub const P2P_SLOTS: usize = 8;
@@ -68,6 +71,9 @@ pub struct Layout {
     pub bytes: usize,
     /// Distance between slots (head + payload, rounded to a cache line).
     pub stride: usize,
+    /// Collective slots per sender (a power of two, 2 to [`MAX_DEPTH`]: the
+    /// slot of a message is a mask away, not a division).
+    pub depth: usize,
     /// Largest point-to-point message (0: no rings).
     pub p2p_bytes: usize,
     /// Distance between point-to-point slots.
@@ -79,13 +85,15 @@ fn stride(head: usize, bytes: usize) -> usize {
 }
 
 impl Layout {
-    /// `nranks` ranks, payloads of at most `bytes`, point-to-point messages
-    /// of at most `p2p_bytes` (0: none).
-    pub fn new(nranks: usize, bytes: usize, p2p_bytes: usize) -> Self {
+    /// `nranks` ranks, payloads of at most `bytes` in `depth` slots per
+    /// sender, point-to-point messages of at most `p2p_bytes` (0: none).
+    pub fn new(nranks: usize, bytes: usize, depth: usize, p2p_bytes: usize) -> Self {
+        debug_assert!((2..=MAX_DEPTH).contains(&depth) && depth.is_power_of_two());
         Layout {
             nranks,
             bytes,
             stride: stride(HEAD, bytes),
+            depth,
             p2p_bytes,
             p2p_stride: if p2p_bytes == 0 {
                 0
@@ -95,9 +103,14 @@ impl Layout {
         }
     }
 
+    /// Where the collective credit words begin.
+    fn coll_credits(&self) -> usize {
+        HEADER + self.nranks * self.depth * self.stride
+    }
+
     /// Where the point-to-point rings begin.
     fn rings(&self) -> usize {
-        HEADER + self.nranks * 2 * self.stride
+        self.coll_credits() + self.nranks * 64
     }
 
     /// Where the credit words begin.
@@ -119,10 +132,18 @@ impl Layout {
         false
     }
 
-    /// Offset of sender `from`'s slot `parity` in a region.
-    pub fn slot(&self, from: usize, parity: usize) -> usize {
-        debug_assert!(from < self.nranks && parity < 2);
-        HEADER + (from * 2 + parity) * self.stride
+    /// Offset of sender `from`'s slot for its collective message `number`.
+    pub fn slot(&self, from: usize, number: u64) -> usize {
+        debug_assert!(from < self.nranks);
+        let i = (number & (self.depth as u64 - 1)) as usize;
+        HEADER + (from * self.depth + i) * self.stride
+    }
+
+    /// Offset of the collective credit word peer `from` writes (how many of
+    /// this region's owner's collective messages it took).
+    pub fn coll_credit(&self, from: usize) -> usize {
+        debug_assert!(from < self.nranks);
+        self.coll_credits() + from * 64
     }
 
     /// Offset of sender `from`'s point-to-point slot for its message `number`.
@@ -146,33 +167,46 @@ mod tests {
 
     #[test]
     fn slots_are_aligned_disjoint_and_inside() {
-        for (n, bytes) in [(1, 0), (2, 8), (3, 16), (5, 4000), (16, 16 << 10)] {
-            let l = Layout::new(n, bytes, 0);
+        for (n, bytes, depth) in [
+            (1, 0, 2),
+            (2, 8, 8),
+            (3, 16, 4),
+            (5, 4000, 64),
+            (16, 16 << 10, 2),
+        ] {
+            let l = Layout::new(n, bytes, depth, 0);
             let mut last_end = HEADER;
             for from in 0..n {
-                for parity in 0..2 {
-                    let at = l.slot(from, parity);
+                for k in 0..depth as u64 {
+                    let at = l.slot(from, k);
+                    assert_eq!(at, l.slot(from, k + depth as u64), "a ring");
                     assert_eq!(at % 64, 0, "slot on a cache line");
                     assert_eq!((at + HEAD) % 16, 0, "payload 16-byte aligned");
                     assert!(at >= last_end, "slots do not overlap");
                     last_end = at + HEAD + bytes;
                 }
             }
-            assert!(last_end <= l.len());
-            assert_eq!(l.len(), last_end.div_ceil(64) * 64, "no rings, no credits");
+            for from in 0..n {
+                let c = l.coll_credit(from);
+                assert_eq!(c % 64, 0, "a credit word has its own cache line");
+                assert!(c >= last_end);
+                last_end = c + 64;
+            }
+            assert_eq!(l.len(), last_end, "no point-to-point rings");
         }
     }
 
     #[test]
     fn rings_and_credits_follow_the_slots_aligned_and_disjoint() {
-        for (n, bytes, p2p) in [(2, 64, 16), (3, 4000, 4096), (5, 64, 100)] {
-            let l = Layout::new(n, bytes, p2p);
+        for (n, bytes, depth, p2p) in [(2, 64, 8, 16), (3, 4000, 2, 4096), (5, 64, 32, 100)] {
+            let l = Layout::new(n, bytes, depth, p2p);
             // Every span: (start, end); none overlaps another or leaves the region.
             let mut spans = vec![(0, HEADER)];
             for from in 0..n {
-                for parity in 0..2 {
-                    spans.push((l.slot(from, parity), l.slot(from, parity) + HEAD + bytes));
+                for k in 0..depth as u64 {
+                    spans.push((l.slot(from, k), l.slot(from, k) + HEAD + bytes));
                 }
+                spans.push((l.coll_credit(from), l.coll_credit(from) + 64));
                 for m in 0..P2P_SLOTS as u64 {
                     let at = l.p2p_slot(from, m);
                     assert_eq!(at % 64, 0);

@@ -5,7 +5,7 @@
 //!    created), its tunables and its region's name. Every rank takes part even
 //!    when its own setup failed, so nobody waits for a rank that returned
 //!    early; all see the same list and decide the same ([`agree`]): the
-//!    smallest priority and slot size, or sit the communicator out naming the
+//!    smallest priority, slot size and ring depth, or sit the communicator out naming the
 //!    rank and why.
 //! 2. **Opened**: whether this rank mapped every peer's region. If one did
 //!    not, every rank sits out.
@@ -15,7 +15,7 @@ pub const NAME_BYTES: usize = 96;
 /// Bytes of a reason carried.
 pub const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
-pub const HELLO_BYTES: usize = 4 + 4 + 8 + 8 + 8 + 8 + NAME_BYTES + REASON_BYTES;
+pub const HELLO_BYTES: usize = 4 + 4 + 8 + 8 + 8 + 8 + 8 + NAME_BYTES + REASON_BYTES;
 /// Bytes of an encoded [`opened`] status.
 pub const OPENED_BYTES: usize = 4 + REASON_BYTES;
 
@@ -34,6 +34,10 @@ pub struct Hello {
     pub max_ranks: u64,
     /// The largest point-to-point message its region was made for (0: none).
     pub p2p_bytes: u64,
+    /// Collective slots per pair its region was made for.
+    pub depth: u64,
+    /// `FERROCX_CHECK_CALLS`.
+    pub check: bool,
     /// Its region's name.
     pub name: String,
 }
@@ -49,6 +53,11 @@ pub struct Agreed {
     pub max_block: usize,
     /// The largest point-to-point message taken (0: none).
     pub p2p_bytes: usize,
+    /// Collective slots per pair (2 when calls are checked).
+    pub depth: usize,
+    /// Calls are checked: on when any rank has the check on (every pair then
+    /// exchanges in every call, which the unchecked ranks must do too).
+    pub check: bool,
 }
 
 fn put_text(b: &mut Vec<u8>, text: &str, len: usize) {
@@ -75,12 +84,14 @@ impl Hello {
     /// Plain bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(HELLO_BYTES);
-        b.extend_from_slice(&(self.failed.is_none() as u32).to_le_bytes());
+        let flags = self.failed.is_none() as u32 | (self.check as u32) << 1;
+        b.extend_from_slice(&flags.to_le_bytes());
         b.extend_from_slice(&self.priority.to_le_bytes());
         b.extend_from_slice(&self.bytes.to_le_bytes());
         b.extend_from_slice(&self.max_block.to_le_bytes());
         b.extend_from_slice(&self.max_ranks.to_le_bytes());
         b.extend_from_slice(&self.p2p_bytes.to_le_bytes());
+        b.extend_from_slice(&self.depth.to_le_bytes());
         put_text(&mut b, &self.name, NAME_BYTES);
         put_text(&mut b, self.failed.as_deref().unwrap_or(""), REASON_BYTES);
         b
@@ -91,8 +102,9 @@ impl Hello {
         if b.len() != HELLO_BYTES {
             return None;
         }
-        let ok = u32::from_le_bytes(word(b, 0)) == 1;
-        let reason = text(&b[40 + NAME_BYTES..]);
+        let flags = u32::from_le_bytes(word(b, 0));
+        let ok = flags & 1 == 1;
+        let reason = text(&b[48 + NAME_BYTES..]);
         Some(Hello {
             failed: (!ok).then_some(reason),
             priority: i32::from_le_bytes(word(b, 4)),
@@ -100,7 +112,9 @@ impl Hello {
             max_block: u64::from_le_bytes(word(b, 16)),
             max_ranks: u64::from_le_bytes(word(b, 24)),
             p2p_bytes: u64::from_le_bytes(word(b, 32)),
-            name: text(&b[40..40 + NAME_BYTES]),
+            depth: u64::from_le_bytes(word(b, 40)),
+            check: flags & 2 != 0,
+            name: text(&b[48..48 + NAME_BYTES]),
         })
     }
 }
@@ -112,6 +126,8 @@ pub fn agree(hellos: &[Option<Hello>]) -> Result<Agreed, String> {
     let mut bytes = u64::MAX;
     let mut max_block = u64::MAX;
     let mut p2p_bytes = u64::MAX;
+    let mut depth = u64::MAX;
+    let mut check = false;
     for (r, h) in hellos.iter().enumerate() {
         let Some(h) = h else {
             return Err(format!("rank {r} sent a garbled hello"));
@@ -135,12 +151,22 @@ pub fn agree(hellos: &[Option<Hello>]) -> Result<Agreed, String> {
         bytes = bytes.min(h.bytes);
         max_block = max_block.min(h.max_block);
         p2p_bytes = p2p_bytes.min(h.p2p_bytes);
+        depth = depth.min(h.depth);
+        check |= h.check;
     }
     Ok(Agreed {
         priority,
         bytes: bytes as usize,
         max_block: max_block.max(bytes) as usize,
         p2p_bytes: p2p_bytes as usize,
+        depth: if check {
+            2
+        } else {
+            // Every rank's is a power of two; a garbled one is not used.
+            let d = depth.clamp(2, crate::layout::MAX_DEPTH as u64);
+            1 << d.ilog2()
+        },
+        check,
     })
 }
 
@@ -177,6 +203,8 @@ mod tests {
             max_block: 4 * bytes,
             max_ranks: 16,
             p2p_bytes: bytes / 2,
+            depth: 8,
+            check: false,
             name: "/ferrocx-shmcoll-12-ab-0".into(),
         }
     }
@@ -184,6 +212,11 @@ mod tests {
     #[test]
     fn round_trip_and_garbage() {
         let h = ready(150, 16384);
+        assert_eq!(Hello::decode(&h.encode()), Some(h));
+        let h = Hello {
+            check: true,
+            ..ready(150, 16384)
+        };
         assert_eq!(Hello::decode(&h.encode()), Some(h));
         let f = Hello {
             failed: Some("é".repeat(200)),
@@ -198,7 +231,10 @@ mod tests {
     fn everyone_takes_the_smallest_or_sits_out_naming_the_rank() {
         let all = [
             Some(ready(150, 16384)),
-            Some(ready(120, 4096)),
+            Some(Hello {
+                depth: 4,
+                ..ready(120, 4096)
+            }),
             Some(ready(300, 8192)),
         ];
         assert_eq!(
@@ -207,9 +243,19 @@ mod tests {
                 priority: 120,
                 bytes: 4096,
                 max_block: 16384,
-                p2p_bytes: 2048
+                p2p_bytes: 2048,
+                depth: 4,
+                check: false
             })
         );
+        // One rank checking calls makes every rank exchange in every call.
+        let mut one_checks = all.clone();
+        one_checks[2] = Some(Hello {
+            check: true,
+            ..ready(300, 8192)
+        });
+        let agreed = agree(&one_checks).unwrap();
+        assert!(agreed.check && agreed.depth == 2);
         let mut bad = all.clone();
         bad[2] = Some(Hello {
             failed: Some("ranks on more than one host".into()),

@@ -11,7 +11,7 @@
 //! or a collective that finds a send made before it, is a mismatch of calls:
 //! it breaks the comm, and peers waiting read why.
 
-use super::ShmComm;
+use super::{Awaiting, ShmComm};
 use crate::ring;
 use crate::wait::Backoff;
 use ferrocx_algo::Fingerprint;
@@ -184,16 +184,15 @@ impl ShmComm {
             P2pDir::Recv => Fingerprint::recv(n, p, o.bytes),
         };
         if o.dir == P2pDir::Recv && self.check {
-            let m = self.exchanges[p];
-            let parity = (m % 2) as usize;
+            let k = self.coll_taken[p];
             // The collective message first: a send made before it would be
             // visible once it is (release order), so none was.
-            if self.arena.arrived(p, parity) == m + 1 && !self.arena.p2p_arrived(p, n) {
-                let (theirs, _, _) = self.arena.message(p, parity);
+            if self.arena.arrived(p, k) && !self.arena.p2p_arrived(p, n) {
+                let (theirs, _, _) = self.arena.message(p, k);
                 return Err(self.mismatch(p, &mine, &theirs));
             }
         }
-        self.check_wait(p, &mine, began, last_pid_check)
+        self.check_wait(p, &mine, Awaiting::Part, began, last_pid_check)
     }
 
     /// Before a collective (`what`) posts anything, with the call check on:
@@ -229,7 +228,8 @@ impl ShmComm {
                 return Ok(());
             };
             if backoff.polled() {
-                waited = self.check_wait(p, what, &mut began, &mut last_pid_check)?;
+                waited =
+                    self.check_wait(p, what, Awaiting::Room, &mut began, &mut last_pid_check)?;
             }
             super::pause(backoff.pause(waited));
         }

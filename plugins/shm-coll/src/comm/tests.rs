@@ -9,6 +9,7 @@ use ferrocx_sdk::abi::FX_TYPE_U32;
 use ferrocx_sdk::collective::Coll;
 use ferrocx_sdk::testing::{host_with_timeout, peer, Rng, ThreadOob};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// A communicator id no other test of this process uses (region names carry it).
 fn comm_hash() -> u64 {
@@ -24,6 +25,17 @@ fn on_threads<R: Send + 'static>(
     timeout: Duration,
     f: impl Fn(usize, &mut ShmComm) -> R + Send + Sync + Copy + 'static,
 ) -> Vec<R> {
+    on_threads_with(n, bytes, true, timeout, f)
+}
+
+/// [`on_threads`] with the call check on or off (`FERROCX_CHECK_CALLS`).
+fn on_threads_with<R: Send + 'static>(
+    n: usize,
+    bytes: &str,
+    check: bool,
+    timeout: Duration,
+    f: impl Fn(usize, &mut ShmComm) -> R + Send + Sync + Copy + 'static,
+) -> Vec<R> {
     let oob = ThreadOob::new(n);
     let hash = comm_hash();
     let bytes = bytes.to_string();
@@ -32,10 +44,10 @@ fn on_threads<R: Send + 'static>(
             let (oob, bytes) = (oob.clone(), bytes.clone());
             std::thread::spawn(move || {
                 let (host, _) = host_with_timeout(timeout);
-                let cfg = Config::from_lookup(ferrocx_sdk::testing::vars(&[(
-                    "FERROCX_SHM_COLL_BYTES",
-                    &bytes,
-                )]))
+                let cfg = Config::from_lookup(ferrocx_sdk::testing::vars(&[
+                    ("FERROCX_SHM_COLL_BYTES", &bytes),
+                    ("FERROCX_CHECK_CALLS", if check { "1" } else { "0" }),
+                ]))
                 .unwrap();
                 let peers = (0..n)
                     .map(|q| {
@@ -100,8 +112,18 @@ const OPS: [RedOp; 5] = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp:
 fn random_calls_reuse_every_slot_and_give_checked_results() {
     // Slots of 256 bytes hold every block whole; slots of 64 cut the larger ones
     // into up to 4 chunks.
-    for (n, slot) in [(2, "256"), (3, "256"), (4, "256"), (2, "64"), (3, "64")] {
-        let results = on_threads(n, slot, Duration::from_secs(10), move |r, comm| {
+    // Unchecked, messages go only where data does and roots run ahead.
+    for (n, slot, check) in [
+        (2, "256", true),
+        (3, "256", true),
+        (4, "256", true),
+        (2, "64", true),
+        (3, "64", true),
+        (2, "256", false),
+        (4, "256", false),
+        (3, "64", false),
+    ] {
+        let results = on_threads_with(n, slot, check, Duration::from_secs(10), move |r, comm| {
             // The same sequence of calls on every rank.
             let mut rng = Rng::new(42 + n as u64);
             for seq in 0..400u64 {
@@ -125,11 +147,18 @@ fn random_calls_reuse_every_slot_and_give_checked_results() {
                     );
                 }
             }
-            comm.exchanges.clone()
+            (comm.exchanges.clone(), comm.posted.clone())
         });
         // Every pair exchanges in each call (once per chunk): the same count with
-        // every peer, 400 with whole blocks.
-        for ex in results {
+        // every peer, 400 with whole blocks. Checked, a message goes each way in
+        // every exchange; unchecked, none where no data flows.
+        for (ex, posted) in results {
+            if check {
+                assert_eq!(posted, ex);
+            } else {
+                assert!(posted.iter().zip(&ex).all(|(p, e)| p <= e));
+                assert!(posted.iter().sum::<u64>() < ex.iter().sum::<u64>());
+            }
             let peers: Vec<u64> = ex.iter().copied().filter(|&m| m > 0).collect();
             assert_eq!(peers.len(), n - 1);
             assert!(peers.windows(2).all(|w| w[0] == w[1]));
@@ -138,6 +167,42 @@ fn random_calls_reuse_every_slot_and_give_checked_results() {
             } else {
                 peers[0] > 400
             });
+        }
+    }
+}
+
+#[test]
+fn without_the_check_a_root_runs_ahead_by_the_ring_depth() {
+    // Rank 1 naps before its broadcasts. Checked, rank 0's first call waits for
+    // rank 1's fingerprint; unchecked, its first `depth` calls return at once
+    // and the next waits for a free slot (rank 1 taking the first).
+    const NAP: Duration = Duration::from_millis(400);
+    for check in [true, false] {
+        let outs = on_threads_with(2, "256", check, Duration::from_secs(10), |r, comm| {
+            let depth = comm.depth;
+            let mut times = Vec::new();
+            if r == 1 {
+                std::thread::sleep(NAP);
+            }
+            let t0 = Instant::now();
+            for seq in 0..depth as u64 + 2 {
+                let mut b = Bufs::new(Coll::Broadcast, 4, 2, r, 0, false);
+                let d = desc(Coll::Broadcast, RedOp::Sum, 4, 0, &mut b, seq);
+                // SAFETY: as above.
+                unsafe { comm.launch(&d) }.unwrap();
+                times.push(t0.elapsed());
+                let want = expected(Coll::Broadcast, RedOp::Sum, 4, 2, r, 0).unwrap();
+                assert_eq!(b.output(), want, "call #{seq} on rank {r}");
+            }
+            (depth, times)
+        });
+        let (depth, times) = &outs[0];
+        assert!((2..=crate::layout::MAX_DEPTH).contains(depth));
+        if check {
+            assert!(times[0] >= NAP / 2, "checked: {times:?}");
+        } else {
+            assert!(times[depth - 1] < NAP / 2, "unchecked: {times:?}");
+            assert!(times[*depth] >= NAP / 2, "unchecked: {times:?}");
         }
     }
 }

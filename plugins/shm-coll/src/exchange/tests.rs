@@ -98,6 +98,7 @@ fn run_all(
     n: usize,
     root: usize,
     in_place: bool,
+    checked: bool,
 ) -> Vec<Vec<u32>> {
     let block = c * 4;
     on_threads(n, block, move |r, w| {
@@ -110,6 +111,7 @@ fn run_all(
             root,
             block,
             stride: block,
+            checked,
         };
         let mut b = Bufs::new(coll, c, n, r, root, in_place);
         // In place: `Call::in_place` finds the buffers in NCCL's layout.
@@ -119,11 +121,22 @@ fn run_all(
         };
         // SAFETY: buffers sized for the collective as above.
         unsafe { run(&call, sp, rp, w) }.unwrap();
-        // Everyone this rank posted to is a rank it talks to, once each.
+        // Checked, this rank posts to every other rank, once each; unchecked,
+        // to those it sends data (a rank the peers did not post to would
+        // wait here for nothing, and the channels would hold leftovers).
         let mut posted = w.posted.clone();
         posted.sort_unstable();
-        let talks: Vec<usize> = (0..n).filter(|&p| call.talks_to(p)).collect();
-        assert_eq!(posted, talks);
+        let to: Vec<usize> = (0..n)
+            .filter(|&p| call.talks_to(p) && (checked || call.outgoing(p).is_some()))
+            .collect();
+        assert_eq!(posted, to);
+        for p in 0..n {
+            let rx = w.from[p].as_ref();
+            assert!(
+                rx.is_none_or(|rx| rx.try_recv().is_err()),
+                "a message from {p} left over"
+            );
+        }
         b.output()
     })
 }
@@ -141,16 +154,18 @@ fn every_collective_rank_count_root_and_layout() {
                 1
             };
             for root in 0..roots {
-                for in_place in [false, true] {
+                for (in_place, checked) in
+                    [(false, true), (true, true), (false, false), (true, false)]
+                {
                     for c in [0, 1, 3] {
-                        let out = run_all(coll, RedOp::Sum, c, n, root, in_place);
+                        let out = run_all(coll, RedOp::Sum, c, n, root, in_place, checked);
                         for (r, got) in out.iter().enumerate() {
                             let want =
                                 expected(coll, RedOp::Sum, c, n, r, root).unwrap_or_default();
                             assert_eq!(
                                 got,
                                 &want,
-                                "{} n={n} root={root} in_place={in_place} count={c} rank {r}",
+                                "{} n={n} root={root} in_place={in_place} checked={checked} count={c} rank {r}",
                                 coll.name()
                             );
                         }
@@ -167,7 +182,7 @@ fn every_operator_of_the_reductions() {
         for op in [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg] {
             for n in [2, 3, 4] {
                 for in_place in [false, true] {
-                    let out = run_all(coll, op, 5, n, n - 1, in_place);
+                    let out = run_all(coll, op, 5, n, n - 1, in_place, in_place);
                     for (r, got) in out.iter().enumerate() {
                         let want = expected(coll, op, 5, n, r, n - 1).unwrap_or_default();
                         assert_eq!(got, &want, "{} {op} n={n} rank {r}", coll.name());
@@ -193,6 +208,7 @@ fn floats_reduce_to_the_same_bits_on_every_rank() {
             root: 0,
             block: c * 4,
             stride: c * 4,
+            checked: true,
         };
         let send: Vec<f32> = (0..c)
             .map(|i| 0.1f32 * (r as f32 + 1.0) + i as f32 * 1e-3)
@@ -220,6 +236,7 @@ fn exchanges_are_symmetric_and_sizes_match() {
                         root,
                         block: 4,
                         stride: 4,
+                        checked: true,
                     };
                     for p in 0..n {
                         let them = Call { rank: p, ..me };
@@ -231,6 +248,20 @@ fn exchanges_are_symmetric_and_sizes_match() {
                         );
                         if me.talks_to(p) {
                             assert_eq!(me.incoming(p), them.outgoing(r).map_or(0, |_| 4));
+                        }
+                        // Every message posted is taken, checked or not.
+                        for checked in [true, false] {
+                            let (me, them) = (Call { checked, ..me }, Call { checked, ..them });
+                            assert_eq!(
+                                me.posts_to(p),
+                                them.takes_from(r),
+                                "{} {r}->{p}",
+                                coll.name()
+                            );
+                            assert_eq!(
+                                me.posts_to(p),
+                                me.talks_to(p) && (checked || me.outgoing(p).is_some())
+                            );
                         }
                     }
                 }
