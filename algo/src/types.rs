@@ -118,6 +118,7 @@ impl DataType {
     }
 
     /// From the numeric code (C API).
+    #[inline]
     pub fn from_code(code: u32) -> Result<Self> {
         Self::ALL
             .get(code as usize)
@@ -178,6 +179,7 @@ impl RedOp {
     }
 
     /// From the numeric code (C API).
+    #[inline]
     pub fn from_code(code: u32) -> Result<Self> {
         Self::ALL
             .get(code as usize)

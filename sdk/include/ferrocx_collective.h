@@ -262,6 +262,12 @@ extern "C" {
  * whose self sends and receives do not pair). Without the bit the core copies them itself
  * and asks only about other ranks. Added within v1 (2026-11-27). */
 #define FX_COLL_CAP_P2P_SELF (1ull << 5)
+/* can_run's answer for a host-memory call in no window depends only on the call's shape
+ * (coll, dtype, op, root, count, flags) and the communicator, never on the buffers'
+ * addresses or seq: the core may remember it per shape and not ask again while the
+ * communicator lives (only when every plugin that takes host memory declares it).
+ * Added within v1 (2026-11-28). */
+#define FX_COLL_CAP_SHAPE_BIDS (1ull << 6)
 
 /* What comm_init learns about the communicator. */
 typedef struct fx_comm_info {

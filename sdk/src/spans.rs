@@ -77,6 +77,7 @@ static COUNTS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 static STATE: AtomicU8 = AtomicU8::new(0);
 
 /// Whether spans are timed (`FERROCX_SPANS=1`, read once).
+#[inline]
 pub fn on() -> bool {
     match STATE.load(Ordering::Relaxed) {
         0 => {
@@ -102,6 +103,7 @@ pub struct Span {
 }
 
 /// Start timing `p` (nothing when spans are off).
+#[inline]
 pub fn enter(p: Point) -> Span {
     Span {
         at: on().then(|| (index(p), Instant::now())),
@@ -109,6 +111,7 @@ pub fn enter(p: Point) -> Span {
 }
 
 impl Drop for Span {
+    #[inline]
     fn drop(&mut self) {
         if let Some((i, t)) = self.at {
             let ns = t.elapsed().as_nanos().min(u64::MAX as u128) as u64;

@@ -27,6 +27,7 @@ pub enum MemKind {
 
 impl MemKind {
     /// From the ABI constant.
+    #[inline]
     pub fn from_raw(raw: i32) -> PluginResult<Self> {
         match raw {
             FX_MEM_HOST => Ok(MemKind::Host),

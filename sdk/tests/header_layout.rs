@@ -283,6 +283,7 @@ fn expected() -> Expected {
         ("FX_COLL_CAP_GRAPHS", FX_COLL_CAP_GRAPHS),
         ("FX_COLL_CAP_CHECKS_CALLS", FX_COLL_CAP_CHECKS_CALLS),
         ("FX_COLL_CAP_P2P_SELF", FX_COLL_CAP_P2P_SELF),
+        ("FX_COLL_CAP_SHAPE_BIDS", FX_COLL_CAP_SHAPE_BIDS),
     ] {
         names.push(name);
         out.push(Check::num(name.into(), name.into(), v));

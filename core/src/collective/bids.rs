@@ -1,18 +1,30 @@
-//! Remembered bids for host-memory sends and receives (sans-IO).
+//! Remembered bids for host-memory calls (sans-IO).
 //!
 //! A host send or receive is offered to every collective plugin alone, and
 //! the answer may depend only on the op (kind, peer, bytes) and the
 //! communicator (the ABI's rule, so both ends of a message agree): it cannot
-//! change while the communicator lives. Asking costs an FFI call and a
-//! descriptor check per plugin and op, on every call of a path that takes a
-//! few hundred nanoseconds in all; a small table keyed by the op remembers
-//! the winner instead (a collision asks again and replaces the entry).
+//! change while the communicator lives. A host collective's answer may depend
+//! on its buffers too, unless every plugin asked declares
+//! `FX_COLL_CAP_SHAPE_BIDS` (its answer depends on the call's shape alone):
+//! then it is remembered per shape as well. Asking costs an FFI call and a
+//! descriptor check per plugin and call, on every call of a path that takes
+//! a few hundred nanoseconds in all; a small table keyed by the shape
+//! remembers the winner instead (a collision asks again and replaces the
+//! entry).
 
-/// Entries: a program's usual handful of (peer, size) shapes.
+use ferrocx_sdk::abi::FxCollDesc;
+
+/// Entries: a program's usual handful of shapes.
 const SLOTS: usize = 32;
 const _: () = assert!(SLOTS.is_power_of_two());
 
-/// What an op is asked about.
+/// A key of a table of bids: what spreads it over the slots.
+pub(crate) trait Shape: Copy + Eq {
+    /// The key's bits, mixed (the table hashes them).
+    fn bits(&self) -> u64;
+}
+
+/// What a send or receive is asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BidKey {
     /// A send (not a receive).
@@ -23,12 +35,58 @@ pub(crate) struct BidKey {
     pub bytes: usize,
 }
 
-/// What the lock serializing the plugins' hooks keeps for host sends and
-/// receives: the bids, and the numbers of the ops plugins ran.
+impl Shape for BidKey {
+    fn bits(&self) -> u64 {
+        (self.bytes as u64) ^ ((((self.peer as u64) << 1) | u64::from(self.send)) << 40)
+    }
+}
+
+/// What a host collective is asked about: its descriptor without the
+/// buffers and the call's number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CollKey {
+    coll: i32,
+    dtype: i32,
+    op: i32,
+    root: i32,
+    count: u64,
+    flags: u32,
+}
+
+impl CollKey {
+    /// The shape of `d` (a call in no window: the caller checks).
+    pub fn of(d: &FxCollDesc) -> Self {
+        CollKey {
+            coll: d.coll,
+            dtype: d.dtype,
+            op: d.op,
+            root: d.root,
+            count: d.count,
+            flags: d.flags,
+        }
+    }
+}
+
+impl Shape for CollKey {
+    fn bits(&self) -> u64 {
+        let small = (self.coll as u64 & 0xff)
+            | (self.dtype as u64 & 0xff) << 8
+            | (self.op as u64 & 0xff) << 16
+            | u64::from(self.flags & 0xff) << 24
+            | (self.root as u64 & 0xffff) << 32;
+        self.count ^ small.rotate_left(40)
+    }
+}
+
+/// What the lock serializing the plugins' hooks keeps for host calls: the
+/// bids, and the numbers of the sends and receives plugins ran.
 #[derive(Debug)]
 pub(crate) struct HostP2p {
-    /// Remembered bids.
-    pub bids: HostBids,
+    /// Remembered bids of sends and receives.
+    pub bids: Bids<BidKey>,
+    /// Remembered bids of collectives (used only when every plugin asked
+    /// declares `FX_COLL_CAP_SHAPE_BIDS`).
+    pub coll_bids: Bids<CollKey>,
     /// Per peer: sends to it and receives from it that plugins ran, counted
     /// as a plugin counts its own (status reports name an op by this number;
     /// the core's path numbers its own ops apart).
@@ -39,7 +97,8 @@ impl HostP2p {
     /// For a communicator of `nranks` ranks.
     pub fn new(nranks: usize) -> Self {
         HostP2p {
-            bids: HostBids::default(),
+            bids: Bids::default(),
+            coll_bids: Bids::default(),
             seq: vec![[0; 2]; nranks],
         }
     }
@@ -52,30 +111,29 @@ impl HostP2p {
     }
 }
 
-/// The table of remembered bids.
+/// A table of remembered bids.
 #[derive(Debug)]
-pub(crate) struct HostBids {
+pub(crate) struct Bids<K> {
     /// Key and winner (a plugin's index, `None` for the core).
-    slots: [Option<(BidKey, Option<usize>)>; SLOTS],
+    slots: [Option<(K, Option<usize>)>; SLOTS],
 }
 
-impl Default for HostBids {
+impl<K: Shape> Default for Bids<K> {
     fn default() -> Self {
-        HostBids {
+        Bids {
             slots: [None; SLOTS],
         }
     }
 }
 
-impl HostBids {
+impl<K: Shape> Bids<K> {
     /// Fibonacci hashing: the top bits of the key times 2^64 / φ.
-    fn slot(k: &BidKey) -> usize {
-        let x = (k.bytes as u64) ^ ((((k.peer as u64) << 1) | u64::from(k.send)) << 40);
-        (x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as usize
+    fn slot(k: &K) -> usize {
+        (k.bits().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as usize
     }
 
     /// The winner of `key`, from the table or from `ask` (then remembered).
-    pub fn winner(&mut self, key: BidKey, ask: impl FnOnce() -> Option<usize>) -> Option<usize> {
+    pub fn winner(&mut self, key: K, ask: impl FnOnce() -> Option<usize>) -> Option<usize> {
         let s = &mut self.slots[Self::slot(&key)];
         match s {
             Some((k, w)) if *k == key => *w,
@@ -94,7 +152,7 @@ mod tests {
 
     #[test]
     fn asks_once_per_op_shape_and_again_after_a_collision() {
-        let mut t = HostBids::default();
+        let mut t = Bids::default();
         let mut asked = 0;
         let key = |send, peer, bytes| BidKey { send, peer, bytes };
         for _ in 0..3 {
@@ -128,5 +186,61 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn collective_shapes_differ_in_every_field_but_buffers_and_number() {
+        let base = FxCollDesc {
+            coll: 4,
+            dtype: 7,
+            op: 0,
+            root: 0,
+            count: 2,
+            mem_kind: ferrocx_sdk::abi::FX_MEM_HOST,
+            flags: 0,
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            send_win: std::ptr::null_mut(),
+            recv_win: std::ptr::null_mut(),
+            send_offset: 0,
+            recv_offset: 0,
+            seq: 0,
+        };
+        let other = FxCollDesc {
+            send: 64 as *const _,
+            recv: 128 as *mut _,
+            seq: 9,
+            ..base
+        };
+        assert_eq!(CollKey::of(&base), CollKey::of(&other));
+        let mut t = Bids::default();
+        let mut asked = 0;
+        let variants = [
+            FxCollDesc { coll: 0, ..base },
+            FxCollDesc { dtype: 1, ..base },
+            FxCollDesc { op: 2, ..base },
+            FxCollDesc { root: 1, ..base },
+            FxCollDesc { count: 3, ..base },
+            FxCollDesc { flags: 1, ..base },
+            base,
+        ];
+        // A shape asked again right away is remembered; interleaved, every
+        // answer is still right (a collision asks again).
+        for (i, d) in variants.iter().enumerate() {
+            for _ in 0..2 {
+                let got = t.winner(CollKey::of(d), || {
+                    asked += 1;
+                    Some(i)
+                });
+                assert_eq!(got, Some(i), "variant {i}");
+            }
+        }
+        assert_eq!(asked, variants.len(), "each shape asked once in a row");
+        for _ in 0..2 {
+            for (i, d) in variants.iter().enumerate() {
+                assert_eq!(t.winner(CollKey::of(d), || Some(i)), Some(i));
+            }
+        }
+        assert_eq!(t.winner(CollKey::of(&other), || None), Some(6));
     }
 }

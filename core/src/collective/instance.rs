@@ -105,7 +105,7 @@ impl CollectivePlugin {
 
     /// Whether the plugin declares the memory kind (`FX_COLL_CAP_HOST_MEM`,
     /// `FX_COLL_CAP_CUDA_MEM`): it is not asked about calls on the other kind.
-    fn serves(&self, mem_kind: i32) -> bool {
+    pub(crate) fn serves(&self, mem_kind: i32) -> bool {
         let cap = if mem_kind == FX_MEM_CUDA {
             FX_COLL_CAP_CUDA_MEM
         } else {
@@ -208,6 +208,12 @@ impl CollectivePlugin {
     /// Whether `launch` checks host-memory calls itself (`FX_COLL_CAP_CHECKS_CALLS`).
     pub fn checks_calls(&self) -> bool {
         self.t().caps & FX_COLL_CAP_CHECKS_CALLS != 0
+    }
+
+    /// Whether its bid on a host call depends on the call's shape alone
+    /// (`FX_COLL_CAP_SHAPE_BIDS`).
+    pub fn bids_by_shape(&self) -> bool {
+        self.t().caps & FX_COLL_CAP_SHAPE_BIDS != 0
     }
 
     /// Whether the plugin's point-to-point hooks take device ops with the

@@ -127,6 +127,14 @@ impl Collectives {
         &self.plugins
     }
 
+    /// Whether every plugin that takes host memory bids on a host call's shape
+    /// alone (`FX_COLL_CAP_SHAPE_BIDS`): its winner may be remembered per shape.
+    pub fn host_bids_by_shape(&self) -> bool {
+        self.plugins
+            .iter()
+            .all(|p| !p.serves(FX_MEM_HOST) || p.bids_by_shape())
+    }
+
     /// Ask every plugin about `desc` and decide.
     pub fn choose(&self, desc: &FxCollDesc) -> Choice {
         let scores: Vec<(String, i32)> = self

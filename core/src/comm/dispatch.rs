@@ -202,16 +202,30 @@ impl Communicator {
         let Some(d) = self.describe(call, seq) else {
             return Ok(false);
         };
-        let _serial = self.coll_serial.lock();
+        let mut serial = self.coll_serial.lock();
         // The names and priorities are kept only for the log.
         let log = tracing::enabled!(target: "ferrocx::collective", tracing::Level::INFO);
         let mut scores = Vec::new();
         let span = spans::enter(Point::CoreBids);
-        let runner = self.bid(&d, |name, p| {
-            if log {
-                scores.push((name.to_string(), p))
-            }
-        });
+        let by_shape =
+            !log && call.mem == FX_MEM_HOST && !d.in_windows() && self.colls.host_bids_by_shape();
+        let runner = if by_shape {
+            // Every plugin asked bids on the shape alone: ask once per shape.
+            let key = crate::collective::bids::CollKey::of(&d.base);
+            let w = serial
+                .coll_bids
+                .winner(key, || match self.bid(&d, |_, _| {}) {
+                    Runner::Plugin(i) => Some(i),
+                    Runner::Core => None,
+                });
+            w.map_or(Runner::Core, Runner::Plugin)
+        } else {
+            self.bid(&d, |name, p| {
+                if log {
+                    scores.push((name.to_string(), p))
+                }
+            })
+        };
         drop(span);
         if log {
             let choice = Choice::decide(&scores);

@@ -17,9 +17,11 @@
 //! writes its block — and the call's fingerprint — straight into the region of
 //! every rank it exchanges with, then polls its own region for theirs
 //! ([`wait`]), checks each fingerprint against its own call (a mismatch fails
-//! the call on every rank, naming both calls), and copies or reduces. Every
-//! pair exchanges in every call; a block larger than a slot takes one
-//! exchange per chunk.
+//! the call on every rank, naming both calls), and copies or reduces. With
+//! the call check on every pair exchanges in every call (without it, messages
+//! go only where data does and a rank that receives nothing runs ahead); a
+//! block larger than a slot takes one exchange per chunk. Its bid depends on
+//! the call's shape alone (`FX_COLL_CAP_SHAPE_BIDS`: the core remembers it).
 //! Reductions are one-shot, in rank order, so every rank computes the same
 //! bits. No thread, lock, allocation or system call on the way; the core does
 //! not run its own call check for this plugin (`FX_COLL_CAP_CHECKS_CALLS`).
@@ -62,7 +64,7 @@ pub mod setup;
 mod testkit;
 pub mod wait;
 
-use ferrocx_sdk::abi::{FX_COLL_CAP_CHECKS_CALLS, FX_COLL_CAP_HOST_MEM};
+use ferrocx_sdk::abi::{FX_COLL_CAP_CHECKS_CALLS, FX_COLL_CAP_HOST_MEM, FX_COLL_CAP_SHAPE_BIDS};
 use ferrocx_sdk::collective::{CollDesc, Collective, CommInfo, Oob, P2pDesc};
 use ferrocx_sdk::sweep::{sweep_stale, SHM_DIR};
 use ferrocx_sdk::{Host, PluginResult};
@@ -83,7 +85,8 @@ impl Collective for ShmColl {
     type Comm = ShmComm;
     type Window = ();
     const NAME: &'static str = "shm-coll";
-    const CAPS: u64 = FX_COLL_CAP_HOST_MEM | FX_COLL_CAP_CHECKS_CALLS;
+    // The bid reads the block size, type and operator only (`ShmComm::can_run`).
+    const CAPS: u64 = FX_COLL_CAP_HOST_MEM | FX_COLL_CAP_CHECKS_CALLS | FX_COLL_CAP_SHAPE_BIDS;
 
     fn init(host: Host) -> PluginResult<Self> {
         // Regions of processes that died before unlinking theirs.

@@ -107,6 +107,13 @@ pub const FX_COLL_CAP_CHECKS_CALLS: u64 = 1 << 4;
 /// the bit the core copies them itself (a `cuMemcpyAsync` before the launch)
 /// and asks only about other ranks. Added within v1 (2026-11-27).
 pub const FX_COLL_CAP_P2P_SELF: u64 = 1 << 5;
+/// `can_run`'s answer for a host-memory call in no window depends only on the
+/// call's shape — `coll`, `dtype`, `op`, `root`, `count` and `flags` — and on
+/// the communicator, never on the buffers' addresses or `seq`: the core may
+/// remember it per shape and skip asking again while the communicator lives
+/// (it does so only when every plugin that takes host memory declares this).
+/// Added within v1 (2026-11-28).
+pub const FX_COLL_CAP_SHAPE_BIDS: u64 = 1 << 6;
 
 /// What `comm_init` learns about the communicator.
 #[repr(C)]

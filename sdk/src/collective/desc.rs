@@ -39,6 +39,7 @@ impl Coll {
     ];
 
     /// From the ABI number.
+    #[inline]
     pub fn from_raw(raw: i32) -> PluginResult<Self> {
         usize::try_from(raw)
             .ok()
@@ -106,6 +107,7 @@ impl Coll {
 }
 
 /// Bytes of one element of `FX_TYPE_*` `dtype`, or `None` for an unknown type.
+#[inline]
 pub fn elem_bytes(dtype: i32) -> Option<usize> {
     Some(match dtype {
         FX_TYPE_I8 | FX_TYPE_U8 | FX_TYPE_F8E4M3 | FX_TYPE_F8E5M2 => 1,
