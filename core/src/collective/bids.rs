@@ -193,18 +193,8 @@ mod tests {
         let base = FxCollDesc {
             coll: 4,
             dtype: 7,
-            op: 0,
-            root: 0,
             count: 2,
-            mem_kind: ferrocx_sdk::abi::FX_MEM_HOST,
-            flags: 0,
-            send: std::ptr::null(),
-            recv: std::ptr::null_mut(),
-            send_win: std::ptr::null_mut(),
-            recv_win: std::ptr::null_mut(),
-            send_offset: 0,
-            recv_offset: 0,
-            seq: 0,
+            ..FxCollDesc::default()
         };
         let other = FxCollDesc {
             send: 64 as *const _,

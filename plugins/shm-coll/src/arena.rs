@@ -8,6 +8,15 @@ use ferrocx_algo::fingerprint::FINGERPRINT_BYTES;
 use ferrocx_sdk::region::Region;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+/// Which of a pair's rings a credit word counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ring {
+    /// The collective messages.
+    Coll,
+    /// The point-to-point messages.
+    P2p,
+}
+
 /// Every rank's region, mapped here.
 pub struct Arena {
     me: usize,
@@ -112,7 +121,7 @@ impl Arena {
     ///
     /// # Safety
     /// `data` readable for `len` ≤ the layout's bytes; `to` took message
-    /// `number − depth` ([`coll_credits`](Self::coll_credits)).
+    /// `number − depth` ([`credits`](Self::credits)).
     pub unsafe fn post(
         &self,
         to: usize,
@@ -146,19 +155,6 @@ impl Arena {
     pub fn message(&self, from: usize, number: u64) -> ([u8; FINGERPRINT_BYTES], usize, *const u8) {
         // SAFETY: the caller saw the flag (acquire) of this slot.
         unsafe { read_slot(self.slot(self.me, from, number)) }
-    }
-
-    /// How many of this rank's collective messages `to` has taken.
-    pub fn coll_credits(&self, to: usize) -> u64 {
-        self.word(self.me, self.layout.coll_credit(to))
-            .load(Ordering::Acquire)
-    }
-
-    /// Tell `from` this rank took its first `taken` collective messages
-    /// (release: `from` may overwrite their slots).
-    pub fn coll_credit(&self, from: usize, taken: u64) {
-        self.word(from, self.layout.coll_credit(self.me))
-            .store(taken, Ordering::Release);
     }
 
     /// Sender `from`'s point-to-point slot for its message `number` in `owner`'s region.
@@ -211,16 +207,23 @@ impl Arena {
         }
     }
 
-    /// How many of this rank's messages `to` has taken.
-    pub fn credits(&self, to: usize) -> u64 {
-        self.word(self.me, self.layout.credit(to))
+    fn credit_offset(&self, ring: Ring, from: usize) -> usize {
+        match ring {
+            Ring::Coll => self.layout.coll_credit(from),
+            Ring::P2p => self.layout.credit(from),
+        }
+    }
+
+    /// How many of this rank's messages on `ring` `to` has taken.
+    pub fn credits(&self, ring: Ring, to: usize) -> u64 {
+        self.word(self.me, self.credit_offset(ring, to))
             .load(Ordering::Acquire)
     }
 
-    /// Tell `from` this rank took its first `taken` messages (release: `from`
-    /// may overwrite their slots).
-    pub fn credit(&self, from: usize, taken: u64) {
-        self.word(from, self.layout.credit(self.me))
+    /// Tell `from` this rank took its first `taken` messages on `ring`
+    /// (release: `from` may overwrite their slots).
+    pub fn credit(&self, ring: Ring, from: usize, taken: u64) {
+        self.word(from, self.credit_offset(ring, self.me))
             .store(taken, Ordering::Release);
     }
 

@@ -11,7 +11,7 @@
 //! reason goes into the region's header, where peers still waiting read it
 //! and report the same cause.
 
-use crate::arena::Arena;
+use crate::arena::{Arena, Ring};
 use crate::config::Config;
 use crate::exchange::{self, Call, Wire};
 use crate::layout::Layout;
@@ -271,7 +271,7 @@ impl ShmComm {
             // The payloads taken were read: their slots go back to the senders.
             for p in (0..self.nranks).filter(|&p| call.takes_from(p)) {
                 self.coll_taken[p] += 1;
-                self.arena.coll_credit(p, self.coll_taken[p]);
+                self.arena.credit(Ring::Coll, p, self.coll_taken[p]);
             }
             for p in (0..self.nranks).filter(|&p| call.talks_to(p)) {
                 self.exchanges[p] += 1;
@@ -430,7 +430,7 @@ impl CallWire<'_> {
         let mut waited = Duration::ZERO;
         let mut last_pid_check = None;
         loop {
-            self.comm.coll_credits_seen[peer] = self.comm.arena.coll_credits(peer);
+            self.comm.coll_credits_seen[peer] = self.comm.arena.credits(Ring::Coll, peer);
             if k < self.comm.coll_credits_seen[peer] + depth {
                 return Ok(());
             }

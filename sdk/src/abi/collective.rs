@@ -4,7 +4,7 @@
 //! Result codes, memory kinds, [`FxHostV1`] and [`FxPeerInfo`] are the
 //! transport ABI's.
 
-use super::{FxHostV1, FxPeerInfo, FX_NAME_BYTES};
+use super::{FxHostV1, FxPeerInfo, FX_MEM_HOST, FX_NAME_BYTES};
 use std::ffi::{c_char, c_void};
 
 /// ABI version of [`FxCollectiveV1`].
@@ -202,6 +202,29 @@ pub struct FxCollDesc {
     pub recv_offset: u64,
     /// The communicator's collective sequence number, equal on every rank.
     pub seq: u64,
+}
+
+/// An all-reduce of nothing on host memory, every pointer null: a base for
+/// descriptors built field by field (tests, tables).
+impl Default for FxCollDesc {
+    fn default() -> Self {
+        FxCollDesc {
+            coll: 0,
+            dtype: 0,
+            op: 0,
+            root: 0,
+            count: 0,
+            mem_kind: FX_MEM_HOST,
+            flags: 0,
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            send_win: std::ptr::null_mut(),
+            recv_win: std::ptr::null_mut(),
+            send_offset: 0,
+            recv_offset: 0,
+            seq: 0,
+        }
+    }
 }
 
 /// One send or receive of a point-to-point group (`p2p_can_run`,

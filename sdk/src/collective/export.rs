@@ -427,18 +427,9 @@ mod tests {
         let coll = |count| FxCollDesc {
             coll: crate::collective::Coll::AllGather.raw(),
             dtype: FX_TYPE_F32,
-            op: 0,
-            root: 0,
             count,
             mem_kind: FX_MEM_CUDA,
-            flags: 0,
-            send: std::ptr::null(),
-            recv: std::ptr::null_mut(),
-            send_win: std::ptr::null_mut(),
-            recv_win: std::ptr::null_mut(),
-            send_offset: 0,
-            recv_offset: 0,
-            seq: 0,
+            ..FxCollDesc::default()
         };
         let text = |b: &[std::ffi::c_char]| {
             let n = b.iter().position(|&c| c == 0).unwrap();

@@ -12,6 +12,7 @@
 //! it breaks the comm, and peers waiting read why.
 
 use super::{Awaiting, ShmComm};
+use crate::arena::Ring;
 use crate::ring;
 use crate::wait::Backoff;
 use ferrocx_algo::Fingerprint;
@@ -122,7 +123,7 @@ impl ShmComm {
             return false;
         }
         if !ring::room(n, self.credits_seen[p]) {
-            self.credits_seen[p] = self.arena.credits(p);
+            self.credits_seen[p] = self.arena.credits(Ring::P2p, p);
             if !ring::room(n, self.credits_seen[p]) {
                 return false;
             }
@@ -164,7 +165,7 @@ impl ShmComm {
             });
         }
         self.taken[p] += 1;
-        self.arena.credit(p, self.taken[p]);
+        self.arena.credit(Ring::P2p, p, self.taken[p]);
         true
     }
 
@@ -217,7 +218,7 @@ impl ShmComm {
             let mut waiting = None;
             for p in 0..self.nranks {
                 if self.credits_seen[p] < self.sent[p] {
-                    self.credits_seen[p] = self.arena.credits(p);
+                    self.credits_seen[p] = self.arena.credits(Ring::P2p, p);
                     if self.credits_seen[p] < self.sent[p] {
                         waiting = Some(p);
                         break;
