@@ -101,6 +101,8 @@ pub(crate) struct Tracker {
     plugin_names: Mutex<Vec<Arc<str>>>,
     /// The crossed pair the last [`crossed`](Self::crossed) check saw.
     crossed_seen: Mutex<Option<(usize, String, usize, String)>>,
+    /// `FERROCX_CHECK_CALLS=0`: no crossed checks (see [`calls_unchecked`](Self::calls_unchecked)).
+    unchecked: AtomicBool,
     waiting: AtomicU32,
     /// One report at a time: concurrent ones would take each other's answers.
     asking: Mutex<()>,
@@ -116,6 +118,16 @@ impl Drop for Waiting<'_> {
 }
 
 impl Tracker {
+    /// The call check is off (`FERROCX_CHECK_CALLS=0`): [`crossed`](Self::crossed)
+    /// finds nothing. Its rule — a rank waiting in a send with a peer that waits
+    /// in a collective cannot have finished that collective — holds only while
+    /// every pair exchanges in every call; without the check, shm-coll lets a
+    /// rank that received its part of a broadcast go on while the root still
+    /// waits for a slot towards a slower rank.
+    pub fn calls_unchecked(&self) {
+        self.unchecked.store(true, Ordering::Relaxed);
+    }
+
     /// The collective plugins' names, by index (once, at creation).
     pub fn name_plugins(&self, names: Vec<Arc<str>>) {
         *self.plugin_names.lock() = names;
@@ -306,7 +318,10 @@ impl Tracker {
     /// wait for `FERROCX_TIMEOUT`.
     pub fn crossed(&self, boot: &Bootstrap) -> Option<Error> {
         // Only a rank waiting in a single call can be in such a pair.
-        if boot.nranks() < 2 || self.status().call.is_none() {
+        if boot.nranks() < 2
+            || self.unchecked.load(Ordering::Relaxed)
+            || self.status().call.is_none()
+        {
             return None;
         }
         let found = crossed(&self.gather(boot, CROSSED_WAIT));

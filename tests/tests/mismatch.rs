@@ -144,6 +144,33 @@ fn a_collective_a_plugin_runs_is_checked_too() {
     );
 }
 
+/// With the check off, shm-coll's roots run ahead: a rank that finished a
+/// broadcast and waits in a send with the root, still in that broadcast, is
+/// not a mismatch (the crossed-call rule assumes it never happens).
+#[test]
+fn ranks_running_ahead_without_the_check_are_not_a_mismatch() {
+    let outs = run_passing(
+        WORKER,
+        3,
+        &["run-ahead"],
+        &[
+            ("FERROCX_TIMEOUT", "20"),
+            ("FERROCX_CHECK_CALLS", "0"),
+            // 3 ranks, 64 KiB slots: rings 4 deep (the worker counts on it).
+            ("FERROCX_SHM_COLL_MEMORY", "2359296"),
+        ],
+        Duration::from_secs(60),
+    );
+    for o in outs {
+        assert!(
+            o.stdout.contains("ran ahead, no mismatch"),
+            "rank {}: {}",
+            o.rank,
+            o.stdout
+        );
+    }
+}
+
 #[test]
 fn checks_can_be_turned_off() {
     run("off-type", &[("FERROCX_CHECK_CALLS", "0")]);

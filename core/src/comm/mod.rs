@@ -309,6 +309,9 @@ impl Communicator {
             host_channels,
         });
         let status = shared.status.clone();
+        if !plan_cfg.check_calls {
+            status.calls_unchecked();
+        }
         shared
             .bootstrap
             .set_status_source(Box::new(move || status.status().encode()));

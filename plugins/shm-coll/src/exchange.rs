@@ -102,7 +102,7 @@ impl Call {
             Coll::ReduceScatter | Coll::AllToAll => Some(peer * b),
             Coll::Broadcast => (r == self.root).then_some(0),
             Coll::Scatter => (r == self.root).then_some(peer * b),
-            Coll::Reduce | Coll::Gather => (r != self.root).then_some(0),
+            Coll::Reduce | Coll::Gather => (r != self.root && peer == self.root).then_some(0),
         }
     }
 

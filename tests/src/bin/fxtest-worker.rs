@@ -82,6 +82,7 @@ fn main() -> ExitCode {
         Some("coll-bad") => coll::bad::run(args.get(1).map_or("local", String::as_str)),
         Some("coll-async") => coll::bad::asynchronous(),
         Some("mismatch") => coll::mismatch::run(&args[1]),
+        Some("run-ahead") => coll::mismatch::run_ahead(),
         Some("hang") => coll::hang::run(&args[1]),
         Some("ce-direct-asym") => coll::ce_direct::run(),
         Some("ce-hang") => coll::ce_hang::run(),

@@ -256,3 +256,50 @@ pub fn run(case: &str) -> Result<String, String> {
         Err(e) => Err(format!("{case}: expected Error::Mismatch, got {e:?}")),
     }
 }
+
+/// `run-ahead` (run with `FERROCX_CHECK_CALLS=0`, 3 ranks, rings 4 deep:
+/// `FERROCX_SHM_COLL_MEMORY=2359296`): a correct program in which ranks run
+/// ahead of each other for long — rank 2 naps 1.5 s, then every rank makes 5
+/// small broadcasts from rank 0 (shm-coll's root posts 4, then the fifth to
+/// rank 1 and waits for a slot towards rank 2; rank 1 is done with all 5),
+/// then rank 0 sends 1 MiB to rank 1 (the core's path). Nothing may call that
+/// a mismatch: rank 1 waits in its receive while rank 0 still waits in a
+/// broadcast rank 1 has finished. Every byte is checked.
+pub fn run_ahead() -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(super::e2s)?;
+    let me = comm.rank();
+    if me == 2 {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+    }
+    for i in 0..5u32 {
+        let spec = CollSpec::new(CollKind::Broadcast, DataType::U32, 4).root(0);
+        let mut buf: Vec<u8> = if me == 0 {
+            [i; 4].iter().flat_map(|x| x.to_le_bytes()).collect()
+        } else {
+            vec![0; 16]
+        };
+        comm.collective_in_place(&spec, &mut buf)
+            .map_err(|e| format!("rank {me}: broadcast #{i}: {e}"))?;
+        if buf.chunks(4).any(|c| c != i.to_le_bytes()) {
+            return Err(format!("rank {me}: broadcast #{i} gave {buf:?}"));
+        }
+    }
+    let big: Vec<u8> = (0..1usize << 20).map(|j| (j % 251) as u8).collect();
+    match me {
+        0 => comm
+            .send(&big, 1)
+            .map_err(|e| format!("rank 0: send: {e}"))?,
+        1 => {
+            let mut got = vec![0u8; big.len()];
+            comm.recv(&mut got, 0)
+                .map_err(|e| format!("rank 1: receive: {e}"))?;
+            if got != big {
+                return Err("rank 1: the 1 MiB message differs".into());
+            }
+        }
+        _ => {}
+    }
+    comm.barrier()
+        .map_err(|e| format!("rank {me}: barrier: {e}"))?;
+    Ok(format!("rank {me}: ran ahead, no mismatch"))
+}

@@ -182,10 +182,17 @@ fn every_operator_of_the_reductions() {
         for op in [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg] {
             for n in [2, 3, 4] {
                 for in_place in [false, true] {
-                    let out = run_all(coll, op, 5, n, n - 1, in_place, in_place);
-                    for (r, got) in out.iter().enumerate() {
-                        let want = expected(coll, op, 5, n, r, n - 1).unwrap_or_default();
-                        assert_eq!(got, &want, "{} {op} n={n} rank {r}", coll.name());
+                    for checked in [true, false] {
+                        let out = run_all(coll, op, 5, n, n - 1, in_place, checked);
+                        for (r, got) in out.iter().enumerate() {
+                            let want = expected(coll, op, 5, n, r, n - 1).unwrap_or_default();
+                            assert_eq!(
+                                got,
+                                &want,
+                                "{} {op} n={n} rank {r} checked={checked}",
+                                coll.name()
+                            );
+                        }
                     }
                 }
             }
@@ -248,6 +255,14 @@ fn exchanges_are_symmetric_and_sizes_match() {
                         );
                         if me.talks_to(p) {
                             assert_eq!(me.incoming(p), them.outgoing(r).map_or(0, |_| 4));
+                        }
+                        // Data goes only to a rank that uses it.
+                        if me.talks_to(p) && me.outgoing(p).is_some() {
+                            assert!(
+                                them.placed(r).is_some() || them.reduces(),
+                                "{} root {root}: rank {r} sends data rank {p} drops",
+                                coll.name()
+                            );
                         }
                         // Every message posted is taken, checked or not.
                         for checked in [true, false] {
