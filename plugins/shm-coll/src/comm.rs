@@ -426,25 +426,24 @@ impl CallWire<'_> {
         if k < self.comm.coll_credits_seen[peer] + depth {
             return Ok(());
         }
-        let mut backoff = Backoff::new(self.comm.oversubscribed);
-        let mut waited = Duration::ZERO;
         let mut last_pid_check = None;
-        loop {
-            self.comm.coll_credits_seen[peer] = self.comm.arena.credits(Ring::Coll, peer);
-            if k < self.comm.coll_credits_seen[peer] + depth {
-                return Ok(());
-            }
-            if backoff.polled() {
-                waited = self.comm.check_wait(
+        wait_for(
+            self,
+            self.comm.oversubscribed,
+            |w| {
+                w.comm.coll_credits_seen[peer] = w.comm.arena.credits(Ring::Coll, peer);
+                (k < w.comm.coll_credits_seen[peer] + depth).then_some(())
+            },
+            |w| {
+                w.comm.check_wait(
                     peer,
-                    &self.fp,
+                    &w.fp,
                     Awaiting::Room,
-                    &mut self.began,
+                    &mut w.began,
                     &mut last_pid_check,
-                )?;
-            }
-            pause(backoff.pause(waited));
-        }
+                )
+            },
+        )
     }
 }
 
@@ -461,18 +460,13 @@ impl Wire for CallWire<'_> {
 
     fn take(&mut self, peer: usize, len: usize) -> PluginResult<*const u8> {
         let k = self.comm.coll_taken[peer];
-        if !self.comm.arena.arrived(peer, k) {
-            let mut backoff = Backoff::new(self.comm.oversubscribed);
-            let mut waited = Duration::ZERO;
-            // No clock read unless the wait lasts (checks come every few polls).
-            let mut last_pid_check = None;
-            while !self.comm.arena.arrived(peer, k) {
-                if backoff.polled() {
-                    waited = self.check(peer, &mut last_pid_check)?;
-                }
-                pause(backoff.pause(waited));
-            }
-        }
+        let mut last_pid_check = None;
+        wait_for(
+            self,
+            self.comm.oversubscribed,
+            |w| w.comm.arena.arrived(peer, k).then_some(()),
+            |w| w.check(peer, &mut last_pid_check),
+        )?;
         let c = &*self.comm;
         if let Some(theirs) = c.sent_before_exchange(peer) {
             return Err(self.mismatch(peer, &theirs));
@@ -501,6 +495,32 @@ fn pause(p: Pause) {
         Pause::Spin => std::hint::spin_loop(),
         Pause::Yield => std::thread::yield_now(),
         Pause::Sleep(d) => std::thread::sleep(d),
+    }
+}
+
+/// Every wait of a call: poll `s` with `poll` until it yields, pausing
+/// between polls as [`Backoff`] says; every few empty polls `check` runs
+/// (an error stops the wait; otherwise it says how long the wait has lasted).
+/// The first poll comes before any clock read or pause.
+pub(crate) fn wait_for<S, T>(
+    s: &mut S,
+    oversubscribed: bool,
+    mut poll: impl FnMut(&mut S) -> Option<T>,
+    mut check: impl FnMut(&mut S) -> PluginResult<Duration>,
+) -> PluginResult<T> {
+    if let Some(t) = poll(s) {
+        return Ok(t);
+    }
+    let mut backoff = Backoff::new(oversubscribed);
+    let mut waited = Duration::ZERO;
+    loop {
+        if backoff.polled() {
+            waited = check(s)?;
+        }
+        pause(backoff.pause(waited));
+        if let Some(t) = poll(s) {
+            return Ok(t);
+        }
     }
 }
 

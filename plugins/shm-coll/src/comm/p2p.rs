@@ -14,7 +14,6 @@
 use super::{Awaiting, ShmComm};
 use crate::arena::Ring;
 use crate::ring;
-use crate::wait::Backoff;
 use ferrocx_algo::Fingerprint;
 use ferrocx_sdk::collective::{P2pDesc, P2pDir, P2pOp};
 use ferrocx_sdk::{MemKind, PluginError, PluginResult};
@@ -77,40 +76,36 @@ impl ShmComm {
     /// As [`p2p_launch`](Self::p2p_launch).
     unsafe fn run_group(&mut self, ops: &[P2pOp]) -> PluginResult<Option<PluginError>> {
         let numbers = ring::numbers(ops, &self.sent, &self.taken);
-        let mut done: SmallVec<[bool; 4]> = smallvec::smallvec![false; ops.len()];
-        let mut left = ops.len();
-        let mut size_error = None;
-        let mut backoff = Backoff::new(self.oversubscribed);
+        let done: SmallVec<[bool; 4]> = smallvec::smallvec![false; ops.len()];
         let (mut began, mut last_pid_check) = (None, None);
-        let mut waited = Duration::ZERO;
-        loop {
-            for (i, o) in ops.iter().enumerate() {
-                if done[i] {
-                    continue;
-                }
-                let n = numbers[i];
-                // SAFETY: the caller's contract for the op's buffer.
-                let moved = unsafe {
-                    match o.dir {
-                        P2pDir::Send => self.try_send(o, n),
-                        P2pDir::Recv => self.try_recv(o, n, &mut size_error),
+        let oversubscribed = self.oversubscribed;
+        // The comm, which ops moved, and the first receive of another size.
+        let mut st = (&mut *self, done, None);
+        super::wait_for(
+            &mut st,
+            oversubscribed,
+            |(c, done, size_error)| {
+                for (i, o) in ops.iter().enumerate() {
+                    if done[i] {
+                        continue;
                     }
-                };
-                if moved {
-                    done[i] = true;
-                    left -= 1;
+                    let n = numbers[i];
+                    // SAFETY: the caller's contract for the op's buffer.
+                    done[i] = unsafe {
+                        match o.dir {
+                            P2pDir::Send => c.try_send(o, n),
+                            P2pDir::Recv => c.try_recv(o, n, size_error),
+                        }
+                    };
                 }
-            }
-            if left == 0 {
-                return Ok(size_error);
-            }
-            if backoff.polled() {
+                done.iter().all(|&d| d).then(|| size_error.take())
+            },
+            |(c, done, _)| {
                 // The first op still waiting names the peer waited for.
-                let i = done.iter().position(|&d| !d).expect("left > 0");
-                waited = self.check_p2p(&ops[i], numbers[i], &mut began, &mut last_pid_check)?;
-            }
-            super::pause(backoff.pause(waited));
-        }
+                let i = done.iter().position(|&d| !d).expect("an op is left");
+                c.check_p2p(&ops[i], numbers[i], &mut began, &mut last_pid_check)
+            },
+        )
     }
 
     /// Write send `n` if it is the next to its peer and the ring has room.
@@ -211,28 +206,34 @@ impl ShmComm {
                 return Err(self.mismatch(p, what, &theirs));
             }
         }
-        let mut backoff = Backoff::new(self.oversubscribed);
         let (mut began, mut last_pid_check) = (None, None);
-        let mut waited = Duration::ZERO;
-        loop {
-            let mut waiting = None;
-            for p in 0..self.nranks {
-                if self.credits_seen[p] < self.sent[p] {
-                    self.credits_seen[p] = self.arena.credits(Ring::P2p, p);
-                    if self.credits_seen[p] < self.sent[p] {
-                        waiting = Some(p);
-                        break;
+        let oversubscribed = self.oversubscribed;
+        // The comm, and the peer whose credits were short at the last poll.
+        let mut st = (&mut *self, 0);
+        super::wait_for(
+            &mut st,
+            oversubscribed,
+            |(c, waiting)| {
+                for p in 0..c.nranks {
+                    if c.credits_seen[p] < c.sent[p] {
+                        c.credits_seen[p] = c.arena.credits(Ring::P2p, p);
+                        if c.credits_seen[p] < c.sent[p] {
+                            *waiting = p;
+                            return None;
+                        }
                     }
                 }
-            }
-            let Some(p) = waiting else {
-                return Ok(());
-            };
-            if backoff.polled() {
-                waited =
-                    self.check_wait(p, what, Awaiting::Room, &mut began, &mut last_pid_check)?;
-            }
-            super::pause(backoff.pause(waited));
-        }
+                Some(())
+            },
+            |(c, waiting)| {
+                c.check_wait(
+                    *waiting,
+                    what,
+                    Awaiting::Room,
+                    &mut began,
+                    &mut last_pid_check,
+                )
+            },
+        )
     }
 }
