@@ -73,6 +73,8 @@ const POINTS: [(Point, &str); 16] = [
 const N: usize = POINTS.len();
 static NANOS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 static COUNTS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+/// The longest single span of each point (a stall hides in a mean).
+static MAX: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// 0: not read yet, 1: off, 2: on.
 static STATE: AtomicU8 = AtomicU8::new(0);
 
@@ -117,25 +119,28 @@ impl Drop for Span {
             let ns = t.elapsed().as_nanos().min(u64::MAX as u128) as u64;
             NANOS[i].fetch_add(ns, Ordering::Relaxed);
             COUNTS[i].fetch_add(1, Ordering::Relaxed);
+            MAX[i].fetch_max(ns, Ordering::Relaxed);
         }
     }
 }
 
 /// The spans timed so far (those entered at least once): one line each with
-/// its count, total and mean; `None` when spans are off.
+/// its count, total, mean and longest; `None` when spans are off.
 pub fn report() -> Option<String> {
     if !on() {
         return None;
     }
-    let mut out = String::from("span                            calls    total µs  µs/call\n");
+    let mut out =
+        String::from("span                            calls    total µs  µs/call   max µs\n");
     for (i, (_, name)) in POINTS.iter().enumerate() {
         let n = COUNTS[i].load(Ordering::Relaxed);
         if n == 0 {
             continue;
         }
         let us = NANOS[i].load(Ordering::Relaxed) as f64 / 1e3;
+        let max = MAX[i].load(Ordering::Relaxed) as f64 / 1e3;
         out.push_str(&format!(
-            "{name:<30} {n:>7} {us:>11.1} {:>8.3}\n",
+            "{name:<30} {n:>7} {us:>11.1} {:>8.3} {max:>8.1}\n",
             us / n as f64
         ));
     }
@@ -168,6 +173,7 @@ mod tests {
             before + 1
         );
         assert!(NANOS[index(Point::CeTrack)].load(Ordering::Relaxed) >= 2_000_000);
+        assert!(MAX[index(Point::CeTrack)].load(Ordering::Relaxed) >= 2_000_000);
         let r = report().expect("on");
         assert!(r.contains("ce: track"), "{r}");
         STATE.store(1, Ordering::Relaxed);

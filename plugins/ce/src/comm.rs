@@ -10,7 +10,7 @@ use crate::plan::{self, Batching, Buf, Shape};
 use crate::select::{self, Agreed, Exchange, Window};
 use crate::setup::{self, Hello};
 use crate::sync::{FlagLayout, Mode, Sequencer, Step};
-use crate::watch::{self, Expect};
+use crate::watch::{self, Expect, What};
 use crate::watchdog::{Reader, Watchdog};
 use ferrocx_sdk::collective::{Coll, CollDesc, CommInfo, Oob, P2pDesc, P2pOp, WindowDesc};
 use ferrocx_sdk::cuda::{self, sys, Stream};
@@ -232,15 +232,15 @@ enum Work<'a> {
     },
 }
 
-/// A call for messages: "all_gather of 4096 bytes per rank", ", root 1" where rooted.
-fn what(d: &CollDesc<'_, Window>) -> String {
-    let block = d.count * d.elem;
-    let root = if d.coll.kind().rooted() {
-        format!(", root {}", d.root)
-    } else {
-        String::new()
-    };
-    format!("{} of {block} bytes per rank{root}", d.coll.name())
+/// A call for messages ("all_gather of 4096 bytes per rank, root 1"), run
+/// by `kernel` (`None`: a barrier route).
+fn what(d: &CollDesc<'_, Window>, kernel: Option<Exchange>) -> What {
+    What::Coll {
+        name: d.coll.name(),
+        block: d.count * d.elem,
+        root: d.coll.kind().rooted().then_some(d.root),
+        kernel: kernel.map(Exchange::name),
+    }
 }
 
 impl CeComm {
@@ -546,7 +546,7 @@ impl CeComm {
             && self.api.memcpy_batch.is_some()
             && !capturing
             && !driver::is_legacy(stream);
-        let what = what(d);
+        let what = what(d, None);
         // Everything this rank needs is looked up and checked before anything
         // is queued: a bad address or pointer found after the ready barrier
         // would leave the peers waiting for the rest (until their watchdogs).
@@ -665,7 +665,7 @@ impl CeComm {
                 Ok(())
             }
             Err(e) => {
-                let e = self.call_error(d.seq, &what, e);
+                let e = self.call_error(d.seq, what, e);
                 // The peers are in this collective and this rank is not (all of
                 // it): the ranks' barriers no longer line up. Break, and let the
                 // watchdog release what was queued.
@@ -683,7 +683,7 @@ impl CeComm {
     }
 
     /// `e`, said of call `seq` (`what` it was) on this rank.
-    fn call_error(&self, seq: u64, what: &str, e: PluginError) -> PluginError {
+    fn call_error(&self, seq: u64, what: What, e: PluginError) -> PluginError {
         PluginError::new(
             e.code(),
             format!(
@@ -745,7 +745,7 @@ impl CeComm {
         kernel: Exchange,
     ) -> PluginResult<()> {
         let note = self.note(d, mode);
-        let what = format!("{} ({})", what(d), kernel.name());
+        let what = what(d, Some(kernel));
         use ferrocx_sdk::kernels::ll::LlArgs;
         use ferrocx_sdk::kernels::simple::{self, SimpleArgs};
         // A two-shot all_reduce in one kernel moves as a reduce_scatter of
@@ -890,7 +890,7 @@ impl CeComm {
             }
         };
         if let Err(e) = r {
-            return Err(self.call_error(d.seq, &what, issue::kernel_error(e)));
+            return Err(self.call_error(d.seq, what, issue::kernel_error(e)));
         }
         if matches!(kernel, Exchange::Ll | Exchange::Ll128) {
             self.ll_calls += 1;
@@ -944,7 +944,7 @@ impl CeComm {
             if let Err(why) = self.p2p_accepts(op, d) {
                 return Err(PluginError::invalid(format!(
                     "ce cannot run this {}: {why}",
-                    p2p::describe(std::slice::from_ref(op))
+                    What::p2p(std::slice::from_ref(op))
                 )));
             }
         }
@@ -987,9 +987,9 @@ impl CeComm {
                 self.cfg.p2p_lines_max(self.nranks),
             );
             let n = self.p2p_calls;
-            let what = p2p::describe(&ops);
+            let what = What::p2p(&ops);
             // SAFETY: the caller's contract; the device is bound.
-            let r = unsafe { self.queue_p2p(&args, stream, n, what.clone()) };
+            let r = unsafe { self.queue_p2p(&args, stream, n, what) };
             if let Err(e) = r {
                 // The peers' kernels pair messages by count: the communicator breaks.
                 let e = PluginError::new(
@@ -1019,7 +1019,7 @@ impl CeComm {
         args: &ferrocx_sdk::kernels::p2p::P2pArgs,
         stream: sys::CUstream,
         n: u64,
-        what: String,
+        what: What,
     ) -> PluginResult<()> {
         let k = self
             .kernels

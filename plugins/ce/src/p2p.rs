@@ -125,23 +125,6 @@ pub fn args(base: &P2pArgs, ops: &[P2pOp], slot: usize, ll_max: usize) -> P2pArg
     a
 }
 
-/// What a group of ops is, for messages ("send of 4096 bytes to rank 1").
-pub fn describe(ops: &[P2pOp]) -> String {
-    let one = |op: &P2pOp| match op.dir {
-        P2pDir::Send => format!("send of {} bytes to rank {}", op.bytes, op.peer),
-        P2pDir::Recv => format!("receive of {} bytes from rank {}", op.bytes, op.peer),
-    };
-    match ops {
-        [op] => one(op),
-        [a, b] => format!("{} and {}", one(a), one(b)),
-        _ => format!(
-            "{} sends and {} receives",
-            ops.iter().filter(|o| o.dir == P2pDir::Send).count(),
-            ops.iter().filter(|o| o.dir == P2pDir::Recv).count()
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,8 +308,17 @@ mod tests {
             (1, 2, 3, 3, 6, 7)
         );
         assert_eq!(
-            describe(&ops),
+            crate::watch::What::p2p(&ops).to_string(),
             "send of 100000 bytes to rank 2 and receive of 0 bytes from rank 1"
+        );
+        let three = [op(Send, 2, 1), op(Recv, 1, 2), op(Send, 1, 3)];
+        assert_eq!(
+            crate::watch::What::p2p(&three).to_string(),
+            "2 sends and 1 receives"
+        );
+        assert_eq!(
+            crate::watch::What::p2p(&ops[..1]).to_string(),
+            "send of 100000 bytes to rank 2"
         );
         // With lines up to 64 KiB: the small messages go as lines, the rank's
         // own block stays in chunks (a copy), the large one in chunks.

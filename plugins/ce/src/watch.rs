@@ -4,8 +4,10 @@
 //! events, reads the flags and releases the stream; this file only decides.
 
 use crate::sync::{Array, Barrier, Cmp, Mode};
+use ferrocx_sdk::collective::P2pOp;
 use ferrocx_sdk::PluginError;
 use std::collections::VecDeque;
+use std::fmt;
 use std::time::{Duration, Instant};
 
 /// One eager barrier a tracked collective waits at.
@@ -31,13 +33,100 @@ impl Expect {
     }
 }
 
+/// What a tracked call is, for messages ("alltoall of 4096 bytes per rank"),
+/// kept as numbers: every launch makes one and only an error reads it, so
+/// the text is made then (a launch formatting it cost an allocation, and a
+/// free at retirement: thousands at once after a long queue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum What {
+    /// A collective: its name, bytes per rank, its root where rooted, and the
+    /// kernel that runs it (`None`: a barrier route).
+    Coll {
+        /// The collective's name.
+        name: &'static str,
+        /// Bytes per rank.
+        block: usize,
+        /// The root, for rooted collectives.
+        root: Option<usize>,
+        /// The kernel's name (`Exchange::name`).
+        kernel: Option<&'static str>,
+    },
+    /// A point-to-point kernel's group: its first two ops, and how many it
+    /// sends and receives.
+    P2p {
+        /// The first two ops.
+        first: [Option<P2pOp>; 2],
+        /// Sends in the group.
+        sends: usize,
+        /// Receives in the group.
+        recvs: usize,
+    },
+}
+
+impl What {
+    /// A point-to-point group `ops`.
+    pub fn p2p(ops: &[P2pOp]) -> Self {
+        let sends = ops
+            .iter()
+            .filter(|o| o.dir == ferrocx_sdk::collective::P2pDir::Send)
+            .count();
+        What::P2p {
+            first: [ops.first().copied(), ops.get(1).copied()],
+            sends,
+            recvs: ops.len() - sends,
+        }
+    }
+}
+
+impl fmt::Display for What {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ferrocx_sdk::collective::P2pDir;
+        let one = |f: &mut fmt::Formatter<'_>, op: &P2pOp| match op.dir {
+            P2pDir::Send => write!(f, "send of {} bytes to rank {}", op.bytes, op.peer),
+            P2pDir::Recv => write!(f, "receive of {} bytes from rank {}", op.bytes, op.peer),
+        };
+        match self {
+            What::Coll {
+                name,
+                block,
+                root,
+                kernel,
+            } => {
+                write!(f, "{name} of {block} bytes per rank")?;
+                if let Some(r) = root {
+                    write!(f, ", root {r}")?;
+                }
+                match kernel {
+                    Some(k) => write!(f, " ({k})"),
+                    None => Ok(()),
+                }
+            }
+            What::P2p {
+                first: [Some(a), b],
+                sends,
+                recvs,
+            } if sends + recvs <= 2 => {
+                one(f, a)?;
+                match b {
+                    Some(b) => {
+                        write!(f, " and ")?;
+                        one(f, b)
+                    }
+                    None => Ok(()),
+                }
+            }
+            What::P2p { sends, recvs, .. } => write!(f, "{sends} sends and {recvs} receives"),
+        }
+    }
+}
+
 /// One collective queued on a stream, tracked until its event completes.
 #[derive(Debug)]
 pub struct Entry<E> {
     /// The communicator's collective sequence number.
     pub seq: u64,
-    /// What it is, for messages ("alltoall of 4096 bytes per rank").
-    pub what: String,
+    /// What it is, for messages.
+    pub what: What,
     /// Its barriers, in stream order.
     pub expects: Vec<Expect>,
     /// Completes once the stream passed the collective.
@@ -67,6 +156,12 @@ impl<E> Entry<E> {
     }
 }
 
+/// Pending entries below a failed probe from which [`Tracker::retire_front`]
+/// gallops from the oldest instead of bisecting: launches keep about 32
+/// tracked while the GPU keeps up (`watchdog::RETIRE_AT`), so more means a
+/// GPU far behind the host, with few completed since the last look.
+pub const GALLOP_ABOVE: usize = 64;
+
 /// The pending collectives of one communicator, oldest first.
 #[derive(Debug)]
 pub struct Tracker<E> {
@@ -91,33 +186,56 @@ impl<E> Tracker<E> {
         self.entries.push_back(e);
     }
 
-    /// Drop the oldest entries whose event completed (what a launch does);
-    /// they come back (their events for reuse, their notes to check).
+    /// Drop the oldest entries whose event completed, at most `most` of
+    /// them; they come back (their events for reuse, their notes to check).
     /// Launches are ordered (`Watchdog::order` chains streams), so the
     /// completed entries are a prefix. The entry `behind` places before the
     /// newest is asked first (the newest itself with `behind` 0, or when
-    /// fewer are tracked): where it completed, the prefix through it goes
-    /// and the newer ones are left for a later launch — one query where a
+    /// fewer are tracked; the `most`-th oldest when that lies further back):
+    /// where it completed, the prefix through it goes — one query where a
     /// host-bound stream of calls keeps the GPU a call or two behind it,
-    /// whose newest entry is still pending. Otherwise the end of the prefix
-    /// is found below it by bisection: about log2(n) event queries instead
-    /// of one per entry.
+    /// whose newest entry is still pending. Otherwise the prefix ends below
+    /// it and is found by bisection (about log2(n) queries), or with more
+    /// than [`GALLOP_ABOVE`] below it by galloping from the oldest first
+    /// (entries 0, 2, 6, 14, …, then bisection: about 2·log2(k) for k
+    /// completed): a GPU that far behind the host finished a call or two
+    /// since the last launch, found in two or three queries rather than
+    /// log2 of everything pending. `most` bounds a launch's work after a long
+    /// queue drained: thousands completed at once go over several launches.
     pub fn retire_front(
         &mut self,
         behind: usize,
+        most: usize,
         mut done: impl FnMut(&E) -> bool,
     ) -> Vec<Entry<E>> {
-        let n = self.entries.len();
+        let n = self.entries.len().min(most);
         if n == 0 {
             return Vec::new();
         }
-        let probe = if behind < n { n - 1 - behind } else { n - 1 };
+        let newest = self.entries.len() - 1;
+        let probe = if behind < newest + 1 {
+            newest - behind
+        } else {
+            newest
+        }
+        .min(n - 1);
         if done(&self.entries[probe].event) {
             let out: Vec<_> = self.entries.drain(..=probe).collect();
             return self.forget(out);
         }
         // entries[..lo] completed, entries[hi..] pending.
         let (mut lo, mut hi) = (0, probe);
+        let mut step = 1;
+        while hi > GALLOP_ABOVE && lo < hi {
+            let at = (lo + step - 1).min(hi - 1);
+            if done(&self.entries[at].event) {
+                lo = at + 1;
+                step *= 2;
+            } else {
+                hi = at;
+                break;
+            }
+        }
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if done(&self.entries[mid].event) {
@@ -134,22 +252,6 @@ impl<E> Tracker<E> {
     fn forget(&mut self, gone: Vec<Entry<E>>) -> Vec<Entry<E>> {
         self.barriers -= gone.iter().filter(|e| !e.expects.is_empty()).count();
         gone
-    }
-
-    /// Drop every entry whose event completed, wherever it is (collectives
-    /// on different streams may complete out of order).
-    pub fn retire_all(&mut self, mut done: impl FnMut(&E) -> bool) -> Vec<Entry<E>> {
-        let mut out = Vec::new();
-        let mut keep = VecDeque::with_capacity(self.entries.len());
-        for e in self.entries.drain(..) {
-            if done(&e.event) {
-                out.push(e);
-            } else {
-                keep.push_back(e);
-            }
-        }
-        self.entries = keep;
-        self.forget(out)
     }
 
     /// The oldest pending entry whose deadline passed.
@@ -335,7 +437,12 @@ mod tests {
     fn entry(expects: Vec<Expect>, ev: u32, deadline: Instant) -> Entry<u32> {
         Entry {
             seq: 7,
-            what: "alltoall of 64 bytes per rank".into(),
+            what: What::Coll {
+                name: "alltoall",
+                block: 64,
+                root: None,
+                kernel: None,
+            },
             expects,
             event: ev,
             deadline,
@@ -363,14 +470,15 @@ mod tests {
         assert_eq!(t.last_event(), Some(&3));
         // Front only: stops at the first pending one (the newest is pending).
         let events = |v: Vec<Entry<u32>>| v.into_iter().map(|e| e.event).collect::<Vec<_>>();
-        assert_eq!(events(t.retire_front(0, |&e| e == 0)), vec![0]);
+        assert_eq!(events(t.retire_front(0, usize::MAX, |&e| e == 0)), vec![0]);
         assert_eq!(t.len(), 3);
-        assert_eq!(events(t.retire_all(|&e| e == 2)), vec![2]);
-        assert_eq!(t.len(), 2);
+        // The oldest pending: none completed.
+        assert!(t.retire_front(0, usize::MAX, |_| false).is_empty());
+        assert_eq!(t.len(), 3);
         assert!(t.overdue(t0).is_none());
         assert_eq!(t.overdue(t0 + s * 5).map(|e| e.event), Some(1));
         assert_eq!(t.oldest().map(|e| e.event), Some(1));
-        assert_eq!(t.clear(), vec![1, 3]);
+        assert_eq!(t.clear(), vec![1, 2, 3]);
         assert!(t.is_empty() && t.next_deadline().is_none());
     }
 
@@ -386,13 +494,13 @@ mod tests {
         t.push(b(2));
         t.push(entry(vec![], 3, t0));
         assert_eq!(t.oldest_with_barriers().map(|e| e.event), Some(1));
-        t.retire_front(0, |&e| e <= 1);
+        t.retire_front(0, usize::MAX, |&e| e <= 1);
         assert_eq!(t.oldest_with_barriers().map(|e| e.event), Some(2));
-        t.retire_all(|&e| e == 2);
+        t.retire_front(0, usize::MAX, |&e| e <= 2);
         assert!(t.oldest_with_barriers().is_none());
         t.push(b(4));
         assert_eq!(t.oldest_with_barriers().map(|e| e.event), Some(4));
-        t.retire_front(0, |_| true);
+        t.retire_front(0, usize::MAX, |_| true);
         assert!(t.oldest_with_barriers().is_none());
         t.push(b(5));
         t.clear();
@@ -408,7 +516,7 @@ mod tests {
             t.push(entry(vec![], i, t0));
         }
         let mut asked = Vec::new();
-        let freed = t.retire_front(0, |&e| {
+        let freed = t.retire_front(0, usize::MAX, |&e| {
             asked.push(e);
             true
         });
@@ -423,7 +531,7 @@ mod tests {
             t.push(entry(vec![], i, t0));
         }
         let mut n = 0;
-        let freed = t.retire_front(0, |&e| {
+        let freed = t.retire_front(0, usize::MAX, |&e| {
             n += 1;
             e < 20
         });
@@ -435,7 +543,7 @@ mod tests {
         t.push(entry(vec![], 9, t0));
         let mut n = 0;
         assert_eq!(
-            t.retire_front(0, |_| {
+            t.retire_front(0, usize::MAX, |_| {
                 n += 1;
                 true
             })
@@ -463,7 +571,7 @@ mod tests {
         // 32 tracked, the newest two pending: one query (entry 23), 24 retired.
         let mut t = filled(32);
         let mut asked = Vec::new();
-        let freed = t.retire_front(8, |&e| {
+        let freed = t.retire_front(8, usize::MAX, |&e| {
             asked.push(e);
             e < 30
         });
@@ -474,7 +582,7 @@ mod tests {
         // found below it.
         let mut t = filled(32);
         let mut n = 0;
-        let freed = t.retire_front(8, |&e| {
+        let freed = t.retire_front(8, usize::MAX, |&e| {
             n += 1;
             e < 20
         });
@@ -483,12 +591,12 @@ mod tests {
         assert_eq!(t.oldest().map(|e| e.event), Some(20));
         // The completed prefix ends at the probe: bisection retires 23.
         let mut t = filled(32);
-        assert_eq!(t.retire_front(8, |&e| e < 23).len(), 23);
+        assert_eq!(t.retire_front(8, usize::MAX, |&e| e < 23).len(), 23);
         assert_eq!(t.oldest().map(|e| e.event), Some(23));
         // All completed: all but the newest 8 retired, after one query.
         let mut t = filled(20);
         let mut n = 0;
-        let freed = t.retire_front(8, |_| {
+        let freed = t.retire_front(8, usize::MAX, |_| {
             n += 1;
             true
         });
@@ -496,20 +604,20 @@ mod tests {
         // One more than `behind`: the probe is the oldest.
         let mut t = filled(9);
         let mut asked = Vec::new();
-        let freed = t.retire_front(8, |&e| {
+        let freed = t.retire_front(8, usize::MAX, |&e| {
             asked.push(e);
             false
         });
         assert_eq!((asked, freed.len()), (vec![0], 0));
         // None completed: nothing retired.
         let mut t = filled(32);
-        assert!(t.retire_front(8, |_| false).is_empty());
+        assert!(t.retire_front(8, usize::MAX, |_| false).is_empty());
         assert_eq!(t.len(), 32);
         // At most `behind`: the newest is asked (one entry: once).
         let mut t = filled(1);
         let mut n = 0;
         assert_eq!(
-            t.retire_front(8, |_| {
+            t.retire_front(8, usize::MAX, |_| {
                 n += 1;
                 true
             })
@@ -519,12 +627,58 @@ mod tests {
         assert_eq!(n, 1);
         let mut t = filled(5);
         let mut asked = Vec::new();
-        let freed = t.retire_front(8, |&e| {
+        let freed = t.retire_front(8, usize::MAX, |&e| {
             asked.push(e);
             true
         });
         assert_eq!((asked, freed.len()), (vec![4], 5));
         assert!(t.is_empty());
+    }
+
+    /// A GPU far behind the host: with thousands pending and one or two
+    /// completed, a few queries find them (galloping from the oldest); a
+    /// long queue that completed whole goes `most` at a time, one query each.
+    #[test]
+    fn tracker_gallops_when_far_behind_and_retires_at_most_most() {
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        for i in 0..4000u32 {
+            t.push(entry(vec![], i, t0));
+        }
+        for k in [0u32, 1, 2, 5, 40, 1000] {
+            let mut t2 = Tracker::default();
+            for i in 0..4000u32 {
+                t2.push(entry(vec![], i, t0));
+            }
+            let mut n = 0;
+            let freed = t2.retire_front(8, usize::MAX, |&e| {
+                n += 1;
+                e < k
+            });
+            assert_eq!(freed.len(), k as usize);
+            assert_eq!(t2.oldest().map(|e| e.event), Some(k));
+            let bound = 2 + 2 * (32 - k.leading_zeros());
+            assert!(n <= bound, "{n} queries for {k} completed of 4000");
+        }
+        // Everything completed (a queue drained): 128 a launch, one query each.
+        for round in 0..3u32 {
+            let mut n = 0;
+            let freed = t.retire_front(8, 128, |_| {
+                n += 1;
+                true
+            });
+            assert_eq!((n, freed.len()), (1, 128));
+            assert_eq!(freed[0].event, round * 128);
+        }
+        // `most` also bounds what a probe that failed leaves to find.
+        let mut n = 0;
+        let freed = t.retire_front(8, 128, |&e| {
+            n += 1;
+            e < 500
+        });
+        assert_eq!(freed.len(), 116, "to entry 499");
+        assert!(n <= 2 + 2 * 7, "{n}");
+        assert_eq!(t.oldest().map(|e| e.event), Some(500));
     }
 
     #[test]

@@ -9,10 +9,11 @@
 //! call).
 //!
 //! * An entry whose event completed is dropped (its event goes back to the
-//!   pool). Launches also retire completed entries at the front, once
-//!   `RETIRE_AT` are tracked (the event `RETIRE_BEHIND` calls before the
-//!   newest asked first) or a barrier route is (the newest asked first);
-//!   then bisection below it: completions come in launch order.
+//!   pool): at every wake, and by launches once `RETIRE_AT` are tracked
+//!   (the event `RETIRE_BEHIND` calls before the newest asked first, at most
+//!   `RETIRE_MOST` retired) or a barrier route is (the newest asked first).
+//!   Completions come in launch order, so only the front is asked: a few
+//!   event queries (`Tracker::retire_front`), whatever is pending.
 //! * An entry still pending at its deadline (launch + `Host::timeout()`):
 //!   the thread reads this rank's eager flag arrays (`cuMemcpyDtoHAsync` on
 //!   its own non-blocking stream into pinned memory, then waits — bounded —
@@ -73,6 +74,12 @@ const RETIRE_AT: usize = 32;
 /// `FERROCX_SPANS=1`). A call this far back has completed unless the GPU is
 /// that far behind: one query retires all but these.
 const RETIRE_BEHIND: usize = RETIRE_AT / 4;
+/// The most entries a launch retires: after a long queue drained (a loop
+/// that queued thousands of calls, then synchronized), the next launch
+/// retired them all at once — 140–440 µs on 2 H200s, the first call of
+/// fxperf's first timed row (`bench/results/2026-11-28-session24/first-row`).
+/// Each launch adds one, so a backlog goes within a few dozen launches.
+const RETIRE_MOST: usize = 4 * RETIRE_AT;
 /// Longest wait for its own stream (a flag read, a release).
 const OWN_STREAM_WAIT: Duration = Duration::from_secs(5);
 
@@ -109,23 +116,20 @@ struct Shared {
 }
 
 impl State {
-    /// Retire the completed entries, at the front only or `all` of them (an
-    /// event that cannot be queried counts as done, and its notes are not kept).
-    /// (`all`: every one; `behind`: [`Tracker::retire_front`]'s probe.)
-    fn retire_done(&mut self, all: bool, behind: usize) {
-        let mut failed = false;
-        let done = |e: &Event| {
-            e.done().unwrap_or_else(|_| {
-                failed = true;
+    /// Retire the completed entries at the front, at most `most`
+    /// ([`Tracker::retire_front`], its probe `behind` calls before the
+    /// newest). An event that cannot be queried counts as done, and its
+    /// batch's notes are not kept: the first such error comes back.
+    fn retire(&mut self, behind: usize, most: usize) -> Option<PluginError> {
+        let mut failed = None;
+        let freed = self.tracker.retire_front(behind, most, |e: &Event| {
+            e.done().unwrap_or_else(|x| {
+                failed.get_or_insert(x);
                 true
             })
-        };
-        let freed = if all {
-            self.tracker.retire_all(done)
-        } else {
-            self.tracker.retire_front(behind, done)
-        };
-        self.retired(freed, !failed);
+        });
+        self.retired(freed, failed.is_none());
+        failed
     }
 
     /// Take back what retired entries hold: events for reuse, notes to check
@@ -367,10 +371,10 @@ impl Watchdog {
         // `RETIRE_BEHIND` calls back.
         if st.tracker.oldest_with_barriers().is_some() {
             let _span = spans::enter(Point::CeRetire);
-            st.retire_done(false, 0);
+            st.retire(0, RETIRE_MOST);
         } else if st.tracker.len() >= RETIRE_AT {
             let _span = spans::enter(Point::CeRetire);
-            st.retire_done(false, RETIRE_BEHIND);
+            st.retire(RETIRE_BEHIND, RETIRE_MOST);
         }
         // By level, not by crossing: notes that `drain` retired count too.
         if st.unverified.len() >= VERIFY_BATCH {
@@ -407,7 +411,7 @@ impl Watchdog {
         &self,
         stream: sys::CUstream,
         seq: u64,
-        what: String,
+        what: watch::What,
         expects: Vec<Expect>,
         note: Option<(u64, notes::Call)>,
     ) -> PluginResult<()> {
@@ -456,7 +460,7 @@ impl Watchdog {
         loop {
             {
                 let mut st = self.shared.lock();
-                st.retire_done(true, 0);
+                st.retire(0, usize::MAX);
                 if st.tracker.is_empty() {
                     return true;
                 }
@@ -537,7 +541,7 @@ fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
 fn describe(e: &Entry<Event>) -> Entry<()> {
     Entry {
         seq: e.seq,
-        what: e.what.clone(),
+        what: e.what,
         expects: e.expects.clone(),
         event: (),
         deadline: e.deadline,
@@ -553,19 +557,14 @@ fn run(shared: Arc<Shared>, reader: Reader) {
     let mut last_verify = Instant::now();
     let mut st = shared.lock();
     while !st.stop {
-        let mut failed = None;
-        let freed = st.tracker.retire_all(|e| match e.done() {
-            Ok(d) => d,
-            Err(x) => {
-                failed.get_or_insert(x);
-                true
-            }
-        });
         // A failed event is the error to report (its call may never have
         // reached its barrier, so its notes say nothing): applied first, and the
-        // notes of that batch dropped.
-        st.retired(freed, failed.is_none());
-        if let Some(x) = failed {
+        // notes of that batch dropped. Front only, like a launch (calls
+        // complete in launch order): a few event queries under the lock,
+        // not one per pending call (thousands, with the host far ahead of
+        // the GPU, held a launch up for milliseconds). The oldest entry left
+        // was asked and is pending, so `overdue` sees no completed call.
+        if let Some(x) = st.retire(0, usize::MAX) {
             st.broken.get_or_insert(PluginError::system(format!(
                 "a ce collective failed on rank {me}'s stream: {}",
                 x.message()

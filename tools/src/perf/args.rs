@@ -159,7 +159,8 @@ busbw = algbw * 2(n-1)/n (all_reduce), (n-1)/n (all_gather, reduce_scatter, allt
 scatter, alltoall_sends), 1 (broadcast, reduce, sendrecv). Each row runs out-of-place then
 in-place (NCCL's in-place layouts); sendrecv and alltoall_sends have no in-place column.
 With FXPERF_QUEUE_TIME=1, rank 0 also prints on stderr, per timed row, how much of the time per
-call the host spent queuing the calls (slowest rank): near the whole time, the host bounds it.
+call the host spent queuing the calls (slowest rank): near the whole time, the host bounds it;
+and the longest single call (a stall hides in the mean).
 
 Checking (-c 1) runs one extra, untimed call per row and placement on fresh inputs and a poisoned
 output, and compares every element on every rank: integers and sum/prod/min/max of floats

@@ -18,7 +18,8 @@ static WARM: AtomicBool = AtomicBool::new(false);
 /// buffers are queued on a stream, timed from the first queued call until the stream
 /// has run the last one, as nccl-tests does. The first row on device buffers
 /// repeats its warm-up until [`DEVICE_WARMUP`] passed on the slowest rank (every
-/// rank makes as many calls: they agree after each round).
+/// rank makes as many calls: they agree after each round), then makes its
+/// `-w` calls once more.
 pub fn time_calls(
     comm: &Communicator,
     a: &PerfArgs,
@@ -35,6 +36,7 @@ pub fn time_calls(
     // had a cold first row) and a slow first row stops within about twice
     // the warm-up.
     let mut batch = a.warmup.max(1);
+    let rounds = a.cuda && !WARM.load(Ordering::Relaxed);
     while a.cuda && !WARM.load(Ordering::Relaxed) {
         if max_over_ranks(comm, start.elapsed().as_secs_f64())? >= DEVICE_WARMUP.as_secs_f64() {
             WARM.store(true, Ordering::Relaxed);
@@ -46,21 +48,45 @@ pub fn time_calls(
         sync()?;
         batch = batch.saturating_mul(2);
     }
+    if rounds {
+        // The rounds left thousands of calls queued and then drained, which
+        // the next few pay for (ce retires them over its next launches):
+        // the row's own warm-up again, so its timed calls start where every
+        // later row's do.
+        for _ in 0..a.warmup {
+            call()?;
+        }
+        sync()?;
+    }
+    let detail = show_queue_time();
+    // The longest single call and its index (with FXPERF_QUEUE_TIME=1): a
+    // stall of one call hides in the mean.
+    let mut longest = (0.0f64, 0usize);
     comm.barrier()?;
     let t0 = Instant::now();
-    for _ in 0..a.iters {
+    for i in 0..a.iters {
+        let c = detail.then(Instant::now);
         call()?;
+        if let Some(c) = c {
+            let d = c.elapsed().as_secs_f64() * 1e6;
+            if d > longest.0 {
+                longest = (d, i);
+            }
+        }
     }
     let queued = t0.elapsed();
     sync()?;
     let per_call = |d: Duration| d.as_secs_f64() * 1e6 / a.iters as f64;
-    // Both in one exchange, whatever the ranks' environments say (a rank
-    // that gathered once more than another would pair later rows wrongly).
-    let [us, q] = max_over_ranks_n(comm, [per_call(t0.elapsed()), per_call(queued)])?;
+    // In one exchange, whatever the ranks' environments say (a rank that
+    // gathered once more than another would pair later rows wrongly).
+    let [us, q, l] = max_over_ranks_n(comm, [per_call(t0.elapsed()), per_call(queued), longest.0])?;
     // Where a device call's time goes: queuing it on the host, or the stream
     // running it (calls queue ahead of the stream, as nccl-tests' do).
-    if show_queue_time() && comm.rank() == 0 {
-        eprintln!("fxperf: {us:.2} µs per call, {q:.2} of it queuing on the host (slowest rank)");
+    if detail && comm.rank() == 0 {
+        eprintln!(
+            "fxperf: {us:.2} µs per call, {q:.2} of it queuing on the host (slowest rank); longest call {l:.1} µs (rank 0's: {:.1}, call {})",
+            longest.0, longest.1
+        );
     }
     Ok(us)
 }
