@@ -47,6 +47,9 @@ pub struct CeComm {
     /// Whether the last launch queued only self-timed kernels behind no
     /// pending barrier route (`launch_bounded`).
     bounded: bool,
+    /// The stream for local copies beside peer copies (`issue::Side`),
+    /// made at the first barrier route; before `dev` (dropped with its context).
+    side: Option<issue::Side>,
     dev: Arc<dyn Device>,
 }
 
@@ -221,7 +224,12 @@ fn reduce_setup(
 /// One step of a collective with everything it needs looked up.
 enum Work<'a> {
     Sync(&'a crate::sync::Barrier),
-    Copies(Vec<Xfer>),
+    /// The copies, this rank's local ones (the first `local`) before those
+    /// to or from peers.
+    Copies {
+        xs: Vec<Xfer>,
+        local: usize,
+    },
     Fold {
         k: &'a Kernels,
         t: ferrocx_sdk::kernels::DataType,
@@ -326,6 +334,7 @@ impl CeComm {
                 exchanged: false,
                 p2p_calls: 0,
                 bounded: false,
+                side: None,
                 dev,
             }),
             (started, agreed, extras) => {
@@ -503,6 +512,9 @@ impl CeComm {
             batch: self.cfg.batch,
             min_bytes: self.cfg.batch_bytes,
         };
+        if self.side.is_none() && !capturing {
+            self.side = Some(issue::Side::new()?);
+        }
         let mut seq = self.seq.clone();
         let note = self.note(d, mode);
         let parts = plan::Parts {
@@ -556,9 +568,19 @@ impl CeComm {
             .map(|step| match step {
                 Step::Sync(b) => Ok(Work::Sync(b)),
                 Step::Copies(v) => {
-                    let mut xs = v.iter().map(resolve).collect::<PluginResult<Vec<Xfer>>>()?;
-                    xs.retain(|x| x.src != x.dst);
-                    Ok(Work::Copies(xs))
+                    let (mine, peers): (Vec<&plan::Push>, Vec<&plan::Push>) = v
+                        .iter()
+                        .partition(|p| p.src_rank == self.rank && p.dst_rank == self.rank);
+                    let mut xs = Vec::with_capacity(v.len());
+                    let mut local = 0;
+                    for (i, p) in mine.iter().chain(&peers).enumerate() {
+                        let x = resolve(p)?;
+                        if x.src != x.dst {
+                            xs.push(x);
+                            local += usize::from(i < mine.len());
+                        }
+                    }
+                    Ok(Work::Copies { xs, local })
                 }
                 Step::Reduce(f) => {
                     let k = self
@@ -609,11 +631,21 @@ impl CeComm {
                 Work::Sync(b) => unsafe {
                     issue::memops(&self.api, stream, flags, &b.ops, graph_waits.as_ref())
                 },
-                // SAFETY: sources and destinations lie in the windows (the core keeps
-                // the peers' mapped until window_deregister), this rank's own
-                // buffers, or the scratches (mapped until comm_destroy); the bid
-                // checked the ranges.
-                Work::Copies(xs) => unsafe { issue::copies(&self.api, stream, xs, batch) },
+                Work::Copies { xs, local } => {
+                    let (mine, peers) = xs.split_at(*local);
+                    match &self.side {
+                        // SAFETY: sources and destinations lie in the windows (the
+                        // core keeps the peers' mapped until window_deregister), this
+                        // rank's own buffers, or the scratches (mapped until
+                        // comm_destroy); the bid checked the ranges; the side
+                        // stream is of this context.
+                        Some(side) if issue::beside(mine, peers, capturing) => unsafe {
+                            issue::copies_beside(&self.api, stream, side, mine, peers, batch)
+                        },
+                        // SAFETY: as above.
+                        _ => unsafe { issue::copies(&self.api, stream, xs, batch) },
+                    }
+                }
                 Work::Fold {
                     k,
                     t,
@@ -768,6 +800,7 @@ impl CeComm {
         let m = ferrocx_sdk::kernels::moves::moves(
             coll,
             self.rank,
+            d.root,
             block,
             d.in_place && !two,
             d.send as u64,
@@ -777,10 +810,18 @@ impl CeComm {
             PluginError::internal(format!("no exchange kernel for {}", d.coll.name()))
         })?;
         let elem = d.elem.max(1) as u64;
-        // In the rooted ones (broadcast, and the scatter of a scatter +
-        // all_gather broadcast) only the root sends data.
-        let sends = !matches!(d.coll, Coll::Broadcast | Coll::Scatter) || d.root == self.rank;
-        for (p, used) in [(m.input, sends), (m.output, true)] {
+        // In the rooted ones only the root sends data (broadcast, scatter)
+        // or takes it (gather: its other ranks write no output).
+        let root = d.root == self.rank;
+        let sends = match d.coll {
+            Coll::Broadcast | Coll::Scatter => root,
+            Coll::Gather => !root,
+            _ => true,
+        };
+        let takes = d.coll != Coll::Gather || root;
+        // A gather's root sends acks alone but reads its own block.
+        let reads = sends || (root && d.coll == Coll::Gather);
+        for (p, used) in [(m.input, reads), (m.output, takes)] {
             if used && (p == 0 || p % elem != 0) {
                 return Err(PluginError::invalid(format!(
                     "{} on {t}: the address {p:#x} is null or not aligned to its {elem}-byte elements",
@@ -795,8 +836,8 @@ impl CeComm {
             // This rank's slot of call `seq` in a peer's ring.
             note_off: note.map_or(0, |_| layout.note_offset(self.rank, d.seq, 0) as u64),
             note: note.map_or([0; 4], |(seq, c)| c.note(seq)),
-            input: if sends { m.input } else { 0 },
-            output: m.output,
+            input: if reads { m.input } else { 0 },
+            output: if takes { m.output } else { 0 },
             ctl: flags.ll_ctl(),
             send_stride: m.send_stride,
             out_stride: m.out_stride,
@@ -1070,6 +1111,7 @@ impl CeComm {
             }
         }
         self.watchdog.stop();
+        self.side = None;
         let mut flags = self.flags.take();
         if let Some(f) = flags.as_mut() {
             f.close_peers();

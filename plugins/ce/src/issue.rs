@@ -14,6 +14,13 @@
 //!   CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE`, no location hints; or else
 //!   one `cuMemcpyAsync` per copy (unified addressing: the IPC-mapped peer
 //!   addresses are device pointers of this context).
+//! * A batch with both this rank's local copies (its own block) and copies
+//!   to or from peers, with at least [`BESIDE_MIN_BYTES`] local and not
+//!   while capturing, runs the local ones on a second stream ([`Side`]),
+//!   forked from and joined back into the user's stream by two events:
+//!   copies queued on one stream run one after the other, so a gather
+//!   root's own block otherwise waited for its peers' (2 × H200, 128 MiB:
+//!   235 µs against 192 in place).
 //! * A reduction ([`crate::plan::Fold`]) becomes the SDK's reduction kernels
 //!   (`ferrocx_sdk::kernels`), which read the peers' inputs straight through
 //!   their IPC mappings: `dst = s0 op s1`, then `dst = dst op sₖ` for each
@@ -23,13 +30,76 @@ use crate::driver::Api;
 use crate::flags::Flags;
 use crate::plan::Fold;
 use crate::sync::{Cmp, MemOp};
-use ferrocx_sdk::cuda::{check, name, sys};
+use ferrocx_sdk::cuda::{check, name, sys, Event, Stream};
 use ferrocx_sdk::kernels::graph_wait::GraphWaitArgs;
 use ferrocx_sdk::kernels::{self, ll, DataType, Kernels, RedOp};
 use ferrocx_sdk::{PluginError, PluginResult};
 
 /// Operations per `cuStreamBatchMemOp` call ("must be less than 256").
 pub const MAX_MEMOPS: usize = 255;
+
+/// Local bytes from which a batch's local copies run on the [`Side`]
+/// stream (two event records and two waits: a few µs of host time).
+pub const BESIDE_MIN_BYTES: usize = 1 << 20;
+
+/// A second stream of the communicator's context, for a batch's local
+/// copies beside its peer copies, and the two events that fork it from the
+/// user's stream and join it back.
+pub struct Side {
+    stream: Stream,
+    fork: Event,
+    join: Event,
+}
+
+impl Side {
+    /// On the bound context.
+    pub fn new() -> PluginResult<Self> {
+        Ok(Side {
+            stream: Stream::new()?,
+            fork: Event::new()?,
+            join: Event::new()?,
+        })
+    }
+}
+
+/// Whether a batch's `local` copies go on the [`Side`] stream beside its
+/// `remote` ones.
+pub fn beside(local: &[Xfer], remote: &[Xfer], capturing: bool) -> bool {
+    !capturing
+        && !remote.is_empty()
+        && local.iter().map(|x| x.bytes).sum::<usize>() >= BESIDE_MIN_BYTES
+}
+
+/// `remote` on `stream` and `local` on `side`'s stream, which starts after
+/// `stream`'s work so far and which `stream` waits for after `remote`.
+///
+/// # Safety
+/// As [`copies`], for both lists; `side` is of `stream`'s context.
+pub unsafe fn copies_beside(
+    api: &Api,
+    stream: sys::CUstream,
+    side: &Side,
+    local: &[Xfer],
+    remote: &[Xfer],
+    batch: bool,
+) -> PluginResult<()> {
+    // SAFETY: the caller's contract for `stream`; the side's stream and
+    // events are live and of the same context.
+    unsafe {
+        side.fork.record(stream)?;
+        check(
+            sys::cuStreamWaitEvent(side.stream.raw(), side.fork.raw(), 0),
+            "cuStreamWaitEvent (ce's side stream)",
+        )?;
+        copies(api, side.stream.raw(), local, batch)?;
+        side.join.record_on(&side.stream)?;
+        copies(api, stream, remote, batch)?;
+        check(
+            sys::cuStreamWaitEvent(stream, side.join.raw(), 0),
+            "cuStreamWaitEvent (joining ce's side stream)",
+        )
+    }
+}
 
 /// One resolved copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

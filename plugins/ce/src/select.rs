@@ -344,12 +344,25 @@ pub struct Route {
 /// 400.2–402.2 / 377.9–391.9 on the core's path (NCCL 389.6–390.2 / 380.7–380.9
 /// on that machine) — so at 2 ranks broadcast runs as the kernel to 128 MiB
 /// (256 MiB not measured with these chunks; the core there is at 0.99× NCCL).
-pub const SIMPLE_TABLE: [(Coll, usize, usize); 5] = [
+///
+/// scatter at 2 ranks on 2 H200s, symmetric windows, two alternations
+/// (`bench/results/2026-11-28-session24/gather-scatter`, µs out of place /
+/// in place by total size, the kernel / the routes; NCCL's copy-engine
+/// scatter in the same call): 4 MiB 13.8–14.5 / 13.4–13.5 against 33.0–33.5
+/// / 24.5–24.7 (30.5 / 20.8), 16 MiB 31.4 / 31.6–32.4 against 53.8–56.0 /
+/// 41.6–42.7 (51.3 / 37.3), 64 MiB 101.5–103.2 / 99.4–99.8 against 132.6–132.8
+/// / 106.6–108.3 (129.0 / 101.7), 128 MiB 191.7–193.0 / 191.0–192.5 against
+/// 231.4–232.1 / 191.8–192.3 (227.2 / 186.8), 1 GiB 1481.5–1481.9 /
+/// 1479.2–1481.3 against 1636.9–1638.7 / 1375.5 (1633.1 / 1370.2) — 10–12 %
+/// faster out of place from 128 MiB but 3–8 % slower in place, so blocks to
+/// 32 MiB (64 MiB in all), where it wins both ways. Not measured above 2 ranks.
+pub const SIMPLE_TABLE: [(Coll, usize, usize); 6] = [
     (Coll::AllReduce, 1 << 30, 4 << 20),
     (Coll::ReduceScatter, 1 << 30, 256 << 20),
     (Coll::AllGather, 64 << 20, 32 << 20),
     (Coll::AllToAll, 512 << 20, 32 << 20),
     (Coll::Broadcast, 128 << 20, 64 << 20),
+    (Coll::Scatter, 32 << 20, 0),
 ];
 
 /// Blocks above the first bound and up to the second.
@@ -593,18 +606,35 @@ pub fn simple_limit(coll: Coll, nranks: usize, simple_bytes: usize) -> usize {
 fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exchange> {
     let kind = match d.coll {
         Coll::AllReduce | Coll::ReduceScatter => d.op != ferrocx_sdk::abi::FX_OP_AVG,
-        Coll::AllGather | Coll::AllToAll | Coll::Broadcast => true,
+        Coll::AllGather | Coll::AllToAll | Coll::Broadcast | Coll::Scatter | Coll::Gather => true,
         _ => false,
+    };
+    // Every rank of a gather uses its send buffer, not always its receive
+    // buffer (a non-root's may be anything).
+    let in_window = match d.coll {
+        Coll::Gather => d.send_win.is_some(),
+        _ => d.recv_win.is_some(),
     };
     let usable = red.on
         && kind
         && !d.capturing
         && nranks <= ferrocx_sdk::kernels::ll::MAX_RANKS
-        && (red.stage || d.recv_win.is_some());
+        && (red.stage || in_window);
     if !usable {
         return None;
     }
     let block = d.count.saturating_mul(d.elem);
+    // gather has the LL kernel's mode alone; scatter also the Simple
+    // kernel's broadcast mode with a send stride (not LL128's).
+    match d.coll {
+        Coll::Gather => return (block <= red.ll_bytes).then_some(Exchange::Ll),
+        Coll::Scatter if block <= red.ll_bytes => return Some(Exchange::Ll),
+        Coll::Scatter => {
+            let limit = simple_limit(d.coll, nranks, red.simple_bytes);
+            return (block <= limit).then_some(Exchange::Simple);
+        }
+        _ => {}
+    }
     let limit = simple_limit(d.coll, nranks, red.simple_bytes);
     let simple = match d.coll {
         Coll::AllReduce => block.saturating_mul(nranks) <= limit.saturating_mul(2),
@@ -671,9 +701,9 @@ fn in_windows(me: usize, d: &CollDesc<'_, Window>) -> bool {
 /// | alltoall | staged while the scratch holds it (the core above) | staged while the scratch holds it |
 ///
 /// Before all of these: all_reduce and reduce_scatter (not avg), all_gather,
-/// alltoall and broadcast whose block is at most `FERROCX_CE_LL_BYTES` run
-/// as one LL kernel, and up to `FERROCX_CE_SIMPLE_BYTES` as one Simple
-/// kernel, windows or not (`exchange`).
+/// alltoall, broadcast, gather and scatter whose block is at most
+/// `FERROCX_CE_LL_BYTES` run as one LL kernel, and (not gather) up to
+/// `FERROCX_CE_SIMPLE_BYTES` as one Simple kernel, windows or not (`exchange`).
 pub fn route(
     me: usize,
     nranks: usize,
@@ -1108,6 +1138,8 @@ mod tests {
             Coll::AllGather,
             Coll::AllToAll,
             Coll::Broadcast,
+            Coll::Scatter,
+            Coll::Gather,
         ] {
             for (sw, rw) in [(None, None), (Some(&w), Some(&w))] {
                 assert_eq!(ll(&desc(coll, 16, sw, rw), &red), Ok(true), "{coll:?} 64 B");
@@ -1150,9 +1182,17 @@ mod tests {
         let mut avg = desc(Coll::AllReduce, 4, None, None);
         avg.op = ferrocx_sdk::abi::FX_OP_AVG;
         assert_ne!(ll(&avg, &red), Ok(true));
-        for coll in [Coll::Gather, Coll::Scatter] {
-            assert_ne!(ll(&desc(coll, 4, None, None), &red), Ok(true), "{coll:?}");
-        }
+        assert_ne!(ll(&desc(Coll::Reduce, 4, None, None), &red), Ok(true));
+        // A gather's window is its send buffer's (a non-root's receive buffer
+        // may be anything): in it, the kernel runs without staging.
+        let no_stage = Agreed {
+            stage: false,
+            ..red
+        };
+        let g = desc(Coll::Gather, 16, Some(&w), None);
+        assert_eq!(ll(&g, &no_stage), Ok(true));
+        let g = desc(Coll::Gather, 16, None, Some(&w));
+        assert_ne!(ll(&g, &no_stage), Ok(true));
     }
 
     /// Above the LL kernel's limit and up to `simple_bytes` (all_reduce:
@@ -1276,9 +1316,32 @@ mod tests {
         let mut avg = desc(Coll::AllReduce, 40, None, None);
         avg.op = ferrocx_sdk::abi::FX_OP_AVG;
         assert_ne!(k(2, &avg, &red).ok().flatten(), Some(Exchange::Simple));
-        for coll in [Coll::Gather, Coll::Scatter] {
-            assert_eq!(k(2, &desc(coll, 40, None, None), &red).ok().flatten(), None);
-        }
+        // gather has the LL kernel alone; scatter the Simple kernel where a
+        // number sets the limit, and under auto at 2 ranks (not measured above).
+        assert_eq!(
+            k(2, &desc(Coll::Gather, 40, None, None), &red)
+                .ok()
+                .flatten(),
+            None
+        );
+        assert_eq!(
+            k(2, &desc(Coll::Scatter, 40, None, None), &red),
+            Ok(Some(Exchange::Simple))
+        );
+        let auto = Agreed {
+            simple_bytes: crate::config::SIMPLE_AUTO,
+            ..red
+        };
+        assert_eq!(
+            k(2, &desc(Coll::Scatter, 40, None, None), &auto),
+            Ok(Some(Exchange::Simple))
+        );
+        assert_eq!(
+            k(4, &desc(Coll::Scatter, 40, None, None), &auto)
+                .ok()
+                .flatten(),
+            None
+        );
     }
 
     /// Above the LL limit and up to `FERROCX_CE_DIRECT_BYTES`, the direct
@@ -1412,8 +1475,10 @@ mod tests {
         assert_eq!(d(Coll::AllGather, 8 << 20, None), s("Simple"));
         assert_eq!(d(Coll::AllGather, 32 << 20, Some(&w)), s("Simple direct"));
         assert_eq!(d(Coll::AllReduce, 32 << 20, Some(&w)), s("Simple"));
-        assert_eq!(d(Coll::Gather, 4096, None), s("staged"));
-        assert_eq!(d(Coll::Gather, 4096, Some(&w)), s("windows"));
+        assert_eq!(d(Coll::Gather, 4096, None), s("LL"));
+        assert_eq!(d(Coll::Scatter, 4096, None), s("LL"));
+        assert_eq!(d(Coll::Gather, 4 << 20, None), s("staged"));
+        assert_eq!(d(Coll::Gather, 4 << 20, Some(&w)), s("windows"));
         assert_eq!(d(Coll::AllGather, 0, None), s("nothing to move"));
         assert_eq!(d(Coll::Broadcast, 1 << 30, None), None);
         let mut host = desc(Coll::AllGather, 16, None, None);
@@ -1439,7 +1504,8 @@ mod tests {
         assert_eq!(row("all_gather "), "LL LL128 LL128 Simple Simple core");
         assert_eq!(row("broadcast "), "LL LL128 LL128 Simple Simple core");
         assert_eq!(row("all_reduce "), "LL LL128 LL128 Simple Simple Simple");
-        assert_eq!(row("gather "), "staged staged staged staged core core");
+        assert_eq!(row("gather "), "LL LL staged staged core core");
+        assert_eq!(row("scatter "), "LL LL Simple Simple core core");
         let win = t
             .iter()
             .find(|(n, _)| n.starts_with("broadcast ") && n.ends_with("windows"))

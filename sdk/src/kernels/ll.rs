@@ -32,6 +32,12 @@
 //!   segment lands at `out + r × out_stride`.
 //! * [`MODE_BROADCAST`]: the root sends its input to every rank and the
 //!   others send it an ack line; every rank writes the root's data to `out`.
+//!   With a `send_stride` (scatter) rank `q` gets the root's segment at
+//!   `q × send_stride`.
+//! * [`MODE_ROOT_GATHER`] (gather): every rank but the root sends its input
+//!   to the root, and ack lines to the others (the root to everyone); the
+//!   root places rank `r`'s segment at `out + r × out_stride`, the others
+//!   write nothing (their `out` may be 0).
 //!
 //! Reads and writes of the user's buffers take 8 bytes at a time where the
 //! address allows it and single bytes elsewhere, so any element alignment
@@ -94,6 +100,20 @@ pub const MODE_FOLD: i32 = 0;
 pub const MODE_GATHER: i32 = 1;
 /// The root's input to everyone.
 pub const MODE_BROADCAST: i32 = 2;
+/// Every rank's input to the root, placed as [`MODE_GATHER`] places it
+/// (the LL kernel's alone; numbered past the Simple kernel's modes, which
+/// share the numbering).
+pub const MODE_ROOT_GATHER: i32 = 8;
+
+/// Whether rank `r` sends rank `q` data (else one ack line) in `mode`, the
+/// kernel's `fx_ll_data`.
+pub fn sends_data(mode: i32, root: usize, r: usize, q: usize) -> bool {
+    match mode {
+        MODE_BROADCAST => r == root,
+        MODE_ROOT_GATHER => q == root,
+        _ => true,
+    }
+}
 
 /// Bytes of one area for segments of up to `seg` bytes (at least one line:
 /// the ack).
@@ -141,9 +161,9 @@ pub struct LlArgs {
     pub rank: i32,
     /// Ranks.
     pub nranks: i32,
-    /// [`MODE_FOLD`], [`MODE_GATHER`] or [`MODE_BROADCAST`].
+    /// [`MODE_FOLD`], [`MODE_GATHER`], [`MODE_BROADCAST`] or [`MODE_ROOT_GATHER`].
     pub mode: i32,
-    /// The root ([`MODE_BROADCAST`]).
+    /// The root ([`MODE_BROADCAST`], [`MODE_ROOT_GATHER`]).
     pub root: i32,
 }
 
@@ -224,6 +244,14 @@ FX_FN bool fx_ll_wait(unsigned long long addr, unsigned int flag, volatile unsig
     }
 }
 
+/* Whether rank r sends rank q data in this mode (else one ack line): a
+   broadcast's or scatter's root to everyone, every rank to a gather's root. */
+FX_FN bool fx_ll_data(int mode, int root, int r, int q) {
+    if (mode == 2) return r == root;
+    if (mode == 8) return q == root;
+    return true;
+}
+
 FX_FN unsigned long long fx_ll_op(unsigned long long x, unsigned long long y) {
     union { unsigned long long u; elem_t e[8 / sizeof(elem_t)]; } p, q, r;
     p.u = x;
@@ -278,27 +306,30 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL_NAME(const fx_ll_ar
     const unsigned long long lines = (a.seg + 7ull) / 8ull == 0ull ? 1ull : (a.seg + 7ull) / 8ull;
     const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    /* Lines rank r sends each peer: one ack line for a broadcast's non-roots. */
-#define FX_LL_LINES(r) ((a.mode == 2 && (r) != a.root) ? 1ull : lines)
 #define FX_LL_AREA(base, w) ((base) + ((par * (unsigned long long)n + (unsigned long long)(w)) * a.area))
     const unsigned long long* bases = (const unsigned long long*)a.bases;
     fx_ll_note(bases, a.note_off, a.note, n, me);
-    const bool sends_data = a.mode != 2 || me == a.root;
-    for (unsigned long long i = tid; i < FX_LL_LINES(me); i += stride) {
+    /* Lines this rank sends: its data's, or one ack line where it has none
+       for anyone (a broadcast's or scatter's non-root, a gather's root). */
+    const bool sends_any = a.mode == 2 ? me == a.root : a.mode == 8 ? me != a.root : true;
+    for (unsigned long long i = tid; i < (sends_any ? lines : 1ull); i += stride) {
         for (int q = 0; q < n; ++q) {
             if (q == me) continue;
-            const unsigned long long v = sends_data ? fx_ll_get(a.input + (unsigned long long)q * a.send_stride, i, a.seg) : 0ull;
+            const bool data = fx_ll_data(a.mode, a.root, me, q);
+            if (!data && i >= 1ull) continue;
+            const unsigned long long v = data ? fx_ll_get(a.input + (unsigned long long)q * a.send_stride, i, a.seg) : 0ull;
             fx_ll_store(FX_LL_AREA(bases[q] + a.region_off, me) + i * 16ull, v, flag);
         }
     }
     bool ok = true;
     const unsigned long long own = bases[me] + a.region_off;
     const unsigned long long mine = a.input + (unsigned long long)me * a.send_stride;
-    for (unsigned long long i = tid; ok && i < lines; i += stride) {
+    /* A gather's other ranks receive acks only: their first line. */
+    const unsigned long long takes = (a.mode == 8 && me != a.root) ? 1ull : lines;
+    for (unsigned long long i = tid; ok && i < takes; i += stride) {
         unsigned long long acc = 0ull;
         for (int r = 0; r < n; ++r) {
-            /* A broadcast's non-roots send one ack line and have no input. */
-            const bool data_from_r = a.mode != 2 || r == a.root;
+            const bool data_from_r = fx_ll_data(a.mode, a.root, r, me);
             unsigned long long v;
             if (r == me) {
                 if (!data_from_r) continue;
@@ -313,7 +344,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL_NAME(const fx_ll_ar
             }
             if (a.mode == 0) {
                 acc = r == 0 ? v : fx_ll_op(acc, v);
-            } else if (a.mode == 1) {
+            } else if (a.mode == 1 || a.mode == 8) {
                 const unsigned long long dst = a.output + (unsigned long long)r * a.out_stride;
                 if (r != me || dst != mine) fx_ll_put(dst, i, a.seg, v);
             } else if (r != me || a.output != mine) {
@@ -322,7 +353,6 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL_NAME(const fx_ll_ar
         }
         if (ok && a.mode == 0) fx_ll_put(a.output, i, a.seg, acc);
     }
-#undef FX_LL_LINES
 #undef FX_LL_AREA
     fx_ll_done(ctl, s);
 }

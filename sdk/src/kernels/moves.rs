@@ -11,12 +11,17 @@
 //! | all_gather | gather | send (in place: recv + me·block) | the input | recv + r·block |
 //! | alltoall | gather | send | block `q` | recv + r·block |
 //! | broadcast | broadcast | the root's send | the root's input, else an ack | recv |
+//! | scatter | broadcast | the root's send (in place: recv) | the root's block `q`, else an ack | recv (in place: the root's recv + root·block) |
+//! | gather | root gather (LL only) | send (in place: the root's recv + root·block) | the input to the root, else an ack | the root's recv + r·block |
+//!
+//! In place the rooted ones keep NCCL's layout at the root and the core's
+//! elsewhere: a non-root's one buffer holds its own block at its start.
 //!
 //! In place (one buffer, `FX_COLL_IN_PLACE`) the core passes the buffer as
 //! both send and recv, in NCCL's layout; the kernel reads each line before
 //! it writes it.
 
-use super::ll::{MODE_BROADCAST, MODE_FOLD, MODE_GATHER};
+use super::ll::{MODE_BROADCAST, MODE_FOLD, MODE_GATHER, MODE_ROOT_GATHER};
 use crate::collective::Coll;
 
 /// What the kernel moves for one call on one rank.
@@ -59,6 +64,11 @@ impl Moves {
             MODE_GATHER => others
                 .map(|r| seg(self.output, self.out_stride, r))
                 .collect(),
+            // Only the root writes (it sends acks alone, so `sends` is false there).
+            MODE_ROOT_GATHER if sends => Vec::new(),
+            MODE_ROOT_GATHER => others
+                .map(|r| seg(self.output, self.out_stride, r))
+                .collect(),
             // The root writes its own input only where it is not its output.
             MODE_BROADCAST if sends && self.output == self.input => Vec::new(),
             _ => vec![seg(self.output, 0, 0)],
@@ -68,12 +78,13 @@ impl Moves {
     }
 }
 
-/// The kernel's moves for `coll` on rank `me` with blocks of `block` bytes
-/// (`send`, `recv`: the descriptor's buffers), or `None` for a collective the
-/// kernel does not run.
+/// The kernel's moves for `coll` on rank `me` (the call's `root`) with
+/// blocks of `block` bytes (`send`, `recv`: the descriptor's buffers), or
+/// `None` for a collective the kernel does not run.
 pub fn moves(
     coll: Coll,
     me: usize,
+    root: usize,
     block: usize,
     in_place: bool,
     send: u64,
@@ -81,6 +92,8 @@ pub fn moves(
 ) -> Option<Moves> {
     let b = block as u64;
     let own = me as u64 * b;
+    // In place, a rooted collective's non-root has its block at the start.
+    let rooted_own = if me == root { own } else { 0 };
     let m = |mode, input, output, send_stride, out_stride| Moves {
         mode,
         input,
@@ -99,8 +112,10 @@ pub fn moves(
         // The root's block q goes to rank q: a broadcast whose root sends
         // each peer its own segment. In place, NCCL's layout (the buffer
         // holds every block; this rank's is at recv + me·block).
-        Coll::Scatter if in_place => m(MODE_BROADCAST, recv, recv + own, b, 0),
+        Coll::Scatter if in_place => m(MODE_BROADCAST, recv, recv + rooted_own, b, 0),
         Coll::Scatter => m(MODE_BROADCAST, send, recv, b, 0),
+        Coll::Gather if in_place => m(MODE_ROOT_GATHER, recv + rooted_own, recv, 0, b),
+        Coll::Gather => m(MODE_ROOT_GATHER, send, recv, 0, b),
         _ => return None,
     })
 }
@@ -122,7 +137,7 @@ mod tests {
             _ => block,
         };
         let recv_len = match coll {
-            Coll::AllGather | Coll::AllToAll => n * block,
+            Coll::AllGather | Coll::AllToAll | Coll::Gather => n * block,
             Coll::ReduceScatter | Coll::Scatter if in_place => n * block,
             _ => block,
         };
@@ -130,7 +145,7 @@ mod tests {
             .map(|r| {
                 let (send, recv) = ((r * SPAN) as u64, (r * SPAN + SPAN / 2) as u64);
                 let send = if in_place { recv } else { send };
-                moves(coll, r, block, in_place, send, recv).unwrap()
+                moves(coll, r, root, block, in_place, send, recv).unwrap()
             })
             .collect();
         for (r, m) in mv.iter().enumerate() {
@@ -162,6 +177,14 @@ mod tests {
                         mem[o..o + block].copy_from_slice(&from[me]);
                     }
                 }
+                // Only the root takes data; the others write nothing.
+                MODE_ROOT_GATHER if me == root => {
+                    for (r, from) in sent.iter().enumerate() {
+                        let o = (m.output + r as u64 * m.out_stride) as usize;
+                        mem[o..o + block].copy_from_slice(&from[me]);
+                    }
+                }
+                MODE_ROOT_GATHER => {}
                 _ => {
                     let o = m.output as usize;
                     mem[o..o + block].copy_from_slice(&sent[root][me]);
@@ -212,15 +235,20 @@ mod tests {
                         assert_eq!(bc[me], rooted, "{what}");
                         // Scatter: the root's block `me`, at this rank's place.
                         let sc = run(Coll::Scatter, n, block, in_place, root);
-                        let got = if in_place {
+                        let got = if in_place && me == root {
                             &sc[me][me * block..(me + 1) * block]
                         } else {
-                            &sc[me][..]
+                            &sc[me][..block]
                         };
                         let part: Vec<u8> =
                             (0..block).map(|i| inputs(root, me * block + i)).collect();
-                        if me == root || !in_place {
-                            assert_eq!(got, &part[..], "scatter {what}");
+                        assert_eq!(got, &part[..], "scatter {what}");
+                        // Gather: every block at the root; the others' buffers untouched.
+                        let g = run(Coll::Gather, n, block, in_place, root);
+                        if me == root {
+                            assert_eq!(g[me], gathered, "gather {what}");
+                        } else if !in_place {
+                            assert!(g[me].iter().all(|&x| x == 0), "gather {what}");
                         }
                     }
                 }
@@ -240,11 +268,17 @@ mod tests {
                     Coll::AllGather,
                     Coll::AllToAll,
                     Coll::Broadcast,
+                    Coll::Scatter,
+                    Coll::Gather,
                 ] {
                     for in_place in [false, true] {
                         let s = if in_place { recv } else { send };
-                        let m = moves(coll, me, 64, in_place, s, recv).unwrap();
-                        let sends = coll != Coll::Broadcast || me == 0;
+                        let m = moves(coll, me, 0, 64, in_place, s, recv).unwrap();
+                        let sends = match coll {
+                            Coll::Broadcast | Coll::Scatter => me == 0,
+                            Coll::Gather => me != 0,
+                            _ => true,
+                        };
                         let want = in_place && matches!(coll, Coll::AllReduce | Coll::AllToAll);
                         assert_eq!(
                             m.overlap(me, n, 64, sends),
@@ -256,14 +290,12 @@ mod tests {
             }
         }
         // One rank sends nothing: nothing to wait for.
-        let m = moves(Coll::AllReduce, 0, 64, true, recv, recv).unwrap();
+        let m = moves(Coll::AllReduce, 0, 0, 64, true, recv, recv).unwrap();
         assert!(!m.overlap(0, 1, 64, true));
     }
 
     #[test]
     fn only_the_kernels_collectives() {
-        for c in [Coll::Gather, Coll::Reduce] {
-            assert_eq!(moves(c, 0, 8, false, 1, 2), None);
-        }
+        assert_eq!(moves(Coll::Reduce, 0, 0, 8, false, 1, 2), None);
     }
 }

@@ -563,9 +563,9 @@ fn call_at(
     send: usize,
     recv: usize,
 ) -> Call {
-    let m = super::super::moves::moves(coll, me, block, in_place, send as u64, recv as u64)
-        .expect("an exchange collective");
     let root = n - 1;
+    let m = super::super::moves::moves(coll, me, root, block, in_place, send as u64, recv as u64)
+        .expect("an exchange collective");
     let sends = coll != Coll::Broadcast || me == root;
     Call {
         mode: match m.mode {
