@@ -19,7 +19,8 @@
 //!   complete barrier) up to `FERROCX_CE_ONESHOT_BYTES` (scaled by 2/n),
 //!   two-shot above; buffers outside windows are staged (one-shot);
 //! * **small calls** — all_reduce and reduce_scatter (not avg), all_gather,
-//!   alltoall, broadcast with blocks up to `FERROCX_CE_LL_BYTES` (1 MiB) —
+//!   alltoall, broadcast, gather, scatter with blocks up to
+//!   `FERROCX_CE_LL_BYTES` (1 MiB) —
 //!   as one LL kernel (`ferrocx_sdk::kernels::ll`, the collective's moves
 //!   from `ferrocx_sdk::kernels::moves`): each rank writes
 //!   its data with the call's flag in every 8 bytes into its peers' LL areas
@@ -29,8 +30,8 @@
 //!   (and the watchdog breaks the communicator, naming the rank it waited
 //!   for); so does one the watchdog releases (its abort word). Not in CUDA
 //!   graphs (the kernels share a call counter and must not overlap).
-//! * **mid and large calls** — the same collectives above that, up to each
-//!   one's measured limit (`select::SIMPLE_TABLE`) — as one Simple kernel
+//! * **mid and large calls** — the same collectives but gather above that,
+//!   up to each one's measured limit (`select::SIMPLE_TABLE`) — as one Simple kernel
 //!   (`ferrocx_sdk::kernels::simple`): chunks pushed into slot rings in the
 //!   peers' flag buffers with a flag per chunk and credits, 1.02–1.5× NCCL
 //!   from 2 MiB to 256 MiB on two H100s; the same gates, timeouts and aborts
