@@ -380,10 +380,10 @@ fn ce_runs_mid_calls_as_one_simple_kernel() {
         (4, false, "1040", "256K"),
     ] {
         let filter = match (simple, n) {
-            // scatter's row in the table is for 2 ranks alone.
+            // gather's and scatter's rows in the table are for 2 ranks alone.
             ("auto", 2) => {
                 "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast |^scatter \
-                 &!op=avg"
+                 |^gather &!op=avg"
             }
             ("auto", _) => {
                 "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast &!op=avg"

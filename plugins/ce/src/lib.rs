@@ -30,8 +30,8 @@
 //!   (and the watchdog breaks the communicator, naming the rank it waited
 //!   for); so does one the watchdog releases (its abort word). Not in CUDA
 //!   graphs (the kernels share a call counter and must not overlap).
-//! * **mid and large calls** — the same collectives but gather above that,
-//!   up to each one's measured limit (`select::SIMPLE_TABLE`) — as one Simple kernel
+//! * **mid and large calls** — the same collectives above that, up to each
+//!   one's measured limit (`select::SIMPLE_TABLE`) — as one Simple kernel
 //!   (`ferrocx_sdk::kernels::simple`): chunks pushed into slot rings in the
 //!   peers' flag buffers with a flag per chunk and credits, 1.02–1.5× NCCL
 //!   from 2 MiB to 256 MiB on two H100s; the same gates, timeouts and aborts

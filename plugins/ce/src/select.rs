@@ -356,13 +356,21 @@ pub struct Route {
 /// 1479.2–1481.3 against 1636.9–1638.7 / 1375.5 (1633.1 / 1370.2) — 10–12 %
 /// faster out of place from 128 MiB but 3–8 % slower in place, so blocks to
 /// 32 MiB (64 MiB in all), where it wins both ways. Not measured above 2 ranks.
-pub const SIMPLE_TABLE: [(Coll, usize, usize); 6] = [
+///
+/// gather at 2 ranks, the same way (`…/session24/gather-simple`, the kernel's
+/// root-gather mode forced / the routes / NCCL's CE gather): 4 MiB
+/// 13.5–14.2 / 25.6–27.0 / 23.7, 8 MiB 19.7–20.2 / 31.0–31.2 / 25.8, 16 MiB
+/// 32.2–32.6 / 41.8–42.1 / 38.1, 32 MiB 58.2–58.5 / 65.4 / 59.8, 64 MiB
+/// 109.0–109.5 / 108.4–109.7 / 103.4 (in place 106.9–107.8 / 105.7–107.4),
+/// 128 MiB 211–213 / 192–193 / 187 — so blocks to 16 MiB (32 MiB in all).
+pub const SIMPLE_TABLE: [(Coll, usize, usize); 7] = [
     (Coll::AllReduce, 1 << 30, 4 << 20),
     (Coll::ReduceScatter, 1 << 30, 256 << 20),
     (Coll::AllGather, 64 << 20, 32 << 20),
     (Coll::AllToAll, 512 << 20, 32 << 20),
     (Coll::Broadcast, 128 << 20, 64 << 20),
     (Coll::Scatter, 32 << 20, 0),
+    (Coll::Gather, 16 << 20, 0),
 ];
 
 /// Blocks above the first bound and up to the second.
@@ -624,12 +632,11 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
         return None;
     }
     let block = d.count.saturating_mul(d.elem);
-    // gather has the LL kernel's mode alone; scatter also the Simple
-    // kernel's broadcast mode with a send stride (not LL128's).
+    // gather and scatter: the LL kernel, then the Simple kernel (its
+    // root-gather mode; its broadcast mode with a send stride), not LL128's.
     match d.coll {
-        Coll::Gather => return (block <= red.ll_bytes).then_some(Exchange::Ll),
-        Coll::Scatter if block <= red.ll_bytes => return Some(Exchange::Ll),
-        Coll::Scatter => {
+        Coll::Gather | Coll::Scatter if block <= red.ll_bytes => return Some(Exchange::Ll),
+        Coll::Gather | Coll::Scatter => {
             let limit = simple_limit(d.coll, nranks, red.simple_bytes);
             return (block <= limit).then_some(Exchange::Simple);
         }
@@ -702,7 +709,7 @@ fn in_windows(me: usize, d: &CollDesc<'_, Window>) -> bool {
 ///
 /// Before all of these: all_reduce and reduce_scatter (not avg), all_gather,
 /// alltoall, broadcast, gather and scatter whose block is at most
-/// `FERROCX_CE_LL_BYTES` run as one LL kernel, and (not gather) up to
+/// `FERROCX_CE_LL_BYTES` run as one LL kernel, and up to
 /// `FERROCX_CE_SIMPLE_BYTES` as one Simple kernel, windows or not (`exchange`).
 pub fn route(
     me: usize,
@@ -1316,32 +1323,26 @@ mod tests {
         let mut avg = desc(Coll::AllReduce, 40, None, None);
         avg.op = ferrocx_sdk::abi::FX_OP_AVG;
         assert_ne!(k(2, &avg, &red).ok().flatten(), Some(Exchange::Simple));
-        // gather has the LL kernel alone; scatter the Simple kernel where a
-        // number sets the limit, and under auto at 2 ranks (not measured above).
-        assert_eq!(
-            k(2, &desc(Coll::Gather, 40, None, None), &red)
-                .ok()
-                .flatten(),
-            None
-        );
-        assert_eq!(
-            k(2, &desc(Coll::Scatter, 40, None, None), &red),
-            Ok(Some(Exchange::Simple))
-        );
+        // gather and scatter: the Simple kernel where a number sets the
+        // limit, and under auto at 2 ranks (not measured above).
         let auto = Agreed {
             simple_bytes: crate::config::SIMPLE_AUTO,
             ..red
         };
-        assert_eq!(
-            k(2, &desc(Coll::Scatter, 40, None, None), &auto),
-            Ok(Some(Exchange::Simple))
-        );
-        assert_eq!(
-            k(4, &desc(Coll::Scatter, 40, None, None), &auto)
-                .ok()
-                .flatten(),
-            None
-        );
+        for coll in [Coll::Gather, Coll::Scatter] {
+            assert_eq!(
+                k(2, &desc(coll, 40, None, None), &red),
+                Ok(Some(Exchange::Simple))
+            );
+            assert_eq!(
+                k(2, &desc(coll, 40, None, None), &auto),
+                Ok(Some(Exchange::Simple))
+            );
+            assert_eq!(
+                k(4, &desc(coll, 40, None, None), &auto).ok().flatten(),
+                None
+            );
+        }
     }
 
     /// Above the LL limit and up to `FERROCX_CE_DIRECT_BYTES`, the direct
@@ -1477,8 +1478,9 @@ mod tests {
         assert_eq!(d(Coll::AllReduce, 32 << 20, Some(&w)), s("Simple"));
         assert_eq!(d(Coll::Gather, 4096, None), s("LL"));
         assert_eq!(d(Coll::Scatter, 4096, None), s("LL"));
-        assert_eq!(d(Coll::Gather, 4 << 20, None), s("staged"));
-        assert_eq!(d(Coll::Gather, 4 << 20, Some(&w)), s("windows"));
+        assert_eq!(d(Coll::Gather, 4 << 20, None), s("Simple"));
+        assert_eq!(d(Coll::Gather, 64 << 20, Some(&w)), s("windows"));
+        assert_eq!(d(Coll::Gather, 64 << 20, None), None);
         assert_eq!(d(Coll::AllGather, 0, None), s("nothing to move"));
         assert_eq!(d(Coll::Broadcast, 1 << 30, None), None);
         let mut host = desc(Coll::AllGather, 16, None, None);
@@ -1504,7 +1506,7 @@ mod tests {
         assert_eq!(row("all_gather "), "LL LL128 LL128 Simple Simple core");
         assert_eq!(row("broadcast "), "LL LL128 LL128 Simple Simple core");
         assert_eq!(row("all_reduce "), "LL LL128 LL128 Simple Simple Simple");
-        assert_eq!(row("gather "), "LL LL staged staged core core");
+        assert_eq!(row("gather "), "LL LL Simple staged core core");
         assert_eq!(row("scatter "), "LL LL Simple Simple core core");
         let win = t
             .iter()
@@ -1652,7 +1654,8 @@ mod tests {
         assert_eq!(k(4, Coll::ReduceScatter, 256 << 20), simple);
         assert_ne!(k(4, Coll::ReduceScatter, (256 << 20) + 4), simple);
         assert_eq!(simple_limit(Coll::AllReduce, 4, 1 << 30), 1 << 30);
-        assert_eq!(simple_limit(Coll::Gather, 2, crate::config::SIMPLE_AUTO), 0);
+        assert_eq!(simple_limit(Coll::Gather, 4, crate::config::SIMPLE_AUTO), 0);
+        assert_eq!(simple_limit(Coll::Reduce, 2, crate::config::SIMPLE_AUTO), 0);
     }
 
     /// Without staging the exchange kernels need the receive buffer in a

@@ -100,9 +100,9 @@ pub const MODE_FOLD: i32 = 0;
 pub const MODE_GATHER: i32 = 1;
 /// The root's input to everyone.
 pub const MODE_BROADCAST: i32 = 2;
-/// Every rank's input to the root, placed as [`MODE_GATHER`] places it
-/// (the LL kernel's alone; numbered past the Simple kernel's modes, which
-/// share the numbering).
+/// Every rank's input to the root, placed as [`MODE_GATHER`] places it (the
+/// Simple kernel runs it too; numbered past the Simple kernel's own modes,
+/// which share the numbering).
 pub const MODE_ROOT_GATHER: i32 = 8;
 
 /// Whether rank `r` sends rank `q` data (else one ack line) in `mode`, the

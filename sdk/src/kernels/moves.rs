@@ -12,7 +12,7 @@
 //! | alltoall | gather | send | block `q` | recv + r·block |
 //! | broadcast | broadcast | the root's send | the root's input, else an ack | recv |
 //! | scatter | broadcast | the root's send (in place: recv) | the root's block `q`, else an ack | recv (in place: the root's recv + root·block) |
-//! | gather | root gather (LL only) | send (in place: the root's recv + root·block) | the input to the root, else an ack | the root's recv + r·block |
+//! | gather | root gather | send (in place: the root's recv + root·block) | the input to the root, else an ack | the root's recv + r·block |
 //!
 //! In place the rooted ones keep NCCL's layout at the root and the core's
 //! elsewhere: a non-root's one buffer holds its own block at its start.

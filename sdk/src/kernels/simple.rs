@@ -46,6 +46,11 @@
 //! (ce's call notes, written before the first chunk, are then visible to
 //! every peer once its call completed).
 //!
+//! A gather to the root ([`MODE_ROOT_GATHER`]) is the mirror of a
+//! broadcast: every other rank sends the root its segment and one empty
+//! chunk to the others; the root sends empty chunks only and places the
+//! segments as a gather does.
+//!
 //! A fourth mode, [`MODE_CHAIN`], is a broadcast passed along the ranks from
 //! the root (root, root + 1, …): the root sends each chunk to the next rank
 //! only, and every rank's receiving block that copied a chunk into its output
@@ -136,6 +141,11 @@ pub const MODE_DIRECT_GATHER: i32 = 6;
 /// A broadcast on windows written by the root straight into the peers'
 /// outputs.
 pub const MODE_DIRECT_BROADCAST: i32 = 7;
+
+/// [`super::ll::MODE_ROOT_GATHER`] runs here too: every other rank's
+/// segment to the root (placed as a gather's), one empty chunk to every
+/// other peer; the root sends empty chunks only.
+pub use super::ll::MODE_ROOT_GATHER;
 
 /// `ctl[3]` of a direct mode whose peer's buffer is not where this rank's
 /// window says it is (the peer, plus one, in bits 32–63): the windows are
@@ -615,7 +625,10 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
     const bool two = a.mode == 4;
     /* The direct modes (5 fold, 6 gather, 7 broadcast): the data goes straight
        between the windows; the rings carry two empty chunks per pair. */
-    const bool direct = a.mode >= 5;
+    const bool direct = a.mode >= 5 && a.mode <= 7;
+    /* A gather to the root (mode 8): every other rank's data to the root, one
+       empty chunk to every other peer (the root sends empty chunks only). */
+    const bool rgather = a.mode == 8;
 #define FX_SP_POS(r) (((r) - a.root + n) % n)
     /* Chunks rank s sends rank q in this call: a broadcast's non-roots send one empty
        chunk (so every rank reads a head of every peer), a chain's data goes to the next. */
@@ -624,7 +637,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
        waits for an earlier chunk of the same kind and a call may lap the ring. */
 #define FX_SP_RS(c) (two ? 2ull * (c) : (c))
 #define FX_SP_AG(c) (2ull * (c) + 1ull)
-#define FX_SP_TO(s, q) (direct ? 2ull : two ? 2ull * m : chain ? ((FX_SP_POS(s) < n - 1 && (q) == ((s) + 1) % n) ? m : 1ull) : ((bcast && (s) != a.root) ? 1ull : m))
+#define FX_SP_TO(s, q) (direct ? 2ull : two ? 2ull * m : chain ? ((FX_SP_POS(s) < n - 1 && (q) == ((s) + 1) % n) ? m : 1ull) : rgather ? (((s) != a.root && (q) == a.root) ? m : 1ull) : ((bcast && (s) != a.root) ? 1ull : m))
     const int next = (chain && FX_SP_POS(me) < n - 1) ? (me + 1) % n : -1;
     const int prev = (chain && me != a.root) ? (me + n - 1) % n : a.root;
     /* This rank's receiving blocks pass each chunk on (a chain's middle). */
@@ -753,9 +766,9 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             fx_sp_copy(a.output + lo, false, a.scratch + lo, false, len);
         }
     } else if (sender) {
-        const bool data = !bcast || me == a.root;
-        /* A broadcast's non-roots send empty chunks (a chain's forwards its data from its receiving blocks). */
-        const fx_sp_u sm = (bcast && me != a.root) ? 1ull : m;
+        const bool data = rgather ? me != a.root : (!bcast || me == a.root);
+        /* A broadcast's non-roots and a gather's root send empty chunks (a chain's forwards its data from its receiving blocks). */
+        const fx_sp_u sm = ((bcast && me != a.root) || (rgather && me == a.root)) ? 1ull : m;
         for (fx_sp_u w = first; ok && w < sm * per && n > 1; w += half) {
             const fx_sp_u c = w / per;
             const int jlo = spread ? 1 + (int)(w % per) : 1;
@@ -775,7 +788,7 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
                 ok = ok_s != 0;
                 if (!ok) break;
                 const fx_sp_u peer = bases[q] + a.region_off;
-                if (data && (!chain || q == next)) fx_sp_copy(fx_sp_data(peer, n, a.slot, me, k), true, a.input + (fx_sp_u)q * a.send_stride + lo, false, len);
+                if (data && (!chain || q == next) && (!rgather || q == a.root)) fx_sp_copy(fx_sp_data(peer, n, a.slot, me, k), true, a.input + (fx_sp_u)q * a.send_stride + lo, false, len);
                 __syncthreads();
                 if (threadIdx.x == 0) {
                     fx_sp_fence();
@@ -789,9 +802,11 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             }
         }
     } else {
-        /* A gather's receivers spread as its senders; a fold needs every peer's chunk at once. */
-        const fx_sp_u rper = a.mode == 1 ? per : 1ull;
-        for (fx_sp_u w = first; ok && w < m * rper; w += half) {
+        /* A gather's receivers spread as its senders; a fold needs every peer's chunk at once.
+           A gather's other ranks take one empty chunk from every peer. */
+        const fx_sp_u rper = (a.mode == 1 || (rgather && me == a.root)) ? per : 1ull;
+        const fx_sp_u rm = (rgather && me != a.root) ? 1ull : m;
+        for (fx_sp_u w = first; ok && w < rm * rper; w += half) {
             const fx_sp_u c = w / rper;
             const int jlo = rper > 1ull ? 1 + (int)(w % rper) : 1;
             const int jhi = rper > 1ull ? jlo + 1 : n;
@@ -823,7 +838,9 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_SP_NAME(const fx_sp_ar
             if (!ok) break;
             if (a.mode == 0 || two) {
                 fx_sp_fold(a.output + (two ? (fx_sp_u)me * a.out_stride : 0ull) + lo, mine + lo, in_s, 0ull, n, me, len, true);
-            } else if (a.mode == 1) {
+            } else if (rgather && me != a.root) {
+                /* Empty chunks: nothing to write. */
+            } else if (a.mode == 1 || rgather) {
                 /* This rank's own chunk goes with the item of its first peer. */
                 const fx_sp_u own_dst = a.output + (fx_sp_u)me * a.out_stride + lo;
                 if (jlo == 1 && own_dst != mine + lo) fx_sp_copy(own_dst, false, mine + lo, false, len);

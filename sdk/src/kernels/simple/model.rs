@@ -10,7 +10,7 @@
 //! offsets checked) interleaved with the ring modes on the same rings. The point-to-point kernel's model (`p2p/model.rs`) runs on these
 //! rings too.
 
-use super::super::ll::{MODE_FOLD, MODE_GATHER};
+use super::super::ll::{MODE_FOLD, MODE_GATHER, MODE_ROOT_GATHER};
 use super::SLOTS;
 use crate::collective::Coll;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::*};
@@ -36,6 +36,8 @@ enum Mode {
     DirectGather,
     /// [`super::MODE_DIRECT_BROADCAST`]: the root's input written into every output.
     DirectBroadcast,
+    /// [`super::MODE_ROOT_GATHER`]: every other rank's input to the root.
+    RootGather,
 }
 
 impl Mode {
@@ -137,6 +139,7 @@ impl World {
             Mode::Chain if self.next(c, s) == Some(q) => m,
             Mode::Chain => 1,
             Mode::Broadcast if s != c.root => 1,
+            Mode::RootGather if s == c.root || q != c.root => 1,
             _ => m,
         }
     }
@@ -186,12 +189,22 @@ impl World {
     fn sender(&self, me: usize, c: &Call, first: usize, half: usize, sent: &[u64]) {
         let n = self.n;
         let bcast = matches!(c.mode, Mode::Broadcast | Mode::Chain);
-        let data = !bcast || me == c.root;
+        let gather = c.mode == Mode::RootGather;
+        let data = if gather {
+            me != c.root
+        } else {
+            !bcast || me == c.root
+        };
         let mine = &self.ranks[me];
         let per = c.per(n);
         let m = c.seg.div_ceil(c.chunk).max(1);
-        // A chain's non-root forwards its data from its receivers.
-        let sm = if bcast && me != c.root { 1 } else { m };
+        // A chain's non-root forwards its data from its receivers; a
+        // gather's root sends empty chunks.
+        let sm = if (bcast && me != c.root) || (gather && me == c.root) {
+            1
+        } else {
+            m
+        };
         let next = self.next(c, me);
         let mut item = first;
         while item < sm * per && n > 1 {
@@ -210,7 +223,9 @@ impl World {
                 {
                     continue;
                 }
-                let src = (data && (c.mode != Mode::Chain || Some(q) == next))
+                let src = (data
+                    && (c.mode != Mode::Chain || Some(q) == next)
+                    && (!gather || q == c.root))
                     .then_some(c.input + q * c.send_stride + lo);
                 self.put(me, q, sent[q] + c.at(ch), src, len);
             }
@@ -234,7 +249,14 @@ impl World {
         let n = self.n;
         let mine = &self.ranks[me];
         let m = c.seg.div_ceil(c.chunk).max(1);
-        let per = if c.mode == Mode::Gather { c.per(n) } else { 1 };
+        let root_gather = c.mode == Mode::RootGather;
+        let per = if c.mode == Mode::Gather || (root_gather && me == c.root) {
+            c.per(n)
+        } else {
+            1
+        };
+        // A gather's other ranks take one empty chunk from every peer.
+        let m = if root_gather && me != c.root { 1 } else { m };
         let mut item = first;
         while item < m * per {
             let ch = item / per;
@@ -287,7 +309,8 @@ impl World {
                         mine.mem[at + lo + i].store(v, Relaxed);
                     }
                 }
-                Mode::Gather => {
+                Mode::RootGather if me != c.root => {}
+                Mode::Gather | Mode::RootGather => {
                     // This rank's own chunk goes with the item of its first peer.
                     let own_item = (jlo == 1).then_some(me);
                     for r in own_item
@@ -566,11 +589,16 @@ fn call_at(
     let root = n - 1;
     let m = super::super::moves::moves(coll, me, root, block, in_place, send as u64, recv as u64)
         .expect("an exchange collective");
-    let sends = coll != Coll::Broadcast || me == root;
+    let sends = match coll {
+        Coll::Broadcast | Coll::Scatter => me == root,
+        Coll::Gather => me != root,
+        _ => true,
+    };
     Call {
         mode: match m.mode {
             MODE_FOLD => Mode::Fold,
             MODE_GATHER => Mode::Gather,
+            MODE_ROOT_GATHER => Mode::RootGather,
             _ => Mode::Broadcast,
         },
         root,
@@ -614,6 +642,8 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
         Coll::AllGather,
         Coll::AllToAll,
         Coll::Broadcast,
+        Coll::Gather,
+        Coll::Scatter,
     ];
     let mut rng = crate::testing::Rng::new(0x2545_f491_4f6c_dd1d);
     let mut next = |m: u64| rng.below(m);
@@ -621,7 +651,8 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
         let (slot, span) = (32, 4096);
         let w = world(n, slot, 2 * span);
         // Many calls on one world: the counters and rings carry over.
-        for round in 0..12 {
+        // 3 × the collectives: each in place once (every third round).
+        for round in 0..21 {
             let coll = colls[round % colls.len()];
             let in_place = round % 3 == 1;
             let block = 1 + next(90) as usize;
@@ -644,7 +675,7 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
             // Inputs: what each rank holds before the call.
             let value = |r: usize, i: usize| (r * 37 + i * 11 + round * 5 + 1) as u8;
             let in_len = match coll {
-                Coll::ReduceScatter | Coll::AllToAll => n * block,
+                Coll::ReduceScatter | Coll::AllToAll | Coll::Scatter => n * block,
                 _ => block,
             };
             let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
@@ -687,6 +718,26 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
                                     "{what} rank {me} from {r}"
                                 );
                             }
+                        }
+                    }
+                    // The root is the last rank; the others' buffers hold nothing to check.
+                    Coll::Gather if me == n - 1 => {
+                        for r in 0..n {
+                            for i in 0..block {
+                                assert_eq!(out(r * block + i), value(r, i), "{what} root from {r}");
+                            }
+                        }
+                    }
+                    Coll::Gather => {}
+                    Coll::Scatter => {
+                        let at = if in_place && me == n - 1 {
+                            me * block
+                        } else {
+                            0
+                        };
+                        for i in 0..block {
+                            let want = value(n - 1, me * block + i);
+                            assert_eq!(out(at + i), want, "{what} rank {me} byte {i}");
                         }
                     }
                     _ => {
