@@ -47,8 +47,8 @@ pub struct CeComm {
     /// Whether the last launch queued only self-timed kernels behind no
     /// pending barrier route (`launch_bounded`).
     bounded: bool,
-    /// The stream for local copies beside peer copies (`issue::Side`),
-    /// made at the first barrier route; before `dev` (dropped with its context).
+    /// The stream for local copies beside peer copies (`issue::Side`);
+    /// before `dev` (dropped with its context; `None` once destroyed).
     side: Option<issue::Side>,
     dev: Arc<dyn Device>,
 }
@@ -58,6 +58,7 @@ struct Local {
     api: Api,
     stream: Stream,
     flags: Flags,
+    side: issue::Side,
     dev: Arc<dyn Device>,
 }
 
@@ -84,10 +85,12 @@ fn local_setup(info: &CommInfo, layout: FlagLayout, scratch: usize) -> PluginRes
     }
     let stream = Stream::new()?;
     let flags = Flags::alloc(&dev, layout, info.rank, &stream, scratch)?;
+    let side = issue::Side::new()?;
     Ok(Local {
         api,
         stream,
         flags,
+        side,
         dev,
     })
 }
@@ -291,6 +294,7 @@ impl CeComm {
             api,
             stream,
             mut flags,
+            side,
             dev,
         } = local.map_err(|e| PluginError::internal(format!("agreed although: {e}")))?;
         // Round 2: open the peers' flags and start the watchdog.
@@ -334,12 +338,13 @@ impl CeComm {
                 exchanged: false,
                 p2p_calls: 0,
                 bounded: false,
-                side: None,
+                side: Some(side),
                 dev,
             }),
             (started, agreed, extras) => {
                 let _bound = dev.bind();
                 drop(started);
+                drop(side);
                 // Peers may have opened our flags: everyone closes, then frees.
                 flags.close_peers();
                 let _ = oob.barrier();
@@ -422,12 +427,12 @@ impl CeComm {
 
     /// `can_run`.
     pub fn can_run(&self, d: &CollDesc<'_, Window>) -> i32 {
-        select::bid(self.cfg.priority, self.rank, self.nranks, &self.agreed(), d).unwrap_or(0)
+        select::bid(self.cfg.priority, self.nranks, &self.agreed(), d).unwrap_or(0)
     }
 
     /// `describe`: the path [`can_run`](Self::can_run)'s bid stands for.
     pub fn describe(&self, d: &CollDesc<'_, Window>) -> Option<String> {
-        select::describe(self.rank, self.nranks, &self.agreed(), d)
+        select::describe(self.nranks, &self.agreed(), d)
     }
 
     /// What the ranks agreed on, less the LL and LL128 kernels once a
@@ -480,9 +485,8 @@ impl CeComm {
         }
         let invalid =
             |why| PluginError::invalid(format!("ce cannot run this {}: {why}", d.coll.name()));
-        let (_, route) =
-            select::bid_route(self.cfg.priority, self.rank, self.nranks, &self.agreed(), d)
-                .map_err(invalid)?;
+        let (_, route) = select::bid_route(self.cfg.priority, self.nranks, &self.agreed(), d)
+            .map_err(invalid)?;
         let Some(route) = route else {
             self.bounded = true;
             return Ok(()); // count 0
@@ -512,9 +516,6 @@ impl CeComm {
             batch: self.cfg.batch,
             min_bytes: self.cfg.batch_bytes,
         };
-        if self.side.is_none() && !capturing {
-            self.side = Some(issue::Side::new()?);
-        }
         let mut seq = self.seq.clone();
         let note = self.note(d, mode);
         let parts = plan::Parts {

@@ -71,7 +71,10 @@ pub fn beside(local: &[Xfer], remote: &[Xfer], capturing: bool) -> bool {
 }
 
 /// `remote` on `stream` and `local` on `side`'s stream, which starts after
-/// `stream`'s work so far and which `stream` waits for after `remote`.
+/// `stream`'s work so far and which `stream` waits for after `remote`. Once
+/// the side stream took work, it is joined back (or, where the join cannot
+/// be queued, waited for) whatever fails after: nothing it queued outlives
+/// the call's tracked event.
 ///
 /// # Safety
 /// As [`copies`], for both lists; `side` is of `stream`'s context.
@@ -91,13 +94,25 @@ pub unsafe fn copies_beside(
             sys::cuStreamWaitEvent(side.stream.raw(), side.fork.raw(), 0),
             "cuStreamWaitEvent (ce's side stream)",
         )?;
-        copies(api, side.stream.raw(), local, batch)?;
-        side.join.record_on(&side.stream)?;
-        copies(api, stream, remote, batch)?;
-        check(
-            sys::cuStreamWaitEvent(stream, side.join.raw(), 0),
-            "cuStreamWaitEvent (joining ce's side stream)",
-        )
+        let mine = copies(api, side.stream.raw(), local, batch);
+        let peers = match &mine {
+            Ok(()) => copies(api, stream, remote, batch),
+            Err(_) => Ok(()),
+        };
+        let joined = side.join.record_on(&side.stream).and_then(|()| {
+            check(
+                sys::cuStreamWaitEvent(stream, side.join.raw(), 0),
+                "cuStreamWaitEvent (joining ce's side stream)",
+            )
+        });
+        if joined.is_err() {
+            // Bounded: the side stream holds local copies alone.
+            let _ = check(
+                sys::cuStreamSynchronize(side.stream.raw()),
+                "cuStreamSynchronize (ce's side stream)",
+            );
+        }
+        mine.and(peers).and(joined)
     }
 }
 

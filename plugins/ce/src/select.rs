@@ -187,7 +187,7 @@ pub fn table(nranks: usize, red: &Agreed, sizes: &[usize]) -> Vec<(String, Vec<S
                         recv_win: win.map(|win| WindowRef { win, offset: 0 }),
                         seq: 0,
                     };
-                    match bid_route(1, 0, nranks, red, &d) {
+                    match bid_route(1, nranks, red, &d) {
                         Ok((_, Some(r))) => route_name(&r, windows),
                         Ok((_, None)) => "-".into(),
                         Err(_) => "core".into(),
@@ -201,18 +201,13 @@ pub fn table(nranks: usize, red: &Agreed, sizes: &[usize]) -> Vec<(String, Vec<S
     rows
 }
 
-/// ce's path for `d` on rank `me` of `nranks` in a few words (what its
+/// ce's path for `d` on `nranks` ranks in a few words (what its
 /// `describe` hook says): the kernel (`LL`, `Simple`, `Simple direct`,
 /// `Simple two-shot`) or the barrier route (`staged`, `one-shot`,
 /// `two-shot`, `windows`); `None` where ce would not run it.
-pub fn describe(
-    me: usize,
-    nranks: usize,
-    red: &Agreed,
-    d: &CollDesc<'_, Window>,
-) -> Option<String> {
-    match bid_route(1, me, nranks, red, d) {
-        Ok((_, Some(r))) => Some(route_name(&r, in_windows(me, d))),
+pub fn describe(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<String> {
+    match bid_route(1, nranks, red, d) {
+        Ok((_, Some(r))) => Some(route_name(&r, in_windows(d))),
         Ok((_, None)) => Some("nothing to move".into()),
         Err(_) => None,
     }
@@ -608,9 +603,9 @@ pub fn simple_limit(coll: Coll, nranks: usize, simple_bytes: usize) -> usize {
 /// control words and must not overlap, which a graph replayed beside eager
 /// calls (or a graph's forked streams) would make them do. Outside windows
 /// only where staging is allowed, the gate that keeps unchecked calls on the
-/// core's checked path; "in windows" is the receive buffer's, which every
-/// rank of these collectives uses (a broadcast root's send buffer is its
-/// alone: asking for it would split the ranks' routes).
+/// core's checked path; "in windows" is the buffer every rank of the call
+/// uses — the receive buffer's, a gather's send buffer's (a broadcast root's
+/// send buffer is its alone: asking for it would split the ranks' routes).
 fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exchange> {
     let kind = match d.coll {
         Coll::AllReduce | Coll::ReduceScatter => d.op != ferrocx_sdk::abi::FX_OP_AVG,
@@ -682,15 +677,19 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
     }
 }
 
-/// Whether this rank's buffers that `d` uses lie in windows. In a rooted
-/// collective only the root copies (through its own windows), so a
-/// non-root's unused buffer does not count.
-fn in_windows(me: usize, d: &CollDesc<'_, Window>) -> bool {
+/// Whether the buffers through which `d`'s copies reach the peers lie in
+/// windows: the one buffer every rank of a rooted collective uses — the
+/// receive buffer of a broadcast or scatter (the root writes into its peers'),
+/// the send buffer of a gather (the root reads its peers') — and both
+/// otherwise. A root's other buffer (a broadcast's or scatter's input, a
+/// gather's output) is its alone and reached locally: asking for its window
+/// would let the root route apart from the others (it did, until session 24:
+/// staged on the root, on windows elsewhere).
+fn in_windows(d: &CollDesc<'_, Window>) -> bool {
     let (send, recv) = (d.send_win.is_some(), d.recv_win.is_some());
-    let root = d.root == me;
     match d.coll {
-        Coll::Broadcast | Coll::Scatter if !root => recv,
-        Coll::Gather if !root => send,
+        Coll::Broadcast | Coll::Scatter => recv,
+        Coll::Gather => send,
         _ => send && recv,
     }
 }
@@ -711,12 +710,7 @@ fn in_windows(me: usize, d: &CollDesc<'_, Window>) -> bool {
 /// alltoall, broadcast, gather and scatter whose block is at most
 /// `FERROCX_CE_LL_BYTES` run as one LL kernel, and up to
 /// `FERROCX_CE_SIMPLE_BYTES` as one Simple kernel, windows or not (`exchange`).
-pub fn route(
-    me: usize,
-    nranks: usize,
-    red: &Agreed,
-    d: &CollDesc<'_, Window>,
-) -> Result<Route, String> {
+pub fn route(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Result<Route, String> {
     reductions_usable(red, d)?;
     if let Some(k) = exchange(nranks, red, d) {
         return Ok(Route {
@@ -728,7 +722,7 @@ pub fn route(
     let staged_bytes = plan::staged_bytes(d.coll, nranks, block).unwrap_or(usize::MAX);
     let fits = staged_bytes <= red.scratch;
     let can_stage = red.stage && fits;
-    let windows = in_windows(me, d);
+    let windows = in_windows(d);
     // One-shot reads n-1 whole inputs, two-shot 2(n-1)/n of one: the limit
     // is set for 2 ranks and shrinks as 2/n.
     let one_shot = block.saturating_mul(nranks) <= red.one_shot_bytes.saturating_mul(2);
@@ -770,21 +764,20 @@ pub fn route(
     })
 }
 
-/// ce's bid for `d` on rank `me` of `nranks`, or why it cannot run it.
+/// ce's bid for `d` on `nranks` ranks, or why it cannot run it: the same
+/// on every rank (nothing of the rank's own goes into it).
 pub fn bid(
     priority: i32,
-    me: usize,
     nranks: usize,
     red: &Agreed,
     d: &CollDesc<'_, Window>,
 ) -> Result<i32, String> {
-    bid_route(priority, me, nranks, red, d).map(|(p, _)| p)
+    bid_route(priority, nranks, red, d).map(|(p, _)| p)
 }
 
 /// [`bid`] and, for a call with data, its [`route`] (what `launch` needs).
 pub fn bid_route(
     priority: i32,
-    me: usize,
     nranks: usize,
     red: &Agreed,
     d: &CollDesc<'_, Window>,
@@ -805,7 +798,7 @@ pub fn bid_route(
     if d.count == 0 {
         return Ok((priority, None));
     }
-    let route = route(me, nranks, red, d)?;
+    let route = route(nranks, red, d)?;
     if route.staged || route.kernel.is_some() {
         return Ok((priority, Some(route)));
     }
@@ -815,12 +808,20 @@ pub fn bid_route(
         .ok_or_else(|| "the size overflows".to_string())?;
     let (s, r) = plan::extents(d.coll, nranks, d.root, block, d.in_place)
         .ok_or_else(|| "the size overflows".to_string())?;
-    // Windowed: the windows this rank uses must hold the root's extents (the
-    // largest, and the same on every rank, since offsets are symmetric).
-    if let Some(sw) = &d.send_win {
+    // Windowed: the windows through which the copies reach the peers must
+    // hold the root's extents (the largest, and the same on every rank, since
+    // offsets are symmetric). A rooted collective's other buffer is the
+    // root's alone (reached locally) or unused: its window, if any, says
+    // nothing every rank knows, so it is not asked (`in_windows`).
+    let (send_used, recv_used) = match d.coll {
+        Coll::Broadcast | Coll::Scatter => (false, true),
+        Coll::Gather => (true, false),
+        _ => (true, true),
+    };
+    if let (Some(sw), true) = (&d.send_win, send_used) {
         fits(sw, s, "send")?;
     }
-    if let Some(rw) = &d.recv_win {
+    if let (Some(rw), true) = (&d.recv_win, recv_used) {
         fits(rw, r, "receive")?;
     }
     Ok((priority, Some(route)))
@@ -864,7 +865,7 @@ mod tests {
     }
 
     fn bid(priority: i32, nranks: usize, d: &CollDesc<'_, Window>) -> Result<i32, String> {
-        super::bid(priority, 0, nranks, &Agreed::default(), d)
+        super::bid(priority, nranks, &Agreed::default(), d)
     }
 
     const ON: Agreed = Agreed {
@@ -923,7 +924,7 @@ mod tests {
                 Agreed::default()
             };
             assert_eq!(
-                super::bid(200, 0, 2, &red, &desc(c, 10, Some(&w), Some(&w))),
+                super::bid(200, 2, &red, &desc(c, 10, Some(&w), Some(&w))),
                 Ok(200),
                 "{c:?}"
             );
@@ -942,10 +943,10 @@ mod tests {
         let mut d = desc(Coll::AllToAll, 10, Some(&w), Some(&w));
         d.in_place = true;
         assert!(bid(200, 2, &d).unwrap_err().contains("scratch"));
-        assert_eq!(super::bid(200, 0, 2, &ON, &d), Ok(200), "in place: staged");
+        assert_eq!(super::bid(200, 2, &ON, &d), Ok(200), "in place: staged");
         let staged = desc(Coll::Scatter, 10, None, None);
         assert_eq!(
-            super::bid(200, 0, 2, &ON, &staged),
+            super::bid(200, 2, &ON, &staged),
             Ok(200),
             "no windows: staged"
         );
@@ -956,15 +957,15 @@ mod tests {
         d.root = 2;
         assert!(bid(200, 2, &d).is_err());
         let ar = desc(Coll::AllReduce, 10, Some(&w), Some(&w));
-        assert_eq!(super::bid(200, 0, 2, &ON, &ar), Ok(200));
+        assert_eq!(super::bid(200, 2, &ON, &ar), Ok(200));
         assert!(bid(200, 2, &ar).unwrap_err().contains("FERROCX_CE_REDUCE"));
         let mut d = desc(Coll::AllReduce, 10, Some(&w), Some(&w));
         d.op = 9;
-        assert!(super::bid(200, 0, 2, &ON, &d)
+        assert!(super::bid(200, 2, &ON, &d)
             .unwrap_err()
             .contains("operator"));
         let rs = desc(Coll::ReduceScatter, 20, Some(&w), Some(&w));
-        let e = super::bid(200, 0, 2, &ON, &rs).unwrap_err();
+        let e = super::bid(200, 2, &ON, &rs).unwrap_err();
         assert!(e.contains("send buffer (160 bytes"), "{e}");
         let huge = desc(Coll::AllGather, usize::MAX / 2, Some(&w), Some(&w));
         assert!(bid(200, 2, &huge).unwrap_err().contains("overflow"));
@@ -981,7 +982,7 @@ mod tests {
                 desc(coll, count, None, None)
             };
             d.in_place = in_place;
-            route(0, n, &ON, &d).map(|r| (r.staged, r.one_shot))
+            route(n, &ON, &d).map(|r| (r.staged, r.one_shot))
         };
         use Coll::{AllGather as AG, AllReduce as AR, AllToAll as A2A, ReduceScatter as RS};
         // all_reduce: one-shot up to 64 B at 2 ranks (×2/n), two-shot on windows above.
@@ -1031,7 +1032,7 @@ mod tests {
         assert!(r(2, A2A, 129, true, false).unwrap_err().contains("scratch"));
         assert!(r(2, A2A, 129, true, true).unwrap_err().contains("scratch"));
         let d = desc(AR, 256, None, None);
-        assert_eq!(super::bid(200, 0, 2, &ON, &d), Ok(200));
+        assert_eq!(super::bid(200, 2, &ON, &d), Ok(200));
         assert!(bid(200, 2, &d).is_err(), "reductions off");
         assert!(bid(200, 2, &desc(Coll::AllGather, 4, None, None)).is_err());
         // Staging off: windows only.
@@ -1043,7 +1044,7 @@ mod tests {
                 desc(coll, count, None, None)
             };
             d.in_place = in_place;
-            route(0, 2, &no_stage, &d).map(|r| r.staged)
+            route(2, &no_stage, &d).map(|r| r.staged)
         };
         assert_eq!(
             rs(AR, 16, true, true),
@@ -1088,7 +1089,7 @@ mod tests {
                                 if !unused_win && unused_recv {
                                     d.recv_win = None;
                                 }
-                                route(me, n, &ON, &d)
+                                route(n, &ON, &d)
                             };
                             let base = d(false, true);
                             assert_eq!(
@@ -1137,7 +1138,7 @@ mod tests {
         let w = win(1 << 20);
         let red = Agreed { ll_bytes: 64, ..ON };
         let ll = |d: &CollDesc<'_, Window>, red: &Agreed| {
-            route(0, 2, red, d).map(|r| r.kernel == Some(Exchange::Ll))
+            route(2, red, d).map(|r| r.kernel == Some(Exchange::Ll))
         };
         for coll in [
             Coll::AllReduce,
@@ -1156,7 +1157,7 @@ mod tests {
             }
             let d = desc(coll, 16, None, None);
             assert_eq!(
-                bid_route(7, 0, 2, &red, &d).map(|(p, r)| (p, r.and_then(|r| r.kernel))),
+                bid_route(7, 2, &red, &d).map(|(p, r)| (p, r.and_then(|r| r.kernel))),
                 Ok((7, Some(Exchange::Ll)))
             );
             assert_ne!(
@@ -1170,7 +1171,7 @@ mod tests {
                 "{coll:?}: no kernels"
             );
             assert_ne!(
-                route(0, 17, &red, &d).map(|r| r.kernel),
+                route(17, &red, &d).map(|r| r.kernel),
                 Ok(Some(Exchange::Ll)),
                 "17 ranks"
             );
@@ -1213,9 +1214,8 @@ mod tests {
             simple_bytes: 256,
             ..ON
         };
-        let k = |n: usize, d: &CollDesc<'_, Window>, red: &Agreed| {
-            route(0, n, red, d).map(|r| r.kernel)
-        };
+        let k =
+            |n: usize, d: &CollDesc<'_, Window>, red: &Agreed| route(n, red, d).map(|r| r.kernel);
         for coll in [
             Coll::AllReduce,
             Coll::ReduceScatter,
@@ -1358,7 +1358,7 @@ mod tests {
             direct_bytes: 1024,
             ..ON
         };
-        let k = |d: &CollDesc<'_, Window>, red: &Agreed| route(0, 2, red, d).map(|r| r.kernel);
+        let k = |d: &CollDesc<'_, Window>, red: &Agreed| route(2, red, d).map(|r| r.kernel);
         let direct = Ok(Some(Exchange::Direct));
         let simple = Ok(Some(Exchange::Simple));
         // all_reduce: both windows; 1 element above the LL limit, up to the
@@ -1416,7 +1416,7 @@ mod tests {
         cap.capturing = true;
         assert_ne!(k(&cap, &red), direct);
         assert_ne!(
-            route(0, 1, &red, &desc(Coll::AllGather, 17, None, Some(&w))).map(|r| r.kernel),
+            route(1, &red, &desc(Coll::AllGather, 17, None, Some(&w))).map(|r| r.kernel),
             direct
         );
         assert_eq!(direct_range(Coll::AllToAll, 2, 1 << 20), (0, 0));
@@ -1436,7 +1436,7 @@ mod tests {
             ..ON
         };
         let k = |n: usize, coll, bytes: usize| {
-            route(0, n, &auto, &desc(coll, bytes / 4, Some(&big), Some(&big))).map(|r| r.kernel)
+            route(n, &auto, &desc(coll, bytes / 4, Some(&big), Some(&big))).map(|r| r.kernel)
         };
         let direct = Ok(Some(Exchange::Direct));
         for (coll, (above, upto), _) in DIRECT_TABLE {
@@ -1468,7 +1468,7 @@ mod tests {
         let w = win(1 << 30);
         let red = Agreed::assumed(&crate::config::Config::default());
         let d = |coll, bytes: usize, win: Option<&Window>| {
-            describe(0, 2, &red, &desc(coll, bytes / 4, win, win))
+            describe(2, &red, &desc(coll, bytes / 4, win, win))
         };
         let s = |x: &str| Some(x.to_string());
         assert_eq!(d(Coll::AllGather, 64, None), s("LL"));
@@ -1485,7 +1485,7 @@ mod tests {
         assert_eq!(d(Coll::Broadcast, 1 << 30, None), None);
         let mut host = desc(Coll::AllGather, 16, None, None);
         host.mem = MemKind::Host;
-        assert_eq!(describe(0, 2, &red, &host), None);
+        assert_eq!(describe(2, &red, &host), None);
     }
 
     /// The printed table follows the routes: LL, LL128 (at 2 ranks, where
@@ -1534,7 +1534,7 @@ mod tests {
     fn mid_blocks_take_the_ll128_kernel_where_agreed() {
         let red = Agreed::assumed(&crate::config::Config::default());
         let k = |n: usize, red: &Agreed, coll, bytes: usize| {
-            route(0, n, red, &desc(coll, bytes / 4, None, None)).map(|r| r.kernel)
+            route(n, red, &desc(coll, bytes / 4, None, None)).map(|r| r.kernel)
         };
         let l8 = Ok(Some(Exchange::Ll128));
         for (coll, two, more) in LL128_TABLE {
@@ -1550,7 +1550,7 @@ mod tests {
                 for elem in [1usize, 2, 8] {
                     let mut d = desc(coll, above / elem + 1, None, None);
                     d.elem = elem;
-                    let kernel = route(0, n, &red, &d).map(|r| r.kernel);
+                    let kernel = route(n, &red, &d).map(|r| r.kernel);
                     assert_eq!(kernel, l8, "{coll:?} {n} {elem}");
                 }
             }
@@ -1591,10 +1591,10 @@ mod tests {
         );
         let mut avg = desc(Coll::AllReduce, 128 << 10, None, None);
         avg.op = ferrocx_sdk::abi::FX_OP_AVG;
-        assert_ne!(route(0, 2, &red, &avg).map(|r| r.kernel), l8);
+        assert_ne!(route(2, &red, &avg).map(|r| r.kernel), l8);
         let mut cap = desc(Coll::AllReduce, 128 << 10, None, None);
         cap.capturing = true;
-        assert_ne!(route(0, 2, &red, &cap).map(|r| r.kernel), l8);
+        assert_ne!(route(2, &red, &cap).map(|r| r.kernel), l8);
         assert_eq!(
             ll128_range(Coll::Gather, 2, crate::config::LL128_AUTO, 0),
             (0, 0)
@@ -1616,7 +1616,7 @@ mod tests {
     fn auto_limits_follow_the_rank_count() {
         let red = Agreed::assumed(&crate::config::Config::default());
         let k = |n: usize, coll, bytes: usize| {
-            route(0, n, &red, &desc(coll, bytes / 4, None, None)).map(|r| r.kernel)
+            route(n, &red, &desc(coll, bytes / 4, None, None)).map(|r| r.kernel)
         };
         let simple = Ok(Some(Exchange::Simple));
         assert_eq!(k(2, Coll::AllReduce, 8 << 20), simple);
@@ -1675,9 +1675,47 @@ mod tests {
             root.root = 0;
             let mut other = desc(Coll::Broadcast, count, Some(&w), Some(&w));
             other.root = 0;
-            let (a, b) = (route(0, 2, &red, &root), route(1, 2, &red, &other));
+            let (a, b) = (route(2, &red, &root), route(2, &red, &other));
             assert_eq!(a, b, "count {count}");
             assert!(a.unwrap().kernel.is_some(), "count {count}");
+        }
+    }
+
+    /// A rooted collective's root has a buffer of its own (a broadcast's or
+    /// scatter's input, a gather's output) that it reaches locally: whether it
+    /// lies in a window must not move the root off the others' route, at
+    /// any size (kernels, windows, staged, the core) — until session 24 the
+    /// barrier routes staged on such a root and ran on windows elsewhere.
+    #[test]
+    fn a_roots_own_buffer_outside_windows_routes_as_the_others() {
+        let w = win(1 << 30);
+        let auto = Agreed::assumed(&crate::config::Config::default());
+        for red in [auto, ON] {
+            for n in [2, 3, 4] {
+                for coll in [Coll::Broadcast, Coll::Scatter, Coll::Gather] {
+                    for bytes in [64, 2 << 20, 24 << 20, 48 << 20, 256 << 20] {
+                        let count = bytes / 4;
+                        // The buffer every rank uses is in a window on every rank.
+                        let shared_send = coll == Coll::Gather;
+                        let only_shared = if shared_send {
+                            desc(coll, count, Some(&w), None)
+                        } else {
+                            desc(coll, count, None, Some(&w))
+                        };
+                        let both = desc(coll, count, Some(&w), Some(&w));
+                        assert_eq!(
+                            route(n, &red, &only_shared),
+                            route(n, &red, &both),
+                            "{coll:?} n={n} {bytes} B"
+                        );
+                        assert_eq!(
+                            describe(n, &red, &only_shared),
+                            describe(n, &red, &both),
+                            "{coll:?} n={n} {bytes} B"
+                        );
+                    }
+                }
+            }
         }
     }
 }

@@ -679,6 +679,16 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
                 _ => block,
             };
             let halves: Vec<usize> = (0..n).map(|_| 1 + next(3) as usize).collect();
+            // What each rank's output region held (a gather's non-roots must not write it).
+            let before: Vec<Vec<u8>> = w
+                .ranks
+                .iter()
+                .map(|r| {
+                    (0..n * block)
+                        .map(|i| r.mem[span + i].load(Relaxed))
+                        .collect()
+                })
+                .collect();
             w.fill_and_call(&calls, in_len, value, &halves);
             let what = format!("{} n={n} round={round} block={block} chunk={chunk} in_place={in_place} chain={chain} halves={halves:?}", coll.name());
             for (me, rank) in w.ranks.iter().enumerate() {
@@ -726,6 +736,11 @@ fn every_collective_on_1_to_5_ranks_lapping_small_rings() {
                             for i in 0..block {
                                 assert_eq!(out(r * block + i), value(r, i), "{what} root from {r}");
                             }
+                        }
+                    }
+                    Coll::Gather if !in_place => {
+                        for (i, &b) in before[me].iter().enumerate() {
+                            assert_eq!(out(i), b, "{what} non-root {me} wrote byte {i}");
                         }
                     }
                     Coll::Gather => {}
