@@ -456,6 +456,33 @@ fn ce_runs_window_calls_in_the_direct_modes() {
     }
 }
 
+/// A rooted collective whose root's own buffer (a broadcast's or scatter's
+/// input, a gather's output) lies outside the window that holds the buffer
+/// every rank uses (`ce-rooted-own`; non-roots pass 0 for the buffer they do
+/// not use): every root, blocks of 8 B to 4 MiB, with ce's kernels and with
+/// them off (the barrier routes on windows, where such a root once staged
+/// while its peers did not: session 24's review), at 2 and 4 ranks; every
+/// byte checked, ce running every call. Written in session 24 without a GPU
+/// left to run it on.
+#[test]
+fn ce_runs_rooted_calls_whose_roots_own_buffer_is_outside_windows() {
+    if !gpus() {
+        return;
+    }
+    let kernels = [("CUDA_DEVICE_MAX_CONNECTIONS", "16")];
+    let routes = [
+        ("CUDA_DEVICE_MAX_CONNECTIONS", "16"),
+        ("FERROCX_CE_LL_BYTES", "0"),
+        ("FERROCX_CE_LL128_BYTES", "0"),
+        ("FERROCX_CE_SIMPLE_BYTES", "0"),
+    ];
+    for n in [2, 4] {
+        for env in [&kernels[..], &routes[..]] {
+            run_ok_n(n, &["ce-rooted-own"], env, Duration::from_secs(300));
+        }
+    }
+}
+
 /// A call whose windows are not symmetric under the direct modes
 /// (`ce-direct-asym`: rank 0 in place, rank 1 out of place from another
 /// offset): both ranks get the error naming the other within seconds, and

@@ -85,6 +85,7 @@ fn main() -> ExitCode {
         Some("run-ahead") => coll::mismatch::run_ahead(),
         Some("hang") => coll::hang::run(&args[1]),
         Some("ce-direct-asym") => coll::ce_direct::run(),
+        Some("ce-rooted-own") => coll::ce_rooted::run(),
         Some("ce-hang") => coll::ce_hang::run(),
         Some("selection") => coll::selection::run(&args[1..]),
         Some("p2p-device") => coll::p2p::run(

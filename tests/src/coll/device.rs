@@ -94,6 +94,23 @@ impl DevMem {
         })
     }
 
+    /// `len` bytes (at least 1) of their own allocation, never from the
+    /// arena (outside its window).
+    pub fn outside(len: usize) -> Result<Self, String> {
+        let mut ptr = 0;
+        cuda::check(
+            // SAFETY: the communicator bound its context on this thread; valid out pointer.
+            unsafe { sys::cuMemAlloc_v2(&mut ptr, len.max(1)) },
+            "cuMemAlloc",
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(DevMem {
+            ptr,
+            len,
+            carved: false,
+        })
+    }
+
     /// A copy from pageable memory may return before the bytes reach the device;
     /// the context synchronization makes them visible to every stream and peer.
     pub fn upload(&self, data: &[u8]) -> Result<(), String> {

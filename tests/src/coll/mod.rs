@@ -15,6 +15,7 @@ macro_rules! kernel_params {
 pub mod bad;
 pub mod ce_direct;
 pub mod ce_hang;
+pub mod ce_rooted;
 pub mod device;
 pub mod devnet;
 pub mod devnet_fake;
