@@ -55,6 +55,8 @@ pub fn filter_from_env() -> Result<NameFilter> {
 #[derive(Default)]
 pub struct Collectives {
     plugins: Vec<CollectivePlugin>,
+    /// [`host_bids_by_shape`](Self::host_bids_by_shape), decided once.
+    shape_bids: bool,
 }
 
 impl Collectives {
@@ -114,7 +116,16 @@ impl Collectives {
                 None => {}
             }
         }
-        Ok((Collectives { plugins }, left_out))
+        let shape_bids = plugins
+            .iter()
+            .all(|p| !p.serves(FX_MEM_HOST) || p.bids_by_shape());
+        Ok((
+            Collectives {
+                plugins,
+                shape_bids,
+            },
+            left_out,
+        ))
     }
 
     /// No plugin takes part: every call runs on the core.
@@ -130,9 +141,7 @@ impl Collectives {
     /// Whether every plugin that takes host memory bids on a host call's shape
     /// alone (`FX_COLL_CAP_SHAPE_BIDS`): its winner may be remembered per shape.
     pub fn host_bids_by_shape(&self) -> bool {
-        self.plugins
-            .iter()
-            .all(|p| !p.serves(FX_MEM_HOST) || p.bids_by_shape())
+        self.shape_bids
     }
 
     /// Ask every plugin about `desc` and decide.

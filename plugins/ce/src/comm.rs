@@ -569,16 +569,17 @@ impl CeComm {
             .map(|step| match step {
                 Step::Sync(b) => Ok(Work::Sync(b)),
                 Step::Copies(v) => {
-                    let (mine, peers): (Vec<&plan::Push>, Vec<&plan::Push>) = v
-                        .iter()
-                        .partition(|p| p.src_rank == self.rank && p.dst_rank == self.rank);
+                    let is_local = |p: &plan::Push| p.src_rank == self.rank && p.dst_rank == self.rank;
                     let mut xs = Vec::with_capacity(v.len());
                     let mut local = 0;
-                    for (i, p) in mine.iter().chain(&peers).enumerate() {
-                        let x = resolve(p)?;
-                        if x.src != x.dst {
-                            xs.push(x);
-                            local += usize::from(i < mine.len());
+                    // This rank's local copies first, then those to or from peers.
+                    for pass in [true, false] {
+                        for p in v.iter().filter(|p| is_local(p) == pass) {
+                            let x = resolve(p)?;
+                            if x.src != x.dst {
+                                xs.push(x);
+                                local += usize::from(pass);
+                            }
                         }
                     }
                     Ok(Work::Copies { xs, local })

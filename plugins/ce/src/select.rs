@@ -686,11 +686,18 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
 /// would let the root route apart from the others (it did, until session 24:
 /// staged on the root, on windows elsewhere).
 fn in_windows(d: &CollDesc<'_, Window>) -> bool {
-    let (send, recv) = (d.send_win.is_some(), d.recv_win.is_some());
-    match d.coll {
-        Coll::Broadcast | Coll::Scatter => recv,
-        Coll::Gather => send,
-        _ => send && recv,
+    let (send, recv) = reaching(d.coll);
+    (!send || d.send_win.is_some()) && (!recv || d.recv_win.is_some())
+}
+
+/// Which of a call's buffers (send, receive) its copies reach the peers
+/// through ([`in_windows`]): the one every rank of a rooted collective uses,
+/// both otherwise.
+fn reaching(coll: Coll) -> (bool, bool) {
+    match coll {
+        Coll::Broadcast | Coll::Scatter => (false, true),
+        Coll::Gather => (true, false),
+        _ => (true, true),
     }
 }
 
@@ -813,11 +820,7 @@ pub fn bid_route(
     // offsets are symmetric). A rooted collective's other buffer is the
     // root's alone (reached locally) or unused: its window, if any, says
     // nothing every rank knows, so it is not asked (`in_windows`).
-    let (send_used, recv_used) = match d.coll {
-        Coll::Broadcast | Coll::Scatter => (false, true),
-        Coll::Gather => (true, false),
-        _ => (true, true),
-    };
+    let (send_used, recv_used) = reaching(d.coll);
     if let (Some(sw), true) = (&d.send_win, send_used) {
         fits(sw, s, "send")?;
     }

@@ -105,16 +105,6 @@ pub const MODE_BROADCAST: i32 = 2;
 /// which share the numbering).
 pub const MODE_ROOT_GATHER: i32 = 8;
 
-/// Whether rank `r` sends rank `q` data (else one ack line) in `mode`, the
-/// kernel's `fx_ll_data`.
-pub fn sends_data(mode: i32, root: usize, r: usize, q: usize) -> bool {
-    match mode {
-        MODE_BROADCAST => r == root,
-        MODE_ROOT_GATHER => q == root,
-        _ => true,
-    }
-}
-
 /// Bytes of one area for segments of up to `seg` bytes (at least one line:
 /// the ack).
 pub fn area_bytes(seg: usize) -> usize {
