@@ -159,7 +159,7 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "FERROCX_CHECK_CALLS",
         "1",
-        "compare every collective's call (type, op, count, root, order) with the neighbours' first; 0: off",
+        "compare every collective's call (type, op, count, root, order) with the neighbours' first; deferred: by the receivers only (roots run ahead, a difference fails a later call); 0: off",
     ),
     (
         "FERROCX_DEBUG",

@@ -101,7 +101,7 @@ pub(crate) struct Tracker {
     plugin_names: Mutex<Vec<Arc<str>>>,
     /// The crossed pair the last [`crossed`](Self::crossed) check saw.
     crossed_seen: Mutex<Option<(usize, String, usize, String)>>,
-    /// `FERROCX_CHECK_CALLS=0`: no crossed checks (see [`calls_unchecked`](Self::calls_unchecked)).
+    /// No crossed checks (see [`ranks_run_ahead`](Self::ranks_run_ahead)).
     unchecked: AtomicBool,
     waiting: AtomicU32,
     /// One report at a time: concurrent ones would take each other's answers.
@@ -118,13 +118,13 @@ impl Drop for Waiting<'_> {
 }
 
 impl Tracker {
-    /// The call check is off (`FERROCX_CHECK_CALLS=0`): [`crossed`](Self::crossed)
-    /// finds nothing. Its rule — a rank waiting in a send with a peer that waits
-    /// in a collective cannot have finished that collective — holds only while
-    /// every pair exchanges in every call; without the check, shm-coll lets a
-    /// rank that received its part of a broadcast go on while the root still
+    /// Calls are not checked synchronously (`FERROCX_CHECK_CALLS=0` or `deferred`):
+    /// [`crossed`](Self::crossed) finds nothing. Its rule — a rank waiting in a send
+    /// with a peer that waits in a collective cannot have finished that collective —
+    /// holds only while every pair exchanges in every call; otherwise shm-coll lets
+    /// a rank that received its part of a broadcast go on while the root still
     /// waits for a slot towards a slower rank.
-    pub fn calls_unchecked(&self) {
+    pub fn ranks_run_ahead(&self) {
         self.unchecked.store(true, Ordering::Relaxed);
     }
 

@@ -39,6 +39,45 @@ pub fn boolean(
     }
 }
 
+/// How calls are checked against the peers' (`FERROCX_CHECK_CALLS`), weakest
+/// first: ranks that differ take the strictest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CallCheck {
+    /// `0/false/no/off`: nothing compared, and messages go only where data does.
+    Off,
+    /// `deferred`: every message is compared with its receiver's call before its
+    /// data is used, but a rank that receives nothing from a peer in a call (a
+    /// broadcast's root) does not wait to hear from it: it runs ahead, and hears
+    /// of a difference at a later call.
+    Deferred,
+    /// `1/true/yes/on/sync` (the default): every rank of a call hears from its
+    /// peers in that call, so a difference fails that call on every rank.
+    Sync,
+}
+
+impl CallCheck {
+    /// Whether anything is compared.
+    pub fn compares(self) -> bool {
+        self != CallCheck::Off
+    }
+}
+
+/// `FERROCX_CHECK_CALLS` as a [`CallCheck`]; unset or blank means [`CallCheck::Sync`].
+pub fn call_check(lookup: &impl Fn(&str) -> Option<String>) -> PluginResult<CallCheck> {
+    const NAME: &str = "FERROCX_CHECK_CALLS";
+    let Some(v) = value(lookup, NAME) else {
+        return Ok(CallCheck::Sync);
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" | "sync" => Ok(CallCheck::Sync),
+        "deferred" => Ok(CallCheck::Deferred),
+        "0" | "false" | "no" | "off" => Ok(CallCheck::Off),
+        _ => Err(PluginError::invalid(format!(
+            "{NAME}={v:?} is none of 1 (sync), deferred, 0 (off)"
+        ))),
+    }
+}
+
 /// Which receive buffers a zero-copy path (shm's single copy, p2p's direct
 /// write) may write into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +238,31 @@ mod tests {
         ] {
             assert!(e.message().contains("X=\"zz\""), "{e}");
         }
+    }
+
+    #[test]
+    fn call_checks() {
+        let check = |v: &str| {
+            let v = v.to_string();
+            call_check(&move |n: &str| (n == "FERROCX_CHECK_CALLS").then(|| v.clone()))
+        };
+        assert_eq!(call_check(&table(&[])).unwrap(), CallCheck::Sync);
+        for (v, want) in [
+            ("", CallCheck::Sync),
+            ("1", CallCheck::Sync),
+            ("sync", CallCheck::Sync),
+            (" Deferred ", CallCheck::Deferred),
+            ("off", CallCheck::Off),
+            ("0", CallCheck::Off),
+        ] {
+            assert_eq!(check(v).unwrap(), want, "{v:?}");
+        }
+        assert!(check("lazy")
+            .unwrap_err()
+            .message()
+            .contains("FERROCX_CHECK_CALLS=\"lazy\""));
+        assert!(CallCheck::Off < CallCheck::Deferred && CallCheck::Deferred < CallCheck::Sync);
+        assert!(!CallCheck::Off.compares() && CallCheck::Deferred.compares());
     }
 
     #[test]

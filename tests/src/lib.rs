@@ -40,17 +40,25 @@ pub fn free_port() -> u16 {
     // any rank's own ephemeral sockets (connections, data listeners) may take
     // it before the bootstrap root binds it ("Address already in use", seen
     // in CI). Random, so that tests running at once rarely pick alike; checked
-    // free on every address the root listens on.
+    // free on every address the root listens on. Never the same port twice in one
+    // process: two jobs of one test binary drawing one port is the likeliest reading of
+    // a CI failure where a rank joined another job's root, which then closed.
     use std::hash::{BuildHasher, Hasher};
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     for attempt in 0u64..1000 {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u64(attempt);
         h.write_u32(std::process::id());
         let port = 20_000 + (h.finish() % 12_000) as u16;
+        if given.contains(&port) {
+            continue;
+        }
         // One listener at a time (the first, alive, would block the second).
         let any = std::net::TcpListener::bind(("0.0.0.0", port)).is_ok();
         let local = any && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
         if local {
+            given.push(port);
             return port;
         }
     }

@@ -99,6 +99,22 @@ fn seed_000_mix_3_ranks_unchecked() {
     assert!(outs.iter().all(|o| o.stdout.contains("nothing leaked")));
 }
 
+/// Checked later (`FERROCX_CHECK_CALLS=deferred`): roots run ahead as without the
+/// check, every message still compared.
+#[test]
+fn seed_000_mix_3_ranks_checked_later() {
+    let outs = run_env(
+        3,
+        &["coll-mix", "0", "10000"],
+        &[
+            ("FERROCX_TIMEOUT", "30"),
+            ("FERROCX_CHECK_CALLS", "deferred"),
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(outs.iter().all(|o| o.stdout.contains("nothing leaked")));
+}
+
 #[test]
 fn matrix_4_ranks_unchecked() {
     run_env(

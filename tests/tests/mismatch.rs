@@ -144,18 +144,24 @@ fn a_collective_a_plugin_runs_is_checked_too() {
     );
 }
 
-/// With the check off, shm-coll's roots run ahead: a rank that finished a
-/// broadcast and waits in a send with the root, still in that broadcast, is
-/// not a mismatch (the crossed-call rule assumes it never happens).
+/// With the check off or deferred, shm-coll's roots run ahead: a rank that
+/// finished a broadcast and waits in a send with the root, still in that
+/// broadcast, is not a mismatch (the crossed-call rule assumes it never happens).
 #[test]
-fn ranks_running_ahead_without_the_check_are_not_a_mismatch() {
+fn ranks_running_ahead_without_the_sync_check_are_not_a_mismatch() {
+    for check in ["0", "deferred"] {
+        ran_ahead(check);
+    }
+}
+
+fn ran_ahead(check: &str) {
     let outs = run_passing(
         WORKER,
         3,
         &["run-ahead"],
         &[
             ("FERROCX_TIMEOUT", "20"),
-            ("FERROCX_CHECK_CALLS", "0"),
+            ("FERROCX_CHECK_CALLS", check),
             // 3 ranks, 64 KiB slots: rings 4 deep (the worker counts on it).
             ("FERROCX_SHM_COLL_MEMORY", "2359296"),
         ],
@@ -167,6 +173,20 @@ fn ranks_running_ahead_without_the_check_are_not_a_mismatch() {
             "rank {}: {}",
             o.rank,
             o.stdout
+        );
+    }
+}
+
+/// Checked later (`FERROCX_CHECK_CALLS=deferred`: shm-coll's roots run ahead): a
+/// rank whose differing call took nothing from its peers may return from it, and
+/// fails at its next call; every rank names the mismatch.
+#[test]
+fn checked_later_every_rank_fails_by_its_next_call() {
+    for case in ["later-type", "later-root", "later-skip"] {
+        expect_with(
+            case,
+            &[("FERROCX_CHECK_CALLS", "deferred")],
+            &["mismatched calls: rank "],
         );
     }
 }

@@ -34,6 +34,10 @@ use tracing::{debug, warn};
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 /// Refusals kept for the root's timeout message (they often explain a missing rank).
 const REFUSALS_KEPT: usize = 4;
+/// How long a non-root rank the root dropped unheard goes on connecting to it (see
+/// `join_root`): long enough for a slow rank 0 to bind, short enough that a root which
+/// crashed is named well before the job's timeout.
+const REJOIN_GRACE: Duration = Duration::from_secs(5);
 
 /// The warning about running without a secret is given once per process (splits and
 /// further communicators would only repeat it).
@@ -285,7 +289,7 @@ fn join_root(
     timeout: Duration,
 ) -> Result<Rendezvous> {
     let what = format!("connecting to the bootstrap root {root}: is rank 0 running, and is {root} reachable from here?");
-    let s = connect_retry(addrs, deadline, timeout, &what, Some(0))?;
+    let mut s = connect_retry(addrs, deadline, timeout, &what, Some(0))?;
     configure(&s, timeout).map_err(io_err("configuring the root connection"))?;
     // The interface this connection left by is one the other ranks can route to.
     let mut local = s
@@ -299,40 +303,59 @@ fn join_root(
         .map_err(io_err("reading the peer listener's address"))?);
     let rank = info.rank;
     debug!(%root, rank, addr = %info.addr, "connected to the bootstrap root");
-    let challenge = secret.map(|_| auth::challenge()).transpose()?;
-    let hello = RootHello {
-        version: VERSION,
-        rank,
-        nranks,
-        info: info.clone(),
-        challenge,
-    }
-    .encode();
-    wire::write_frame(&mut &s, Kind::Hello, 0, &hello).map_err(|e| Error::PeerFailed {
-        rank: 0,
-        detail: format!("the bootstrap root {root} dropped the connection before our hello: {e}"),
-    })?;
-    let read = || {
-        read_frame_by(&s, deadline, MAX_PAYLOAD).map_err(|e| match e {
-        WireError::Timeout => Error::Timeout {
-            what: format!("the rank table from the bootstrap root {root} (rank 0 is still waiting for other ranks to arrive)"),
-            peer: Some(0),
-            after: timeout,
-        },
-        WireError::Closed => Error::PeerFailed {
-            rank: 0,
-            detail: format!("the bootstrap root {root} closed the connection during rendezvous"),
-        },
-        e => Error::PeerFailed { rank: 0, detail: format!("reading the rank table from the bootstrap root {root}: {e}") },
-    })
+    let hello_for = |challenge: Option<auth::Challenge>| {
+        RootHello {
+            version: VERSION,
+            rank,
+            nranks,
+            info: info.clone(),
+            challenge,
+        }
+        .encode()
     };
+    let mut challenge = secret.map(|_| auth::challenge()).transpose()?;
+    let mut hello = hello_for(challenge);
+    let mut rejoin_by = None;
+    let first = loop {
+        let answer = wire::write_frame(&mut &s, Kind::Hello, 0, &hello)
+            .map_err(WireError::Io)
+            .and_then(|()| read_frame_by(&s, deadline, MAX_PAYLOAD));
+        let e = match answer {
+            Ok(f) => break f,
+            Err(e) if dropped_unheard(&e) => e,
+            Err(e) => return Err(table_error(root, e, timeout)),
+        };
+        // The root dropped us before a word: most often not ours but an earlier job's
+        // root on this port, which closed its listener with our connection still queued
+        // (ours may not be up yet). Connect again for a while; a root that crashed is
+        // named once that grace is over.
+        let (by, grace) = *rejoin_by.get_or_insert_with(|| {
+            let now = Instant::now();
+            let by = deadline.min(now + REJOIN_GRACE);
+            (by, by.saturating_duration_since(now))
+        });
+        debug!(%root, rank, "the bootstrap root dropped this rank unheard ({e}): connecting again");
+        s = connect_retry(addrs, by, grace, &what, Some(0)).map_err(|_| Error::PeerFailed {
+            rank: 0,
+            detail: format!(
+                "the bootstrap root {root} dropped the connection before answering ({e}), and no root took a \
+                 connection there in the {grace:.1?} after"
+            ),
+        })?;
+        configure(&s, timeout).map_err(io_err("configuring the root connection"))?;
+        // A fresh challenge for every connection: an answer is good for one only.
+        challenge = secret.map(|_| auth::challenge()).transpose()?;
+        hello = hello_for(challenge);
+    };
+    let read =
+        || read_frame_by(&s, deadline, MAX_PAYLOAD).map_err(|e| table_error(root, e, timeout));
     let signed = AuthHello {
         link: Link::Root,
         bytes: &hello,
         challenge: challenge.as_ref(),
     };
     let peer = format!("the bootstrap root {root}");
-    let f = connect_auth(&s, secret, &peer, &signed, read()?, read)?;
+    let f = connect_auth(&s, secret, &peer, &signed, first, read)?;
     let (nonce, peers) = match f.kind {
         Kind::Table => wire::decode_table(&f.payload).map_err(|e| {
             Error::Bootstrap(format!(
@@ -367,6 +390,40 @@ fn join_root(
         nonce,
         listener: Some(listener),
     })
+}
+
+/// The root closed or reset a connection before sending anything on it.
+fn dropped_unheard(e: &WireError) -> bool {
+    use std::io::ErrorKind as K;
+    match e {
+        WireError::Closed => true,
+        WireError::Io(e) => matches!(
+            e.kind(),
+            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof
+        ),
+        _ => false,
+    }
+}
+
+/// What a failed read of the root's answer means to a non-root rank.
+fn table_error(root: &str, e: WireError, timeout: Duration) -> Error {
+    match e {
+        WireError::Timeout => Error::Timeout {
+            what: format!(
+                "the rank table from the bootstrap root {root} (rank 0 is still waiting for other ranks to arrive)"
+            ),
+            peer: Some(0),
+            after: timeout,
+        },
+        WireError::Closed => Error::PeerFailed {
+            rank: 0,
+            detail: format!("the bootstrap root {root} closed the connection during rendezvous"),
+        },
+        e => Error::PeerFailed {
+            rank: 0,
+            detail: format!("reading the rank table from the bootstrap root {root}: {e}"),
+        },
+    }
 }
 
 /// A rank's local rank is its index among the ranks of its host, in rank order.

@@ -397,6 +397,52 @@ fn silent_root_times_out_waiting_for_the_table() {
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
 }
 
+/// An earlier job's root on the port, gone with our connection still queued (seen in CI
+/// when two jobs drew one port): the rank connects again and meets the real root.
+#[test]
+fn a_rank_dropped_unheard_by_an_earlier_root_joins_the_real_one() {
+    let stale = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = stale.local_addr().unwrap().to_string();
+    let job = secret("the job's secret");
+    let one = std::thread::spawn({
+        let (at, job) = (at.clone(), job.clone());
+        move || Bootstrap::init(&at, 1, 2, 0, SLOW, Some(&job))
+    });
+    // Dropped with its hello unread: the rank sees a reset (or a close).
+    let (c, _) = stale.accept().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    drop(c);
+    drop(stale);
+    std::thread::sleep(Duration::from_millis(200));
+    let zero = Bootstrap::init(&at, 0, 2, 0, SLOW, Some(&job)).unwrap();
+    let one = one.join().unwrap().unwrap();
+    assert_eq!(zero.comm_hash(), one.comm_hash());
+    zero.send(1, 3, b"hi").unwrap();
+    assert_eq!(one.recv(0, 3).unwrap(), b"hi");
+}
+
+/// A root that drops the rank unheard and never comes back is named, within the timeout.
+#[test]
+fn a_root_gone_after_accepting_is_named() {
+    let gone = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = gone.local_addr().unwrap().to_string();
+    let t = Instant::now();
+    let rank = std::thread::spawn({
+        let at = at.clone();
+        move || Bootstrap::init(&at, 1, 2, 0, Duration::from_secs(2), None)
+    });
+    let (c, _) = gone.accept().unwrap();
+    drop(c);
+    drop(gone);
+    let e = rank.join().unwrap().err().expect("no root, no bootstrap");
+    assert!(matches!(e, Error::PeerFailed { rank: 0, .. }), "{e}");
+    assert!(
+        e.to_string().contains(&at) && e.to_string().contains("dropped the connection"),
+        "{e}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+}
+
 #[test]
 fn root_rejects_strays_and_wrong_sizes_but_completes() {
     use std::io::Write;

@@ -44,8 +44,12 @@ pub(crate) struct PlanConfig {
     pub device_channel_bytes: usize,
     /// Forced algorithm (`FERROCX_ALGO`), where it applies.
     pub algo: Option<Algo>,
-    /// Check every collective's call against the neighbours' (`FERROCX_CHECK_CALLS`).
+    /// Check every collective's call against the neighbours' (`FERROCX_CHECK_CALLS`
+    /// not `0`).
     pub check_calls: bool,
+    /// `FERROCX_CHECK_CALLS` itself: with `deferred` (or off) a collective plugin may
+    /// let ranks run ahead of each other.
+    pub call_check: ferrocx_sdk::env::CallCheck,
     /// Added to the channel of host-memory runners (`CommShared::host_channels`):
     /// 0, or `nchannels` where host and device work keep apart.
     pub host_channel_base: usize,
@@ -80,6 +84,13 @@ impl PlanConfig {
             }
             _ => None,
         };
+        let call_check =
+            ferrocx_sdk::env::call_check(&|n: &str| std::env::var(n).ok()).map_err(|e| {
+                crate::Error::Config {
+                    var: "FERROCX_CHECK_CALLS".into(),
+                    message: e.message().to_string(),
+                }
+            })?;
         Ok(PlanConfig {
             nchannels: config::env_usize("FERROCX_NCHANNELS", 2)?.clamp(1, MAX_CHANNELS),
             chunk_bytes: config::env_usize("FERROCX_ALGO_CHUNK", 1 << 20)?.max(64),
@@ -89,7 +100,8 @@ impl PlanConfig {
             device_channel_bytes: config::env_usize("FERROCX_DEVICE_CHANNEL_BYTES", 64 << 20)?
                 .max(1),
             algo,
-            check_calls: config::env_bool("FERROCX_CHECK_CALLS", true)?,
+            check_calls: call_check.compares(),
+            call_check,
             host_channel_base: 0,
         })
     }

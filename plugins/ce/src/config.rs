@@ -242,7 +242,7 @@ impl Config {
             ));
         }
         // One variable turns every call check off: ce's follows the core's.
-        let core_checks = env::boolean(&lookup, "FERROCX_CHECK_CALLS", true)?;
+        let core_checks = env::call_check(&lookup)?.compares();
         let check_calls = env::boolean(&lookup, "FERROCX_CE_CHECK_CALLS", core_checks)?;
         let stage_auto = match lookup("FERROCX_CE_STAGE") {
             None => true,

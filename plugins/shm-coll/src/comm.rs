@@ -6,18 +6,21 @@
 //! direction, from 0) goes into slot `k mod depth` of `p`'s region with the
 //! flag `k + 1`, once `p` credited message `k − depth`; `p` waits for that
 //! flag in its own region, compares the fingerprint with its own call's, uses
-//! the payload and credits it when its exchange is done. A failure (a
+//! the payload and credits it when its exchange is done. With the deferred
+//! check, a rank also looks, after each exchange and while it waits, for a
+//! message from a peer it took nothing from (their calls differ) and for a
+//! peer that gave up. A failure (a
 //! mismatch, a timeout, a dead peer, an abort) breaks this comm for good: its
 //! reason goes into the region's header, where peers still waiting read it
 //! and report the same cause.
 
 use crate::arena::{Arena, Ring};
-use crate::config::Config;
+use crate::config::{Check, Config};
 use crate::exchange::{self, Call, Wire};
-use crate::layout::Layout;
+use crate::layout::{Layout, MAX_DEPTH};
 use crate::setup::{self, Hello};
 use crate::wait::{Backoff, Pause, PEER_CHECK};
-use ferrocx_algo::fingerprint::{mismatch_text, FINGERPRINT_BYTES, MISMATCH};
+use ferrocx_algo::fingerprint::{mismatch_text, CallKind, FINGERPRINT_BYTES, MISMATCH};
 use ferrocx_algo::{DataType, Fingerprint, RedOp};
 use ferrocx_sdk::collective::{CollDesc, CommInfo, Oob};
 use ferrocx_sdk::region::Region;
@@ -31,7 +34,10 @@ pub const PREFIX: &str = "ferrocx-shmcoll-";
 /// One communicator's state.
 pub struct ShmComm {
     host: Host,
-    check: bool,
+    check: Check,
+    /// With the deferred check, this rank's recent calls by sequence number
+    /// (mod [`MAX_DEPTH`]): what a peer's late message is compared with.
+    recent: Box<[Option<Fingerprint>; MAX_DEPTH]>,
     rank: usize,
     nranks: usize,
     priority: i32,
@@ -163,6 +169,7 @@ impl ShmComm {
         Ok(ShmComm {
             host,
             check: agreed.check,
+            recent: Box::new([None; MAX_DEPTH]),
             rank: info.rank,
             nranks: info.nranks,
             priority: agreed.priority,
@@ -231,7 +238,7 @@ impl ShmComm {
             root: d.root,
             block: total,
             stride: total,
-            checked: self.check,
+            checked: self.check == Check::Sync,
         };
         let fp = Fingerprint::of(d.seq, d.coll.kind(), dtype, op, d.count, d.root, false);
         let encoded = fp.encode();
@@ -245,6 +252,9 @@ impl ShmComm {
             self.broken = Some(e.clone());
             return Err(e);
         }
+        if self.check == Check::Deferred {
+            self.recent[d.seq as usize % MAX_DEPTH] = Some(fp);
+        }
         // A block larger than a slot goes through in chunks, one exchange each
         // (the slot is a multiple of 64 bytes: every chunk starts on an element).
         for (at, len) in exchange::chunks(total, self.bytes) {
@@ -254,6 +264,7 @@ impl ShmComm {
             };
             let mut wire = CallWire {
                 comm: self,
+                call,
                 fp,
                 encoded,
                 began: None,
@@ -276,6 +287,13 @@ impl ShmComm {
             for p in (0..self.nranks).filter(|&p| call.talks_to(p)) {
                 self.exchanges[p] += 1;
             }
+            if self.check == Check::Deferred {
+                if let Err(e) = self.unheard(&call, &fp) {
+                    self.arena.mark_broken(e.message());
+                    self.broken = Some(e.clone());
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }
@@ -284,6 +302,8 @@ impl ShmComm {
 /// One call's view of the comm, as `exchange` moves messages.
 struct CallWire<'a> {
     comm: &'a mut ShmComm,
+    /// The exchange under way.
+    call: Call,
     fp: Fingerprint,
     encoded: [u8; FINGERPRINT_BYTES],
     /// When the first wait of this call began polling past its spin phase.
@@ -293,11 +313,14 @@ struct CallWire<'a> {
 impl CallWire<'_> {
     /// The error for a message whose fingerprint differs from this call's.
     fn mismatch(&self, peer: usize, theirs: &[u8; FINGERPRINT_BYTES]) -> PluginError {
-        self.comm.mismatch(peer, &self.fp, theirs)
+        self.comm
+            .mismatch(peer, &self.comm.counterpart(&self.fp, theirs), theirs)
     }
 
-    /// Between polls: [`ShmComm::check_wait`], and a send of `peer` made
-    /// before this call (the calls differ).
+    /// Between polls: [`ShmComm::check_wait`], a send of `peer` made before
+    /// this call (the calls differ), and with the deferred check a message
+    /// no peer should have sent ([`ShmComm::unheard`]: a rank waiting for a
+    /// part that will not come because the calls differ fails at once).
     fn check(
         &mut self,
         peer: usize,
@@ -305,6 +328,9 @@ impl CallWire<'_> {
     ) -> PluginResult<Duration> {
         if let Some(theirs) = self.comm.sent_before_exchange(peer) {
             return Err(self.mismatch(peer, &theirs));
+        }
+        if self.comm.check == Check::Deferred {
+            self.comm.unheard(&self.call, &self.fp)?;
         }
         self.comm.check_wait(
             peer,
@@ -357,13 +383,8 @@ impl ShmComm {
                 "stopped waiting for rank {peer} in {what}: the communicator broke or was aborted"
             )));
         }
-        if let Some(why) = self.arena.broken(peer) {
-            // The peer's own words: a mismatch it saw is reported as such.
-            return Err(if why.starts_with(MISMATCH) {
-                PluginError::invalid(why)
-            } else {
-                PluginError::remote(format!("rank {peer} gave up: {why}"))
-            });
+        if let Some(e) = self.gave_up(peer) {
+            return Err(e);
         }
         let now = Instant::now();
         let began = *began.get_or_insert(now);
@@ -399,12 +420,61 @@ impl ShmComm {
         Ok(waited)
     }
 
+    /// Why `peer` broke its comm, if it did, in its own words: a mismatch it
+    /// saw is reported as such.
+    fn gave_up(&self, peer: usize) -> Option<PluginError> {
+        let why = self.arena.broken(peer)?;
+        Some(if why.starts_with(MISMATCH) {
+            PluginError::invalid(why)
+        } else {
+            PluginError::remote(format!("rank {peer} gave up: {why}"))
+        })
+    }
+
+    /// With the deferred check, after an exchange of `mine` (this rank's
+    /// call): a peer this rank took nothing from in it may have posted to it
+    /// all the same — in this call or an earlier one, so their calls differ
+    /// (a message of a later call may come early: the peer ran ahead) — or
+    /// given up on a mismatch it saw in a message of this rank's. Reading a
+    /// line no peer wrote since costs a cache hit.
+    fn unheard(&self, call: &Call, mine: &Fingerprint) -> PluginResult<()> {
+        for p in (0..self.nranks).filter(|&p| call.talks_to(p) && !call.takes_from(p)) {
+            if let Some(e) = self.gave_up(p) {
+                return Err(e);
+            }
+            let k = self.coll_taken[p];
+            if !self.arena.arrived(p, k) {
+                continue;
+            }
+            let (theirs, _, _) = self.arena.message(p, k);
+            if Fingerprint::decode(&theirs).is_ok_and(|f| f.seq > mine.seq) {
+                continue;
+            }
+            return Err(self.mismatch(p, &self.counterpart(mine, &theirs), &theirs));
+        }
+        Ok(())
+    }
+
+    /// The call of this rank to name beside a peer's collective message
+    /// `theirs` that does not match `mine`: with the deferred check, this
+    /// rank's earlier call of the message's number where still recorded (the
+    /// peer's message came late), else `mine`.
+    fn counterpart(&self, mine: &Fingerprint, theirs: &[u8; FINGERPRINT_BYTES]) -> Fingerprint {
+        match Fingerprint::decode(theirs) {
+            Ok(f) if matches!(f.kind, CallKind::Coll(_)) && f.seq < mine.seq => self.recent
+                [f.seq as usize % MAX_DEPTH]
+                .filter(|r| r.seq == f.seq)
+                .unwrap_or(*mine),
+            _ => *mine,
+        }
+    }
+
     /// The fingerprint of a send `peer` made to this rank before its next
     /// collective exchange with it, not taken yet: in the order of calls
     /// between the two ranks, this rank's collective meets that send. `None`
     /// when there is none (or the check is off).
     pub(crate) fn sent_before_exchange(&self, peer: usize) -> Option<[u8; FINGERPRINT_BYTES]> {
-        if self.p2p_bytes == 0 || !self.check {
+        if self.p2p_bytes == 0 || !self.check.compares() {
             return None;
         }
         let n = self.taken[peer];
@@ -435,6 +505,11 @@ impl CallWire<'_> {
                 (k < w.comm.coll_credits_seen[peer] + depth).then_some(())
             },
             |w| {
+                if w.comm.check == Check::Deferred {
+                    // Two ranks whose calls differ may each wait for room
+                    // while holding the other's messages.
+                    w.comm.unheard(&w.call, &w.fp)?;
+                }
                 w.comm.check_wait(
                     peer,
                     &w.fp,
@@ -472,7 +547,7 @@ impl Wire for CallWire<'_> {
             return Err(self.mismatch(peer, &theirs));
         }
         let (fp, got, data) = c.arena.message(peer, k);
-        if c.check && fp != self.encoded {
+        if c.check.compares() && fp != self.encoded {
             return Err(self.mismatch(peer, &fp));
         }
         if got != len {

@@ -8,7 +8,7 @@
 //! | `FERROCX_SHM_COLL_MEMORY` | `16M` | shared memory a communicator's mailboxes may take in all (2 × ranks² slots): with many ranks the slot, and so the largest block, shrinks to fit; with `FERROCX_CHECK_CALLS=0` what is left deepens the rings, up to 64 slots per pair (how many calls a rank that receives nothing, such as a broadcast's root, may run ahead) |
 //! | `FERROCX_SHM_COLL_P2P_BYTES` | `64K` | the largest host-memory send or receive it takes (through a ring of 8 slots of this size per pair and direction, besides the collectives' slots, shrinking with many ranks to fit `FERROCX_SHM_COLL_MEMORY`; 0 = none, at most 64K) |
 //! | `FERROCX_SHM_COLL_MAX_RANKS` | `16` | the most ranks a communicator may have for shm-coll to take part (every rank writes to every peer in a call) |
-//! | `FERROCX_CHECK_CALLS` | `1` | the core's call check: `0` skips comparing call fingerprints |
+//! | `FERROCX_CHECK_CALLS` | `1` | the call check ([`Check`]): `1` (`sync`), every pair exchanges in every call and a mismatch fails that call on every rank; `deferred`, messages go only where data does (a broadcast's root returns once posted and runs ahead through deep rings), every message is still compared by its receiver, and a rank that took nothing from a peer finds a difference at a later call; `0`, nothing compared |
 //!
 //! Every rank must decide alike, so `comm_init` takes the smallest
 //! `FERROCX_SHM_COLL_BYTES`, `FERROCX_SHM_COLL_P2P_BYTES` and priority of all
@@ -44,6 +44,9 @@ pub const DEFAULT_P2P_BYTES: usize = 64 << 10;
 /// Largest accepted `FERROCX_SHM_COLL_P2P_BYTES`.
 pub const MAX_P2P_BYTES: usize = 64 << 10;
 
+/// How calls are checked: [`CallCheck`], from `FERROCX_CHECK_CALLS`.
+pub use ferrocx_sdk::env::CallCheck as Check;
+
 /// Effective configuration of one plugin context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
@@ -59,8 +62,8 @@ pub struct Config {
     pub p2p_bytes: usize,
     /// `FERROCX_SHM_COLL_MAX_RANKS`.
     pub max_ranks: usize,
-    /// `FERROCX_CHECK_CALLS`: compare call fingerprints.
-    pub check: bool,
+    /// `FERROCX_CHECK_CALLS`.
+    pub check: Check,
 }
 
 impl Default for Config {
@@ -72,7 +75,7 @@ impl Default for Config {
             memory: DEFAULT_MEMORY,
             p2p_bytes: DEFAULT_P2P_BYTES,
             max_ranks: DEFAULT_MAX_RANKS,
-            check: true,
+            check: Check::Sync,
         }
     }
 }
@@ -99,6 +102,7 @@ impl Config {
                 "FERROCX_SHM_COLL_P2P_BYTES={p2p_bytes} is too large (at most {MAX_P2P_BYTES}: larger messages are the core's)"
             )));
         }
+        let check = env::call_check(&lookup)?;
         Ok(Config {
             priority,
             bytes,
@@ -106,7 +110,7 @@ impl Config {
             max_bytes: env::unsigned(&lookup, "FERROCX_SHM_COLL_MAX_BYTES", d.max_bytes)?,
             memory: env::unsigned(&lookup, "FERROCX_SHM_COLL_MEMORY", d.memory)?,
             max_ranks: env::unsigned(&lookup, "FERROCX_SHM_COLL_MAX_RANKS", d.max_ranks)?,
-            check: env::boolean(&lookup, "FERROCX_CHECK_CALLS", d.check)?,
+            check,
         })
     }
 
@@ -132,12 +136,12 @@ impl Config {
     }
 
     /// Collective slots per pair for `nranks` ranks and slots of `slot`
-    /// bytes: 2 with the call check on (every pair exchanges in every call:
-    /// no rank gets further ahead); without it as many as `memory` holds, up
-    /// to [`MAX_DEPTH`](crate::layout::MAX_DEPTH), a power of two — how many calls a rank
+    /// bytes: 2 with the synchronous check (every pair exchanges in every
+    /// call: no rank gets further ahead); otherwise as many as `memory` holds,
+    /// up to [`MAX_DEPTH`](crate::layout::MAX_DEPTH), a power of two — how many calls a rank
     /// that receives nothing may run ahead.
     pub fn depth(&self, nranks: usize, slot: usize) -> usize {
-        if self.check {
+        if self.check == Check::Sync {
             return 2;
         }
         let ring = nranks.max(1) * nranks.max(1) * slot.max(1);
@@ -186,7 +190,7 @@ mod tests {
                 memory: 1 << 20,
                 max_ranks: 8,
                 p2p_bytes: 0,
-                check: false
+                check: Check::Off
             }
         );
         assert!(!c.enabled());
@@ -200,8 +204,15 @@ mod tests {
         // Checked, 2 slots per pair; unchecked, the rings deepen with what
         // memory is left, up to 64.
         assert_eq!(d.depth(2, 64 << 10), 2);
-        let u = Config { check: false, ..d };
+        let u = Config {
+            check: Check::Off,
+            ..d
+        };
         assert_eq!(u.depth(2, 64 << 10), 64);
+        let deferred = with(&[("FERROCX_CHECK_CALLS", "deferred")]).unwrap();
+        assert_eq!(deferred.check, Check::Deferred);
+        assert_eq!(deferred.depth(2, 64 << 10), 64);
+        assert_eq!(with(&[("FERROCX_CHECK_CALLS", "sync")]).unwrap(), d);
         assert_eq!(u.depth(4, 64 << 10), 16);
         assert_eq!(u.depth(8, 64 << 10), 4);
         assert_eq!(u.depth(16, 32 << 10), 2);

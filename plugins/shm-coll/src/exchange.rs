@@ -9,8 +9,8 @@
 //! made the same call, and ranks that disagree about the root — which decides
 //! who sends data to whom — still meet and fail, instead of some returning
 //! while others wait. Where no data flows the message is the fingerprint
-//! alone (one cache line). With the check off, messages go only where data
-//! does: a rank that receives nothing (a broadcast's or scatter's root, the
+//! alone (one cache line). With the check off or deferred, messages go only
+//! where data does: a rank that receives nothing (a broadcast's or scatter's root, the
 //! other ranks of reduce and gather) returns once its messages are posted,
 //! without a round trip (as Open MPI's eager messages).
 //!
@@ -56,8 +56,8 @@ pub struct Call {
     /// Bytes of a whole block (`count` elements): where block `p` starts in a
     /// buffer of several (equal to `block` unless the call moves a chunk).
     pub stride: usize,
-    /// The call check: every pair exchanges (fingerprints where no data
-    /// flows); otherwise messages go only where data does.
+    /// The synchronous call check: every pair exchanges (fingerprints where
+    /// no data flows); otherwise messages go only where data does.
     pub checked: bool,
 }
 

@@ -10,8 +10,8 @@
 //! cache line. Then one collective credit word per peer, each on its own
 //! cache line: how many of this rank's collective messages that peer has
 //! taken, written by the peer; a sender writes message `k` once message
-//! `k − depth` was taken. With the call check on, every pair exchanges in
-//! every call, so no rank gets more than a call ahead; with it off, messages
+//! `k − depth` was taken. With the call check synchronous, every pair exchanges in
+//! every call, so no rank gets more than a call ahead; otherwise messages
 //! flow only where data does, and a rank that receives nothing in a call (a
 //! broadcast's root) runs up to `depth − 1` calls ahead of its peers.
 //!

@@ -18,8 +18,11 @@
 //! every rank it exchanges with, then polls its own region for theirs
 //! ([`wait`]), checks each fingerprint against its own call (a mismatch fails
 //! the call on every rank, naming both calls), and copies or reduces. With
-//! the call check on every pair exchanges in every call (without it, messages
-//! go only where data does and a rank that receives nothing runs ahead); a
+//! the call check synchronous (the default) every pair exchanges in every
+//! call; without it, or with it deferred (`FERROCX_CHECK_CALLS=deferred`),
+//! messages go only where data does and a rank that receives nothing runs
+//! ahead — deferred, it finds a peer's differing call at a later call
+//! (`comm`); a
 //! block larger than a slot takes one exchange per chunk. Its bid depends on
 //! the call's shape alone (`FX_COLL_CAP_SHAPE_BIDS`: the core remembers it).
 //! Reductions are one-shot, in rank order, so every rank computes the same

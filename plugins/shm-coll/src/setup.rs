@@ -10,6 +10,8 @@
 //! 2. **Opened**: whether this rank mapped every peer's region. If one did
 //!    not, every rank sits out.
 
+use crate::config::Check;
+
 /// Bytes of a region name carried.
 pub const NAME_BYTES: usize = 96;
 /// Bytes of a reason carried.
@@ -36,8 +38,8 @@ pub struct Hello {
     pub p2p_bytes: u64,
     /// Collective slots per pair its region was made for.
     pub depth: u64,
-    /// `FERROCX_CHECK_CALLS`.
-    pub check: bool,
+    /// `FERROCX_CHECK_CALLS` and `FERROCX_SHM_COLL_CHECK`.
+    pub check: Check,
     /// Its region's name.
     pub name: String,
 }
@@ -53,11 +55,12 @@ pub struct Agreed {
     pub max_block: usize,
     /// The largest point-to-point message taken (0: none).
     pub p2p_bytes: usize,
-    /// Collective slots per pair (2 when calls are checked).
+    /// Collective slots per pair (2 when calls are checked synchronously).
     pub depth: usize,
-    /// Calls are checked: on when any rank has the check on (every pair then
-    /// exchanges in every call, which the unchecked ranks must do too).
-    pub check: bool,
+    /// How calls are checked: the strictest of any rank (with one rank
+    /// checking synchronously every pair exchanges in every call, which the
+    /// others must do too).
+    pub check: Check,
 }
 
 fn put_text(b: &mut Vec<u8>, text: &str, len: usize) {
@@ -84,7 +87,12 @@ impl Hello {
     /// Plain bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(HELLO_BYTES);
-        let flags = self.failed.is_none() as u32 | (self.check as u32) << 1;
+        let check = match self.check {
+            Check::Off => 0,
+            Check::Sync => 1,
+            Check::Deferred => 2,
+        };
+        let flags = self.failed.is_none() as u32 | check << 1;
         b.extend_from_slice(&flags.to_le_bytes());
         b.extend_from_slice(&self.priority.to_le_bytes());
         b.extend_from_slice(&self.bytes.to_le_bytes());
@@ -113,7 +121,11 @@ impl Hello {
             max_ranks: u64::from_le_bytes(word(b, 24)),
             p2p_bytes: u64::from_le_bytes(word(b, 32)),
             depth: u64::from_le_bytes(word(b, 40)),
-            check: flags & 2 != 0,
+            check: match flags >> 1 & 3 {
+                0 => Check::Off,
+                2 => Check::Deferred,
+                _ => Check::Sync,
+            },
             name: text(&b[48..48 + NAME_BYTES]),
         })
     }
@@ -127,7 +139,7 @@ pub fn agree(hellos: &[Option<Hello>]) -> Result<Agreed, String> {
     let mut max_block = u64::MAX;
     let mut p2p_bytes = u64::MAX;
     let mut depth = u64::MAX;
-    let mut check = false;
+    let mut check = Check::Off;
     for (r, h) in hellos.iter().enumerate() {
         let Some(h) = h else {
             return Err(format!("rank {r} sent a garbled hello"));
@@ -152,14 +164,14 @@ pub fn agree(hellos: &[Option<Hello>]) -> Result<Agreed, String> {
         max_block = max_block.min(h.max_block);
         p2p_bytes = p2p_bytes.min(h.p2p_bytes);
         depth = depth.min(h.depth);
-        check |= h.check;
+        check = check.max(h.check);
     }
     Ok(Agreed {
         priority,
         bytes: bytes as usize,
         max_block: max_block.max(bytes) as usize,
         p2p_bytes: p2p_bytes as usize,
-        depth: if check {
+        depth: if check == Check::Sync {
             2
         } else {
             // Every rank's is a power of two; a garbled one is not used.
@@ -204,7 +216,7 @@ mod tests {
             max_ranks: 16,
             p2p_bytes: bytes / 2,
             depth: 8,
-            check: false,
+            check: Check::Off,
             name: "/ferrocx-shmcoll-12-ab-0".into(),
         }
     }
@@ -213,11 +225,13 @@ mod tests {
     fn round_trip_and_garbage() {
         let h = ready(150, 16384);
         assert_eq!(Hello::decode(&h.encode()), Some(h));
-        let h = Hello {
-            check: true,
-            ..ready(150, 16384)
-        };
-        assert_eq!(Hello::decode(&h.encode()), Some(h));
+        for check in [Check::Sync, Check::Deferred] {
+            let h = Hello {
+                check,
+                ..ready(150, 16384)
+            };
+            assert_eq!(Hello::decode(&h.encode()), Some(h));
+        }
         let f = Hello {
             failed: Some("é".repeat(200)),
             ..ready(1, 2)
@@ -245,17 +259,26 @@ mod tests {
                 max_block: 16384,
                 p2p_bytes: 2048,
                 depth: 4,
-                check: false
+                check: Check::Off
             })
         );
-        // One rank checking calls makes every rank exchange in every call.
-        let mut one_checks = all.clone();
+        // One rank checking later makes every rank compare, the rings kept deep.
+        let mut one_defers = all.clone();
+        one_defers[1] = Some(Hello {
+            check: Check::Deferred,
+            depth: 4,
+            ..ready(120, 4096)
+        });
+        let agreed = agree(&one_defers).unwrap();
+        assert!(agreed.check == Check::Deferred && agreed.depth == 4);
+        // One rank checking synchronously makes every rank exchange in every call.
+        let mut one_checks = one_defers.clone();
         one_checks[2] = Some(Hello {
-            check: true,
+            check: Check::Sync,
             ..ready(300, 8192)
         });
         let agreed = agree(&one_checks).unwrap();
-        assert!(agreed.check && agreed.depth == 2);
+        assert!(agreed.check == Check::Sync && agreed.depth == 2);
         let mut bad = all.clone();
         bad[2] = Some(Hello {
             failed: Some("ranks on more than one host".into()),

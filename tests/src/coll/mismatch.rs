@@ -2,6 +2,9 @@
 //! new user made them) must each get `Error::Mismatch` naming both calls, never
 //! `Ok`. `mismatch off-CASE`: the same with `FERROCX_CHECK_CALLS=0` set by the
 //! test: no mismatch error (proves the switch, nothing about the data).
+//! `mismatch later-CASE`: with `FERROCX_CHECK_CALLS=deferred` set by the test, a
+//! rank whose differing call took nothing from its peers (a root) may return `Ok`
+//! from it; its next call (an all-reduce) must then fail with `Error::Mismatch`.
 
 use ferrocx::{CollKind, CollSpec, Communicator, DataType, Error, RedOp};
 
@@ -233,7 +236,16 @@ pub fn run(case: &str) -> Result<String, String> {
         Some(c) => (true, c),
         None => (false, case),
     };
-    let r = call(&comm, case)?;
+    let (later, case) = match case.strip_prefix("later-") {
+        Some(c) => (true, c),
+        None => (false, case),
+    };
+    let mut r = call(&comm, case)?;
+    if later && r.is_ok() {
+        let spec = CollSpec::new(CollKind::AllReduce, DataType::F32, N).op(RedOp::Sum);
+        let mut x = vec![0u8; N * 4];
+        r = comm.collective_in_place(&spec, &mut x);
+    }
     if off {
         return match r {
             Err(e @ Error::Mismatch { .. }) => Err(format!("checks are off, yet: {e}")),
@@ -257,7 +269,7 @@ pub fn run(case: &str) -> Result<String, String> {
     }
 }
 
-/// `run-ahead` (run with `FERROCX_CHECK_CALLS=0`, 3 ranks, rings 4 deep:
+/// `run-ahead` (run with `FERROCX_CHECK_CALLS=0` or `deferred`, 3 ranks, rings 4 deep:
 /// `FERROCX_SHM_COLL_MEMORY=2359296`): a correct program in which ranks run
 /// ahead of each other for long — rank 2 naps 1.5 s, then every rank makes 5
 /// small broadcasts from rank 0 (shm-coll's root posts 4, then the fifth to

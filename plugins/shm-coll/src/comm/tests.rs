@@ -25,14 +25,14 @@ fn on_threads<R: Send + 'static>(
     timeout: Duration,
     f: impl Fn(usize, &mut ShmComm) -> R + Send + Sync + Copy + 'static,
 ) -> Vec<R> {
-    on_threads_with(n, bytes, true, timeout, f)
+    on_threads_with(n, bytes, Check::Sync, timeout, f)
 }
 
-/// [`on_threads`] with the call check on or off (`FERROCX_CHECK_CALLS`).
+/// [`on_threads`] checking calls as `check` says (`FERROCX_CHECK_CALLS`).
 fn on_threads_with<R: Send + 'static>(
     n: usize,
     bytes: &str,
-    check: bool,
+    check: Check,
     timeout: Duration,
     f: impl Fn(usize, &mut ShmComm) -> R + Send + Sync + Copy + 'static,
 ) -> Vec<R> {
@@ -46,7 +46,14 @@ fn on_threads_with<R: Send + 'static>(
                 let (host, _) = host_with_timeout(timeout);
                 let cfg = Config::from_lookup(ferrocx_sdk::testing::vars(&[
                     ("FERROCX_SHM_COLL_BYTES", &bytes),
-                    ("FERROCX_CHECK_CALLS", if check { "1" } else { "0" }),
+                    (
+                        "FERROCX_CHECK_CALLS",
+                        match check {
+                            Check::Off => "0",
+                            Check::Deferred => "deferred",
+                            Check::Sync => "1",
+                        },
+                    ),
                 ]))
                 .unwrap();
                 let peers = (0..n)
@@ -112,16 +119,22 @@ const OPS: [RedOp; 5] = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp:
 fn random_calls_reuse_every_slot_and_give_checked_results() {
     // Slots of 256 bytes hold every block whole; slots of 64 cut the larger ones
     // into up to 4 chunks.
-    // Unchecked, messages go only where data does and roots run ahead.
+    // Unchecked or checked later, messages go only where data does and roots
+    // run ahead.
+    use Check::{Deferred, Off, Sync};
     for (n, slot, check) in [
-        (2, "256", true),
-        (3, "256", true),
-        (4, "256", true),
-        (2, "64", true),
-        (3, "64", true),
-        (2, "256", false),
-        (4, "256", false),
-        (3, "64", false),
+        (2, "256", Sync),
+        (3, "256", Sync),
+        (4, "256", Sync),
+        (2, "64", Sync),
+        (3, "64", Sync),
+        (2, "256", Off),
+        (4, "256", Off),
+        (3, "64", Off),
+        (2, "256", Deferred),
+        (3, "256", Deferred),
+        (4, "256", Deferred),
+        (3, "64", Deferred),
     ] {
         let results = on_threads_with(n, slot, check, Duration::from_secs(10), move |r, comm| {
             // The same sequence of calls on every rank.
@@ -153,7 +166,7 @@ fn random_calls_reuse_every_slot_and_give_checked_results() {
         // every peer, 400 with whole blocks. Checked, a message goes each way in
         // every exchange; unchecked, none where no data flows.
         for (ex, posted) in results {
-            if check {
+            if check == Sync {
                 assert_eq!(posted, ex);
             } else {
                 assert!(posted.iter().zip(&ex).all(|(p, e)| p <= e));
@@ -172,12 +185,13 @@ fn random_calls_reuse_every_slot_and_give_checked_results() {
 }
 
 #[test]
-fn without_the_check_a_root_runs_ahead_by_the_ring_depth() {
-    // Rank 1 naps before its broadcasts. Checked, rank 0's first call waits for
-    // rank 1's fingerprint; unchecked, its first `depth` calls return at once
-    // and the next waits for a free slot (rank 1 taking the first).
+fn without_the_sync_check_a_root_runs_ahead_by_the_ring_depth() {
+    // Rank 1 naps before its broadcasts. Checked synchronously, rank 0's first
+    // call waits for rank 1's fingerprint; unchecked or checked later, its first
+    // `depth` calls return at once and the next waits for a free slot (rank 1
+    // taking the first).
     const NAP: Duration = Duration::from_millis(400);
-    for check in [true, false] {
+    for check in [Check::Sync, Check::Off, Check::Deferred] {
         let outs = on_threads_with(2, "256", check, Duration::from_secs(10), |r, comm| {
             let depth = comm.depth;
             let mut times = Vec::new();
@@ -198,11 +212,11 @@ fn without_the_check_a_root_runs_ahead_by_the_ring_depth() {
         });
         let (depth, times) = &outs[0];
         assert!((2..=crate::layout::MAX_DEPTH).contains(depth));
-        if check {
+        if check == Check::Sync {
             assert!(times[0] >= NAP / 2, "checked: {times:?}");
         } else {
-            assert!(times[depth - 1] < NAP / 2, "unchecked: {times:?}");
-            assert!(times[*depth] >= NAP / 2, "unchecked: {times:?}");
+            assert!(times[depth - 1] < NAP / 2, "{check:?}: {times:?}");
+            assert!(times[*depth] >= NAP / 2, "{check:?}: {times:?}");
         }
     }
 }
@@ -229,6 +243,85 @@ fn ranks_that_disagree_about_the_root_all_fail_naming_the_calls() {
             "rank {r}: {e:?}"
         );
         assert!(later.is_err(), "rank {r}: the comm still works after {e:?}");
+    }
+}
+
+/// With the deferred check, `calls(rank)` on every rank: each rank's calls
+/// until the first that fails (each a broadcast, all_reduce or reduce of 4
+/// elements: (collective, root)).
+fn deferred_until_failure(
+    n: usize,
+    calls: fn(usize) -> Vec<(Coll, usize)>,
+) -> Vec<(usize, PluginError)> {
+    on_threads_with(
+        n,
+        "256",
+        Check::Deferred,
+        Duration::from_secs(10),
+        move |r, comm| {
+            for (seq, (coll, root)) in calls(r).into_iter().enumerate() {
+                let mut b = Bufs::new(coll, 4, n, r, root, false);
+                let d = desc(coll, RedOp::Sum, 4, root, &mut b, seq as u64);
+                // SAFETY: as above.
+                if let Err(e) = unsafe { comm.launch(&d) } {
+                    return (seq, e);
+                }
+            }
+            panic!("rank {r}: every call returned Ok");
+        },
+    )
+}
+
+#[test]
+fn checked_later_ranks_that_disagree_fail_by_their_next_call_naming_the_calls() {
+    use Coll::{AllReduce, Broadcast, Reduce};
+    // Each rank its own root: both only send; each finds the other's message
+    // at the latest when the next call takes from it.
+    let outs = deferred_until_failure(2, |r| vec![(Broadcast, r), (AllReduce, 0)]);
+    for (r, (seq, e)) in outs.iter().enumerate() {
+        let m = e.message();
+        assert!(
+            m.starts_with("mismatched calls: rank ")
+                && m.contains("broadcast(uint32, 4, root 0) as op #0")
+                && m.contains("broadcast(uint32, 4, root 1) as op #0"),
+            "rank {r}, call {seq}: {e:?}"
+        );
+    }
+    // A skipped call of the same size: rank 1 never makes rank 0's broadcast.
+    let outs = deferred_until_failure(2, |r| {
+        let mut calls = vec![(Broadcast, 0), (AllReduce, 0), (AllReduce, 0)];
+        calls.remove(r);
+        calls
+    });
+    for (r, (seq, e)) in outs.iter().enumerate() {
+        assert!(
+            e.message().starts_with("mismatched calls: rank ") && *seq <= 1,
+            "rank {r}, call {seq}: {e:?}"
+        );
+    }
+    // Three ranks: 0 and 1 broadcast from 0, 2 from 1, then all reduce; rank 2
+    // waits for a part rank 1 never sends while rank 0's waits unexpected.
+    let outs = deferred_until_failure(3, |r| {
+        vec![(Broadcast, if r == 2 { 1 } else { 0 }), (AllReduce, 0)]
+    });
+    for (r, (seq, e)) in outs.iter().enumerate() {
+        assert!(
+            e.message().starts_with("mismatched calls: rank ") && *seq <= 1,
+            "rank {r}, call {seq}: {e:?}"
+        );
+    }
+    // Leaves of a reduce against a root broadcasting: neither side takes
+    // anything in that call; both only send until their rings fill, and each
+    // then finds the other's message.
+    let outs = deferred_until_failure(2, |r| {
+        let one = if r == 0 { (Broadcast, 0) } else { (Reduce, 0) };
+        vec![one; 200]
+    });
+    for (r, (seq, e)) in outs.iter().enumerate() {
+        assert!(
+            e.message().starts_with("mismatched calls: rank "),
+            "rank {r}, call {seq}: {e:?}"
+        );
     }
 }
 
