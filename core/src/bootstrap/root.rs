@@ -328,7 +328,8 @@ fn join_root(
         // The root dropped us before a word: most often not ours but an earlier job's
         // root on this port, which closed its listener with our connection still queued
         // (ours may not be up yet). Connect again for a while; a root that crashed is
-        // named once that grace is over.
+        // named once that grace is over. Without a secret the root's first word is the
+        // table, so a root that timed out waiting for others is named 5 s later too.
         let (by, grace) = *rejoin_by.get_or_insert_with(|| {
             let now = Instant::now();
             let by = deadline.min(now + REJOIN_GRACE);
@@ -397,9 +398,10 @@ fn dropped_unheard(e: &WireError) -> bool {
     use std::io::ErrorKind as K;
     match e {
         WireError::Closed => true,
+        // Not `UnexpectedEof`: a close inside a frame means the root said something.
         WireError::Io(e) => matches!(
             e.kind(),
-            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof
+            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
         ),
         _ => false,
     }

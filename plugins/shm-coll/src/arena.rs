@@ -6,7 +6,7 @@
 use crate::layout::{self, Layout, HEAD};
 use ferrocx_algo::fingerprint::FINGERPRINT_BYTES;
 use ferrocx_sdk::region::Region;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Which of a pair's rings a credit word counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,6 +253,43 @@ impl Arena {
             at.add(n).write(0);
         }
         b.store(1, Ordering::Release);
+    }
+
+    /// The words of `rank`'s published call: the sequence word, then the
+    /// fingerprint's four.
+    fn call_words(&self, rank: usize) -> &[AtomicU64; 1 + FINGERPRINT_BYTES / 8] {
+        // SAFETY: the header's CALL line is mapped, 8-byte aligned and accessed
+        // atomically only.
+        unsafe { &*self.bases[rank].add(layout::CALL).cast() }
+    }
+
+    /// Publish the call this rank is in (a seqlock: its peers read it while it
+    /// may be rewritten).
+    pub fn publish_call(&self, seq: u64, fingerprint: &[u8; FINGERPRINT_BYTES]) {
+        let w = self.call_words(self.me);
+        w[0].store(0, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (i, word) in w[1..].iter().enumerate() {
+            let b: [u8; 8] = fingerprint[i * 8..i * 8 + 8].try_into().expect("8 bytes");
+            word.store(u64::from_le_bytes(b), Ordering::Relaxed);
+        }
+        w[0].store(seq + 1, Ordering::Release);
+    }
+
+    /// The call `rank` last published — its sequence number and fingerprint —
+    /// or `None` when it published none yet or is rewriting it.
+    pub fn published_call(&self, rank: usize) -> Option<(u64, [u8; FINGERPRINT_BYTES])> {
+        let w = self.call_words(rank);
+        let before = w[0].load(Ordering::Acquire);
+        if before == 0 {
+            return None;
+        }
+        let mut fp = [0u8; FINGERPRINT_BYTES];
+        for (i, word) in w[1..].iter().enumerate() {
+            fp[i * 8..i * 8 + 8].copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        }
+        fence(Ordering::Acquire);
+        (w[0].load(Ordering::Relaxed) == before).then_some((before - 1, fp))
     }
 
     /// Why `rank` gave up, if it did.

@@ -254,6 +254,7 @@ impl ShmComm {
         }
         if self.check == Check::Deferred {
             self.recent[d.seq as usize % MAX_DEPTH] = Some(fp);
+            self.arena.publish_call(d.seq, &encoded);
         }
         // A block larger than a slot goes through in chunks, one exchange each
         // (the slot is a multiple of 64 bytes: every chunk starts on an element).
@@ -331,6 +332,8 @@ impl CallWire<'_> {
         }
         if self.comm.check == Check::Deferred {
             self.comm.unheard(&self.call, &self.fp)?;
+            self.comm
+                .elsewhere(peer, &self.fp, &self.encoded, Awaiting::Part)?;
         }
         self.comm.check_wait(
             peer,
@@ -455,6 +458,36 @@ impl ShmComm {
         Ok(())
     }
 
+    /// With the deferred check, while this rank waits for `peer` in `mine`:
+    /// the call `peer` published. The same number with another call is a
+    /// mismatch (ranks that disagree about a root may each wait for a part the
+    /// other never sends, with nothing posted for [`unheard`](Self::unheard)
+    /// to find). Waiting for its part, a peer already past this call that
+    /// posted nothing for it differs too (what it posted before moving on is
+    /// visible once its later call is). A peer behind is only slow.
+    fn elsewhere(
+        &self,
+        peer: usize,
+        mine: &Fingerprint,
+        encoded: &[u8; FINGERPRINT_BYTES],
+        awaiting: Awaiting,
+    ) -> PluginResult<()> {
+        let Some((seq, theirs)) = self.arena.published_call(peer) else {
+            return Ok(());
+        };
+        let differs = match seq.cmp(&mine.seq) {
+            std::cmp::Ordering::Less => false,
+            std::cmp::Ordering::Equal => theirs != *encoded,
+            std::cmp::Ordering::Greater => {
+                awaiting == Awaiting::Part && !self.arena.arrived(peer, self.coll_taken[peer])
+            }
+        };
+        if differs {
+            return Err(self.mismatch(peer, mine, &theirs));
+        }
+        Ok(())
+    }
+
     /// The call of this rank to name beside a peer's collective message
     /// `theirs` that does not match `mine`: with the deferred check, this
     /// rank's earlier call of the message's number where still recorded (the
@@ -509,6 +542,7 @@ impl CallWire<'_> {
                     // Two ranks whose calls differ may each wait for room
                     // while holding the other's messages.
                     w.comm.unheard(&w.call, &w.fp)?;
+                    w.comm.elsewhere(peer, &w.fp, &w.encoded, Awaiting::Room)?;
                 }
                 w.comm.check_wait(
                     peer,

@@ -30,8 +30,12 @@
 pub const HEADER: usize = 1024;
 /// Offset of the `broken` word in the header (its own cache line).
 pub const BROKEN: usize = 64;
+/// Offset of the call this rank is in, with the deferred check (its own cache
+/// line): a `u64` word — 0 while being written, else the call's sequence
+/// number + 1 — then the call's fingerprint.
+pub const CALL: usize = 128;
 /// Offset and size of the failure text that goes with `broken`.
-pub const REASON: usize = 128;
+pub const REASON: usize = 192;
 /// Bytes of the failure text (NUL-padded).
 pub const REASON_BYTES: usize = HEADER - REASON;
 /// Bytes of a slot's head; the payload follows (16-byte aligned).
@@ -48,8 +52,9 @@ pub const P2P_LEN: usize = 8;
 /// exchanges with the receiver when it sent (`u32`, wrapping): which of the
 /// two ranks' collectives the send came before.
 pub const EPOCH: usize = 12;
-/// Region magic (`FXSC` v3: collective rings with credits) at offset 0.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"FXSC\x03\0\0\0");
+/// Region magic (`FXSC` v4: collective rings with credits, the call published)
+/// at offset 0.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"FXSC\x04\0\0\0");
 /// The most collective slots per pair.
 pub const MAX_DEPTH: usize = 64;
 /// Point-to-point slots per sender: that many sends to one peer complete
@@ -57,7 +62,8 @@ pub const MAX_DEPTH: usize = 64;
 pub const P2P_SLOTS: usize = 8;
 
 // The header's and the head's fields do not overlap.
-const _: () = assert!(REASON + REASON_BYTES <= HEADER && BROKEN + 8 <= REASON);
+const _: () = assert!(REASON + REASON_BYTES <= HEADER && BROKEN + 8 <= CALL);
+const _: () = assert!(CALL + 8 + ferrocx_algo::fingerprint::FINGERPRINT_BYTES <= REASON);
 const _: () = assert!(FINGERPRINT + ferrocx_algo::fingerprint::FINGERPRINT_BYTES <= LEN);
 const _: () = assert!(LEN + 4 <= HEAD && HEAD.is_multiple_of(16));
 const _: () = assert!(P2P_LEN + 4 <= EPOCH && EPOCH + 4 <= P2P_HEAD && P2P_HEAD.is_multiple_of(16));

@@ -38,7 +38,7 @@ pub struct Hello {
     pub p2p_bytes: u64,
     /// Collective slots per pair its region was made for.
     pub depth: u64,
-    /// `FERROCX_CHECK_CALLS` and `FERROCX_SHM_COLL_CHECK`.
+    /// `FERROCX_CHECK_CALLS`.
     pub check: Check,
     /// Its region's name.
     pub name: String,
