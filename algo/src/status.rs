@@ -12,8 +12,8 @@
 //! a peer that is itself blocked in a collective.
 //!
 //! Wire format: state u8 · waiting u8 · label length u16 · label bytes (UTF-8) ·
-//! optionally the call: kind u8 (1 collective, 2 send, 3 receive) · u64 (sequence
-//! number, or the peer).
+//! collectives begun u64 · optionally the call: kind u8 (1 collective, 2 send, 3
+//! receive) · u64 (sequence number, or the peer).
 
 use std::fmt::Write;
 
@@ -74,6 +74,9 @@ pub struct RankStatus {
     pub waiting: bool,
     /// That operation as one call, when it is one.
     pub call: Option<CallRef>,
+    /// Collectives the rank has begun (the next one's sequence number): whether
+    /// a peer blocked in a collective is behind it or ahead.
+    pub colls_begun: u64,
 }
 
 impl RankStatus {
@@ -95,6 +98,7 @@ impl RankStatus {
         b.push(u8::from(self.waiting));
         b.extend_from_slice(&(label.len() as u16).to_le_bytes());
         b.extend_from_slice(label);
+        b.extend_from_slice(&self.colls_begun.to_le_bytes());
         if let Some(c) = self.call {
             let (kind, value) = match c {
                 CallRef::Coll(seq) => (1u8, seq),
@@ -113,7 +117,8 @@ impl RankStatus {
         let (&waiting, rest) = rest.split_first()?;
         let len = u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as usize;
         let label = String::from_utf8(rest.get(2..2 + len)?.to_vec()).ok()?;
-        let call = match rest.get(2 + len..) {
+        let colls_begun = u64::from_le_bytes(rest.get(2 + len..10 + len)?.try_into().ok()?);
+        let call = match rest.get(10 + len..) {
             Some([kind, v @ ..]) if v.len() == 8 => {
                 let v = u64::from_le_bytes(v.try_into().ok()?);
                 match kind {
@@ -137,6 +142,7 @@ impl RankStatus {
             phase,
             waiting: waiting != 0,
             call,
+            colls_begun,
         })
     }
 
@@ -197,7 +203,11 @@ pub fn report(statuses: &[Option<RankStatus>]) -> String {
     for (rank, s) in statuses.iter().enumerate() {
         match s {
             None => silent.push(rank),
-            Some(s) => match groups.iter_mut().find(|(g, _)| *g == s) {
+            // Ranks in the same state, whatever their count of collectives.
+            Some(s) => match groups
+                .iter_mut()
+                .find(|(g, _)| (&g.phase, g.waiting, g.call) == (&s.phase, s.waiting, s.call))
+            {
                 Some((_, list)) => list.push(rank),
                 None => groups.push((s, vec![rank])),
             },
@@ -218,8 +228,10 @@ pub fn report(statuses: &[Option<RankStatus>]) -> String {
 }
 
 /// Two ranks blocked on each other in different calls: rank `a` in a send or
-/// receive with `b`, `b` in a collective (which needs `a`, who cannot join it before
-/// its send or receive completes, which needs `b`); or both in the same collective
+/// receive with `b`, `b` in a collective `a` has not begun (which needs `a`, who
+/// cannot join it before its send or receive completes, which needs `b`; a
+/// collective `a` already made is only `b` running behind, as ranks do where a
+/// root returns once posted); or both in the same collective
 /// (one sequence number) that they describe differently — the same call on two
 /// paths (one rank's run by the core, the other's by a plugin), which never meet.
 /// Returns `(a, a's call, b, b's call)` for the first such pair. The caller asks only
@@ -234,7 +246,8 @@ pub fn crossed(statuses: &[Option<RankStatus>]) -> Option<(usize, String, usize,
             CallRef::Send(_) | CallRef::Recv(_) => {
                 let b = call.peer()?;
                 let (theirs, their_label) = blocked(b)?;
-                matches!(theirs, CallRef::Coll(_)).then(|| pair(b, their_label))
+                let begun = statuses[a].as_ref()?.colls_begun;
+                matches!(theirs, CallRef::Coll(seq) if seq >= begun).then(|| pair(b, their_label))
             }
             CallRef::Coll(seq) => (a + 1..statuses.len()).find_map(|b| {
                 let (theirs, their_label) = blocked(b)?;
@@ -253,6 +266,7 @@ mod tests {
             phase,
             waiting,
             call: None,
+            colls_begun: 0,
         })
     }
 
@@ -261,6 +275,7 @@ mod tests {
             phase: Phase::InFlight(label.into()),
             waiting: true,
             call: Some(call),
+            colls_begun: 0,
         })
     }
 
@@ -282,6 +297,16 @@ mod tests {
             blocked(ar, CallRef::Coll(1)),
         ];
         assert_eq!(crossed(&all), Some((1, recv.into(), 0, ar.into())));
+        // A rank that made that collective already and waits in a later send:
+        // the peer is only behind (it runs behind where a root returns once
+        // posted), nothing is crossed; one collective later it would be.
+        let mut ahead = blocked(send, CallRef::Send(1)).unwrap();
+        ahead.colls_begun = 2;
+        let all = [Some(ahead.clone()), blocked(ar, CallRef::Coll(1))];
+        assert_eq!(crossed(&all), None);
+        ahead.colls_begun = 1;
+        let all = [Some(ahead), blocked(ar, CallRef::Coll(1))];
+        assert_eq!(crossed(&all), Some((0, send.into(), 1, ar.into())));
     }
 
     #[test]
@@ -348,21 +373,25 @@ mod tests {
                 phase: Phase::NoCall,
                 waiting: false,
                 call: None,
+                colls_begun: 0,
             },
             RankStatus {
                 phase: Phase::InFlight("broadcast(float, 4, root 0) as op #5".into()),
                 waiting: true,
                 call: Some(CallRef::Coll(5)),
+                colls_begun: 6,
             },
             RankStatus {
                 phase: Phase::Past("send of 8 bytes to rank 1".into()),
                 waiting: false,
                 call: Some(CallRef::Send(1)),
+                colls_begun: 0,
             },
             RankStatus {
                 phase: Phase::Failed("barrier() as op #2".into()),
                 waiting: true,
                 call: Some(CallRef::Recv(3)),
+                colls_begun: 0,
             },
         ] {
             assert_eq!(RankStatus::decode(&s.encode()), Some(s));
@@ -370,7 +399,12 @@ mod tests {
         assert_eq!(RankStatus::decode(&[]), None);
         assert_eq!(RankStatus::decode(&[9, 0, 0, 0]), None);
         assert_eq!(RankStatus::decode(&[1, 0, 5, 0, b'a']), None, "short label");
-        assert_eq!(RankStatus::decode(&[1, 0, 0, 0, 9, 0]), None, "short call");
+        assert_eq!(RankStatus::decode(&[1, 0, 0, 0, 9, 0]), None, "short count");
+        assert_eq!(
+            RankStatus::decode(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0]),
+            None,
+            "short call"
+        );
     }
 
     #[test]
@@ -379,6 +413,7 @@ mod tests {
             phase: Phase::InFlight("é".repeat(MAX_LABEL)),
             waiting: false,
             call: None,
+            colls_begun: 0,
         };
         let Some(RankStatus {
             phase: Phase::InFlight(l),

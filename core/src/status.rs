@@ -101,8 +101,10 @@ pub(crate) struct Tracker {
     plugin_names: Mutex<Vec<Arc<str>>>,
     /// The crossed pair the last [`crossed`](Self::crossed) check saw.
     crossed_seen: Mutex<Option<(usize, String, usize, String)>>,
-    /// No crossed checks (see [`ranks_run_ahead`](Self::ranks_run_ahead)).
+    /// No crossed checks (see [`calls_unchecked`](Self::calls_unchecked)).
     unchecked: AtomicBool,
+    /// Collectives numbered so far (the next one's sequence number).
+    colls_begun: AtomicU64,
     waiting: AtomicU32,
     /// One report at a time: concurrent ones would take each other's answers.
     asking: Mutex<()>,
@@ -118,13 +120,9 @@ impl Drop for Waiting<'_> {
 }
 
 impl Tracker {
-    /// Calls are not checked synchronously (`FERROCX_CHECK_CALLS=0` or `deferred`):
-    /// [`crossed`](Self::crossed) finds nothing. Its rule — a rank waiting in a send
-    /// with a peer that waits in a collective cannot have finished that collective —
-    /// holds only while every pair exchanges in every call; otherwise shm-coll lets
-    /// a rank that received its part of a broadcast go on while the root still
-    /// waits for a slot towards a slower rank.
-    pub fn ranks_run_ahead(&self) {
+    /// The call check is off (`FERROCX_CHECK_CALLS=0`): [`crossed`](Self::crossed)
+    /// finds nothing (a mismatch is not looked for).
+    pub fn calls_unchecked(&self) {
         self.unchecked.store(true, Ordering::Relaxed);
     }
 
@@ -187,6 +185,14 @@ impl Tracker {
                 _ => ("a collective on a plugin".to_string(), None, state),
             };
         }
+    }
+
+    /// `n` collectives taken their numbers (the next one's): the crossed check
+    /// tells a peer behind (in a collective this rank made) from one in a call
+    /// this rank never made.
+    pub fn colls_numbered(&self, n: u64) {
+        // Threads numbering calls at once may arrive in either order.
+        self.colls_begun.fetch_max(n, Ordering::Relaxed);
     }
 
     /// An operation starts (`label`: e.g. the call's fingerprint).
@@ -269,6 +275,7 @@ impl Tracker {
                 // A host call blocks its thread until the plugin returns.
                 waiting: running || self.waiting.load(Ordering::Acquire) > 0,
                 call,
+                colls_begun: self.colls_begun.load(Ordering::Relaxed),
             };
         }
         let last = self.last.lock();
@@ -288,6 +295,7 @@ impl Tracker {
             phase,
             waiting: self.waiting.load(Ordering::Acquire) > 0,
             call,
+            colls_begun: self.colls_begun.load(Ordering::Relaxed),
         }
     }
 
@@ -309,7 +317,7 @@ impl Tracker {
     /// For a wait that has lasted ([`CrossedCheck`]):
     /// ask every rank where it is, and when two ranks are blocked on each other in
     /// different calls — one in a send or receive with the other, the other in a
-    /// collective; or both in one collective on two paths
+    /// collective the first has not begun; or both in one collective on two paths
     /// (`ferrocx_algo::status::crossed`) — and the previous check saw the same, that
     /// is the mismatch to fail with. The call checks cannot see it when the two calls
     /// travel different paths (a send on the core's connections, a small collective

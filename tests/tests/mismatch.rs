@@ -146,7 +146,8 @@ fn a_collective_a_plugin_runs_is_checked_too() {
 
 /// With the check off or deferred, shm-coll's roots run ahead: a rank that
 /// finished a broadcast and waits in a send with the root, still in that
-/// broadcast, is not a mismatch (the crossed-call rule assumes it never happens).
+/// broadcast, is not a mismatch (deferred, the crossed-call search runs and must
+/// see that the root is only behind).
 #[test]
 fn ranks_running_ahead_without_the_sync_check_are_not_a_mismatch() {
     for check in ["0", "deferred"] {

@@ -39,6 +39,7 @@ impl Communicator {
         t.seq = self
             .coll_seq
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared.status.colls_numbered(t.seq + 1);
         Ok(t)
     }
 

@@ -309,8 +309,8 @@ impl Communicator {
             host_channels,
         });
         let status = shared.status.clone();
-        if plan_cfg.call_check != ferrocx_sdk::env::CallCheck::Sync {
-            status.ranks_run_ahead();
+        if !plan_cfg.check_calls {
+            status.calls_unchecked();
         }
         shared
             .bootstrap

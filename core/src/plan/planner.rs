@@ -45,11 +45,8 @@ pub(crate) struct PlanConfig {
     /// Forced algorithm (`FERROCX_ALGO`), where it applies.
     pub algo: Option<Algo>,
     /// Check every collective's call against the neighbours' (`FERROCX_CHECK_CALLS`
-    /// not `0`).
+    /// not `0`; `deferred` changes only what shm-coll does).
     pub check_calls: bool,
-    /// `FERROCX_CHECK_CALLS` itself: with `deferred` (or off) a collective plugin may
-    /// let ranks run ahead of each other.
-    pub call_check: ferrocx_sdk::env::CallCheck,
     /// Added to the channel of host-memory runners (`CommShared::host_channels`):
     /// 0, or `nchannels` where host and device work keep apart.
     pub host_channel_base: usize,
@@ -101,7 +98,6 @@ impl PlanConfig {
                 .max(1),
             algo,
             check_calls: call_check.compares(),
-            call_check,
             host_channel_base: 0,
         })
     }
