@@ -81,9 +81,12 @@ const CORE: &[(&str, &str)] = &[("FERROCX_COLLECTIVES", "^shm-coll")];
 /// On the core's path the send's fingerprint meets the collective's; on
 /// shm-coll's nothing meets, and the crossed check (a rank blocked in a send with
 /// a rank blocked in a collective, seen twice) finds it, long before the timeout.
+/// shm-coll's path with its roots running ahead (`FERROCX_CHECK_CALLS=deferred`).
+const DEFERRED: &[(&str, &str)] = &[("FERROCX_CHECK_CALLS", "deferred")];
+
 #[test]
 fn a_send_that_meets_a_collective_fails_on_every_rank() {
-    for path in [CORE, &[]] {
+    for path in [CORE, &[], DEFERRED] {
         expect_with(
             "send",
             path,
@@ -97,7 +100,7 @@ fn a_send_that_meets_a_collective_fails_on_every_rank() {
 
 #[test]
 fn a_receive_that_meets_a_collective_fails_on_every_rank() {
-    for path in [CORE, &[]] {
+    for path in [CORE, &[], DEFERRED] {
         expect_with(
             "recv",
             path,
