@@ -44,7 +44,7 @@ pub const DEFAULT_P2P_BYTES: usize = 64 << 10;
 /// Largest accepted `FERROCX_SHM_COLL_P2P_BYTES`.
 pub const MAX_P2P_BYTES: usize = 64 << 10;
 
-/// How calls are checked: [`CallCheck`], from `FERROCX_CHECK_CALLS`.
+/// How calls are checked: [`ferrocx_sdk::env::CallCheck`], from `FERROCX_CHECK_CALLS`.
 pub use ferrocx_sdk::env::CallCheck as Check;
 
 /// Effective configuration of one plugin context.
