@@ -204,6 +204,14 @@ impl ShmComm {
         }
     }
 
+    /// Break this comm for good with `e`, telling the peers (they report the
+    /// same cause); `e` is returned.
+    pub(crate) fn break_with(&mut self, e: PluginError) -> PluginError {
+        self.arena.mark_broken(e.message());
+        self.broken = Some(e.clone());
+        e
+    }
+
     /// Why this comm broke, if it did.
     pub fn status(&self) -> PluginResult<()> {
         match &self.broken {
@@ -248,9 +256,7 @@ impl ShmComm {
             (d.send, d.recv)
         };
         if let Err(e) = self.before_collective(&fp) {
-            self.arena.mark_broken(e.message());
-            self.broken = Some(e.clone());
-            return Err(e);
+            return Err(self.break_with(e));
         }
         if self.check == Check::Deferred {
             self.recent[d.seq as usize % MAX_DEPTH] = Some(fp);
@@ -276,9 +282,7 @@ impl ShmComm {
             // SAFETY: the caller's contract, forwarded: the chunk lies at the same
             // offset in every block.
             if let Err(e) = unsafe { exchange::run(&call, s, r, &mut wire) } {
-                self.arena.mark_broken(e.message());
-                self.broken = Some(e.clone());
-                return Err(e);
+                return Err(self.break_with(e));
             }
             // The payloads taken were read: their slots go back to the senders.
             for p in (0..self.nranks).filter(|&p| call.takes_from(p)) {
@@ -290,9 +294,7 @@ impl ShmComm {
             }
             if self.check == Check::Deferred {
                 if let Err(e) = self.unheard(&call, &fp) {
-                    self.arena.mark_broken(e.message());
-                    self.broken = Some(e.clone());
-                    return Err(e);
+                    return Err(self.break_with(e));
                 }
             }
         }
@@ -318,10 +320,8 @@ impl CallWire<'_> {
             .mismatch(peer, &self.comm.counterpart(&self.fp, theirs), theirs)
     }
 
-    /// Between polls: [`ShmComm::check_wait`], a send of `peer` made before
-    /// this call (the calls differ), and with the deferred check a message
-    /// no peer should have sent ([`ShmComm::unheard`]: a rank waiting for a
-    /// part that will not come because the calls differ fails at once).
+    /// Between polls of a wait for `peer`'s part: a send of `peer` made
+    /// before this call (the calls differ), then [`between_polls`](Self::between_polls).
     fn check(
         &mut self,
         peer: usize,
@@ -330,18 +330,28 @@ impl CallWire<'_> {
         if let Some(theirs) = self.comm.sent_before_exchange(peer) {
             return Err(self.mismatch(peer, &theirs));
         }
+        self.between_polls(peer, Awaiting::Part, last_pid_check)
+    }
+
+    /// Between polls of any wait for `peer`: [`ShmComm::check_wait`], and with
+    /// the deferred check a message no peer should have sent
+    /// ([`ShmComm::unheard`]) and the call `peer` is in
+    /// ([`ShmComm::elsewhere`]): ranks whose calls differ may each wait for a
+    /// part the other never sends, or for room while holding the other's
+    /// messages; they fail at once.
+    fn between_polls(
+        &mut self,
+        peer: usize,
+        awaiting: Awaiting,
+        last_pid_check: &mut Option<Instant>,
+    ) -> PluginResult<Duration> {
         if self.comm.check == Check::Deferred {
             self.comm.unheard(&self.call, &self.fp)?;
             self.comm
-                .elsewhere(peer, &self.fp, &self.encoded, Awaiting::Part)?;
+                .elsewhere(peer, &self.fp, &self.encoded, awaiting)?;
         }
-        self.comm.check_wait(
-            peer,
-            &self.fp,
-            Awaiting::Part,
-            &mut self.began,
-            last_pid_check,
-        )
+        self.comm
+            .check_wait(peer, &self.fp, awaiting, &mut self.began, last_pid_check)
     }
 }
 
@@ -537,21 +547,7 @@ impl CallWire<'_> {
                 w.comm.coll_credits_seen[peer] = w.comm.arena.credits(Ring::Coll, peer);
                 (k < w.comm.coll_credits_seen[peer] + depth).then_some(())
             },
-            |w| {
-                if w.comm.check == Check::Deferred {
-                    // Two ranks whose calls differ may each wait for room
-                    // while holding the other's messages.
-                    w.comm.unheard(&w.call, &w.fp)?;
-                    w.comm.elsewhere(peer, &w.fp, &w.encoded, Awaiting::Room)?;
-                }
-                w.comm.check_wait(
-                    peer,
-                    &w.fp,
-                    Awaiting::Room,
-                    &mut w.began,
-                    &mut last_pid_check,
-                )
-            },
+            |w| w.between_polls(peer, Awaiting::Room, &mut last_pid_check),
         )
     }
 }

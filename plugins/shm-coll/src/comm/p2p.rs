@@ -60,11 +60,7 @@ impl ShmComm {
         match unsafe { self.run_group(&d.ops) } {
             Ok(None) => Ok(()),
             Ok(Some(size)) => Err(size),
-            Err(e) => {
-                self.arena.mark_broken(e.message());
-                self.broken = Some(e.clone());
-                Err(e)
-            }
+            Err(e) => Err(self.break_with(e)),
         }
     }
 
