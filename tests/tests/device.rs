@@ -379,14 +379,10 @@ fn ce_runs_mid_calls_as_one_simple_kernel() {
         // the 128 slots several times past 64 KiB parts (f64 counts of 65540).
         (4, false, "1040", "256K"),
     ] {
-        let filter = match (simple, n) {
-            // gather's and scatter's rows in the table are for 2 ranks alone.
-            ("auto", 2) => {
+        let filter = match simple {
+            "auto" => {
                 "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast |^scatter \
                  |^gather &!op=avg"
-            }
-            ("auto", _) => {
-                "^all_reduce |^reduce_scatter |^all_gather |^alltoall |^broadcast &!op=avg"
             }
             // The others have no form past the cap (the core runs them).
             _ => "^all_reduce &!op=avg",

@@ -358,14 +358,49 @@ pub struct Route {
 /// 32.2–32.6 / 41.8–42.1 / 38.1, 32 MiB 58.2–58.5 / 65.4 / 59.8, 64 MiB
 /// 109.0–109.5 / 108.4–109.7 / 103.4 (in place 106.9–107.8 / 105.7–107.4),
 /// 128 MiB 211–213 / 192–193 / 187 — so blocks to 16 MiB (32 MiB in all).
+///
+/// At 4 ranks on 4 H200s, the kernel forced against `auto`, two
+/// alternations (`bench/results/2026-11-28-session26/x4-knobs`, µs out of
+/// place / in place by total size; NCCL from `…/x4-table`, the same tree on
+/// the machine before): alltoall as the kernel 256 MiB 619–623 / 643–645
+/// against the core's 619–626 / 825–831 (NCCL 673 / 659), 512 MiB 1226–1232
+/// / 1270–1271 against 1175–1177 / 1631–1658 (1299 / 1273), 1 GiB 2383–2390
+/// / 2680–2737 against 2204–2210 / 2917–2932 (2386 / 2365) — so above 2
+/// ranks alltoall runs as the kernel to 128 MiB blocks, where in place gains
+/// 22–28 % and out of place stays ahead of NCCL (the route cannot ask
+/// whether a rank runs in place). broadcast as the chain at every size
+/// against `auto` (the chain to 64 MiB, the routes above): 128 MiB 478–486
+/// against 483–497 (NCCL 398), 256 MiB 796–800 against 861–889 (769), 512
+/// MiB 1548–1553 against 1586–1620 (1512), 1 GiB 3043–3051 against
+/// 3080–3144 (2985), as session 22 found on other 4 × H200 hosts
+/// (`…/session22/x4-knobs`, `x4-gather-blocks`) — so above 2 ranks broadcast
+/// runs as the chain to 1 GiB. 1 MiB slots, 64 KiB slots and 32 blocks were
+/// slower for the chain from 256 MiB or level below. (On 4 H100s in session
+/// 8 the chain of that time lost to the routes by 2 % at 128 MiB; the H100
+/// hosts have not been lent since.) 8 ranks: not measured.
+///
+/// gather and scatter at 4 ranks on 4 H200s, symmetric windows, the kernel
+/// forced against `auto` (the LL kernel to 1 MiB blocks, the barrier routes
+/// above), two alternations (`…/session26/x4-final`, µs out of place / in
+/// place by total size; NCCL's copy-engine collectives in the same call):
+/// gather 8 MiB 22.9–25.2 / 24.2–24.9 against 46.5–46.6 / 44.4–46.4 (33.6 /
+/// 33.5), 32 MiB 69.8–70.7 / 69.7–71.0 against 94.3–95.3 / 90.0–92.4 (82.5 /
+/// 83.1), 128 MiB 279.0–279.2 / 278.0–278.2 against 283.5–285.2 /
+/// 284.4–286.1 (272.9 / 272.7), 512 MiB 1103–1105 / 1099–1101 against 1048 /
+/// 1046–1047 (1029 / 1027); scatter 8 MiB 29.8–29.9 / 29.6–29.7 against
+/// 45.7–46.5 / 45.5–45.9 (46.4 / 34.8), 32 MiB 82.3–82.6 / 82.3–82.4 against
+/// 93.4–93.5 / 91.4–92.8 (97.9 / 84.3), 128 MiB 282.0–282.5 / 281.7–282.3
+/// against 285.0–285.1 / 285.8–285.9 (300.3 / 273.2), 512 MiB 1098–1099 /
+/// 1097–1100 against 1047–1048 / 1046 (1109 / 1033) — so above 2 ranks both
+/// run as the kernel to 32 MiB blocks (128 MiB in all at 4 ranks).
 pub const SIMPLE_TABLE: [(Coll, usize, usize); 7] = [
     (Coll::AllReduce, 1 << 30, 4 << 20),
     (Coll::ReduceScatter, 1 << 30, 256 << 20),
     (Coll::AllGather, 64 << 20, 32 << 20),
-    (Coll::AllToAll, 512 << 20, 32 << 20),
-    (Coll::Broadcast, 128 << 20, 64 << 20),
-    (Coll::Scatter, 32 << 20, 0),
-    (Coll::Gather, 16 << 20, 0),
+    (Coll::AllToAll, 512 << 20, 128 << 20),
+    (Coll::Broadcast, 128 << 20, 1 << 30),
+    (Coll::Scatter, 32 << 20, 32 << 20),
+    (Coll::Gather, 16 << 20, 32 << 20),
 ];
 
 /// Blocks above the first bound and up to the second.
@@ -1327,7 +1362,8 @@ mod tests {
         avg.op = ferrocx_sdk::abi::FX_OP_AVG;
         assert_ne!(k(2, &avg, &red).ok().flatten(), Some(Exchange::Simple));
         // gather and scatter: the Simple kernel where a number sets the
-        // limit, and under auto at 2 ranks (not measured above).
+        // limit, and under auto at 2 and 4 ranks (measured to 32 MiB
+        // blocks above 2 ranks).
         let auto = Agreed {
             simple_bytes: crate::config::SIMPLE_AUTO,
             ..red
@@ -1342,7 +1378,13 @@ mod tests {
                 Ok(Some(Exchange::Simple))
             );
             assert_eq!(
-                k(4, &desc(coll, 40, None, None), &auto).ok().flatten(),
+                k(4, &desc(coll, 40, None, None), &auto),
+                Ok(Some(Exchange::Simple))
+            );
+            assert_eq!(
+                k(4, &desc(coll, (32 << 20) / 4 + 1, None, None), &auto)
+                    .ok()
+                    .flatten(),
                 None
             );
         }
@@ -1613,7 +1655,7 @@ mod tests {
 
     /// `auto` above 2 ranks: one-shot all_reduce only to 2 MiB blocks at 4
     /// ranks (two-shot above, to TWO_SHOT_AUTO_BYTES), broadcast (as a
-    /// chain) to 64 MiB (the 4-GPU measurements); a number still forces
+    /// chain) to 1 GiB (the 4-GPU measurements); a number still forces
     /// every collective.
     #[test]
     fn auto_limits_follow_the_rank_count() {
@@ -1628,7 +1670,8 @@ mod tests {
         assert_ne!(k(4, Coll::AllReduce, (2 << 20) + 16), simple);
         assert_eq!(k(4, Coll::AllReduce, 64 << 10), Ok(Some(Exchange::Ll)));
         assert_eq!(k(4, Coll::Broadcast, 64 << 20), simple);
-        assert_ne!(k(4, Coll::Broadcast, (64 << 20) + 16), simple);
+        assert_eq!(k(4, Coll::Broadcast, 1 << 30), simple);
+        assert_ne!(k(4, Coll::Broadcast, (1 << 30) + 16), simple);
         assert_eq!(k(4, Coll::AllReduce, 8 << 20), Ok(Some(Exchange::TwoShot)));
         assert_eq!(
             k(4, Coll::AllReduce, TWO_SHOT_AUTO_BYTES),
@@ -1647,17 +1690,23 @@ mod tests {
         }
         assert_eq!(k(2, Coll::AllToAll, 512 << 20), simple);
         assert_ne!(k(2, Coll::AllToAll, (512 << 20) + 4), simple);
-        // Above 2 ranks all_gather and alltoall take the routes past 32 MiB
-        // blocks (4 H100s), reduce_scatter the kernel to 256 MiB.
-        for coll in [Coll::AllGather, Coll::AllToAll] {
-            assert_eq!(k(4, coll, 32 << 20), simple, "{coll:?}");
-            assert_ne!(k(4, coll, (32 << 20) + 4), simple, "{coll:?}");
+        // Above 2 ranks all_gather takes the routes past 32 MiB blocks (4
+        // H100s), alltoall past 128 MiB (4 H200s), reduce_scatter the kernel
+        // to 256 MiB.
+        for (coll, most) in [(Coll::AllGather, 32 << 20), (Coll::AllToAll, 128 << 20)] {
+            assert_eq!(k(4, coll, most), simple, "{coll:?}");
+            assert_ne!(k(4, coll, most + 4), simple, "{coll:?}");
             assert_eq!(k(2, coll, 64 << 20), simple, "{coll:?} at 2 ranks");
         }
         assert_eq!(k(4, Coll::ReduceScatter, 256 << 20), simple);
         assert_ne!(k(4, Coll::ReduceScatter, (256 << 20) + 4), simple);
         assert_eq!(simple_limit(Coll::AllReduce, 4, 1 << 30), 1 << 30);
-        assert_eq!(simple_limit(Coll::Gather, 4, crate::config::SIMPLE_AUTO), 0);
+        assert_eq!(
+            simple_limit(Coll::Gather, 4, crate::config::SIMPLE_AUTO),
+            32 << 20
+        );
+        assert_eq!(k(4, Coll::Scatter, 32 << 20), simple);
+        assert_ne!(k(4, Coll::Scatter, (32 << 20) + 4), simple);
         assert_eq!(simple_limit(Coll::Reduce, 2, crate::config::SIMPLE_AUTO), 0);
     }
 
