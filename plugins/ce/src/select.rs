@@ -450,10 +450,22 @@ pub type Range = (usize, usize);
 /// place — so all_gather blocks to 512 MiB and broadcast to 1 GiB (the
 /// largest measured).
 ///
+/// Once a batch's local copies run on a second stream (session 24: a
+/// rank's own block no longer waits for the peers'), the window routes
+/// overtook all_gather's direct mode past 64 MiB blocks on 2 H200s
+/// (`bench/results/2026-11-28-session26/x2-gather`, two alternations, µs out
+/// of place / in place by total size, `auto` then / direct off, NCCL's CE
+/// all_gather in the same call): 128 MiB 201.7–204.0 / 198.7–199.1 against
+/// 217.9–218.7 / 217.0–217.7 (the Simple kernel; 234.4 / 188.8), 256 MiB
+/// 385.3–386.1 / 380.9–381.7 against 366.6–368.5 / 362.9–363.2 (435.9 /
+/// 359.1), 512 MiB 756–757 / 746–747 against 710–713 / 706 (839.3 / 702.0),
+/// 1 GiB 1485–1487 / 1478 against 1397–1400 / 1390–1391 (1655.1 / 1386.3) —
+/// so all_gather blocks to 64 MiB. (broadcast's range was not re-measured.)
+///
 /// Not measured above 2 ranks: none there.
 pub const DIRECT_TABLE: [(Coll, Range, Range); 3] = [
     (Coll::AllReduce, (0, 0), (0, 0)),
-    (Coll::AllGather, (4 << 20, 512 << 20), (0, 0)),
+    (Coll::AllGather, (4 << 20, 64 << 20), (0, 0)),
     (Coll::Broadcast, (32 << 20, 1 << 30), (0, 0)),
 ];
 
@@ -1496,6 +1508,8 @@ mod tests {
         }
         assert_eq!(k(2, Coll::AllGather, 32 << 20), direct);
         assert_eq!(k(2, Coll::AllGather, 4 << 20), Ok(Some(Exchange::Simple)));
+        // Past 64 MiB blocks the window routes (own block on a side stream).
+        assert_eq!(k(2, Coll::AllGather, 128 << 20), Ok(None));
         assert_eq!(k(2, Coll::Broadcast, 64 << 20), direct);
         for bytes in [2 << 20, 8 << 20, 32 << 20] {
             assert_ne!(k(2, Coll::AllReduce, bytes), direct, "all_reduce {bytes}");
