@@ -350,7 +350,7 @@ pub struct Route {
 /// 231.4–232.1 / 191.8–192.3 (227.2 / 186.8), 1 GiB 1481.5–1481.9 /
 /// 1479.2–1481.3 against 1636.9–1638.7 / 1375.5 (1633.1 / 1370.2) — 10–12 %
 /// faster out of place from 128 MiB but 3–8 % slower in place, so blocks to
-/// 32 MiB (64 MiB in all), where it wins both ways. Not measured above 2 ranks.
+/// 32 MiB (64 MiB in all), where it wins both ways (above 2 ranks: below).
 ///
 /// gather at 2 ranks, the same way (`…/session24/gather-simple`, the kernel's
 /// root-gather mode forced / the routes / NCCL's CE gather): 4 MiB
