@@ -1721,6 +1721,17 @@ mod tests {
         );
         assert_eq!(k(4, Coll::Scatter, 32 << 20), simple);
         assert_ne!(k(4, Coll::Scatter, (32 << 20) + 4), simple);
+        // The rows above 2 ranks hold at 3 too (an odd count, the kernel's
+        // modes modelled at 1-5 ranks): the limits, and one element past them.
+        for (coll, most) in [
+            (Coll::AllToAll, 128 << 20),
+            (Coll::Broadcast, 1 << 30),
+            (Coll::Gather, 32 << 20),
+            (Coll::Scatter, 32 << 20),
+        ] {
+            assert_eq!(k(3, coll, most), simple, "{coll:?} at 3 ranks");
+            assert_ne!(k(3, coll, most + 16), simple, "{coll:?} at 3 ranks");
+        }
         assert_eq!(simple_limit(Coll::Reduce, 2, crate::config::SIMPLE_AUTO), 0);
     }
 
