@@ -373,6 +373,10 @@ static void mismatch(ncclComm_t comm) {
   OK(ncclCommSplit(comm, 0, rank, &m, NULL));
   char a[4000], b[4000];
   memset(a, 0, sizeof a);
+  /* One matched call first: once it is done every rank has its end of m. Without
+   * it a rank still inside the split when the others find the mismatch and abort m
+   * got their reason from ncclCommSplit instead (a CI run on 2 cores did). */
+  OK(ncclAllReduce(a, b, 1000, ncclInt32, ncclSum, m, NULL));
   ncclDataType_t t = rank == 0 ? ncclFloat32 : ncclInt32;
   ncclResult_t res = ncclAllReduce(a, b, 1000, t, ncclSum, m, NULL);
   /* The rank that sees it first fails with ncclInvalidArgument and aborts;
