@@ -366,8 +366,8 @@ pub struct Route {
 /// against the core's 619–626 / 825–831 (NCCL 673 / 659), 512 MiB 1226–1232
 /// / 1270–1271 against 1175–1177 / 1631–1658 (1299 / 1273), 1 GiB 2383–2390
 /// / 2680–2737 against 2204–2210 / 2917–2932 (2386 / 2365) — so above 2
-/// ranks alltoall runs as the kernel to 128 MiB blocks, where in place gains
-/// 22–28 % and out of place stays ahead of NCCL (the route cannot ask
+/// ranks alltoall runs as the kernel to 128 MiB blocks, where in place takes
+/// 22–23 % less time and out of place stays ahead of NCCL (the route cannot ask
 /// whether a rank runs in place). broadcast as the chain at every size
 /// against `auto` (the chain to 64 MiB, the routes above): 128 MiB 478–486
 /// against 483–497 (NCCL 398), 256 MiB 796–800 against 861–889 (769), 512
