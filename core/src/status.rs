@@ -103,7 +103,8 @@ pub(crate) struct Tracker {
     crossed_seen: Mutex<Option<(usize, String, usize, String)>>,
     /// No crossed checks (see [`calls_unchecked`](Self::calls_unchecked)).
     unchecked: AtomicBool,
-    /// Collectives numbered so far (the next one's sequence number).
+    /// Collectives numbered so far (the next one's sequence number; see
+    /// [`number_coll`](Self::number_coll)).
     colls_begun: AtomicU64,
     waiting: AtomicU32,
     /// One report at a time: concurrent ones would take each other's answers.
@@ -187,12 +188,17 @@ impl Tracker {
         }
     }
 
-    /// `n` collectives taken their numbers (the next one's): the crossed check
-    /// tells a peer behind (in a collective this rank made) from one in a call
-    /// this rank never made.
-    pub fn colls_numbered(&self, n: u64) {
-        // Threads numbering calls at once may arrive in either order.
-        self.colls_begun.fetch_max(n, Ordering::Relaxed);
+    /// The next collective's sequence number, taken (equal on every rank: plugin
+    /// dispatch and the call check use it). The count also lets the crossed
+    /// check tell a peer behind (in a collective this rank made) from one in a
+    /// call this rank never made.
+    pub fn number_coll(&self) -> u64 {
+        self.colls_begun.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Collectives numbered so far (the next one's sequence number).
+    pub fn colls_begun(&self) -> u64 {
+        self.colls_begun.load(Ordering::Relaxed)
     }
 
     /// An operation starts (`label`: e.g. the call's fingerprint).
@@ -275,7 +281,7 @@ impl Tracker {
                 // A host call blocks its thread until the plugin returns.
                 waiting: running || self.waiting.load(Ordering::Acquire) > 0,
                 call,
-                colls_begun: self.colls_begun.load(Ordering::Relaxed),
+                colls_begun: self.colls_begun(),
             };
         }
         let last = self.last.lock();
@@ -295,7 +301,7 @@ impl Tracker {
             phase,
             waiting: self.waiting.load(Ordering::Acquire) > 0,
             call,
-            colls_begun: self.colls_begun.load(Ordering::Relaxed),
+            colls_begun: self.colls_begun(),
         }
     }
 

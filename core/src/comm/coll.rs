@@ -36,10 +36,7 @@ impl Communicator {
         let mut t = CollTask::new(spec, self.rank(), self.nranks(), send, recv, in_place)?;
         // Every valid collective call takes the next number, the same on every rank
         // (plugin dispatch and the call check both use it).
-        t.seq = self
-            .coll_seq
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.shared.status.colls_numbered(t.seq + 1);
+        t.seq = self.shared.status.number_coll();
         Ok(t)
     }
 

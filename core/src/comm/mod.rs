@@ -79,8 +79,6 @@ pub struct Communicator {
     /// Serializes the hooks of the collective plugins' comms (the ABI's
     /// promise); holds the host point-to-point bids they gave.
     coll_serial: Mutex<crate::collective::bids::HostP2p>,
-    /// Collective calls so far (equal on every rank).
-    coll_seq: AtomicU64,
     /// Symmetric windows.
     windows: crate::window::WindowTable,
     /// Splits so far (names each split's rendezvous messages).
@@ -369,7 +367,6 @@ impl Communicator {
             staging: std::sync::OnceLock::new(),
             colls,
             coll_serial: Mutex::new(crate::collective::bids::HostP2p::new(cfg.nranks)),
-            coll_seq: AtomicU64::new(0),
             devnet_libs: registry.devnets.clone(),
             windows: crate::window::WindowTable::default(),
             splits: AtomicU64::new(0),

@@ -80,7 +80,7 @@ impl Communicator {
             in_place,
             mem: if device { FX_MEM_CUDA } else { FX_MEM_HOST },
             capturing: false,
-            seq: self.coll_seq.load(std::sync::atomic::Ordering::Relaxed),
+            seq: self.shared.status.colls_begun(),
         };
         Ok(self.choose(&call))
     }
