@@ -868,7 +868,7 @@ impl CeComm {
             SimpleArgs::from_ll(
                 &args,
                 layout.simple_offset() as u64,
-                simple::chunk_bytes(block, slot, mode) as u64,
+                self.cfg.simple_chunk_of(block, slot, mode, self.nranks) as u64,
                 slot as u64,
                 overlap,
             )

@@ -13,19 +13,20 @@
 //! | `FERROCX_CE_LL_BYTES` | `1M` | all_reduce and reduce_scatter (not avg), all_gather, alltoall, broadcast, gather and scatter whose block is at most this many bytes run as one LL kernel ([`ferrocx_sdk::kernels::ll`]: the data goes into the peers' mapped memory with the flag in it; no barrier, no staging, no windows needed); at most 1 MiB; it sizes the LL areas (2 × nranks × 2 × this bytes of device memory per rank, in the flag buffer); `0`: never. Every rank must set the same value |
 //! | `FERROCX_CE_LL128_BYTES` | `auto` | the same collectives whose block is above the first bound and up to the second run as one LL128 kernel ([`ferrocx_sdk::kernels::ll128`]: the LL kernel's protocol in 128-byte lines of 120 data bytes and an 8-byte flag, so 1.07× the bytes instead of 2×), before the LL kernel's limit is asked: `auto` per collective and rank count (`select::LL128_TABLE`), a number N for blocks above `FERROCX_CE_LL_BYTES` up to N (at most 4 MiB), `0` never. Only where every rank has a GPU of its own and every pair of them has native peer atomics (NVLink; PCIe peers lack them, and a peer GPU hidden by `CUDA_VISIBLE_DEVICES` cannot be asked): the kernel relies on NVLink carrying a warp's 128-byte store whole, as NCCL's LL128 does. It sizes the LL128 areas (2 × nranks × 128/120 × the largest block, in the flag buffer, only where every rank has a GPU of its own). Every rank must set the same value; a rank whose GPU lacks NVLink to a peer turns the kernel off for the communicator |
 //! | `FERROCX_CE_SIMPLE_BYTES` | `auto` | the same collectives whose block is above the LL kernel's limit and at most this many bytes (all_reduce: block × nranks ≤ 2 × this, as one-shot; above 2 ranks, beyond that, two-shot while block / nranks ≤ this; `auto`: each collective's measured limit at 2 ranks and above, `select::SIMPLE_TABLE`, two-shot all_reduce to `select::TWO_SHOT_AUTO_BYTES`) run as one Simple kernel ([`ferrocx_sdk::kernels::simple`]: chunks through slot rings in the peers' mapped memory, a flag per chunk; no barrier, no staging, no windows needed); `0`: never. Every rank must set the same value |
-//! | `FERROCX_CE_SIMPLE_SLOT` | `auto` | bytes of one slot of the Simple kernel's rings (and the point-to-point kernel's), the largest chunk (a multiple of 16, 32 B–16 MiB; the Simple kernel's chunks of segments below 256 MiB stay at most 64 KiB, a broadcast's below 16 MiB); `auto`: 128 KiB for the Simple kernel at 2 ranks, 256 KiB at 3 and 4, 64 KiB above and for the point-to-point kernel. The rings take nranks × 128 × this bytes of device memory per rank (in the flag buffer, only where the kernel may run). Every rank must set the same value |
+//! | `FERROCX_CE_SIMPLE_SLOT` | `auto` | bytes of one slot of the Simple kernel's rings (and the point-to-point kernel's), the largest chunk (a multiple of 16, 32 B–16 MiB; the Simple kernel's chunks of segments below 256 MiB stay at most 64 KiB, a broadcast's or chain's below 16 MiB: `FERROCX_CE_SIMPLE_CHUNK`); `auto`: 128 KiB for the Simple kernel at 2 ranks, 256 KiB at 3 and 4, 64 KiB above and for the point-to-point kernel. The rings take nranks × 128 × this bytes of device memory per rank (in the flag buffer, only where the kernel may run). Every rank must set the same value |
+//! | `FERROCX_CE_SIMPLE_CHUNK` | `auto` | the Simple kernel's largest chunk (a multiple of 16, at least 16 bytes; at most the slot): a segment is cut into about 64 chunks of at most this many bytes (at least 4 KiB where the slot allows); `auto`: at most 64 KiB below 256 MiB segments (a broadcast's below 16 MiB), whole slots above; at 2 ranks whole slots from 16 MiB segments (not the direct modes: [`TWO_RANK_WHOLE_SLOT_SEG`]); a chain's (broadcast above 2 ranks) from 16 MiB about 128 chunks, within the slot ([`ferrocx_sdk::kernels::simple::chunk_bytes`]). Every rank must set the same value |
 //! | `FERROCX_CE_P2P_BYTES` | `16M` | device sends and receives of at most this many bytes (each decided alone, by its size, so both ends agree) run as ce's point-to-point kernel ([`ferrocx_sdk::kernels::p2p`]: the Simple kernel's rings, a region of their own, every chunk headed by its message's size, which the receive checks) on the caller's stream, one kernel per group (more where a group has several messages to one peer the same way); larger ones, and any on a stream being captured, take the core's path. A send may finish before its receive is posted while the peer's ring has room (128 slots: 8 MiB of 64 KiB slots; a larger send waits for its receive); `0`: never. The rings take nranks × 128 × `FERROCX_CE_SIMPLE_SLOT` bytes of device memory per rank. A send through ce must meet a receive of device memory of exactly its size (else both ranks fail with the core's mismatch error). Every rank must set the same value |
 //! | `FERROCX_CE_P2P_LL_BYTES` | `64K` | of those, messages of at most this many bytes (again by size alone) travel as LL lines (8 data bytes and their flag per 16-byte line, polled by the receiver: no fence, no head word per chunk), larger ones as chunks; at most 16 MiB. Each rank's line rings hold two of the largest (nranks × 4 × this bytes of device memory per rank). A send and a receive on either side of this limit are a size mismatch like any other. `0`: always chunks. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BLOCKS` | `auto` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once; `auto`: 128 for reduce_scatter, all_gather and alltoall above 2 ranks (not in the direct modes), 64 otherwise (`select::simple_blocks`). This rank's alone (chunks do not depend on it) |
 //! | `FERROCX_CE_SIMPLE_SPREAD` | `1` | above 2 ranks, out of place: a Simple kernel's sending blocks take one (chunk, peer) pair each, a chunk's pairs on consecutive blocks (a gather's receiving blocks too), so every peer's link is busy at once; `0`: a block sends each chunk to every peer in turn. This rank's alone |
-//! | `FERROCX_CE_DIRECT_BYTES` | `auto` | all_reduce (not avg), all_gather and broadcast on windows whose block is above the LL kernel's limit and at most this many bytes run as the Simple kernel's direct modes (the data read from the peers' input windows or written into their output windows, two empty chunks per pair as barriers; an all_reduce also needs the block to fit the scratch, which an in-place call folds into): `auto` per collective and rank count (`select::DIRECT_TABLE`: at 2 ranks all_gather above 4 MiB to 64 MiB, broadcast above 32 MiB to 1 GiB), a number for every collective from the LL limit up, `0` never. Agreed like `FERROCX_CE_ONESHOT_BYTES` (a rank that differs turns it off, with a warning) |
+//! | `FERROCX_CE_DIRECT_BYTES` | `auto` | all_reduce (not avg), all_gather and broadcast on windows whose block is above the LL kernel's limit and at most this many bytes run as the Simple kernel's direct modes (the data read from the peers' input windows or written into their output windows, two empty chunks per pair as barriers; an all_reduce also needs the block to fit the scratch, which an in-place call folds into): `auto` per collective and rank count (`select::DIRECT_TABLE`: at 2 ranks all_gather above 4 MiB to 64 MiB; no broadcast, no all_reduce), a number for every collective from the LL limit up, `0` never. Agreed like `FERROCX_CE_ONESHOT_BYTES` (a rank that differs turns it off, with a warning) |
 //! | `FERROCX_CE_SCRATCH_BYTES` | `32M` | per rank, device memory ce allocates beside its flags and every peer maps, for staged collectives: calls whose buffers are not in windows (and alltoall in place, and small in-place all_reduces) copy their input there first and the ranks read each other's scratch; a call needing more than this stays with the core (0: no staging) |
 //!
 //! `FERROCX_CE_PRIORITY`, `FERROCX_CE_BATCH` and `FERROCX_CE_BATCH_BYTES`
 //! decide what every rank does (its bid, how many barriers a collective
 //! has), and `FERROCX_CE_LL_BYTES`, `FERROCX_CE_LL128_BYTES`, `FERROCX_CE_SIMPLE_BYTES`,
-//! `FERROCX_CE_P2P_BYTES`, `FERROCX_CE_P2P_LL_BYTES` and
-//! `FERROCX_CE_SIMPLE_SLOT` the flag buffers' layout and the kernels' routes, so `comm_init`
+//! `FERROCX_CE_P2P_BYTES`, `FERROCX_CE_P2P_LL_BYTES`,
+//! `FERROCX_CE_SIMPLE_SLOT` and `FERROCX_CE_SIMPLE_CHUNK` the flag buffers' layout and the kernels' routes, so `comm_init`
 //! checks that every rank read the same values and sits the communicator
 //! out, naming the variable, when they differ.
 //! `FERROCX_CE_REDUCE` and `FERROCX_CE_ONESHOT_BYTES` are agreed the same
@@ -75,6 +76,22 @@ pub const DEFAULT_P2P_BYTES: usize = 16 << 20;
 pub const DEFAULT_P2P_LL_BYTES: usize = 64 << 10;
 /// Largest `FERROCX_CE_P2P_LL_BYTES` (its rings take 4 × this per peer).
 pub const P2P_LL_MAX_BYTES: usize = 16 << 20;
+/// `FERROCX_CE_SIMPLE_CHUNK=auto` (the default): the SDK's
+/// `simple::chunk_bytes` rule.
+pub const SIMPLE_CHUNK_AUTO: usize = usize::MAX;
+/// At 2 ranks under `FERROCX_CE_SIMPLE_CHUNK=auto`, the Simple kernel's ring
+/// modes cut segments from this size into whole slots (128 KiB by default)
+/// rather than the SDK's 64 KiB below `simple::LARGE_SEG`. On 2 of 4 H200s
+/// (`bench/results/2026-11-28-session27/x4-two`, two alternations, µs out of
+/// place, 64 KiB / 128 KiB chunks, by total size): all_reduce 32 MiB 115 /
+/// 109, 64 MiB 216–217 / 202, 128 MiB 422 / 388–389; reduce_scatter 64 MiB
+/// 116–118 / 109, 256 MiB 424–428 / 391; all_gather 128 MiB 216–223 /
+/// 204–206; alltoall 256 MiB 430–431 / 394–395; in place alike; 16 MiB
+/// segments even, 8 MiB ones slower (reduce_scatter and alltoall of 16 MiB
+/// 37–39 / 41–53). At 4 ranks 128 KiB and 256 KiB chunks were no faster
+/// than 64 KiB below 256 MiB segments but for the chain
+/// (`…/x4-chunk`): all_reduce 64 MiB 322 / 327 / 359–372.
+pub const TWO_RANK_WHOLE_SLOT_SEG: usize = 16 << 20;
 /// Largest `FERROCX_CE_SIMPLE_SLOT`.
 pub const SIMPLE_SLOT_MAX: usize = 16 << 20;
 /// `FERROCX_CE_SIMPLE_SLOT=auto` (the default): [`AUTO_SLOT_TWO_RANKS`] for
@@ -129,6 +146,9 @@ pub struct Config {
     pub simple_bytes: usize,
     /// `FERROCX_CE_SIMPLE_SLOT`: bytes per slot of its rings.
     pub simple_slot: usize,
+    /// `FERROCX_CE_SIMPLE_CHUNK`: the Simple kernel's largest chunk
+    /// ([`SIMPLE_CHUNK_AUTO`]: by segment size and mode).
+    pub simple_chunk: usize,
     /// `FERROCX_CE_DIRECT_BYTES`: the largest block run by the Simple
     /// kernel's direct modes ([`DIRECT_AUTO`]: per collective).
     pub direct_bytes: usize,
@@ -164,6 +184,7 @@ impl Default for Config {
             ll128_bytes: LL128_AUTO,
             simple_bytes: SIMPLE_AUTO,
             simple_slot: SIMPLE_SLOT_AUTO,
+            simple_chunk: SIMPLE_CHUNK_AUTO,
             direct_bytes: DIRECT_AUTO,
             simple_blocks: SIMPLE_BLOCKS_AUTO,
             simple_spread: true,
@@ -188,6 +209,23 @@ impl Config {
             (true, SIMPLE_SLOT_AUTO) if nranks <= 4 => AUTO_SLOT_FOUR_RANKS,
             (true, SIMPLE_SLOT_AUTO) => ferrocx_sdk::kernels::simple::DEFAULT_SLOT,
             (true, slot) => slot,
+        }
+    }
+
+    /// The Simple kernel's chunk for a segment of `seg` bytes of `mode` in
+    /// slots of `slot` bytes at `nranks` ranks: the SDK's rule (at 2 ranks
+    /// whole slots from [`TWO_RANK_WHOLE_SLOT_SEG`] in the ring modes), or
+    /// at most `FERROCX_CE_SIMPLE_CHUNK`.
+    pub fn simple_chunk_of(&self, seg: usize, slot: usize, mode: i32, nranks: usize) -> usize {
+        use ferrocx_sdk::kernels::simple;
+        match self.simple_chunk {
+            SIMPLE_CHUNK_AUTO
+                if nranks == 2 && seg >= TWO_RANK_WHOLE_SLOT_SEG && !simple::is_direct(mode) =>
+            {
+                simple::chunk_within(seg, slot)
+            }
+            SIMPLE_CHUNK_AUTO => simple::chunk_bytes(seg, slot, mode),
+            most => simple::chunk_within(seg, most.min(slot)),
         }
     }
 
@@ -277,6 +315,17 @@ impl Config {
                 "FERROCX_CE_SIMPLE_SLOT={simple_slot}: a multiple of 16 bytes, from 32 to {SIMPLE_SLOT_MAX}"
             )));
         }
+        let simple_chunk = match lookup("FERROCX_CE_SIMPLE_CHUNK") {
+            Some(v) if v.trim().eq_ignore_ascii_case("auto") => SIMPLE_CHUNK_AUTO,
+            _ => env::unsigned(&lookup, "FERROCX_CE_SIMPLE_CHUNK", d.simple_chunk)?,
+        };
+        if simple_chunk != SIMPLE_CHUNK_AUTO
+            && (simple_chunk == 0 || !simple_chunk.is_multiple_of(16))
+        {
+            return Err(PluginError::invalid(format!(
+                "FERROCX_CE_SIMPLE_CHUNK={simple_chunk}: a multiple of 16 bytes, at least 16 (or auto)"
+            )));
+        }
         let p2p_ll_bytes = env::unsigned(&lookup, "FERROCX_CE_P2P_LL_BYTES", d.p2p_ll_bytes)?;
         if p2p_ll_bytes > P2P_LL_MAX_BYTES {
             return Err(PluginError::invalid(format!(
@@ -301,6 +350,7 @@ impl Config {
                 _ => env::unsigned(&lookup, "FERROCX_CE_SIMPLE_BYTES", d.simple_bytes)?,
             },
             simple_slot,
+            simple_chunk,
             direct_bytes: match lookup("FERROCX_CE_DIRECT_BYTES") {
                 Some(v) if v.trim().eq_ignore_ascii_case("auto") => DIRECT_AUTO,
                 _ => env::unsigned(&lookup, "FERROCX_CE_DIRECT_BYTES", d.direct_bytes)?,
@@ -361,6 +411,7 @@ mod tests {
             ("FERROCX_CE_LL128_BYTES", "2M"),
             ("FERROCX_CE_SIMPLE_BYTES", "8M"),
             ("FERROCX_CE_SIMPLE_SLOT", "4K"),
+            ("FERROCX_CE_SIMPLE_CHUNK", "1K"),
             ("FERROCX_CE_SIMPLE_BLOCKS", "32"),
             ("FERROCX_CE_SIMPLE_SPREAD", "0"),
             ("FERROCX_CE_P2P_BYTES", "1M"),
@@ -383,6 +434,7 @@ mod tests {
                 ll128_bytes: 2 << 20,
                 simple_bytes: 8 << 20,
                 simple_slot: 4096,
+                simple_chunk: 1024,
                 direct_bytes: 2 << 20,
                 simple_blocks: 32,
                 simple_spread: false,
@@ -391,6 +443,64 @@ mod tests {
                 check_calls: true,
                 stage_needs_check: false,
             }
+        );
+        // The chunk: the SDK's rule under auto, else at most the knob and the slot.
+        use ferrocx_sdk::kernels::simple::{self, chunk_bytes, MODE_CHAIN};
+        let fold = ferrocx_sdk::kernels::ll::MODE_FOLD;
+        assert_eq!(d.simple_chunk, SIMPLE_CHUNK_AUTO);
+        for (seg, slot) in [
+            (64 << 20, 256 << 10),
+            (1 << 30, 256 << 10),
+            (1 << 20, 64 << 10),
+        ] {
+            assert_eq!(
+                d.simple_chunk_of(seg, slot, fold, 4),
+                chunk_bytes(seg, slot, fold)
+            );
+        }
+        // auto at 2 ranks: whole slots from TWO_RANK_WHOLE_SLOT_SEG in the ring modes.
+        let two = AUTO_SLOT_TWO_RANKS;
+        assert_eq!(
+            d.simple_chunk_of(TWO_RANK_WHOLE_SLOT_SEG, two, fold, 2),
+            two
+        );
+        assert_eq!(
+            d.simple_chunk_of(TWO_RANK_WHOLE_SLOT_SEG - 16, two, fold, 2),
+            chunk_bytes(TWO_RANK_WHOLE_SLOT_SEG - 16, two, fold)
+        );
+        let direct = simple::MODE_DIRECT_GATHER;
+        assert_eq!(
+            d.simple_chunk_of(64 << 20, two, direct, 2),
+            chunk_bytes(64 << 20, two, direct)
+        );
+        assert_eq!(
+            d.simple_chunk_of(64 << 20, 256 << 10, fold, 4),
+            chunk_bytes(64 << 20, 256 << 10, fold)
+        );
+        let c128 = with(&[("FERROCX_CE_SIMPLE_CHUNK", "128K")]).unwrap();
+        assert_eq!(
+            c128.simple_chunk_of(64 << 20, 256 << 10, MODE_CHAIN, 4),
+            128 << 10
+        );
+        assert_eq!(c128.simple_chunk_of(1 << 30, 256 << 10, fold, 2), 128 << 10);
+        assert_eq!(
+            c128.simple_chunk_of(64 << 20, 64 << 10, fold, 2),
+            64 << 10,
+            "within the slot"
+        );
+        assert_eq!(
+            c128.simple_chunk_of(1 << 20, 256 << 10, fold, 4),
+            simple::MIN_CHUNK.max((1 << 20) / simple::TARGET_BLOCKS)
+        );
+        for bad in ["0", "100", "7"] {
+            let e = with(&[("FERROCX_CE_SIMPLE_CHUNK", bad)]).unwrap_err();
+            assert!(e.to_string().contains("FERROCX_CE_SIMPLE_CHUNK"), "{e}");
+        }
+        assert_eq!(
+            with(&[("FERROCX_CE_SIMPLE_CHUNK", "auto")])
+                .unwrap()
+                .simple_chunk,
+            SIMPLE_CHUNK_AUTO
         );
         // auto: staging unless ce's check alone is off (the core's path checks).
         assert!(with(&[]).unwrap().stage && with(&[]).unwrap().check_calls);

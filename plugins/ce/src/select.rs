@@ -460,13 +460,21 @@ pub type Range = (usize, usize);
 /// 385.3–386.1 / 380.9–381.7 against 366.6–368.5 / 362.9–363.2 (435.9 /
 /// 359.1), 512 MiB 756–757 / 746–747 against 710–713 / 706 (839.3 / 702.0),
 /// 1 GiB 1485–1487 / 1478 against 1397–1400 / 1390–1391 (1655.1 / 1386.3) —
-/// so all_gather blocks to 64 MiB. (broadcast's range was not re-measured.)
+/// so all_gather blocks to 64 MiB. broadcast's range re-measured on 2 of
+/// 4 H200s (`bench/results/2026-11-28-session27/x4-chunk`, µs out of place
+/// / in place, direct (`auto` then) against `FERROCX_CE_DIRECT_BYTES=32M`:
+/// the Simple kernel to 128 MiB, the window routes above; NCCL's CE
+/// broadcast in the same call): 64 MiB 201 / 197 against 191 / 191 (217 /
+/// 204), 128 MiB 381 / 376 against 375 / 376 (409 / 385), 256 MiB 746 / 737
+/// against 701 / 697 (794 / 749), 512 MiB 1469 / 1461 against 1378 / 1374
+/// (1558 / 1470), 1 GiB 2914 / 2905 against 2735 / 2728 (3082 / 2918) — so
+/// broadcast no longer takes the direct mode under `auto`.
 ///
 /// Not measured above 2 ranks: none there.
 pub const DIRECT_TABLE: [(Coll, Range, Range); 3] = [
     (Coll::AllReduce, (0, 0), (0, 0)),
     (Coll::AllGather, (4 << 20, 64 << 20), (0, 0)),
-    (Coll::Broadcast, (32 << 20, 1 << 30), (0, 0)),
+    (Coll::Broadcast, (0, 0), (0, 0)),
 ];
 
 /// The blocks of `coll` the direct modes run on `nranks` ranks at
@@ -1510,7 +1518,9 @@ mod tests {
         assert_eq!(k(2, Coll::AllGather, 4 << 20), Ok(Some(Exchange::Simple)));
         // Past 64 MiB blocks the window routes (own block on a side stream).
         assert_eq!(k(2, Coll::AllGather, 128 << 20), Ok(None));
-        assert_eq!(k(2, Coll::Broadcast, 64 << 20), direct);
+        // broadcast: the Simple kernel to 128 MiB, the window routes above.
+        assert_eq!(k(2, Coll::Broadcast, 64 << 20), Ok(Some(Exchange::Simple)));
+        assert_eq!(k(2, Coll::Broadcast, 256 << 20), Ok(None));
         for bytes in [2 << 20, 8 << 20, 32 << 20] {
             assert_ne!(k(2, Coll::AllReduce, bytes), direct, "all_reduce {bytes}");
         }
@@ -1572,8 +1582,9 @@ mod tests {
             .find(|(n, _)| n.starts_with("broadcast ") && n.ends_with("windows"))
             .map(|(_, c)| c.join(" "))
             .unwrap();
-        // On windows at 2 ranks the direct modes take broadcasts above 32 MiB.
-        assert_eq!(win, "LL LL128 LL128 Simple Simple direct Simple direct");
+        // On windows at 2 ranks the window routes take broadcasts past the
+        // Simple kernel's 128 MiB (no direct mode under auto).
+        assert_eq!(win, "LL LL128 LL128 Simple Simple windows");
         assert_eq!(t.len(), 14);
         // Forced: a number replaces the table for every collective.
         let forced = Agreed {

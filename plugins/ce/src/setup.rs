@@ -4,7 +4,7 @@
 //! 1. **Hello**: whether this rank could set up (CUDA, its device, the driver
 //!    entry points, every peer GPU reachable, its flag buffer), the knobs that
 //!    must agree (`FERROCX_CE_PRIORITY`, `_BATCH`, `_BATCH_BYTES`, `_LL_BYTES`,
-//!    `_LL128_BYTES`, `_SIMPLE_BYTES`, `_SIMPLE_SLOT`, `_P2P_BYTES`,
+//!    `_LL128_BYTES`, `_SIMPLE_BYTES`, `_SIMPLE_SLOT`, `_SIMPLE_CHUNK`, `_P2P_BYTES`,
 //!    `_P2P_LL_BYTES`) and its flag
 //!    buffer's IPC handle. Every rank takes part even when its own setup
 //!    failed, so nobody waits for a rank that returned early; then all ranks
@@ -19,12 +19,12 @@
 use crate::config::Config;
 use ferrocx_sdk::device::{IpcHandle, HANDLE_BYTES};
 
-const MAGIC: u32 = 0x4345_0005;
+const MAGIC: u32 = 0x4345_0006;
 /// Bytes of the reason text carried.
 const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
 pub const HELLO_BYTES: usize =
-    4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + HANDLE_BYTES + REASON_BYTES;
+    4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + HANDLE_BYTES + REASON_BYTES;
 
 /// One rank's message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +43,8 @@ pub struct Hello {
     pub simple_bytes: u64,
     /// `FERROCX_CE_SIMPLE_SLOT` (it sizes the Simple and point-to-point rings).
     pub simple_slot: u64,
+    /// `FERROCX_CE_SIMPLE_CHUNK` (how every rank cuts a segment into chunks).
+    pub simple_chunk: u64,
     /// `FERROCX_CE_P2P_BYTES` (which sends and receives take the kernel).
     pub p2p_bytes: u64,
     /// `FERROCX_CE_P2P_LL_BYTES` (which of those go as lines; it sizes the line rings).
@@ -68,6 +70,12 @@ impl Hello {
             // slot sizes nothing.
             simple_slot: if cfg.simple_bytes > 0 || cfg.p2p_bytes > 0 {
                 cfg.simple_slot as u64
+            } else {
+                0
+            },
+            // Agreed only where the Simple kernel may run.
+            simple_chunk: if cfg.simple_bytes > 0 {
+                cfg.simple_chunk as u64
             } else {
                 0
             },
@@ -101,6 +109,7 @@ impl Hello {
         b.extend_from_slice(&self.p2p_bytes.to_le_bytes());
         b.extend_from_slice(&self.p2p_ll_bytes.to_le_bytes());
         b.extend_from_slice(&self.ll128_bytes.to_le_bytes());
+        b.extend_from_slice(&self.simple_chunk.to_le_bytes());
         b.extend_from_slice(&self.handle.0);
         let mut reason = [0u8; REASON_BYTES];
         if let Some(why) = &self.failed {
@@ -127,8 +136,8 @@ impl Hello {
             return Err(format!("bad magic {:#x}", u32_at(0)));
         }
         let mut handle = [0u8; HANDLE_BYTES];
-        handle.copy_from_slice(&b[72..72 + HANDLE_BYTES]);
-        let text = &b[72 + HANDLE_BYTES..];
+        handle.copy_from_slice(&b[80..80 + HANDLE_BYTES]);
+        let text = &b[80 + HANDLE_BYTES..];
         let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
         Ok(Hello {
             failed: (u32_at(4) == 0).then(|| String::from_utf8_lossy(&text[..end]).into_owned()),
@@ -141,6 +150,7 @@ impl Hello {
             p2p_bytes: u64_at(48),
             p2p_ll_bytes: u64_at(56),
             ll128_bytes: u64_at(64),
+            simple_chunk: u64_at(72),
             handle: IpcHandle(handle),
         })
     }
@@ -169,13 +179,14 @@ pub fn agree(all: &[Hello]) -> Result<(), String> {
         return Ok(());
     };
     type Knob = (&'static str, fn(&Hello) -> u64);
-    let knobs: [Knob; 9] = [
+    let knobs: [Knob; 10] = [
         ("FERROCX_CE_PRIORITY", |h| h.priority as u64),
         ("FERROCX_CE_BATCH", |h| h.batch),
         ("FERROCX_CE_BATCH_BYTES", |h| h.batch_bytes),
         ("FERROCX_CE_LL_BYTES", |h| h.ll_bytes as u64),
         ("FERROCX_CE_SIMPLE_BYTES", |h| h.simple_bytes),
         ("FERROCX_CE_SIMPLE_SLOT", |h| h.simple_slot),
+        ("FERROCX_CE_SIMPLE_CHUNK", |h| h.simple_chunk),
         ("FERROCX_CE_P2P_BYTES", |h| h.p2p_bytes),
         ("FERROCX_CE_P2P_LL_BYTES", |h| h.p2p_ll_bytes),
         ("FERROCX_CE_LL128_BYTES", |h| h.ll128_bytes),
@@ -426,6 +437,17 @@ mod tests {
         );
         let err = agree(&[ok.clone(), slot]).unwrap_err();
         assert!(err.starts_with("FERROCX_CE_SIMPLE_SLOT differs"), "{err}");
+        // The chunk decides where every chunk of a segment starts.
+        let chunk = Hello::ready(
+            &Config {
+                simple_chunk: 128 << 10,
+                ..cfg
+            },
+            IpcHandle::NONE,
+        );
+        assert_eq!(Hello::decode(&chunk.encode()).unwrap(), chunk);
+        let err = agree(&[ok.clone(), chunk]).unwrap_err();
+        assert!(err.starts_with("FERROCX_CE_SIMPLE_CHUNK differs"), "{err}");
         // With both ring kernels off everywhere the slot is not compared.
         let off = |slot| {
             Hello::ready(

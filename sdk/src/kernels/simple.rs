@@ -197,20 +197,36 @@ pub fn region_bytes(nranks: usize, slot: usize) -> Option<usize> {
 /// `…/2026-11-26-h100x2-simple/run3`).
 pub const LARGE_SEG: usize = 256 << 20;
 
-/// [`LARGE_SEG`] of a broadcast (mode [`super::ll::MODE_BROADCAST`], not a
-/// chain): it only copies, so nothing is gained by finer chunks, and each
+/// [`LARGE_SEG`] of a broadcast (mode [`super::ll::MODE_BROADCAST`]; a
+/// chain's: [`CHAIN_CHUNKS`]): it only copies, so nothing is gained by finer chunks, and each
 /// chunk costs its sender a fence. On 2 H100s, whole 128 KiB slots took
 /// broadcast of 16, 32 and 64 MiB 59.7 / 101.8 / 193.0 µs against 62.8 /
 /// 107.5 / 207.4 in 64 KiB chunks (NCCL 65.1 / 112.5 / 208.5 in the same
 /// call, `bench/results/2026-11-27-session16/run1`).
 pub const LARGE_BROADCAST_SEG: usize = 16 << 20;
 
+/// Chunks of a chain's segment from [`LARGE_BROADCAST_SEG`] on (at most a
+/// whole slot each). A chain's chunk crosses every hop in turn, so each
+/// chunk is paid in fill and drain once per hop, and in a fence and a flag
+/// per chunk: on 4 H200s (`bench/results/2026-11-28-session27/x4-chunk`, two
+/// alternations, µs out of place; 64 KiB chunks / 128 KiB / 256 KiB, NCCL in
+/// the same call) 16 MiB 82–91 / 73–76 / 85–94 (70), 32 MiB 126–136 /
+/// 115–118 / 113–114 (118), 64 MiB 244–253 / 214 / 204–216 (212), 128 MiB
+/// 478–488 / 410–418 / 405–407 (398); 32 KiB chunks and 128 blocks were far
+/// slower (64 MiB 326 and 324–326) — so 128 chunks: 128 KiB at 16 MiB,
+/// whole 256 KiB slots from 32 MiB.
+pub const CHAIN_CHUNKS: usize = 2 * TARGET_BLOCKS;
+
 /// The chunk for a segment of `seg` bytes of a call of `mode` with slots of
 /// `slot` bytes (a multiple of 16): about [`TARGET_BLOCKS`] chunks, each a
 /// multiple of 16 bytes, at least [`MIN_CHUNK`] and at most a slot (below
 /// [`LARGE_SEG`], or [`LARGE_BROADCAST_SEG`] for a broadcast, at most
-/// [`DEFAULT_SLOT`]). Every rank of a call has the same three.
+/// [`DEFAULT_SLOT`]; a chain from [`LARGE_BROADCAST_SEG`] on: about
+/// [`CHAIN_CHUNKS`]). Every rank of a call has the same three.
 pub fn chunk_bytes(seg: usize, slot: usize, mode: i32) -> usize {
+    if mode == MODE_CHAIN && seg >= LARGE_BROADCAST_SEG {
+        return chunk_about(seg, slot, CHAIN_CHUNKS);
+    }
     let large = if mode == super::ll::MODE_BROADCAST {
         LARGE_BROADCAST_SEG
     } else {
@@ -227,7 +243,12 @@ pub fn chunk_bytes(seg: usize, slot: usize, mode: i32) -> usize {
 /// About [`TARGET_BLOCKS`] chunks of `seg` bytes, each a multiple of 16
 /// bytes, at least [`MIN_CHUNK`] and at most `most` (a multiple of 16).
 pub fn chunk_within(seg: usize, most: usize) -> usize {
-    let want = seg.div_ceil(TARGET_BLOCKS).next_multiple_of(16);
+    chunk_about(seg, most, TARGET_BLOCKS)
+}
+
+/// About `target` chunks of `seg` bytes, as [`chunk_within`].
+fn chunk_about(seg: usize, most: usize, target: usize) -> usize {
+    let want = seg.div_ceil(target).next_multiple_of(16);
     want.max(MIN_CHUNK).min(most).max(16)
 }
 
@@ -992,13 +1013,29 @@ mod tests {
         assert_eq!(chunks(0, 64), 1, "a broadcast's empty chunk");
         // Larger slots: whole-slot chunks only from LARGE_SEG on.
         let big = 2 * DEFAULT_SLOT;
-        for mode in [MODE_FOLD, MODE_GATHER, MODE_CHAIN, MODE_TWO_SHOT] {
+        for mode in [MODE_FOLD, MODE_GATHER, MODE_TWO_SHOT] {
             assert_eq!(chunk_bytes(LARGE_SEG - 16, big, mode), DEFAULT_SLOT);
             assert_eq!(chunk_bytes(LARGE_SEG, big, mode), big);
             assert_eq!(chunk_bytes(1 << 30, big, mode), big);
             assert_eq!(chunk_bytes(LARGE_SEG, DEFAULT_SLOT, mode), DEFAULT_SLOT);
             assert_eq!(chunk_bytes(64 << 10, big, mode), MIN_CHUNK);
         }
+        // A chain: as the others below LARGE_BROADCAST_SEG, about
+        // CHAIN_CHUNKS chunks from there (within the slot).
+        let c = MODE_CHAIN;
+        let s4 = 4 * DEFAULT_SLOT;
+        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG - 16, s4, c), DEFAULT_SLOT);
+        assert_eq!(
+            chunk_bytes(1 << 20, s4, c),
+            chunk_bytes(1 << 20, s4, MODE_FOLD)
+        );
+        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG, s4, c), 128 << 10);
+        assert_eq!(chunk_bytes(32 << 20, s4, c), s4);
+        assert_eq!(chunk_bytes(1 << 30, s4, c), s4);
+        assert_eq!(
+            chunk_bytes(LARGE_BROADCAST_SEG, DEFAULT_SLOT, c),
+            DEFAULT_SLOT
+        );
         // A broadcast's whole slots start at LARGE_BROADCAST_SEG (±16 bytes).
         let b = MODE_BROADCAST;
         assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG - 16, big, b), DEFAULT_SLOT);
