@@ -577,6 +577,9 @@ impl Wire for CallWire<'_> {
             return Err(self.mismatch(peer, &theirs));
         }
         let (fp, got, data) = c.arena.message(peer, k);
+        if c.depth > 2 {
+            c.arena.prefetch(peer, k + 1);
+        }
         if c.check.compares() && fp != self.encoded {
             return Err(self.mismatch(peer, &fp));
         }
