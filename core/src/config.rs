@@ -335,7 +335,12 @@ pub const VARIABLES: &[(&str, &str, &str)] = &[
     (
         "FERROCX_CE_SIMPLE_SLOT",
         "auto",
-        "ce: bytes per slot of the Simple and point-to-point kernels' rings (nranks × 128 slots per rank; auto: 128K for the Simple kernel at 2 ranks, else 64K)",
+        "ce: bytes per slot of the Simple and point-to-point kernels' rings (nranks × 128 slots per rank; auto: 128K for the Simple kernel at 2 ranks, 256K at 3 and 4, else 64K)",
+    ),
+    (
+        "FERROCX_CE_SIMPLE_CHUNK",
+        "auto",
+        "ce: the Simple kernel's largest chunk, within the slot (auto: 64K below 256 MiB segments, whole slots at 2 ranks from 16 MiB, about 128 chunks for a chain from 16 MiB)",
     ),
     (
         "FERROCX_CE_SIMPLE_BLOCKS",
