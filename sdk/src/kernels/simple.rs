@@ -210,9 +210,9 @@ pub const LARGE_BROADCAST_SEG: usize = 16 << 20;
 /// chunk is paid in fill and drain once per hop, and in a fence and a flag
 /// per chunk: on 4 H200s (`bench/results/2026-11-28-session27/x4-chunk`, two
 /// alternations, µs out of place; 64 KiB chunks / 128 KiB / 256 KiB, NCCL in
-/// the same call) 16 MiB 82–91 / 73–76 / 85–94 (70), 32 MiB 126–136 /
+/// the same call) 16 MiB 82–91 / 73–76 / 86–94 (70), 32 MiB 126–136 /
 /// 115–118 / 113–114 (118), 64 MiB 244–253 / 214 / 204–216 (212), 128 MiB
-/// 478–488 / 410–418 / 405–407 (398); 32 KiB chunks and 128 blocks were far
+/// 479–488 / 410–418 / 406–407 (398); 32 KiB chunks and 128 blocks were far
 /// slower (64 MiB 326 and 324–326) — so 128 chunks: 128 KiB at 16 MiB,
 /// whole 256 KiB slots from 32 MiB.
 pub const CHAIN_CHUNKS: usize = 2 * TARGET_BLOCKS;
@@ -1036,6 +1036,20 @@ mod tests {
             chunk_bytes(LARGE_BROADCAST_SEG, DEFAULT_SLOT, c),
             DEFAULT_SLOT
         );
+        for seg in (LARGE_BROADCAST_SEG..1 << 30).step_by(7_654_321) {
+            for slot in [DEFAULT_SLOT, s4, 1 << 20] {
+                let k = chunk_bytes(seg, slot, c);
+                let m = chunks(seg, k);
+                assert!(
+                    k.is_multiple_of(16) && k <= slot,
+                    "seg {seg} slot {slot}: {k}"
+                );
+                assert!(
+                    k == slot || m <= CHAIN_CHUNKS,
+                    "seg {seg}: {m} chunks of {k}"
+                );
+            }
+        }
         // A broadcast's whole slots start at LARGE_BROADCAST_SEG (±16 bytes).
         let b = MODE_BROADCAST;
         assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG - 16, big, b), DEFAULT_SLOT);
