@@ -14,7 +14,7 @@
 //! | `FERROCX_CE_LL128_BYTES` | `auto` | the same collectives whose block is above the first bound and up to the second run as one LL128 kernel ([`ferrocx_sdk::kernels::ll128`]: the LL kernel's protocol in 128-byte lines of 120 data bytes and an 8-byte flag, so 1.07× the bytes instead of 2×), before the LL kernel's limit is asked: `auto` per collective and rank count (`select::LL128_TABLE`), a number N for blocks above `FERROCX_CE_LL_BYTES` up to N (at most 4 MiB), `0` never. Only where every rank has a GPU of its own and every pair of them has native peer atomics (NVLink; PCIe peers lack them, and a peer GPU hidden by `CUDA_VISIBLE_DEVICES` cannot be asked): the kernel relies on NVLink carrying a warp's 128-byte store whole, as NCCL's LL128 does. It sizes the LL128 areas (2 × nranks × 128/120 × the largest block, in the flag buffer, only where every rank has a GPU of its own). Every rank must set the same value; a rank whose GPU lacks NVLink to a peer turns the kernel off for the communicator |
 //! | `FERROCX_CE_SIMPLE_BYTES` | `auto` | the same collectives whose block is above the LL kernel's limit and at most this many bytes (all_reduce: block × nranks ≤ 2 × this, as one-shot; above 2 ranks, beyond that, two-shot while block / nranks ≤ this; `auto`: each collective's measured limit at 2 ranks and above, `select::SIMPLE_TABLE`, two-shot all_reduce to `select::TWO_SHOT_AUTO_BYTES`) run as one Simple kernel ([`ferrocx_sdk::kernels::simple`]: chunks through slot rings in the peers' mapped memory, a flag per chunk; no barrier, no staging, no windows needed); `0`: never. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_SLOT` | `auto` | bytes of one slot of the Simple kernel's rings (and the point-to-point kernel's), the largest chunk (a multiple of 16, 32 B–16 MiB; how the Simple kernel cuts segments into chunks of at most a slot: `FERROCX_CE_SIMPLE_CHUNK`); `auto`: 128 KiB for the Simple kernel at 2 ranks, 256 KiB at 3 and 4, 64 KiB above and for the point-to-point kernel. The rings take nranks × 128 × this bytes of device memory per rank (in the flag buffer, only where the kernel may run). Every rank must set the same value |
-//! | `FERROCX_CE_SIMPLE_CHUNK` | `auto` | the Simple kernel's largest chunk (a multiple of 16, at least 16 bytes; a value above the slot means the slot; not the point-to-point kernel's): a segment is cut into about 64 chunks of at most this many bytes (at least 4 KiB where the slot and this value allow); `auto`: at most 64 KiB below 256 MiB segments (a broadcast's below 16 MiB), whole slots above; at 2 ranks whole slots from 16 MiB segments (not the direct modes: [`TWO_RANK_WHOLE_SLOT_SEG`]); a chain's (broadcast above 2 ranks) from 16 MiB about 128 chunks, within the slot ([`ferrocx_sdk::kernels::simple::chunk_bytes`]). Every rank must set the same value |
+//! | `FERROCX_CE_SIMPLE_CHUNK` | `auto` | the Simple kernel's largest chunk (a multiple of 16, at least 16 bytes; a value above the slot means the slot; not the point-to-point kernel's): a segment is cut into about 64 chunks of at most this many bytes (at least 4 KiB where the slot and this value allow); `auto`: at most 64 KiB below 256 MiB segments (a broadcast's below 16 MiB), whole slots above; at 2 ranks whole slots from 16 MiB segments (not the direct modes: `simple::TWO_RANK_WHOLE_SLOT_SEG`); a chain's (broadcast above 2 ranks) from 16 MiB about 128 chunks, within the slot ([`ferrocx_sdk::kernels::simple::chunk_bytes`]). Every rank must set the same value |
 //! | `FERROCX_CE_P2P_BYTES` | `16M` | device sends and receives of at most this many bytes (each decided alone, by its size, so both ends agree) run as ce's point-to-point kernel ([`ferrocx_sdk::kernels::p2p`]: the Simple kernel's rings, a region of their own, every chunk headed by its message's size, which the receive checks) on the caller's stream, one kernel per group (more where a group has several messages to one peer the same way); larger ones, and any on a stream being captured, take the core's path. A send may finish before its receive is posted while the peer's ring has room (128 slots: 8 MiB of 64 KiB slots; a larger send waits for its receive); `0`: never. The rings take nranks × 128 × `FERROCX_CE_SIMPLE_SLOT` bytes of device memory per rank. A send through ce must meet a receive of device memory of exactly its size (else both ranks fail with the core's mismatch error). Every rank must set the same value |
 //! | `FERROCX_CE_P2P_LL_BYTES` | `64K` | of those, messages of at most this many bytes (again by size alone) travel as LL lines (8 data bytes and their flag per 16-byte line, polled by the receiver: no fence, no head word per chunk), larger ones as chunks; at most 16 MiB. Each rank's line rings hold two of the largest (nranks × 4 × this bytes of device memory per rank). A send and a receive on either side of this limit are a size mismatch like any other. `0`: always chunks. Every rank must set the same value |
 //! | `FERROCX_CE_SIMPLE_BLOCKS` | `auto` | most sending blocks of one Simple kernel (as many receive); fewer where a call has fewer chunks or the GPU holds fewer at once; `auto`: 128 for reduce_scatter, all_gather and alltoall above 2 ranks (not in the direct modes), 64 otherwise (`select::simple_blocks`). This rank's alone (chunks do not depend on it) |
@@ -79,19 +79,6 @@ pub const P2P_LL_MAX_BYTES: usize = 16 << 20;
 /// `FERROCX_CE_SIMPLE_CHUNK=auto` (the default): the SDK's
 /// `simple::chunk_bytes` rule.
 pub const SIMPLE_CHUNK_AUTO: usize = usize::MAX;
-/// At 2 ranks under `FERROCX_CE_SIMPLE_CHUNK=auto`, the Simple kernel's ring
-/// modes cut segments from this size into whole slots (128 KiB by default)
-/// rather than the SDK's 64 KiB below `simple::LARGE_SEG`. On 2 of 4 H200s
-/// (`bench/results/2026-11-28-session27/x4-two`, two alternations, µs out of
-/// place, 64 KiB / 128 KiB chunks, by total size): all_reduce 32 MiB 115 /
-/// 109, 64 MiB 216–217 / 202–203, 128 MiB 422 / 388–389; reduce_scatter 64 MiB
-/// 116–118 / 109, 256 MiB 424–428 / 391; all_gather 128 MiB 216–223 /
-/// 204–206; alltoall 256 MiB 430–431 / 394–395; in place alike; 16 MiB
-/// segments even, 8 MiB ones slower (reduce_scatter and alltoall of 16 MiB
-/// 37–39 / 41–53). At 4 ranks 128 KiB and 256 KiB chunks were no faster
-/// than 64 KiB below 256 MiB segments but for the chain
-/// (`…/x4-chunk`): all_reduce 64 MiB 322 / 327 / 359–372.
-pub const TWO_RANK_WHOLE_SLOT_SEG: usize = 16 << 20;
 /// Largest `FERROCX_CE_SIMPLE_SLOT`.
 pub const SIMPLE_SLOT_MAX: usize = 16 << 20;
 /// `FERROCX_CE_SIMPLE_SLOT=auto` (the default): [`AUTO_SLOT_TWO_RANKS`] for
@@ -101,7 +88,7 @@ pub const SIMPLE_SLOT_AUTO: usize = usize::MAX;
 /// The Simple kernel's slot at 2 ranks under `auto`: whole-slot chunks of
 /// segments from `simple::LARGE_SEG` were 10–12 % faster at 256 MiB–1 GiB
 /// on 2 H100s (`bench/results/2026-11-27-x2-checks/run6`); since session 27
-/// from [`TWO_RANK_WHOLE_SLOT_SEG`].
+/// from `simple::TWO_RANK_WHOLE_SLOT_SEG`.
 pub const AUTO_SLOT_TWO_RANKS: usize = 128 << 10;
 /// The Simple kernel's slot at 3 and 4 ranks under `auto`: on 4 H200s
 /// reduce_scatter of 1 GiB (256 MiB blocks, whole-slot chunks) took 2628 µs
@@ -214,18 +201,12 @@ impl Config {
     }
 
     /// The Simple kernel's chunk for a segment of `seg` bytes of `mode` in
-    /// slots of `slot` bytes at `nranks` ranks: the SDK's rule (at 2 ranks
-    /// whole slots from [`TWO_RANK_WHOLE_SLOT_SEG`] in the ring modes), or
-    /// at most `FERROCX_CE_SIMPLE_CHUNK`.
+    /// slots of `slot` bytes at `nranks` ranks: the SDK's rule, or at most
+    /// `FERROCX_CE_SIMPLE_CHUNK`.
     pub fn simple_chunk_of(&self, seg: usize, slot: usize, mode: i32, nranks: usize) -> usize {
         use ferrocx_sdk::kernels::simple;
         match self.simple_chunk {
-            SIMPLE_CHUNK_AUTO
-                if nranks == 2 && seg >= TWO_RANK_WHOLE_SLOT_SEG && !simple::is_direct(mode) =>
-            {
-                simple::chunk_within(seg, slot)
-            }
-            SIMPLE_CHUNK_AUTO => simple::chunk_bytes(seg, slot, mode),
+            SIMPLE_CHUNK_AUTO => simple::chunk_bytes(seg, slot, mode, nranks),
             most => simple::chunk_within(seg, most.min(slot)),
         }
     }
@@ -446,7 +427,9 @@ mod tests {
             }
         );
         // The chunk: the SDK's rule under auto, else at most the knob and the slot.
-        use ferrocx_sdk::kernels::simple::{self, chunk_bytes, MODE_CHAIN};
+        use ferrocx_sdk::kernels::simple::{self, MODE_CHAIN, TWO_RANK_WHOLE_SLOT_SEG};
+        // The SDK's rule as it stands above 2 ranks (no 2-rank case).
+        let chunk_bytes = |seg, slot, mode| simple::chunk_bytes(seg, slot, mode, 4);
         let fold = ferrocx_sdk::kernels::ll::MODE_FOLD;
         assert_eq!(d.simple_chunk, SIMPLE_CHUNK_AUTO);
         for (seg, slot) in [

@@ -205,6 +205,20 @@ pub const LARGE_SEG: usize = 256 << 20;
 /// call, `bench/results/2026-11-27-session16/run1`).
 pub const LARGE_BROADCAST_SEG: usize = 16 << 20;
 
+/// At 2 ranks the Simple kernel's ring modes (not the direct modes) cut
+/// segments from this size into whole slots (ce's 128 KiB at 2 ranks)
+/// rather than 64 KiB below [`LARGE_SEG`]. On 2 of 4 H200s
+/// (`bench/results/2026-11-28-session27/x4-two`, two alternations, µs out of
+/// place, 64 KiB / 128 KiB chunks, by total size): all_reduce 32 MiB 115 /
+/// 109, 64 MiB 216–217 / 202–203, 128 MiB 422 / 388–389; reduce_scatter 64 MiB
+/// 116–118 / 109, 256 MiB 424–428 / 391; all_gather 128 MiB 216–223 /
+/// 204–206; alltoall 256 MiB 430–431 / 394–395; in place alike; 16 MiB
+/// segments even, 8 MiB ones slower (reduce_scatter and alltoall of 16 MiB
+/// 37–39 / 41–53). At 4 ranks 128 KiB and 256 KiB chunks were no faster
+/// than 64 KiB below 256 MiB segments but for the chain
+/// (`…/x4-chunk`): all_reduce 64 MiB 322 / 327 / 359–372.
+pub const TWO_RANK_WHOLE_SLOT_SEG: usize = 16 << 20;
+
 /// Chunks of a chain's segment from [`LARGE_BROADCAST_SEG`] on (at most a
 /// whole slot each). A chain's chunk crosses every hop in turn, so each
 /// chunk is paid in fill and drain once per hop, and in a fence and a flag
@@ -222,8 +236,13 @@ pub const CHAIN_CHUNKS: usize = 2 * TARGET_BLOCKS;
 /// multiple of 16 bytes, at least [`MIN_CHUNK`] and at most a slot (below
 /// [`LARGE_SEG`], or [`LARGE_BROADCAST_SEG`] for a broadcast, at most
 /// [`DEFAULT_SLOT`]; a chain from [`LARGE_BROADCAST_SEG`] on: about
-/// [`CHAIN_CHUNKS`]). Every rank of a call has the same three.
-pub fn chunk_bytes(seg: usize, slot: usize, mode: i32) -> usize {
+/// [`CHAIN_CHUNKS`]; at 2 ranks whole slots from [`TWO_RANK_WHOLE_SLOT_SEG`]
+/// but in the direct modes) at `nranks` ranks. Every rank of a call has the
+/// same four.
+pub fn chunk_bytes(seg: usize, slot: usize, mode: i32, nranks: usize) -> usize {
+    if nranks == 2 && seg >= TWO_RANK_WHOLE_SLOT_SEG && !is_direct(mode) {
+        return chunk_within(seg, slot);
+    }
     if mode == MODE_CHAIN && seg >= LARGE_BROADCAST_SEG {
         return chunk_about(seg, slot, CHAIN_CHUNKS);
     }
@@ -997,7 +1016,7 @@ mod tests {
                 32 << 20,
                 (32 << 20) + 3,
             ]) {
-                let c = chunk_bytes(seg, slot, MODE_FOLD);
+                let c = chunk_bytes(seg, slot, MODE_FOLD, 4);
                 assert!(
                     c.is_multiple_of(16) && c > 0 && c <= slot,
                     "seg {seg} slot {slot}: {c}"
@@ -1014,31 +1033,45 @@ mod tests {
         // Larger slots: whole-slot chunks only from LARGE_SEG on.
         let big = 2 * DEFAULT_SLOT;
         for mode in [MODE_FOLD, MODE_GATHER, MODE_TWO_SHOT] {
-            assert_eq!(chunk_bytes(LARGE_SEG - 16, big, mode), DEFAULT_SLOT);
-            assert_eq!(chunk_bytes(LARGE_SEG, big, mode), big);
-            assert_eq!(chunk_bytes(1 << 30, big, mode), big);
-            assert_eq!(chunk_bytes(LARGE_SEG, DEFAULT_SLOT, mode), DEFAULT_SLOT);
-            assert_eq!(chunk_bytes(64 << 10, big, mode), MIN_CHUNK);
+            assert_eq!(chunk_bytes(LARGE_SEG - 16, big, mode, 4), DEFAULT_SLOT);
+            assert_eq!(chunk_bytes(LARGE_SEG, big, mode, 4), big);
+            assert_eq!(chunk_bytes(1 << 30, big, mode, 4), big);
+            assert_eq!(chunk_bytes(LARGE_SEG, DEFAULT_SLOT, mode, 4), DEFAULT_SLOT);
+            assert_eq!(chunk_bytes(64 << 10, big, mode, 4), MIN_CHUNK);
         }
+        // At 2 ranks: whole slots from TWO_RANK_WHOLE_SLOT_SEG, not in the direct modes.
+        let two = 2 * DEFAULT_SLOT;
+        assert_eq!(chunk_bytes(TWO_RANK_WHOLE_SLOT_SEG, two, MODE_FOLD, 2), two);
+        assert_eq!(
+            chunk_bytes(TWO_RANK_WHOLE_SLOT_SEG - 16, two, MODE_FOLD, 2),
+            DEFAULT_SLOT
+        );
+        assert_eq!(
+            chunk_bytes(64 << 20, two, MODE_DIRECT_GATHER, 2),
+            DEFAULT_SLOT
+        );
         // A chain: as the others below LARGE_BROADCAST_SEG, about
         // CHAIN_CHUNKS chunks from there (within the slot).
         let c = MODE_CHAIN;
         let s4 = 4 * DEFAULT_SLOT;
-        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG - 16, s4, c), DEFAULT_SLOT);
         assert_eq!(
-            chunk_bytes(1 << 20, s4, c),
-            chunk_bytes(1 << 20, s4, MODE_FOLD)
+            chunk_bytes(LARGE_BROADCAST_SEG - 16, s4, c, 4),
+            DEFAULT_SLOT
         );
-        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG, s4, c), 128 << 10);
-        assert_eq!(chunk_bytes(32 << 20, s4, c), s4);
-        assert_eq!(chunk_bytes(1 << 30, s4, c), s4);
         assert_eq!(
-            chunk_bytes(LARGE_BROADCAST_SEG, DEFAULT_SLOT, c),
+            chunk_bytes(1 << 20, s4, c, 4),
+            chunk_bytes(1 << 20, s4, MODE_FOLD, 4)
+        );
+        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG, s4, c, 4), 128 << 10);
+        assert_eq!(chunk_bytes(32 << 20, s4, c, 4), s4);
+        assert_eq!(chunk_bytes(1 << 30, s4, c, 4), s4);
+        assert_eq!(
+            chunk_bytes(LARGE_BROADCAST_SEG, DEFAULT_SLOT, c, 4),
             DEFAULT_SLOT
         );
         for seg in (LARGE_BROADCAST_SEG..1 << 30).step_by(7_654_321) {
             for slot in [DEFAULT_SLOT, s4, 1 << 20] {
-                let k = chunk_bytes(seg, slot, c);
+                let k = chunk_bytes(seg, slot, c, 4);
                 let m = chunks(seg, k);
                 assert!(
                     k.is_multiple_of(16) && k <= slot,
@@ -1052,11 +1085,14 @@ mod tests {
         }
         // A broadcast's whole slots start at LARGE_BROADCAST_SEG (±16 bytes).
         let b = MODE_BROADCAST;
-        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG - 16, big, b), DEFAULT_SLOT);
-        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG, big, b), big);
-        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG + 16, big, b), big);
         assert_eq!(
-            chunk_bytes(LARGE_BROADCAST_SEG, DEFAULT_SLOT, b),
+            chunk_bytes(LARGE_BROADCAST_SEG - 16, big, b, 4),
+            DEFAULT_SLOT
+        );
+        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG, big, b, 4), big);
+        assert_eq!(chunk_bytes(LARGE_BROADCAST_SEG + 16, big, b, 4), big);
+        assert_eq!(
+            chunk_bytes(LARGE_BROADCAST_SEG, DEFAULT_SLOT, b, 4),
             DEFAULT_SLOT
         );
     }
