@@ -560,6 +560,14 @@ impl Wire for CallWire<'_> {
         // `peer` took message k − depth (wait_for_room).
         unsafe { self.comm.arena.post(peer, k, &self.encoded, data, len) };
         self.comm.posted[peer] += 1;
+        // A deep ring's sender runs ahead: it claims the next slot's lines now,
+        // while it has room for it, so its next post's stores do not wait on the
+        // reader's copies (2 ranks, 8-64 B deferred broadcast: 0.20 -> 0.15 us).
+        // A 2-deep ring's reader polls that slot as soon as it calls: no gain.
+        if self.comm.depth > 2 && k + 1 < self.comm.coll_credits_seen[peer] + self.comm.depth as u64
+        {
+            self.comm.arena.prepare_post(peer, k + 1, len);
+        }
         Ok(())
     }
 
