@@ -140,8 +140,9 @@ impl Arena {
     /// reader that sees the flag sees the rest).
     ///
     /// # Safety
-    /// `data` readable for `len` ≤ the layout's bytes; `to` took message
-    /// `number − depth` ([`credits`](Self::credits)).
+    /// `data` readable for `len` ≤ the layout's bytes; `to` is done with
+    /// message `number − depth` (its [`credits`](Self::credits) say so, or the
+    /// calls' lockstep does: `comm`).
     pub unsafe fn post(
         &self,
         to: usize,

@@ -11,7 +11,9 @@
 //! cache line: how many of this rank's collective messages that peer has
 //! taken, written by the peer; a sender writes message `k` once message
 //! `k − depth` was taken. With the call check synchronous, every pair exchanges in
-//! every call, so no rank gets more than a call ahead; otherwise messages
+//! every call, so no rank gets more than a call ahead, and the credit words are
+//! not used: taking the peer's message `k − 1` says it is done with `k − 2`
+//! (`comm`'s lockstep); otherwise messages
 //! flow only where data does, and a rank that receives nothing in a call (a
 //! broadcast's root) runs up to `depth − 1` calls ahead of its peers.
 //!

@@ -450,6 +450,24 @@ fn checked_later_random_mixes_with_sends_and_naps_never_call_a_mismatch() {
     }
 }
 
+/// The synchronous check's rings carry no credits (`ShmComm::lockstep`): the
+/// same random mixes with sends and naps, whole blocks and blocks cut into
+/// chunks (several exchanges per call), every result compared. A rank that
+/// overwrote a slot its peer had not read would show as a wrong result or a
+/// mismatch, and a post ahead of the lockstep fails ("lockstep broken").
+#[test]
+fn checked_random_mixes_with_sends_and_naps_keep_the_rings_in_lockstep() {
+    const WHOLE: &[(&str, &str)] = &[("FERROCX_CHECK_CALLS", "1")];
+    const CHUNKED: &[(&str, &str)] = &[
+        ("FERROCX_SHM_COLL_BYTES", "64"),
+        ("FERROCX_CHECK_CALLS", "1"),
+    ];
+    for n in 2..=5 {
+        mix_with_sends(n, WHOLE, 5 * n as u64, 400);
+        mix_with_sends(n, CHUNKED, 11 * n as u64, 400);
+    }
+}
+
 fn mix_with_sends(n: usize, vars: &[(&str, &str)], seed: u64, steps: u64) {
     use ferrocx_sdk::collective::{P2pDesc, P2pDir, P2pOp};
     on_threads_vars(n, vars, Duration::from_secs(20), move |r, comm| {
