@@ -19,6 +19,7 @@ pub enum Ring {
 
 /// The most lines [`Arena::prepare_post`] claims ahead: past a few hundred
 /// bytes the copy, not the first stores' misses, is the post's cost.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const PREPARE_LINES: usize = 16;
 
 /// Whether this CPU executes PREFETCHW (CPUID 8000_0001h, ECX bit 8).
@@ -43,6 +44,7 @@ pub struct Arena {
     /// Rank r's region (keeps the mapping; its creator holds the lock on byte 0).
     regions: Vec<Region>,
     /// Whether the CPU has PREFETCHW ([`prepare_post`](Self::prepare_post)).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     prefetchw: bool,
 }
 
@@ -225,7 +227,8 @@ impl Arena {
     }
 
     /// `from`'s collective message `number`: fingerprint, length, payload.
-    /// Valid once [`arrived`](Self::arrived) said so, until it is credited.
+    /// Valid once [`arrived`](Self::arrived) said so, until it is credited (in
+    /// `comm`'s lockstep: until this rank's next message to `from`).
     pub fn message(&self, from: usize, number: u64) -> ([u8; FINGERPRINT_BYTES], usize, *const u8) {
         // SAFETY: the caller saw the flag (acquire) of this slot.
         unsafe { read_slot(self.slot(self.me, from, number)) }

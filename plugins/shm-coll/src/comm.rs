@@ -526,8 +526,8 @@ impl ShmComm {
     /// the peer's k − 1, which the peer posted (release) once its exchange
     /// k − 2 was done with this rank's k − 2: the slot is free by construction.
     /// The credit's store, to a line the peer reads, cost every call a
-    /// coherence round trip (2 ranks on the dev VM, 8 B all_reduce and
-    /// broadcast 0.33–0.38 → 0.26–0.28 µs).
+    /// coherence round trip (2 ranks on the dev VM: 8 B all_reduce 0.34–0.42 →
+    /// 0.27–0.31 µs, broadcast 0.33–0.39 → 0.27–0.28).
     fn lockstep(&self) -> bool {
         self.check == Check::Sync
     }
@@ -558,7 +558,8 @@ impl CallWire<'_> {
         if self.comm.lockstep() {
             // This rank took the peer's message k − 1, which the peer posted
             // after its exchange k − 2 had read this rank's k − 2 from the slot.
-            // Checked, not assumed: a broken lockstep must not overwrite data.
+            // True by the pairing of posts and takes in every exchange: a tripwire,
+            // so that a change that broke the pairing fails instead of overwriting.
             let taken = self.comm.coll_taken[peer];
             if k != taken {
                 return Err(PluginError::internal(format!(
@@ -589,7 +590,8 @@ impl Wire for CallWire<'_> {
         let k = self.comm.posted[peer];
         self.wait_for_room(peer, k)?;
         // SAFETY: `data` readable for `len` ≤ the slot (can_run bounds the block);
-        // `peer` took message k − depth (wait_for_room).
+        // `peer` is done with message k − depth (wait_for_room: its credit, or in
+        // lockstep this rank took its k − 1).
         unsafe { self.comm.arena.post(peer, k, &self.encoded, data, len) };
         self.comm.posted[peer] += 1;
         // A deep ring's sender runs ahead: it claims the next slot's lines now,

@@ -454,7 +454,7 @@ fn checked_later_random_mixes_with_sends_and_naps_never_call_a_mismatch() {
 /// same random mixes with sends and naps, whole blocks and blocks cut into
 /// chunks (several exchanges per call), every result compared. A rank that
 /// overwrote a slot its peer had not read would show as a wrong result or a
-/// mismatch, and a post ahead of the lockstep fails ("lockstep broken").
+/// mismatch (a post out of lockstep would fail, "lockstep broken").
 #[test]
 fn checked_random_mixes_with_sends_and_naps_keep_the_rings_in_lockstep() {
     const WHOLE: &[(&str, &str)] = &[("FERROCX_CHECK_CALLS", "1")];
