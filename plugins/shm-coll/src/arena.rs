@@ -88,10 +88,12 @@ impl Arena {
                 )));
             }
             // SAFETY: the region is mapped for at least 8 bytes.
-            if unsafe { reg.base().cast::<u64>().read() } != layout::MAGIC {
+            let magic = unsafe { reg.base().cast::<u64>().read() };
+            if magic != layout::MAGIC {
                 return Err(std::io::Error::other(format!(
-                    "rank {r}'s region {} is not a shm-coll region",
-                    reg.name()
+                    "rank {r}'s region {} is not a shm-coll region of this version (magic {magic:#018x}, this build's {:#018x}: another ferrocx build?)",
+                    reg.name(),
+                    layout::MAGIC
                 )));
             }
             *base = reg.base();
@@ -432,5 +434,44 @@ unsafe fn read_slot(s: *mut u8) -> ([u8; FINGERPRINT_BYTES], usize, *const u8) {
         );
         let len = s.add(layout::LEN).cast::<u32>().read() as usize;
         (fp, len, s.add(HEAD).cast_const())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer's region of the previous protocol (`FXSC` v4, whose checked
+    /// rings waited for credits) is refused at mapping, naming the rank and
+    /// both versions, rather than mapped and waited on.
+    #[test]
+    fn a_peer_region_of_another_version_is_refused() {
+        let layout = Layout::new(2, 256, 2, 0);
+        let base = format!("/{}test-magic-{}", crate::comm::PREFIX, std::process::id());
+        let (theirs_name, mine_name) = (format!("{base}-1"), format!("{base}-0"));
+        let theirs = Arena::create(&theirs_name, &layout).expect("create rank 1's region");
+        // SAFETY: a fresh mapping of layout.len() ≥ 8 bytes, 64-aligned.
+        unsafe {
+            theirs
+                .base()
+                .cast::<u64>()
+                .write(u64::from_le_bytes(*b"FXSC\x04\0\0\0"))
+        };
+        let mine = Arena::create(&mine_name, &layout).expect("create rank 0's region");
+        let got = Arena::new(0, layout, mine, |_| {
+            Region::open(&theirs_name, Some(layout.len()))
+        });
+        // The names go before any assertion, so a failure leaves nothing in /dev/shm.
+        let _ = ferrocx_sdk::region::unlink_name(&theirs_name);
+        let _ = ferrocx_sdk::region::unlink_name(&mine_name);
+        let e = got.err().expect("a region of another version is refused");
+        let text = e.to_string();
+        assert!(
+            text.contains("rank 1's region")
+                && text.contains("not a shm-coll region of this version")
+                && text.contains("0x0000000443535846")
+                && text.contains("0x0000000543535846"),
+            "{text}"
+        );
     }
 }
