@@ -19,7 +19,6 @@ pub enum Ring {
 
 /// The most lines [`Arena::prepare_post`] claims ahead: past a few hundred
 /// bytes the copy, not the first stores' misses, is the post's cost.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const PREPARE_LINES: usize = 16;
 
 /// Whether this CPU executes PREFETCHW (CPUID 8000_0001h, ECX bit 8).
@@ -182,50 +181,50 @@ impl Arena {
     /// written already and its miss overlaps the caller's own work instead of
     /// stalling its next call.
     pub fn prefetch(&self, from: usize, number: u64) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch never faults and reads nothing into the program;
-        // the address lies inside this rank's mapped region anyway.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let s = self.slot(self.me, from, number).cast::<i8>();
-            _mm_prefetch::<_MM_HINT_T0>(s);
-            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(64));
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (from, number);
+        self.prefetch_lines(self.slot(self.me, from, number), 2, false);
     }
 
     /// Start taking ownership of the lines of the slot this rank's collective
-    /// message `number` to `to` goes into, for a payload of `len` bytes
-    /// (PREFETCHW): the lines come here writable, the peer's copies
+    /// message `number` to `to` goes into, for a payload of `len` bytes (at
+    /// most [`PREPARE_LINES`]): the lines come here writable, the peer's copies
     /// invalidated, so that the post's stores later hit this core's cache
     /// instead of waiting in the store buffer for that round trip (which the
     /// next locked instruction, such as the core's unlock after the call,
     /// would wait for). A hint: nothing is written.
     pub fn prepare_post(&self, to: usize, number: u64, len: usize) {
-        self.prefetch_for_write(self.slot(to, self.me, number), HEAD + len);
+        let lines = (HEAD + len).div_ceil(64).min(PREPARE_LINES);
+        self.prefetch_lines(self.slot(to, self.me, number), lines, true);
     }
 
-    /// PREFETCHW the lines of `[p, p + bytes)`, at most [`PREPARE_LINES`]; a
-    /// CPU without the instruction skips it.
-    fn prefetch_for_write(&self, p: *mut u8, bytes: usize) {
+    /// Prefetch `lines` cache lines from `p` into this core's cache, to read
+    /// (PREFETCHT0) or to write (PREFETCHW, skipped on a CPU without it).
+    fn prefetch_lines(&self, p: *mut u8, lines: usize, write: bool) {
         #[cfg(target_arch = "x86_64")]
-        if self.prefetchw {
-            for i in 0..bytes.div_ceil(64).min(PREPARE_LINES) {
-                // SAFETY: PREFETCHW (checked in CPUID at mapping) never faults and
-                // reads or writes nothing the program sees, nor any register or
-                // flag; the address lies inside the slot, which is mapped.
+        {
+            if write && !self.prefetchw {
+                return;
+            }
+            for i in 0..lines {
+                let a = p.wrapping_add(i * 64);
+                // SAFETY: a prefetch (PREFETCHW checked in CPUID at mapping) never
+                // faults and reads or writes nothing the program sees, nor any
+                // register or flag; the callers' lines lie inside a mapped slot.
                 unsafe {
-                    std::arch::asm!(
-                        "prefetchw [{a}]",
-                        a = in(reg) p.wrapping_add(i * 64),
-                        options(nostack, preserves_flags, readonly)
-                    );
+                    if write {
+                        std::arch::asm!(
+                            "prefetchw [{a}]",
+                            a = in(reg) a,
+                            options(nostack, preserves_flags, readonly)
+                        );
+                    } else {
+                        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                        _mm_prefetch::<_MM_HINT_T0>(a.cast::<i8>());
+                    }
                 }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (p, bytes);
+        let _ = (p, lines, write);
     }
 
     /// `from`'s collective message `number`: fingerprint, length, payload.

@@ -12,8 +12,8 @@
 //! taken, written by the peer; a sender writes message `k` once message
 //! `k − depth` was taken. With the call check synchronous, every pair exchanges in
 //! every call (once per chunk), so no rank gets more than an exchange ahead, and
-//! the credit words are not used: taking the peer's message `k − 1` says it is done with `k − 2`
-//! (`comm`'s lockstep); otherwise messages
+//! the credit words are not used: taking the peer's message `k − 1` says it is
+//! done with `k − 2` (`comm`'s lockstep); otherwise messages
 //! flow only where data does, and a rank that receives nothing in a call (a
 //! broadcast's root) runs up to `depth − 1` calls ahead of its peers.
 //!
@@ -55,9 +55,9 @@ pub const P2P_LEN: usize = 8;
 /// two ranks' collectives the send came before.
 pub const EPOCH: usize = 12;
 /// Region magic (`FXSC` v5: the checked collective rings in lockstep, without
-/// credits; the call published) at offset 0. A peer of another version is refused at
-/// mapping (shm-coll then sits the communicator out) rather than left waiting
-/// for credits the other never writes.
+/// credits; the call published) at offset 0. A peer of another version is
+/// refused at mapping (shm-coll then sits the communicator out) rather than
+/// left waiting for credits the other never writes.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FXSC\x05\0\0\0");
 /// The most collective slots per pair.
 pub const MAX_DEPTH: usize = 64;
