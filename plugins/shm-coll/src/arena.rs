@@ -186,7 +186,7 @@ impl Arena {
 
     /// Start taking ownership of the lines of the slot this rank's collective
     /// message `number` to `to` goes into, for a payload of `len` bytes (at
-    /// most [`PREPARE_LINES`]): the lines come here writable, the peer's copies
+    /// most `PREPARE_LINES`): the lines come here writable, the peer's copies
     /// invalidated, so that the post's stores later hit this core's cache
     /// instead of waiting in the store buffer for that round trip (which the
     /// next locked instruction, such as the core's unlock after the call,
