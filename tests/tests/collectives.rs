@@ -160,6 +160,24 @@ fn nothing_leaks_across_100000_operations() {
     run_ok(2, &["coll-many", "100000"], "30", Duration::from_secs(300));
 }
 
+/// Calls that repeat the one before but for one field (buffer, length, in
+/// place, operator, type, root) land where they say, on shm-coll's repeat
+/// path, with the check synchronous and deferred; an invalid one fails alone.
+#[test]
+fn calls_that_repeat_all_but_one_field_land_where_they_say() {
+    for (n, check) in [(2, "1"), (3, "1"), (3, "deferred")] {
+        let outs = run_env(
+            n,
+            &["coll-repeat", "--expect", "shm-coll"],
+            &[("FERROCX_TIMEOUT", "30"), ("FERROCX_CHECK_CALLS", check)],
+            Duration::from_secs(120),
+        );
+        for o in &outs {
+            assert!(o.stdout.contains("repeats at"), "{}", o.stdout);
+        }
+    }
+}
+
 #[test]
 fn bad_input_is_rejected_without_involving_peers() {
     let outs = run_ok(2, &["coll-bad", "local"], "5s", Duration::from_secs(60));

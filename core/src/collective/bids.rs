@@ -11,7 +11,12 @@
 //! a few hundred nanoseconds in all; a small table keyed by the shape
 //! remembers the winner instead (a collision asks again and replaces the
 //! entry).
+//!
+//! The last host collective a plugin ran is remembered whole ([`Repeat`]): a
+//! call that repeats it exactly — a training loop's or a benchmark's — was
+//! validated, described and decided then, and goes straight to the launch.
 
+use crate::algo::{Algo, CollKind, DataType, RedOp};
 use ferrocx_sdk::abi::FxCollDesc;
 
 /// Entries: a program's usual handful of shapes.
@@ -78,6 +83,73 @@ impl Shape for CollKey {
     }
 }
 
+/// A host collective as its caller made it: everything validating it,
+/// describing it for the plugins (in no window) and their bids depend on,
+/// besides the communicator. All-to-all-v's counts are not in it (such a
+/// call is never remembered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RepeatKey {
+    pub kind: CollKind,
+    pub dtype: DataType,
+    pub op: RedOp,
+    pub count: usize,
+    pub root: usize,
+    pub algo: Option<Algo>,
+    /// Address and bytes.
+    pub send: (usize, usize),
+    /// Address and bytes.
+    pub recv: (usize, usize),
+    pub in_place: bool,
+}
+
+/// A host collective a plugin ran, remembered for its repeats.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Repeat {
+    /// The call.
+    pub key: RepeatKey,
+    /// Its descriptor's shape and buffers (the descriptor holds pointers,
+    /// which the lock's contents may not).
+    shape: CollKey,
+    send: u64,
+    recv: u64,
+    /// The plugin that won it.
+    pub plugin: usize,
+}
+
+impl Repeat {
+    /// `key`, described as `d` (host memory, in no window), won by `plugin`.
+    pub fn new(key: RepeatKey, d: &FxCollDesc, plugin: usize) -> Self {
+        Repeat {
+            key,
+            shape: CollKey::of(d),
+            send: d.send as u64,
+            recv: d.recv as u64,
+            plugin,
+        }
+    }
+
+    /// The descriptor of a repeat numbered `seq`.
+    pub fn desc(&self, seq: u64) -> FxCollDesc {
+        let k = &self.shape;
+        FxCollDesc {
+            coll: k.coll,
+            dtype: k.dtype,
+            op: k.op,
+            root: k.root,
+            count: k.count,
+            mem_kind: ferrocx_sdk::abi::FX_MEM_HOST,
+            flags: k.flags,
+            send: self.send as *const std::ffi::c_void,
+            recv: self.recv as *mut std::ffi::c_void,
+            send_win: std::ptr::null_mut(),
+            recv_win: std::ptr::null_mut(),
+            send_offset: 0,
+            recv_offset: 0,
+            seq,
+        }
+    }
+}
+
 /// What the lock serializing the plugins' hooks keeps for host calls: the
 /// bids, and the numbers of the sends and receives plugins ran.
 #[derive(Debug)]
@@ -87,6 +159,8 @@ pub(crate) struct HostP2p {
     /// Remembered bids of collectives (used only when every plugin asked
     /// declares `FX_COLL_CAP_SHAPE_BIDS`).
     pub coll_bids: Bids<CollKey>,
+    /// The last host collective a plugin ran, while no window is registered.
+    pub repeat: Option<Repeat>,
     /// Per peer: sends to it and receives from it that plugins ran, counted
     /// as a plugin counts its own (status reports name an op by this number;
     /// the core's path numbers its own ops apart).
@@ -99,6 +173,7 @@ impl HostP2p {
         HostP2p {
             bids: Bids::default(),
             coll_bids: Bids::default(),
+            repeat: None,
             seq: vec![[0; 2]; nranks],
         }
     }

@@ -2,7 +2,6 @@
 //! byte buffers with a runtime [`DataType`](crate::DataType), and raw
 //! pointers for async use.
 
-use super::dispatch::Call;
 use super::group::Group;
 use super::Communicator;
 use crate::algo::{CollKind, VCounts};
@@ -73,43 +72,16 @@ impl Communicator {
     /// buffer of a non-root broadcast rank, the receive buffer of a non-root
     /// reduce or gather rank) may be empty.
     pub fn collective(&self, spec: &CollSpec, send: &[u8], recv: &mut [u8]) -> Result<()> {
-        let t = self.coll_task(
+        let Some(t) = self.host_collective(
             spec,
             (send.as_ptr() as usize, send.len()),
             (recv.as_mut_ptr() as usize, recv.len()),
             false,
-        )?;
-        if self.host_on_plugin(
-            spec,
-            t.seq,
-            send.as_ptr() as u64,
-            recv.as_mut_ptr() as u64,
-            false,
-        )? {
+        )?
+        else {
             return Ok(());
-        }
-        self.run_tasks(smallvec::smallvec![t.into()])
-    }
-
-    /// Offer a host-memory call to the collective plugins (see `dispatch`).
-    fn host_on_plugin(
-        &self,
-        spec: &CollSpec,
-        seq: u64,
-        send: u64,
-        recv: u64,
-        in_place: bool,
-    ) -> Result<bool> {
-        let call = Call {
-            spec,
-            send,
-            recv,
-            in_place,
-            mem: ferrocx_sdk::abi::FX_MEM_HOST,
-            capturing: false,
-            seq,
         };
-        self.run_on_plugin(&call, std::ptr::null_mut())
+        self.run_tasks(smallvec::smallvec![t.into()])
     }
 
     /// Run a collective in place, in NCCL's layout: all-reduce, broadcast and
@@ -119,10 +91,9 @@ impl Communicator {
     /// the input with the output.
     pub fn collective_in_place(&self, spec: &CollSpec, buf: &mut [u8]) -> Result<()> {
         let b = (buf.as_mut_ptr() as usize, buf.len());
-        let t = self.coll_task(spec, b, b, true)?;
-        if self.host_on_plugin(spec, t.seq, b.0 as u64, b.0 as u64, true)? {
+        let Some(t) = self.host_collective(spec, b, b, true)? else {
             return Ok(());
-        }
+        };
         self.run_tasks(smallvec::smallvec![t.into()])
     }
 
@@ -140,15 +111,15 @@ impl Communicator {
         recv: (*mut u8, usize),
         in_place: bool,
     ) -> Result<Request> {
-        let t = self.coll_task(
+        let Some(t) = self.host_collective(
             spec,
             (send.0 as usize, send.1),
             (recv.0 as usize, recv.1),
             in_place,
-        )?;
-        if self.host_on_plugin(spec, t.seq, send.0 as u64, recv.0 as u64, in_place)? {
+        )?
+        else {
             return Ok(Request::finished());
-        }
+        };
         self.start_tasks(smallvec::smallvec![t.into()])
     }
 

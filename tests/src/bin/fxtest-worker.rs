@@ -143,6 +143,7 @@ fn main() -> ExitCode {
             &opt("--counts").map_or(vec![0, 1, 7, 1000], |v| parse_sizes(&v)),
             opt("--cycles").map_or(0, |v| v.parse().expect("cycles")),
         ),
+        Some("coll-repeat") => coll::repeat::run(opt("--expect")),
         Some("window-mismatch") => coll::plugin::mismatched_window(),
         Some("coll-plugin-loop") => coll::plugin::loop_until_error(
             args[1].parse().expect("size"),

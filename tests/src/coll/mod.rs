@@ -28,6 +28,7 @@ pub mod moe;
 pub mod p2p;
 pub mod plugin;
 pub mod probe;
+pub mod repeat;
 pub mod selection;
 pub mod shrink;
 pub mod soak;
