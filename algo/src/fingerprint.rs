@@ -159,10 +159,8 @@ impl Fingerprint {
         b[0..4].copy_from_slice(&MAGIC);
         b[4] = VERSION;
         b[5] = match self.kind {
-            CallKind::Coll(kind) => CollKind::ALL
-                .iter()
-                .position(|&k| k == kind)
-                .expect("every kind is in ALL") as u8,
+            // Its place in `CollKind::ALL` (declared in that order: tested).
+            CallKind::Coll(kind) => kind as u8,
             CallKind::Send => SEND,
             CallKind::Recv => RECV,
         };
@@ -267,6 +265,20 @@ impl fmt::Display for Fingerprint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `encode` writes a collective's discriminant as its place in `ALL`.
+    #[test]
+    fn every_kind_is_encoded_as_its_place_in_all() {
+        for (i, &k) in CollKind::ALL.iter().enumerate() {
+            assert_eq!(k as usize, i, "{k:?}");
+            let b = Fingerprint::of(1, k, DataType::U8, RedOp::Sum, 1, 0, false).encode();
+            assert_eq!(b[5] as usize, i);
+            assert_eq!(
+                Fingerprint::decode(&b).map(|f| f.kind),
+                Ok(CallKind::Coll(k))
+            );
+        }
+    }
 
     fn fp(kind: CollKind, dtype: DataType, op: RedOp, count: usize, root: usize) -> Fingerprint {
         Fingerprint::of(5, kind, dtype, op, count, root, false)

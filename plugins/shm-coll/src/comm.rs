@@ -196,15 +196,22 @@ impl ShmComm {
 
     /// The bid: the same on every rank for the same call.
     pub fn can_run<W>(&self, d: &CollDesc<'_, W>) -> i32 {
-        let ok = d.mem == MemKind::Host
-            && d.block_bytes() <= self.max_block
-            && DataType::from_code(d.dtype as u32).is_ok()
-            && RedOp::from_code(d.op as u32).is_ok();
-        if ok {
+        if self.runnable(d).is_some() {
             self.priority
         } else {
             0
         }
+    }
+
+    /// The type and operator of a call this comm can run.
+    fn runnable<W>(&self, d: &CollDesc<'_, W>) -> Option<(DataType, RedOp)> {
+        if d.mem != MemKind::Host || d.block_bytes() > self.max_block {
+            return None;
+        }
+        Some((
+            DataType::from_code(d.dtype as u32).ok()?,
+            RedOp::from_code(d.op as u32).ok()?,
+        ))
     }
 
     /// Break this comm for good with `e`, telling the peers (they report the
@@ -229,16 +236,14 @@ impl ShmComm {
     /// The descriptor's buffers are valid as the collective ABI says.
     pub unsafe fn launch<W>(&mut self, d: &CollDesc<'_, W>) -> PluginResult<()> {
         self.status()?;
-        if self.can_run(d) == 0 {
+        let Some((dtype, op)) = self.runnable(d) else {
             return Err(PluginError::invalid(format!(
                 "shm-coll cannot run {} of {} bytes per block on {:?} memory",
                 d.coll.name(),
                 d.block_bytes(),
                 d.mem
             )));
-        }
-        let dtype = DataType::from_code(d.dtype as u32).expect("checked by can_run");
-        let op = RedOp::from_code(d.op as u32).expect("checked by can_run");
+        };
         let total = d.block_bytes();
         let whole = Call {
             coll: d.coll,
@@ -536,6 +541,7 @@ impl ShmComm {
     /// collective exchange with it, not taken yet: in the order of calls
     /// between the two ranks, this rank's collective meets that send. `None`
     /// when there is none (or the check is off).
+    #[inline]
     pub(crate) fn sent_before_exchange(&self, peer: usize) -> Option<[u8; FINGERPRINT_BYTES]> {
         if self.p2p_bytes == 0 || !self.check.compares() {
             return None;
