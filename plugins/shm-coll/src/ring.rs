@@ -12,25 +12,22 @@
 
 use crate::layout::P2P_SLOTS;
 use ferrocx_sdk::collective::{P2pDir, P2pOp};
-use smallvec::SmallVec;
 
-/// The message number of each op of a group, given the counts so far per
-/// peer (`sent[p]` sends to `p`, `taken[p]` receives from `p`).
-pub fn numbers(ops: &[P2pOp], sent: &[u64], taken: &[u64]) -> SmallVec<[u64; 4]> {
-    ops.iter()
-        .enumerate()
-        .map(|(i, op)| {
-            let before = ops[..i]
-                .iter()
-                .filter(|o| o.peer == op.peer && o.dir == op.dir)
-                .count() as u64;
-            let base = match op.dir {
-                P2pDir::Send => sent[op.peer],
-                P2pDir::Recv => taken[op.peer],
-            };
-            base + before
-        })
-        .collect()
+/// The message number of each op of a group into `out` (one per op), given
+/// the counts so far per peer (`sent[p]` sends to `p`, `taken[p]` receives
+/// from `p`).
+pub fn numbers(ops: &[P2pOp], sent: &[u64], taken: &[u64], out: &mut [u64]) {
+    for (i, op) in ops.iter().enumerate() {
+        let before = ops[..i]
+            .iter()
+            .filter(|o| o.peer == op.peer && o.dir == op.dir)
+            .count() as u64;
+        let base = match op.dir {
+            P2pDir::Send => sent[op.peer],
+            P2pDir::Recv => taken[op.peer],
+        };
+        out[i] = base + before;
+    }
 }
 
 /// Whether send `number` may be written, the peer having credited `credits`
@@ -71,8 +68,10 @@ mod tests {
         ];
         let sent = [0, 5, 9];
         let taken = [0, 3, 0];
-        assert_eq!(numbers(&ops, &sent, &taken).as_slice(), &[5, 3, 9, 6, 0, 4]);
-        assert!(numbers(&[], &sent, &taken).is_empty());
+        let mut out = [0; 6];
+        numbers(&ops, &sent, &taken, &mut out);
+        assert_eq!(out, [5, 3, 9, 6, 0, 4]);
+        numbers(&[], &sent, &taken, &mut []);
     }
 
     #[test]
@@ -111,8 +110,12 @@ mod tests {
             });
             let mut sent = [[0u64; 2]; 2];
             let mut taken = [[0u64; 2]; 2];
-            let nums: Vec<SmallVec<[u64; 4]>> = (0..2)
-                .map(|r| numbers(&groups[r], &sent[r], &taken[r]))
+            let nums: Vec<Vec<u64>> = (0..2)
+                .map(|r| {
+                    let mut out = vec![0; groups[r].len()];
+                    numbers(&groups[r], &sent[r], &taken[r], &mut out);
+                    out
+                })
                 .collect();
             let mut done = [vec![false; 2 * msgs], vec![false; 2 * msgs]];
             // ring[r]: messages in flight from rank r.

@@ -17,7 +17,6 @@ use crate::ring;
 use ferrocx_algo::Fingerprint;
 use ferrocx_sdk::collective::{P2pDesc, P2pDir, P2pOp};
 use ferrocx_sdk::{MemKind, PluginError, PluginResult};
-use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 
 impl ShmComm {
@@ -71,8 +70,22 @@ impl ShmComm {
     /// # Safety
     /// As [`p2p_launch`](Self::p2p_launch).
     unsafe fn run_group(&mut self, ops: &[P2pOp]) -> PluginResult<Option<PluginError>> {
-        let numbers = ring::numbers(ops, &self.sent, &self.taken);
-        let done: SmallVec<[bool; 4]> = smallvec::smallvec![false; ops.len()];
+        // On the stack for a group's usual handful of ops, on the heap beyond.
+        const INLINE: usize = 8;
+        let (mut numbers_inline, mut done_inline) = ([0u64; INLINE], [false; INLINE]);
+        let (mut numbers_heap, mut done_heap);
+        let (numbers, done): (&mut [u64], &mut [bool]) = if ops.len() <= INLINE {
+            (
+                &mut numbers_inline[..ops.len()],
+                &mut done_inline[..ops.len()],
+            )
+        } else {
+            numbers_heap = vec![0; ops.len()];
+            done_heap = vec![false; ops.len()];
+            (&mut numbers_heap, &mut done_heap)
+        };
+        ring::numbers(ops, &self.sent, &self.taken, numbers);
+        let numbers = &*numbers;
         let (mut began, mut last_pid_check) = (None, None);
         let oversubscribed = self.oversubscribed;
         // The comm, which ops moved, and the first receive of another size.
