@@ -550,6 +550,14 @@ impl ShmComm {
         if !self.arena.p2p_arrived(peer, n) {
             return None;
         }
+        self.sent_before(peer, n)
+    }
+
+    /// [`sent_before_exchange`](Self::sent_before_exchange) once `peer`'s
+    /// send `n` is here (rare: a collective waits without one).
+    #[cold]
+    #[inline(never)]
+    fn sent_before(&self, peer: usize, n: u64) -> Option<[u8; FINGERPRINT_BYTES]> {
         let (len, _, epoch) = self.arena.p2p_message(peer, n);
         // A send made after the exchange this rank waits for is a later call's.
         (epoch == self.exchanges[peer] as u32)

@@ -75,28 +75,34 @@ pub fn chunks(total: usize, slot: usize) -> impl Iterator<Item = (usize, usize)>
 impl Call {
     /// Whether `peer` is another rank of the call (with the check on, the
     /// two exchange messages whatever the collective and root: the module's docs).
+    #[inline]
     pub fn talks_to(&self, peer: usize) -> bool {
         peer != self.rank && peer < self.nranks
     }
 
     /// Whether this rank posts `peer` a message in this call.
+    #[inline]
     pub fn posts_to(&self, peer: usize) -> bool {
         self.talks_to(peer) && (self.checked || self.outgoing(peer).is_some())
     }
 
     /// Whether this rank takes a message from `peer` in this call.
+    #[inline]
     pub fn takes_from(&self, peer: usize) -> bool {
-        let theirs = Call {
-            rank: peer,
-            ..*self
-        };
-        self.talks_to(peer) && (self.checked || theirs.outgoing(self.rank).is_some())
+        self.talks_to(peer) && (self.checked || self.outgoing_of(peer, self.rank).is_some())
     }
 
     /// Offset in this rank's send buffer of its block for `peer`, or `None`
     /// when it sends `peer` no data.
+    #[inline]
     pub fn outgoing(&self, peer: usize) -> Option<usize> {
-        let (r, b) = (self.rank, self.stride);
+        self.outgoing_of(self.rank, peer)
+    }
+
+    /// [`outgoing`](Self::outgoing) as rank `r` sees it.
+    #[inline]
+    fn outgoing_of(&self, r: usize, peer: usize) -> Option<usize> {
+        let b = self.stride;
         match self.coll {
             Coll::AllReduce | Coll::AllGather => Some(0),
             Coll::ReduceScatter | Coll::AllToAll => Some(peer * b),
@@ -107,15 +113,13 @@ impl Call {
     }
 
     /// Bytes `peer` sends this rank.
+    #[inline]
     pub fn incoming(&self, peer: usize) -> usize {
-        let theirs = Call {
-            rank: peer,
-            ..*self
-        };
-        theirs.outgoing(self.rank).map_or(0, |_| self.block)
+        self.outgoing_of(peer, self.rank).map_or(0, |_| self.block)
     }
 
     /// Whether this rank reduces what it receives (else it places it).
+    #[inline]
     pub fn reduces(&self) -> bool {
         match self.coll {
             Coll::AllReduce | Coll::ReduceScatter => true,
@@ -133,6 +137,7 @@ impl Call {
     }
 
     /// Where `peer`'s block goes in the receive buffer (copies), if anywhere.
+    #[inline]
     pub fn placed(&self, peer: usize) -> Option<usize> {
         let (r, b) = (self.rank, self.stride);
         match self.coll {
@@ -160,6 +165,7 @@ impl Call {
     }
 
     /// This rank's own block: (send offset, receive offset), for the copies.
+    #[inline]
     pub fn own_block(&self) -> Option<(usize, usize)> {
         let (r, b) = (self.rank, self.stride);
         match self.coll {
