@@ -12,7 +12,7 @@
 //! remembers the winner instead (a collision asks again and replaces the
 //! entry).
 //!
-//! The last host collective a plugin ran is remembered whole ([`Repeat`]): a
+//! The last host collective a plugin ran is remembered whole (`Repeat`): a
 //! call that repeats it exactly — a training loop's or a benchmark's — was
 //! validated, described and decided then, and goes straight to the launch.
 
