@@ -778,6 +778,91 @@ fn ce_in_a_cuda_graph_replayed_1000_times() {
     }
 }
 
+/// Small calls captured into a graph run ce's exchange kernels (LL at 8 B
+/// and 4 KiB, the Simple kernel's range at 256 KiB), whose call counts and
+/// rings live on the device: every replay is preceded and followed by eager
+/// calls on another stream that wait for nothing, and in two runs half the
+/// captured calls go on a stream forked from the capture's. ce's launch
+/// chain must keep every kernel of the communicator apart (they share
+/// control words): every result of every replay and eager call is checked.
+/// Also with `FERROCX_CE_GRAPH_KERNELS=0` (captured calls on the barrier
+/// routes, still chained).
+#[test]
+fn ce_graph_kernels_beside_eager_calls_and_forked_streams() {
+    if !gpus() {
+        return;
+    }
+    for (block, fork, graph_kernels) in [
+        ("8", false, "1"),
+        ("8", true, "1"),
+        ("4096", true, "1"),
+        ("262144", false, "1"),
+        ("8", true, "0"),
+    ] {
+        let mut args = vec![
+            "coll-graph",
+            "--replays",
+            "200",
+            "--expect",
+            "ce",
+            "--block",
+            block,
+            "--mixed",
+        ];
+        if fork {
+            args.push("--fork");
+        }
+        run_ok(
+            &args,
+            &[("FERROCX_CE_GRAPH_KERNELS", graph_kernels)],
+            Duration::from_secs(300),
+        );
+    }
+}
+
+/// Device sends and receives captured into a graph run ce's point-to-point
+/// kernel (its counts live on the device): ring exchanges of 8 B (LL lines)
+/// and 256 KiB (chunks) replayed with eager exchanges on another stream
+/// around every replay. Every byte and canary checked. With
+/// `FERROCX_CE_GRAPH_KERNELS=0` no plugin takes them and the core, whose
+/// device path cannot be captured, refuses the first on every rank with a
+/// clear error and queues nothing (an eager exchange right after arrives).
+#[test]
+fn ce_point_to_point_in_a_cuda_graph_beside_eager_calls() {
+    if !gpus() {
+        return;
+    }
+    for len in ["8", "262144"] {
+        run_ok(
+            &[
+                "p2p-graph",
+                len,
+                "--replays",
+                "200",
+                "--mixed",
+                "--expect",
+                "ce",
+            ],
+            &[],
+            Duration::from_secs(300),
+        );
+    }
+    let outs = run(
+        &["p2p-graph", "8", "--refused"],
+        &[("FERROCX_CE_GRAPH_KERNELS", "0")],
+        Duration::from_secs(120),
+    );
+    assert_all_ok(&outs);
+    for o in &outs {
+        assert!(
+            o.stdout.contains("PASS") && o.stdout.contains("REFUSED"),
+            "rank {}: {}",
+            o.rank,
+            o.stdout
+        );
+    }
+}
+
 /// Ranks that capture different calls (the last rank's all_reduce has half
 /// the count): ce compares the captured calls over the out-of-band channel
 /// at capture, so the capture fails on every rank with `Error::Mismatch`
@@ -817,41 +902,50 @@ fn ce_finds_mismatched_captured_calls() {
 }
 
 /// A rank that stops replaying a captured graph (alive, not calling): the
-/// others' next replay ends at `FERROCX_TIMEOUT` (the captured barriers wait
-/// in kernels with a deadline, not in stream waits that never give up) and
-/// their error names the rank.
+/// others' next replay ends at `FERROCX_TIMEOUT` and their error names the
+/// rank — with the exchange kernels captured (the default: they wait with a
+/// deadline), and on the barrier routes (`FERROCX_CE_GRAPH_KERNELS=0`: the
+/// captured barriers wait in kernels with a deadline, not in stream waits
+/// that never give up).
 #[test]
 fn ce_graph_replay_ends_when_a_rank_never_replays() {
     if !gpus() {
         return;
     }
-    let outs = run(
-        &[
-            "coll-graph",
-            "--replays",
-            "10",
-            "--expect",
-            "ce",
-            "--stop-after",
-            "3",
-        ],
-        &[("FERROCX_TIMEOUT", "5")],
-        Duration::from_secs(120),
-    );
-    assert_all_ok(&outs);
-    let o = &outs[0];
-    assert!(
-        o.stdout.contains("ENDED after")
-            && o.stdout.contains("a captured ce barrier (a CUDA graph's replay) on rank 0 waited more than FERROCX_TIMEOUT (5s) for rank 1, which never arrived"),
-        "rank 0: {}\n{}",
-        o.stdout,
-        o.stderr
-    );
-    assert!(
-        outs[1].stdout.contains("stopped after 3 replays"),
-        "{}",
-        outs[1].stdout
-    );
+    for (graph_kernels, says) in [
+        ("1", "a ce exchange kernel (LL, LL128, Simple or point-to-point) on rank 0 waited more than FERROCX_TIMEOUT (5s) for rank 1's data"),
+        ("0", "a captured ce barrier (a CUDA graph's replay) on rank 0 waited more than FERROCX_TIMEOUT (5s) for rank 1, which never arrived"),
+    ] {
+        let outs = run(
+            &[
+                "coll-graph",
+                "--replays",
+                "10",
+                "--expect",
+                "ce",
+                "--stop-after",
+                "3",
+            ],
+            &[
+                ("FERROCX_TIMEOUT", "5"),
+                ("FERROCX_CE_GRAPH_KERNELS", graph_kernels),
+            ],
+            Duration::from_secs(120),
+        );
+        assert_all_ok(&outs);
+        let o = &outs[0];
+        assert!(
+            o.stdout.contains("ENDED after") && o.stdout.contains(says),
+            "graph kernels {graph_kernels}: rank 0: {}\n{}",
+            o.stdout,
+            o.stderr
+        );
+        assert!(
+            outs[1].stdout.contains("stopped after 3 replays"),
+            "{}",
+            outs[1].stdout
+        );
+    }
 }
 
 #[test]

@@ -483,6 +483,20 @@ impl Communicator {
     ) -> Result<()> {
         self.check_live()?;
         self.device_error()?;
+        // The core's device path waits for the users' streams with events the
+        // engine queries, which a capture forbids: refused before anything is
+        // numbered or queued (the communicator stays usable).
+        let mut uniq: smallvec::SmallVec<[RawStream; 2]> = streams.iter().copied().collect();
+        uniq.sort_unstable_by_key(|s| *s as usize);
+        uniq.dedup();
+        for &s in &uniq {
+            if crate::device::order::is_capturing(s)? {
+                return Err(Error::Unsupported(format!(
+                    "{} on a stream being captured into a CUDA graph: no collective plugin took it (ce runs captured calls with FERROCX_CE_GRAPH_KERNELS=1, its default, within its limits: docs/ENV.md), and the core's own device path cannot be captured; nothing was queued",
+                    crate::plan::label(&tasks)
+                )));
+            }
+        }
         let mut tasks = tasks;
         self.number_p2p(&mut tasks);
         let numbered: smallvec::SmallVec<[crate::plan::P2pTask; 2]> = tasks

@@ -1,5 +1,6 @@
 //! One communicator of ce: setup (`comm_init`), windows, launches, teardown.
 
+use crate::chain::Chain;
 use crate::config::Config;
 use crate::driver::{self, Api};
 use crate::flags::Flags;
@@ -31,8 +32,10 @@ pub struct CeComm {
     oob: Oob,
     api: Api,
     seq: Sequencer,
-    // Dropped in this order: the watchdog (its events), the flags, the device.
+    // Dropped in this order: the watchdog (its events), the chain, the flags, the device.
     watchdog: Watchdog,
+    /// Orders launches across streams and graphs once a call was captured.
+    chain: Chain,
     flags: Option<Flags>,
     /// The reduction kernels, when every rank has them and FERROCX_CE_REDUCE agrees.
     kernels: Option<Kernels>,
@@ -136,6 +139,7 @@ fn reduce_setup(
     mine.push(cfg.stage_needs_check as u8);
     mine.extend_from_slice(&(cfg.direct_bytes as u64).to_le_bytes());
     mine.push(setup::nvlink_to_every_peer(info) as u8);
+    mine.push(cfg.graph_kernels as u8);
     let all = oob.all_gather(&mine)?;
     if all.iter().any(|m| m.len() != mine.len()) {
         return Err(PluginError::internal(
@@ -210,6 +214,14 @@ fn reduce_setup(
     } else {
         0
     };
+    // Captured calls route alike on every rank only where all agree.
+    let graph_kernels = all.iter().all(|m| m[29] == 1);
+    if !graph_kernels && cfg.graph_kernels {
+        host.warn(format!(
+            "ce on rank {}: FERROCX_CE_GRAPH_KERNELS differs between ranks: calls captured into CUDA graphs take the barrier routes",
+            info.rank
+        ));
+    }
     let red = Agreed {
         on,
         scratch,
@@ -220,8 +232,54 @@ fn reduce_setup(
         ll128_bytes,
         simple_bytes,
         direct_bytes,
+        graph_kernels,
     };
     Ok((kernels.filter(|_| on), red))
+}
+
+/// Join a launch on `stream` to the communicator's chain, before it
+/// (`chain.rs`): a captured one with ce's side stream for the bridge.
+///
+/// # Safety
+/// `stream` is a live stream of the bound context (or null, not captured).
+unsafe fn chain_before(
+    chain: &mut Chain,
+    api: &Api,
+    watchdog: &Watchdog,
+    side: Option<&issue::Side>,
+    mode: Mode,
+    stream: sys::CUstream,
+) -> PluginResult<()> {
+    match mode {
+        // SAFETY: the caller's contract.
+        Mode::Eager => unsafe { chain.eager_before(stream) },
+        Mode::Graph => {
+            let side = side
+                .ok_or_else(|| PluginError::internal("no side stream"))?
+                .stream();
+            // SAFETY: the caller's contract; ce's side stream is of the same
+            // context and never captured.
+            unsafe { chain.captured_before(api, stream, |ev| watchdog.bridge(side, ev)) }
+        }
+    }
+}
+
+/// After a launch on `stream`: it is the chain's tip.
+///
+/// # Safety
+/// As [`chain_before`], which ran first.
+unsafe fn chain_after(
+    chain: &mut Chain,
+    api: &Api,
+    mode: Mode,
+    stream: sys::CUstream,
+) -> PluginResult<()> {
+    match mode {
+        // SAFETY: the caller's contract.
+        Mode::Eager => unsafe { chain.eager_after(stream) },
+        // SAFETY: as above.
+        Mode::Graph => unsafe { chain.captured_after(api, stream) },
+    }
 }
 
 /// One step of a collective with everything it needs looked up.
@@ -331,6 +389,7 @@ impl CeComm {
                 api,
                 seq: Sequencer::new(rank, nranks),
                 watchdog,
+                chain: Chain::default(),
                 flags: Some(flags),
                 kernels,
                 red,
@@ -626,7 +685,24 @@ impl CeComm {
         };
         let mut queued = false;
         let mut issued = prepared.as_ref().map(|_| ()).map_err(Clone::clone);
-        for w in prepared.as_deref().unwrap_or(&[]) {
+        if issued.is_ok() {
+            // SAFETY: the caller's contract; the device is bound.
+            issued = unsafe {
+                chain_before(
+                    &mut self.chain,
+                    &self.api,
+                    &self.watchdog,
+                    self.side.as_ref(),
+                    mode,
+                    stream,
+                )
+            };
+        }
+        let work = match issued {
+            Ok(()) => prepared.as_deref().unwrap_or(&[]),
+            Err(_) => &[],
+        };
+        for w in work {
             issued = match w {
                 Work::Sync(b) if b.ops.is_empty() => Ok(()),
                 // SAFETY: the caller's contract; the flags stay mapped until comm_destroy.
@@ -675,6 +751,10 @@ impl CeComm {
                 break;
             }
             queued = true;
+        }
+        if queued && issued.is_ok() {
+            // SAFETY: as above.
+            issued = unsafe { chain_after(&mut self.chain, &self.api, mode, stream) };
         }
         let expects: Vec<Expect> = steps
             .iter()
@@ -855,6 +935,17 @@ impl CeComm {
             // SAFETY: the caller's contract; the device is bound.
             unsafe { self.watchdog.order(stream) }?;
         }
+        // SAFETY: as above.
+        unsafe {
+            chain_before(
+                &mut self.chain,
+                &self.api,
+                &self.watchdog,
+                self.side.as_ref(),
+                mode,
+                stream,
+            )
+        }?;
         if !self.exchanged {
             // Once per communicator: the watchdog reads the error word from then on.
             self.watchdog.ll_launched();
@@ -938,6 +1029,8 @@ impl CeComm {
         if matches!(kernel, Exchange::Ll | Exchange::Ll128) {
             self.ll_calls += 1;
         }
+        // SAFETY: as above.
+        unsafe { chain_after(&mut self.chain, &self.api, mode, stream) }?;
         if mode == Mode::Eager {
             // SAFETY: as above.
             unsafe { self.watchdog.track(stream, d.seq, what, Vec::new(), note) }?;
@@ -958,7 +1051,7 @@ impl CeComm {
             self.cfg.p2p_bytes,
             region,
             d.mem == ferrocx_sdk::MemKind::Cuda,
-            d.capturing,
+            d.capturing && !self.red.graph_kernels,
         )
     }
 
@@ -993,8 +1086,14 @@ impl CeComm {
         }
         let _bound = self.dev.bind()?;
         let stream = stream as sys::CUstream;
-        // A captured stream (`FX_COLL_CAPTURING`, the host's driver query)
-        // was turned down by `p2p_accepts` above.
+        // A captured stream (`FX_COLL_CAPTURING`, the host's driver query):
+        // `p2p_accepts` took it only with graph kernels (the kernel's counts
+        // live on the device), chained as the collectives are.
+        let mode = if d.capturing {
+            Mode::Graph
+        } else {
+            Mode::Eager
+        };
         let flags = self
             .flags
             .as_ref()
@@ -1032,7 +1131,7 @@ impl CeComm {
             let n = self.p2p_calls;
             let what = What::p2p(&ops);
             // SAFETY: the caller's contract; the device is bound.
-            let r = unsafe { self.queue_p2p(&args, stream, n, what) };
+            let r = unsafe { self.queue_p2p(&args, mode, stream, n, what) };
             if let Err(e) = r {
                 // The peers' kernels pair messages by count: the communicator breaks.
                 let e = PluginError::new(
@@ -1060,6 +1159,7 @@ impl CeComm {
     unsafe fn queue_p2p(
         &mut self,
         args: &ferrocx_sdk::kernels::p2p::P2pArgs,
+        mode: Mode,
         stream: sys::CUstream,
         n: u64,
         what: What,
@@ -1068,8 +1168,21 @@ impl CeComm {
             .kernels
             .as_ref()
             .ok_or_else(|| PluginError::internal("a point-to-point call without kernels"))?;
-        // SAFETY: the caller's contract; the device is bound.
-        unsafe { self.watchdog.order(stream) }?;
+        if mode == Mode::Eager {
+            // SAFETY: the caller's contract; the device is bound.
+            unsafe { self.watchdog.order(stream) }?;
+        }
+        // SAFETY: as above.
+        unsafe {
+            chain_before(
+                &mut self.chain,
+                &self.api,
+                &self.watchdog,
+                self.side.as_ref(),
+                mode,
+                stream,
+            )
+        }?;
         if !self.exchanged {
             self.watchdog.ll_launched();
             self.exchanged = true;
@@ -1086,6 +1199,12 @@ impl CeComm {
             )
         }
         .map_err(issue::kernel_error)?;
+        // SAFETY: as above.
+        unsafe { chain_after(&mut self.chain, &self.api, mode, stream) }?;
+        if mode == Mode::Graph {
+            // Replays are not tracked: the kernel gives up at its deadline.
+            return Ok(());
+        }
         // SAFETY: as above.
         unsafe {
             self.watchdog

@@ -155,6 +155,11 @@ pub struct Config {
     pub check_calls: bool,
     /// `stage` holds only if ce's check ends up on (auto with the core's check on).
     pub stage_needs_check: bool,
+    /// `FERROCX_CE_GRAPH_KERNELS`: calls captured into a CUDA graph may run
+    /// the exchange kernels (their state lives on the device), every ce
+    /// launch of the communicator then joined in one chain of events across
+    /// streams and graphs (`chain.rs`).
+    pub graph_kernels: bool,
 }
 
 impl Default for Config {
@@ -180,6 +185,7 @@ impl Default for Config {
             p2p_ll_bytes: DEFAULT_P2P_LL_BYTES,
             check_calls: true,
             stage_needs_check: true,
+            graph_kernels: true,
         }
     }
 }
@@ -354,6 +360,7 @@ impl Config {
             },
             stage_needs_check: stage_auto && core_checks,
             check_calls,
+            graph_kernels: env::boolean(&lookup, "FERROCX_CE_GRAPH_KERNELS", d.graph_kernels)?,
         })
     }
 }
@@ -399,6 +406,7 @@ mod tests {
             ("FERROCX_CE_P2P_BYTES", "1M"),
             ("FERROCX_CE_P2P_LL_BYTES", "64K"),
             ("FERROCX_CE_DIRECT_BYTES", "2M"),
+            ("FERROCX_CE_GRAPH_KERNELS", "0"),
         ])
         .unwrap();
         assert_eq!(
@@ -424,6 +432,7 @@ mod tests {
                 p2p_ll_bytes: 64 << 10,
                 check_calls: true,
                 stage_needs_check: false,
+                graph_kernels: false,
             }
         );
         // The chunk: the SDK's rule under auto, else at most the knob and the slot.

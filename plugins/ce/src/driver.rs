@@ -9,6 +9,10 @@
 //!   stream; 13.x drivers keep that symbol, their new signature is
 //!   `cuMemcpyBatchAsync_v2`): used when the driver is ≥ 12.8.
 //!
+//! * `cuStreamGetCaptureInfo_v2` and `cuStreamUpdateCaptureDependencies`
+//!   (CUDA ≥ 11.3): used, when present, to order a communicator's launches
+//!   captured on forked streams of one capture (`chain.rs`).
+//!
 //! Plus two questions about a user stream: is it being captured, is it the
 //! legacy default stream.
 
@@ -37,6 +41,29 @@ pub type MemcpyBatchFn = unsafe extern "C" fn(
     sys::CUstream,
 ) -> sys::CUresult;
 
+/// `cuStreamGetCaptureInfo_v2`.
+pub type CaptureInfoFn = unsafe extern "C" fn(
+    sys::CUstream,
+    *mut sys::CUstreamCaptureStatus,
+    *mut u64,
+    *mut sys::CUgraph,
+    *mut *const sys::CUgraphNode,
+    *mut usize,
+) -> sys::CUresult;
+
+/// `cuStreamUpdateCaptureDependencies`.
+pub type UpdateDepsFn =
+    unsafe extern "C" fn(sys::CUstream, *mut sys::CUgraphNode, usize, c_uint) -> sys::CUresult;
+
+/// The two capture entry points, found together or not at all.
+#[derive(Clone, Copy)]
+pub struct CaptureApi {
+    /// `cuStreamGetCaptureInfo_v2`.
+    pub info: CaptureInfoFn,
+    /// `cuStreamUpdateCaptureDependencies`.
+    pub update: UpdateDepsFn,
+}
+
 /// First driver version with `cuMemcpyBatchAsync`.
 pub const MEMCPY_BATCH_VERSION: i32 = 12080;
 
@@ -52,6 +79,8 @@ pub struct Api {
     pub memcpy_batch: Option<MemcpyBatchFn>,
     /// `cuDriverGetVersion`, e.g. 12080.
     pub version: i32,
+    /// The capture entry points, when the driver has both.
+    pub capture: Option<CaptureApi>,
 }
 
 impl std::fmt::Debug for Api {
@@ -59,6 +88,7 @@ impl std::fmt::Debug for Api {
         f.debug_struct("Api")
             .field("version", &self.version)
             .field("memcpy_batch", &self.memcpy_batch.is_some())
+            .field("capture", &self.capture.is_some())
             .finish()
     }
 }
@@ -100,6 +130,17 @@ impl Api {
             )));
         }
         let batch = lookup(c"cuMemcpyBatchAsync");
+        let (info, update) = (
+            lookup(c"cuStreamGetCaptureInfo_v2"),
+            lookup(c"cuStreamUpdateCaptureDependencies"),
+        );
+        let capture = (!info.is_null() && !update.is_null()).then(|| CaptureApi {
+            // SAFETY: the driver's symbols of these names have exactly these C
+            // signatures (CUDA 11.3 and later; 13.x drivers keep them).
+            info: unsafe { std::mem::transmute::<*mut c_void, CaptureInfoFn>(info) },
+            // SAFETY: as above.
+            update: unsafe { std::mem::transmute::<*mut c_void, UpdateDepsFn>(update) },
+        });
         Ok(Api {
             // SAFETY: the driver's symbol of that name has exactly this C signature.
             batch_memop: unsafe { std::mem::transmute::<*mut c_void, BatchMemOpFn>(memop) },
@@ -109,6 +150,7 @@ impl Api {
                 unsafe { std::mem::transmute::<*mut c_void, MemcpyBatchFn>(batch) }
             }),
             version,
+            capture,
         })
     }
 }

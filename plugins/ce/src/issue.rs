@@ -60,6 +60,11 @@ impl Side {
             join: Event::new()?,
         })
     }
+
+    /// Its stream (ce's own, never captured).
+    pub fn stream(&self) -> sys::CUstream {
+        self.stream.raw()
+    }
 }
 
 /// Whether a batch's `local` copies go on the [`Side`] stream beside its

@@ -67,7 +67,7 @@
 //!
 //! It bids for a call when every rank of the communicator is on one host with
 //! a GPU and the call is small enough for the LL kernel (outside windows only
-//! where staging is allowed, not while capturing a graph), the buffers lie in
+//! where staging is allowed), the buffers lie in
 //! its windows, or the input fits the scratch ([`select`]). Agreed are on when every rank loaded the kernels
 //! (NVRTC) at `comm_init` and the ranks agree on the knobs.
 //!
@@ -108,6 +108,15 @@
 //! words polled with a deadline and the abort word) where ce has its
 //! kernels, plain stream waits otherwise; a captured call is checked once,
 //! at capture, by comparing the ranks' notes over the out-of-band channel.
+//!
+//! Calls captured into a graph also run the exchange kernels (LL, LL128,
+//! Simple, the point-to-point kernel: `FERROCX_CE_GRAPH_KERNELS`, on by
+//! default), since their call counts, ring positions and credits live on the
+//! device and replays advance them. Their kernels share control words, so
+//! from the first capture on every launch of the communicator, eager or
+//! captured, is chained to the one before it through one event ([`chain`]):
+//! a graph replayed beside eager calls, or captured on forked streams, never
+//! runs a ce kernel beside another.
 //!
 //! ## Failures and the watchdog
 //!
@@ -191,6 +200,7 @@
 //! staged, CUDA graphs replayed, window cycles, a rank killed mid-collective
 //! in a copy collective and in a reduction kernel).
 
+pub mod chain;
 pub mod comm;
 pub mod config;
 pub mod direct;

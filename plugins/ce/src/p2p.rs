@@ -9,13 +9,14 @@ use ferrocx_sdk::kernels::ll::MAX_RANKS;
 use ferrocx_sdk::kernels::p2p::{P2pArgs, P2pSide};
 
 /// Why ce does not take one op (for logs and tests), or `Ok` when it does.
+/// `captured_off`: the stream is being captured and graph kernels are off.
 pub fn accepts(
     op: &P2pOp,
     nranks: usize,
     limit: usize,
     region: bool,
     cuda: bool,
-    capturing: bool,
+    captured_off: bool,
 ) -> Result<(), &'static str> {
     if !region {
         return Err(
@@ -25,10 +26,11 @@ pub fn accepts(
     if !cuda {
         return Err("host memory");
     }
-    if capturing {
-        // A replayed graph would rerun the kernel with the counts it read at
-        // capture: the core's path handles graphs.
-        return Err("the stream is being captured");
+    if captured_off {
+        // Graph kernels off (`FERROCX_CE_GRAPH_KERNELS=0`): the core's path
+        // handles graphs then. (With them on, replays advance the kernel's
+        // counts on the device, as eager calls do.)
+        return Err("the stream is being captured (FERROCX_CE_GRAPH_KERNELS=0)");
     }
     // This rank itself too: a send to itself and its receive are a copy
     // inside the kernel (`FX_COLL_CAP_P2P_SELF`; `self_paired` checks them).

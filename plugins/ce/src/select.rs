@@ -115,6 +115,9 @@ pub struct Agreed {
     /// (`FERROCX_CE_DIRECT_BYTES`, equal on every rank; 0 without the
     /// kernels or the rings; [`crate::config::DIRECT_AUTO`]: [`DIRECT_TABLE`]).
     pub direct_bytes: usize,
+    /// Calls being captured into a CUDA graph may run the exchange kernels
+    /// (`FERROCX_CE_GRAPH_KERNELS` on every rank).
+    pub graph_kernels: bool,
 }
 
 impl Agreed {
@@ -136,6 +139,7 @@ impl Agreed {
             } else {
                 0
             },
+            graph_kernels: cfg.graph_kernels,
         }
     }
 }
@@ -662,9 +666,11 @@ pub fn simple_limit(coll: Coll, nranks: usize, simple_bytes: usize) -> usize {
 /// of at most `ll_bytes`, the Simple kernel above it up to its limit
 /// ([`simple_limit`]; all_reduce: block × nranks ≤ 2 × the limit, as
 /// one-shot: every rank sends its whole input to every peer); not avg (its division is a step of
-/// its own). Not while capturing: the kernels of one communicator share
-/// control words and must not overlap, which a graph replayed beside eager
-/// calls (or a graph's forked streams) would make them do. Outside windows
+/// its own). While capturing only with [`Agreed::graph_kernels`]: the
+/// kernels keep their state on the device, so replays advance it, and the
+/// communicator's launches are chained across streams and graphs
+/// (`chain.rs`), since its kernels share control words and must never
+/// overlap. Outside windows
 /// only where staging is allowed, the gate that keeps unchecked calls on the
 /// core's checked path; "in windows" is the buffer every rank of the call
 /// uses — the receive buffer's, a gather's send buffer's (a broadcast root's
@@ -683,7 +689,7 @@ fn exchange(nranks: usize, red: &Agreed, d: &CollDesc<'_, Window>) -> Option<Exc
     };
     let usable = red.on
         && kind
-        && !d.capturing
+        && (!d.capturing || red.graph_kernels)
         && nranks <= ferrocx_sdk::kernels::ll::MAX_RANKS
         && (red.stage || in_window);
     if !usable {
@@ -944,6 +950,7 @@ mod tests {
         ll128_bytes: 0,
         simple_bytes: 0,
         direct_bytes: 0,
+        graph_kernels: false,
     };
 
     fn win(bytes: u64) -> Window {
@@ -1241,10 +1248,20 @@ mod tests {
                 Ok(Some(Exchange::Ll)),
                 "17 ranks"
             );
-            // Not while capturing; outside windows not without staging (the check's gate).
+            // While capturing only with graph kernels; outside windows not
+            // without staging (the check's gate).
             let mut cap = desc(coll, 16, None, None);
             cap.capturing = true;
             assert_ne!(ll(&cap, &red), Ok(true), "{coll:?}: capturing");
+            let graphs = Agreed {
+                graph_kernels: true,
+                ..red
+            };
+            assert_eq!(
+                ll(&cap, &graphs),
+                Ok(true),
+                "{coll:?}: capturing, graph kernels"
+            );
             let no_stage = Agreed {
                 stage: false,
                 ..red
@@ -1372,6 +1389,20 @@ mod tests {
                 Some(Exchange::Simple),
                 "capturing"
             );
+            assert_eq!(
+                k(
+                    2,
+                    &cap,
+                    &Agreed {
+                        graph_kernels: true,
+                        ..red
+                    }
+                )
+                .ok()
+                .flatten(),
+                Some(Exchange::Simple),
+                "capturing, graph kernels"
+            );
             let no_stage = Agreed {
                 stage: false,
                 ..red
@@ -1474,7 +1505,7 @@ mod tests {
                 "{coll:?}"
             );
         }
-        // Not these, not avg, not while capturing, not at one rank.
+        // Not these, not avg, not while capturing (unless graph kernels), not at one rank.
         for coll in [Coll::ReduceScatter, Coll::AllToAll] {
             assert_eq!(
                 k(&desc(coll, 17, Some(&w), Some(&w)), &red),
@@ -1488,6 +1519,11 @@ mod tests {
         let mut cap = desc(Coll::AllGather, 17, None, Some(&w));
         cap.capturing = true;
         assert_ne!(k(&cap, &red), direct);
+        let graphs = Agreed {
+            graph_kernels: true,
+            ..red
+        };
+        assert_eq!(k(&cap, &graphs), direct);
         assert_ne!(
             route(1, &red, &desc(Coll::AllGather, 17, None, Some(&w))).map(|r| r.kernel),
             direct
@@ -1606,8 +1642,8 @@ mod tests {
 
     /// The LL128 kernel takes its range before the LL kernel's limit is
     /// asked: under `auto` the table's (per rank count), a number N the blocks
-    /// above `FERROCX_CE_LL_BYTES` up to N, `0` or not agreed none; never avg
-    /// nor a capture. Every block maps to one kernel, boundaries ±1 element.
+    /// above `FERROCX_CE_LL_BYTES` up to N, `0` or not agreed none; never avg,
+    /// nor a capture without graph kernels. Every block maps to one kernel, boundaries ±1 element.
     #[test]
     fn mid_blocks_take_the_ll128_kernel_where_agreed() {
         let red = Agreed::assumed(&crate::config::Config::default());
@@ -1654,7 +1690,7 @@ mod tests {
             assert_eq!(k(n, &forced, Coll::AllGather, 4 << 20), l8);
             assert_ne!(k(n, &forced, Coll::AllGather, (4 << 20) + 4), l8);
         }
-        // Off (not agreed, or 0), avg, capture, gather: never.
+        // Off (not agreed, or 0), avg, gather: never.
         let off = Agreed {
             ll128_bytes: 0,
             ..red
@@ -1670,9 +1706,15 @@ mod tests {
         let mut avg = desc(Coll::AllReduce, 128 << 10, None, None);
         avg.op = ferrocx_sdk::abi::FX_OP_AVG;
         assert_ne!(route(2, &red, &avg).map(|r| r.kernel), l8);
+        // Captured: only with graph kernels (the default).
         let mut cap = desc(Coll::AllReduce, 128 << 10, None, None);
         cap.capturing = true;
-        assert_ne!(route(2, &red, &cap).map(|r| r.kernel), l8);
+        assert_eq!(route(2, &red, &cap).map(|r| r.kernel), l8);
+        let no_graphs = Agreed {
+            graph_kernels: false,
+            ..red
+        };
+        assert_ne!(route(2, &no_graphs, &cap).map(|r| r.kernel), l8);
         assert_eq!(
             ll128_range(Coll::Gather, 2, crate::config::LL128_AUTO, 0),
             (0, 0)

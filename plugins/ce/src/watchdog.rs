@@ -394,6 +394,24 @@ impl Watchdog {
         Ok(())
     }
 
+    /// Make `ev` the tip of every eager launch so far (`chain.rs`: the
+    /// first capture): `side` (ce's own stream, never captured) waits for
+    /// the newest pending one, then records `ev`.
+    ///
+    /// # Safety
+    /// `side` is a live stream of the device's context, bound on this thread.
+    pub unsafe fn bridge(&self, side: sys::CUstream, ev: &Event) -> PluginResult<()> {
+        let st = self.shared.lock();
+        if let Some(last) = st.tracker.last_event() {
+            // SAFETY: the caller's contract; the event is live (held by its
+            // entry, under the lock) and of the same context.
+            let r = unsafe { sys::cuStreamWaitEvent(side, last.raw(), 0) };
+            check(r, "cuStreamWaitEvent (bridging ce's launch chain)")?;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { ev.record(side) }
+    }
+
     /// Whether a tracked collective with barriers may still be pending: a
     /// stream at one of its barriers needs this thread's release if a peer
     /// never comes. Asked right after a launch, whose `order` retired what
@@ -522,6 +540,11 @@ fn ll_timeout(me: usize, timeout: Duration, code: u64) -> PluginError {
         let peer = (code >> 32).saturating_sub(1);
         return PluginError::invalid(format!(
             "a ce direct kernel on rank {me}: rank {peer}'s buffer for this call is not where rank {me}'s window puts it (another offset or another window, a rank in place beside one out of place, or the call routed otherwise on rank {peer}): ce's windows must be symmetric, every rank passing its buffers at the same offset in the same window; nothing was read or written, and the communicator is broken"
+        ));
+    } else if code & 0xffff_ffff == ferrocx_sdk::kernels::ll::ERR_SPENT {
+        return PluginError::internal(format!(
+            "ce's LL kernels on rank {me} reached the {} calls one communicator may make (replays of captured calls included; their flags would repeat): nothing was moved, and the communicator is broken; create a new one",
+            ferrocx_sdk::kernels::ll::MAX_CALLS
         ));
     } else if code & 0xffff_ffff == ferrocx_sdk::kernels::graph_wait::ERR_BARRIER {
         let peer = (code >> 32).saturating_sub(1);

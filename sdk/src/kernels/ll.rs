@@ -62,8 +62,9 @@
 //! The grid is at most one wave (every block resident at once), since the
 //! blocks of two ranks wait for each other's lines. Two LL kernels on one
 //! set of regions must never run at once (they share the count): callers
-//! order them on one stream, and keep them out of graphs replayed beside
-//! other calls. After [`MAX_CALLS`] calls a set of regions is spent.
+//! order them, across streams and graph replays too (ce's launch chain).
+//! After [`MAX_CALLS`] calls a set of regions is spent: a later call moves
+//! nothing and records [`ERR_SPENT`].
 
 use std::ffi::c_void;
 
@@ -86,7 +87,13 @@ pub const ERR_TIMEOUT: u64 = 1;
 /// LL calls one set of regions may carry: the flag of a parity repeats
 /// after 2³² − 2 calls, when a line that no call of that parity rewrote since
 /// would read as fresh (NCCL cleans its LL buffers periodically instead).
+/// The host counts its launches and stops routing to the kernel there; graph
+/// replays it cannot count, so a kernel whose call lies past this records
+/// [`ERR_SPENT`] and moves nothing.
 pub const MAX_CALLS: u64 = (1 << 32) - 4;
+
+/// `ctl[3]`: a call past [`MAX_CALLS`] (replays of captured calls counted).
+pub const ERR_SPENT: u64 = 6;
 
 /// Data bytes one 16-byte line carries.
 pub const LINE_DATA: usize = 8;
@@ -251,6 +258,19 @@ FX_FN unsigned long long fx_ll_op(unsigned long long x, unsigned long long y) {
     return r.u;
 }
 
+/* Whether call s lies past the last one a set of regions may carry (0xfffffffc:
+   MAX_CALLS; its flags would repeat): then the error word says so (6:
+   ERR_SPENT), the abort word is raised, and the kernel moves nothing. */
+FX_FN bool fx_ll_spent(volatile unsigned long long* ctl, unsigned long long s) {
+    if (s <= 0xfffffffcull) return false;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        atomicCAS((unsigned long long*)&ctl[3], 0ull, 6ull);
+        ctl[2] = 1ull;
+        __threadfence_system();
+    }
+    return true;
+}
+
 /* The call's note (ce's call check) into every peer's slot at note_off (0:
    none) by thread 0 of the grid, then a fence: a peer that read anything
    this thread wrote after it (the LL kernels' first lines, the Simple
@@ -289,6 +309,7 @@ FX_FN void fx_ll_done(volatile unsigned long long* ctl, unsigned long long s) {
 extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL_NAME(const fx_ll_args a) {
     volatile unsigned long long* ctl = (volatile unsigned long long*)a.ctl;
     const unsigned long long s = ctl[0] + 1ull;
+    if (fx_ll_spent(ctl, s)) return;
     const unsigned int flag = 1u + (unsigned int)(s % 0xfffffffeull);
     const unsigned long long par = s & 1ull;
     const unsigned long long deadline = fx_ll_now() + a.timeout_ns;
@@ -347,3 +368,29 @@ extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL_NAME(const fx_ll_ar
     fx_ll_done(ctl, s);
 }
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_past_the_limit_stop_with_their_own_error_code() {
+        // The CUDA C spells the limit and the code as literals.
+        assert!(SOURCE.contains(&format!("s <= {MAX_CALLS:#x}ull")));
+        assert!(SOURCE.contains(&format!("0ull, {ERR_SPENT}ull)")));
+        // Both kernels that share the call count check it first.
+        for src in [SOURCE, super::super::ll128::SOURCE] {
+            assert!(src.contains("+ 1ull;\n    if (fx_ll_spent(ctl, s)) return;"));
+        }
+        let codes = [
+            ERR_TIMEOUT,
+            super::super::p2p::ERR_SIZE,
+            super::super::p2p::ERR_SIZE_SENT,
+            super::super::graph_wait::ERR_BARRIER,
+            super::super::simple::ERR_WINDOW,
+            ERR_SPENT,
+        ];
+        let distinct: std::collections::BTreeSet<u64> = codes.iter().copied().collect();
+        assert_eq!(distinct.len(), codes.len(), "{codes:?}");
+    }
+}

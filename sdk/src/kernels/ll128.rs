@@ -70,6 +70,7 @@ FX_FN void fx_l8_load(unsigned long long addr, unsigned long long* x, unsigned l
 extern "C" __global__ void __launch_bounds__(FX_BLOCK) FX_LL128_NAME(const fx_ll_args a) {
     volatile unsigned long long* ctl = (volatile unsigned long long*)a.ctl;
     const unsigned long long s = ctl[0] + 1ull;
+    if (fx_ll_spent(ctl, s)) return;
     const unsigned int f32 = 1u + (unsigned int)(s % 0xfffffffeull);
     const unsigned long long flag = ((unsigned long long)f32 << 32) | (unsigned long long)f32;
     const unsigned long long par = s & 1ull;

@@ -107,6 +107,14 @@ fn main() -> ExitCode {
                 |v| parse_sizes(&v),
             ),
         ),
+        Some("p2p-graph") => coll::p2p_graph::run(
+            args[1].parse().expect("bytes"),
+            opt("--replays").map_or(200, |v| v.parse().expect("replays")),
+            args.iter().any(|a| a == "--mixed"),
+            opt("--timed").map_or(0, |v| v.parse().expect("replays")),
+            opt("--expect"),
+            args.iter().any(|a| a == "--refused"),
+        ),
         Some("p2p-size-mismatch") => {
             coll::p2p::size_mismatch(&opt("--sizes").map_or(vec![4096, 8192], |v| parse_sizes(&v)))
         }
@@ -154,12 +162,16 @@ fn main() -> ExitCode {
                 _ => ferrocx::CollKind::AllGather,
             },
         ),
-        Some("coll-graph") => coll::plugin::graph(
-            opt("--replays").map_or(1000, |v| v.parse().expect("replays")),
-            opt("--expect"),
-            args.iter().any(|a| a == "--mismatch"),
-            opt("--stop-after").map(|v| v.parse().expect("replays")),
-        ),
+        Some("coll-graph") => coll::plugin::graph(coll::plugin::GraphOpts {
+            replays: opt("--replays").map_or(1000, |v| v.parse().expect("replays")),
+            expect: opt("--expect"),
+            mismatch: args.iter().any(|a| a == "--mismatch"),
+            stop_after: opt("--stop-after").map(|v| v.parse().expect("replays")),
+            block: opt("--block").map_or(64 << 10, |v| parse_sizes(&v)[0]),
+            mixed: args.iter().any(|a| a == "--mixed"),
+            fork: args.iter().any(|a| a == "--fork"),
+            timed: opt("--timed").map_or(0, |v| v.parse().expect("replays")),
+        }),
         Some("mixed-soak") => coll::soak::mixed(
             args[1].parse().expect("max bytes"),
             args[2].parse().expect("seconds"),

@@ -26,6 +26,7 @@ pub mod mismatch;
 pub mod mix;
 pub mod moe;
 pub mod p2p;
+pub mod p2p_graph;
 pub mod plugin;
 pub mod probe;
 pub mod repeat;

@@ -350,20 +350,30 @@ pub fn mismatched_window() -> Result<String, String> {
 /// `stop_after`: the last rank replays that many times, then stays away
 /// (alive, not calling) for `FERROCX_TIMEOUT` and 10 s: the others' next
 /// replay must end (its captured waits give up) with the error naming it.
-pub fn graph(
-    replays: usize,
-    expect: Option<String>,
-    mismatch: bool,
-    stop_after: Option<usize>,
-) -> Result<String, String> {
-    use ferrocx_sdk::cuda::{check, sys};
+/// See [`GraphOpts`] for the rest.
+pub fn graph(o: GraphOpts) -> Result<String, String> {
+    use ferrocx_sdk::cuda::{check, sys, Event};
     const CALLS: usize = 10;
+    // Eager calls around each replay (`mixed`): an all_reduce before, an
+    // all_gather after, each on its own region past the graph's.
+    const EAGER: [CollKind; 2] = [CollKind::AllReduce, CollKind::AllGather];
+    let GraphOpts {
+        replays,
+        expect,
+        mismatch,
+        stop_after,
+        block,
+        mixed,
+        fork,
+        timed,
+    } = o;
     let comm = Communicator::from_env().map_err(e2s)?;
     let (me, n) = (comm.rank(), comm.nranks());
     let stream = Stream::new().map_err(|e| e.to_string())?;
-    let block = 64 << 10;
+    let side = Stream::new().map_err(|e| e.to_string())?;
+    let eager = Stream::new().map_err(|e| e.to_string())?;
     let region = n * block;
-    let bytes = CALLS * region;
+    let bytes = (CALLS + EAGER.len()) * region;
     let (mut send, mut recv) = (Mem::new(bytes, true)?, Mem::new(bytes, true)?);
     let (sp, rp) = (send.ptr(), recv.ptr());
     // SAFETY: both allocations outlive the windows (deregistered below).
@@ -421,14 +431,55 @@ pub fn graph(
         "cuStreamBeginCapture",
     )
     .map_err(|e| e.to_string())?;
+    // `fork`: the odd calls go on `side`, forked from the capture's stream
+    // at the start and joined at the end: the graph has no path between
+    // them and the even ones but what ferrocx adds.
+    let (forked, joined) = (
+        Event::new().map_err(|e| e.to_string())?,
+        Event::new().map_err(|e| e.to_string())?,
+    );
+    if fork {
+        check(
+            // SAFETY: live events and streams of this context; `s` is
+            // capturing, so `side` joins its capture.
+            unsafe { sys::cuEventRecord(forked.raw(), s) },
+            "cuEventRecord (fork)",
+        )
+        .and_then(|_| {
+            check(
+                // SAFETY: as above.
+                unsafe { sys::cuStreamWaitEvent(side.raw(), forked.raw(), 0) },
+                "cuStreamWaitEvent (fork)",
+            )
+        })
+        .map_err(|e| e.to_string())?;
+    }
     let mut captured = Ok(());
     for i in 0..CALLS {
         let off = (i * region) as u64;
+        let on = if fork && i % 2 == 1 { &side } else { &stream };
         // SAFETY: the windows are alive until after the graph's last replay.
-        captured = unsafe { comm.collective_on(&captured_spec(i), sp + off, rp + off, &stream) }
+        captured = unsafe { comm.collective_on(&captured_spec(i), sp + off, rp + off, on) }
             .map_err(|e| format!("capturing call {i}: {e}"));
         if captured.is_err() {
             break;
+        }
+    }
+    if fork {
+        let j = check(
+            // SAFETY: as above (the join ends `side`'s part of the capture).
+            unsafe { sys::cuEventRecord(joined.raw(), side.raw()) },
+            "cuEventRecord (join)",
+        )
+        .and_then(|_| {
+            check(
+                // SAFETY: as above.
+                unsafe { sys::cuStreamWaitEvent(s, joined.raw(), 0) },
+                "cuStreamWaitEvent (join)",
+            )
+        });
+        if captured.is_ok() {
+            captured = j.map_err(|e| e.to_string());
         }
     }
     let mut g: sys::CUgraph = std::ptr::null_mut();
@@ -457,6 +508,9 @@ pub fn graph(
     }
     captured?;
     end.map_err(|e| e.to_string())?;
+    if fork {
+        kernels_in_line(g)?;
+    }
     let mut exec: sys::CUgraphExec = std::ptr::null_mut();
     check(
         // SAFETY: `g` is the graph just captured; valid out pointer.
@@ -486,6 +540,15 @@ pub fn graph(
                 block,
                 in_place: false,
             })
+            .chain(EAGER.iter().enumerate().map(|(j, &kind)| Case {
+                kind,
+                id: (1 << 40) + (rep * EAGER.len() + j) as u64,
+                me,
+                n,
+                root: 0,
+                block,
+                in_place: false,
+            }))
             .collect();
         for (i, c) in cases.iter().enumerate() {
             let (a, b) = (i * region, (i + 1) * region);
@@ -499,12 +562,33 @@ pub fn graph(
         let before = recv.bytes(bytes).to_vec();
         send.upload(bytes)?;
         recv.upload(bytes)?;
+        // `mixed`: eager call 0, the replay, eager call 1, nothing waiting
+        // for anything in between (the eager stream is not the graph's).
+        let eager_call = |j: usize| {
+            let off = ((CALLS + j) * region) as u64;
+            let spec = CollSpec::new(EAGER[j], DataType::U8, block);
+            // SAFETY: the windows are alive until the eager stream is synchronized below.
+            unsafe { comm.collective_on(&spec, sp + off, rp + off, &eager) }
+                .map_err(|e| format!("replay {rep}, eager call {j}: {e}"))
+        };
+        if mixed {
+            if let Err(e) = eager_call(0) {
+                result = Err(e);
+                break;
+            }
+        }
         // SAFETY: an instantiated graph; a live stream.
         if let Err(e) = check(unsafe { sys::cuGraphLaunch(exec, s) }, "cuGraphLaunch") {
             result = Err(format!("replay {rep}: {e}"));
             break;
         }
-        if let Err(e) = sync(&stream) {
+        if mixed {
+            if let Err(e) = eager_call(1) {
+                result = Err(e);
+                break;
+            }
+        }
+        if let Err(e) = sync(&stream).and_then(|_| sync(&eager)) {
             result = Err(format!("replay {rep}: {e}"));
             break;
         }
@@ -529,7 +613,8 @@ pub fn graph(
             break;
         }
         recv.download(bytes)?;
-        for (i, c) in cases.iter().enumerate() {
+        let checked = if mixed { cases.len() } else { CALLS };
+        for (i, c) in cases.iter().enumerate().take(checked) {
             let (a, b) = (i * region, (i + 1) * region);
             let want = c.expected(&before[a..b]);
             let got = &recv.bytes(bytes)[a..b];
@@ -542,6 +627,37 @@ pub fn graph(
                 break 'replay;
             }
         }
+    }
+    // `timed`: replays back to back, nothing checked (the inputs are the
+    // last replay's).
+    let mut timing = String::new();
+    if result.is_ok() && timed > 0 {
+        let t = std::time::Instant::now();
+        for rep in 0..timed {
+            // SAFETY: an instantiated graph; a live stream.
+            if let Err(e) = check(unsafe { sys::cuGraphLaunch(exec, s) }, "cuGraphLaunch") {
+                result = Err(format!("timed replay {rep}: {e}"));
+                break;
+            }
+        }
+        result = result.and_then(|_| sync(&stream));
+        let us = t.elapsed().as_secs_f64() * 1e6 / (timed * CALLS) as f64;
+        timing = format!("; TIMED {block} B: {us:.2} us per call");
+        // Eager all_reduces now that the communicator chains its launches
+        // (each waits for and records the chain event): their cost.
+        let spec = CollSpec::new(CollKind::AllReduce, DataType::U8, block);
+        let off = (CALLS * region) as u64;
+        let t = std::time::Instant::now();
+        for _ in 0..timed * CALLS {
+            // SAFETY: the windows are alive until the stream is synchronized below.
+            if let Err(e) = unsafe { comm.collective_on(&spec, sp + off, rp + off, &eager) } {
+                result = Err(format!("timed eager call: {e}"));
+                break;
+            }
+        }
+        result = result.and_then(|_| sync(&eager));
+        let us = t.elapsed().as_secs_f64() * 1e6 / (timed * CALLS) as f64;
+        timing += &format!("; EAGER all_reduce after the capture: {us:.2} us per call");
     }
     // SAFETY: destroyed once, after the last launch completed (synchronized above).
     unsafe {
@@ -563,8 +679,114 @@ pub fn graph(
     comm.window_deregister(wr).map_err(e2s)?;
     comm.destroy().map_err(e2s)?;
     Ok(format!(
-        "rank {me}: a graph of {CALLS} collectives replayed {replays} times, every result checked"
+        "rank {me}: a graph of {CALLS} collectives of {block} B{}{} replayed {replays} times, every result checked{timing}",
+        if fork { ", half on a forked stream" } else { "" },
+        if mixed { ", eager calls on another stream around each replay" } else { "" },
     ))
+}
+
+/// Every kernel node of `g` (ferrocx's: the test captures nothing else) on
+/// one path: for each pair, one reaches the other. A graph whose branches
+/// were captured on forked streams has no such path but what ce's launch
+/// chain adds, and CUDA may run unordered branches at once.
+fn kernels_in_line(g: ferrocx_sdk::cuda::sys::CUgraph) -> Result<(), String> {
+    use ferrocx_sdk::cuda::{check, sys};
+    let e = |e: ferrocx_sdk::PluginError| e.to_string();
+    let mut n = 0usize;
+    check(
+        // SAFETY: a live graph; a null array asks for the count.
+        unsafe { sys::cuGraphGetNodes(g, std::ptr::null_mut(), &mut n) },
+        "cuGraphGetNodes",
+    )
+    .map_err(e)?;
+    let mut nodes = vec![std::ptr::null_mut(); n];
+    check(
+        // SAFETY: room for `n` nodes.
+        unsafe { sys::cuGraphGetNodes(g, nodes.as_mut_ptr(), &mut n) },
+        "cuGraphGetNodes",
+    )
+    .map_err(e)?;
+    let mut m = 0usize;
+    check(
+        // SAFETY: as above, for the edges.
+        unsafe { sys::cuGraphGetEdges(g, std::ptr::null_mut(), std::ptr::null_mut(), &mut m) },
+        "cuGraphGetEdges",
+    )
+    .map_err(e)?;
+    let (mut from, mut to) = (vec![std::ptr::null_mut(); m], vec![std::ptr::null_mut(); m]);
+    check(
+        // SAFETY: room for `m` edges at each end.
+        unsafe { sys::cuGraphGetEdges(g, from.as_mut_ptr(), to.as_mut_ptr(), &mut m) },
+        "cuGraphGetEdges",
+    )
+    .map_err(e)?;
+    let index = |x: sys::CUgraphNode| nodes.iter().position(|&y| y == x);
+    let mut next = vec![Vec::new(); n];
+    for (&a, &b) in from.iter().zip(&to).take(m) {
+        if let (Some(a), Some(b)) = (index(a), index(b)) {
+            next[a].push(b);
+        }
+    }
+    // Nodes reachable from each (itself included).
+    let reach: Vec<Vec<bool>> = (0..n)
+        .map(|start| {
+            let mut seen = vec![false; n];
+            let mut todo = vec![start];
+            while let Some(x) = todo.pop() {
+                if !std::mem::replace(&mut seen[x], true) {
+                    todo.extend(&next[x]);
+                }
+            }
+            seen
+        })
+        .collect();
+    let kernels: Vec<usize> = (0..n)
+        .filter(|&i| {
+            let mut t = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+            // SAFETY: a node of the live graph; a valid out pointer.
+            let r = unsafe { sys::cuGraphNodeGetType(nodes[i], &mut t) };
+            r == sys::CUresult::CUDA_SUCCESS && t == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL
+        })
+        .collect();
+    for (x, &a) in kernels.iter().enumerate() {
+        for &b in &kernels[x + 1..] {
+            if !reach[a][b] && !reach[b][a] {
+                return Err(format!(
+                    "the captured graph has {} kernel nodes, and two of them (nodes {a} and {b} of {n}) lie on no common path: they may run at once",
+                    kernels.len()
+                ));
+            }
+        }
+    }
+    if kernels.len() < 10 {
+        return Err(format!(
+            "the captured graph has only {} kernel nodes",
+            kernels.len()
+        ));
+    }
+    Ok(())
+}
+
+/// What [`graph`] runs.
+#[derive(Debug, Clone)]
+pub struct GraphOpts {
+    /// Replays, each with new inputs and every result checked.
+    pub replays: usize,
+    /// The implementation the captured calls must choose.
+    pub expect: Option<String>,
+    /// The last rank captures call 3 with half the count.
+    pub mismatch: bool,
+    /// The last rank stops replaying after that many.
+    pub stop_after: Option<usize>,
+    /// Bytes per block (64 KiB by default).
+    pub block: usize,
+    /// Eager calls on another stream just before and after each replay, not
+    /// waiting for it: ferrocx must keep them and the replay apart.
+    pub mixed: bool,
+    /// Odd calls captured on a stream forked from the capture's.
+    pub fork: bool,
+    /// Replays timed back to back after the checked ones (per call reported).
+    pub timed: usize,
 }
 
 /// all_gather (or `kind`) on device windows in a loop until an error; rank
