@@ -237,12 +237,14 @@ fn reduce_setup(
     Ok((kernels.filter(|_| on), red))
 }
 
-/// Join a launch on `stream` to the communicator's chain, before it
-/// (`chain.rs`): a captured one with ce's side stream for the bridge.
+/// Order a launch on `stream` after the communicator's earlier ones, before
+/// it: an eager one after the newest pending eager launch on another stream
+/// (`Watchdog::order`) and the chain's tip; a captured one in the chain
+/// (`chain.rs`), with ce's side stream for the bridge.
 ///
 /// # Safety
 /// `stream` is a live stream of the bound context (or null, not captured).
-unsafe fn chain_before(
+unsafe fn order_launch(
     chain: &mut Chain,
     api: &Api,
     watchdog: &Watchdog,
@@ -252,7 +254,10 @@ unsafe fn chain_before(
 ) -> PluginResult<()> {
     match mode {
         // SAFETY: the caller's contract.
-        Mode::Eager => unsafe { chain.eager_before(stream) },
+        Mode::Eager => unsafe {
+            watchdog.order(stream)?;
+            chain.eager_before(stream)
+        },
         Mode::Graph => {
             let side = side
                 .ok_or_else(|| PluginError::internal("no side stream"))?
@@ -267,7 +272,7 @@ unsafe fn chain_before(
 /// After a launch on `stream`: it is the chain's tip.
 ///
 /// # Safety
-/// As [`chain_before`], which ran first.
+/// As [`order_launch`], which ran first.
 unsafe fn chain_after(
     chain: &mut Chain,
     api: &Api,
@@ -666,10 +671,6 @@ impl CeComm {
                 }
             })
             .collect();
-        if mode == Mode::Eager && prepared.is_ok() {
-            // SAFETY: the caller's contract; the device is bound.
-            unsafe { self.watchdog.order(stream) }?;
-        }
         // A captured barrier waits in a kernel with a deadline (the watchdog
         // reads its error word from then on); without kernels, as stream waits.
         let graph_waits = match (mode, &self.kernels) {
@@ -688,7 +689,7 @@ impl CeComm {
         if issued.is_ok() {
             // SAFETY: the caller's contract; the device is bound.
             issued = unsafe {
-                chain_before(
+                order_launch(
                     &mut self.chain,
                     &self.api,
                     &self.watchdog,
@@ -860,6 +861,9 @@ impl CeComm {
     ) -> PluginResult<()> {
         let note = self.note(d, mode);
         let what = what(d, Some(kernel));
+        // SAFETY: the caller's contract. (A check below that fails breaks the
+        // communicator: `launch_exchange`.)
+        unsafe { self.before_kernel(mode, stream) }?;
         use ferrocx_sdk::kernels::ll::LlArgs;
         use ferrocx_sdk::kernels::simple::{self, SimpleArgs};
         // A two-shot all_reduce in one kernel moves as a reduce_scatter of
@@ -931,26 +935,6 @@ impl CeComm {
             mode: m.mode,
             root: d.root as i32,
         };
-        if mode == Mode::Eager {
-            // SAFETY: the caller's contract; the device is bound.
-            unsafe { self.watchdog.order(stream) }?;
-        }
-        // SAFETY: as above.
-        unsafe {
-            chain_before(
-                &mut self.chain,
-                &self.api,
-                &self.watchdog,
-                self.side.as_ref(),
-                mode,
-                stream,
-            )
-        }?;
-        if !self.exchanged {
-            // Once per communicator: the watchdog reads the error word from then on.
-            self.watchdog.ll_launched();
-            self.exchanged = true;
-        }
         // The Simple kernel's arguments for this call's block on the agreed
         // rings (`overlap`: marks, for an output that overlaps the input), cut
         // into the chunks of the kernel's `mode` (set by the caller).
@@ -1034,6 +1018,31 @@ impl CeComm {
         if mode == Mode::Eager {
             // SAFETY: as above.
             unsafe { self.watchdog.track(stream, d.seq, what, Vec::new(), note) }?;
+        }
+        Ok(())
+    }
+
+    /// Before an exchange or point-to-point kernel on `stream`: ordered after
+    /// the communicator's earlier launches ([`order_launch`]); from the first
+    /// on, the watchdog reads the kernels' error word.
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch); the device is bound.
+    unsafe fn before_kernel(&mut self, mode: Mode, stream: sys::CUstream) -> PluginResult<()> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            order_launch(
+                &mut self.chain,
+                &self.api,
+                &self.watchdog,
+                self.side.as_ref(),
+                mode,
+                stream,
+            )
+        }?;
+        if !self.exchanged {
+            self.watchdog.ll_launched();
+            self.exchanged = true;
         }
         Ok(())
     }
@@ -1164,29 +1173,12 @@ impl CeComm {
         n: u64,
         what: What,
     ) -> PluginResult<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.before_kernel(mode, stream) }?;
         let k = self
             .kernels
             .as_ref()
             .ok_or_else(|| PluginError::internal("a point-to-point call without kernels"))?;
-        if mode == Mode::Eager {
-            // SAFETY: the caller's contract; the device is bound.
-            unsafe { self.watchdog.order(stream) }?;
-        }
-        // SAFETY: as above.
-        unsafe {
-            chain_before(
-                &mut self.chain,
-                &self.api,
-                &self.watchdog,
-                self.side.as_ref(),
-                mode,
-                stream,
-            )
-        }?;
-        if !self.exchanged {
-            self.watchdog.ll_launched();
-            self.exchanged = true;
-        }
         // SAFETY: the ops' buffers per the caller; the regions and control
         // words are this rank's flag buffer and the peers' as mapped until
         // comm_destroy; both ends of every message size it alike (the op's

@@ -162,6 +162,42 @@ pub fn sync(s: &Stream) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
+/// Begin capturing `s` into a graph, in relaxed mode (which lets ferrocx's
+/// own, non-stream driver calls run during the capture).
+pub fn begin_capture(s: &Stream) -> Result<(), String> {
+    cuda::check(
+        // SAFETY: a live stream of the current context.
+        unsafe {
+            sys::cuStreamBeginCapture_v2(
+                s.raw(),
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
+        },
+        "cuStreamBeginCapture",
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Launch the instantiated graph `exec` `n` times back to back on `s`, then
+/// wait for the stream: the time it all took.
+pub fn replay_back_to_back(
+    exec: sys::CUgraphExec,
+    s: &Stream,
+    n: usize,
+) -> Result<std::time::Duration, String> {
+    let t = std::time::Instant::now();
+    for rep in 0..n {
+        cuda::check(
+            // SAFETY: an instantiated graph (the caller's); a live stream.
+            unsafe { sys::cuGraphLaunch(exec, s.raw()) },
+            "cuGraphLaunch",
+        )
+        .map_err(|e| format!("timed replay {rep}: {e}"))?;
+    }
+    sync(s)?;
+    Ok(t.elapsed())
+}
+
 /// An ABuf mirrored on the device, tail included.
 fn mirror(b: &ABuf) -> Result<Option<DevMem>, String> {
     if b.len() == 0 {

@@ -9,7 +9,7 @@
 //! every rank with the core's clear refusal, nothing queued, and an eager
 //! exchange right after must arrive whole.
 
-use super::device::{sync, DevMem};
+use super::device::{begin_capture, replay_back_to_back, sync, DevMem};
 use super::{e2s, CANARY, TAIL};
 use ferrocx::Communicator;
 use ferrocx_sdk::cuda::{check, sys, Stream};
@@ -114,17 +114,7 @@ pub fn run(
         .map(|_| Ring::new(len))
         .collect::<Result<_, _>>()?;
     let around: Vec<Ring> = (0..2).map(|_| Ring::new(len)).collect::<Result<_, _>>()?;
-    check(
-        // SAFETY: a live stream; relaxed mode lets ferrocx's own driver calls run.
-        unsafe {
-            sys::cuStreamBeginCapture_v2(
-                s,
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-            )
-        },
-        "cuStreamBeginCapture",
-    )
-    .map_err(|e| e.to_string())?;
+    begin_capture(&stream)?;
     let mut captured = Ok(());
     for (k, r) in rings.iter().enumerate() {
         // SAFETY: the buffers outlive the graph's replays.
@@ -218,17 +208,13 @@ pub fn run(
     }
     let mut timing = String::new();
     if result.is_ok() && timed > 0 {
-        let t = std::time::Instant::now();
-        for rep in 0..timed {
-            // SAFETY: as above.
-            if let Err(e) = check(unsafe { sys::cuGraphLaunch(exec, s) }, "cuGraphLaunch") {
-                result = Err(format!("timed replay {rep}: {e}"));
-                break;
+        match replay_back_to_back(exec, &stream, timed) {
+            Ok(t) => {
+                let us = t.as_secs_f64() * 1e6 / (timed * CALLS) as f64;
+                timing = format!("; TIMED {len} B: {us:.2} us per exchange");
             }
+            Err(e) => result = Err(e),
         }
-        result = result.and_then(|_| sync(&stream));
-        let us = t.elapsed().as_secs_f64() * 1e6 / (timed * CALLS) as f64;
-        timing = format!("; TIMED {len} B: {us:.2} us per exchange");
     }
     // SAFETY: destroyed once, after the last replay completed (synchronized above).
     unsafe {

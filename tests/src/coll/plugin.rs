@@ -4,7 +4,7 @@
 //! against the model of NCCL's layouts; which implementation ran is asked of
 //! the communicator and compared with what the test expects.
 
-use super::device::{sync, DevMem};
+use super::device::{begin_capture, replay_back_to_back, sync, DevMem};
 use super::{e2s, hash};
 use ferrocx::{CollKind, CollSpec, Communicator, DataType};
 use ferrocx_sdk::cuda::Stream;
@@ -419,18 +419,7 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
         }
     }
     let s = stream.raw();
-    check(
-        // SAFETY: a live stream of this context; relaxed mode lets ferrocx's own
-        // (non-stream) driver calls run during the capture.
-        unsafe {
-            sys::cuStreamBeginCapture_v2(
-                s,
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-            )
-        },
-        "cuStreamBeginCapture",
-    )
-    .map_err(|e| e.to_string())?;
+    begin_capture(&stream)?;
     // `fork`: the odd calls go on `side`, forked from the capture's stream
     // at the start and joined at the end: the graph has no path between
     // them and the even ones but what ferrocx adds.
@@ -632,16 +621,11 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
     // last replay's).
     let mut timing = String::new();
     if result.is_ok() && timed > 0 {
-        let t = std::time::Instant::now();
-        for rep in 0..timed {
-            // SAFETY: an instantiated graph; a live stream.
-            if let Err(e) = check(unsafe { sys::cuGraphLaunch(exec, s) }, "cuGraphLaunch") {
-                result = Err(format!("timed replay {rep}: {e}"));
-                break;
-            }
-        }
-        result = result.and_then(|_| sync(&stream));
-        let us = t.elapsed().as_secs_f64() * 1e6 / (timed * CALLS) as f64;
+        let replays = replay_back_to_back(exec, &stream, timed);
+        let us = replays
+            .as_ref()
+            .map_or(0.0, |t| t.as_secs_f64() * 1e6 / (timed * CALLS) as f64);
+        result = replays.map(|_| ());
         timing = format!("; TIMED {block} B: {us:.2} us per call");
         // Eager all_reduces now that the communicator chains its launches
         // (each waits for and records the chain event): their cost.
