@@ -491,6 +491,14 @@ impl Communicator {
         uniq.dedup();
         for &s in &uniq {
             if crate::device::order::is_capturing(s)? {
+                // Collectives of no elements move nothing: nothing to capture.
+                let moves = tasks.iter().any(|t| match t {
+                    Task::P2p(_) => true,
+                    Task::Coll(c) => c.count > 0 || c.v.is_some(),
+                });
+                if !moves {
+                    return Ok(());
+                }
                 return Err(Error::Unsupported(format!(
                     "{} on a stream being captured into a CUDA graph: no collective plugin took it (ce runs captured calls with FERROCX_CE_GRAPH_KERNELS=1, its default, within its limits: docs/ENV.md), and the core's own device path cannot be captured; nothing was queued",
                     crate::plan::label(&tasks)
