@@ -486,6 +486,7 @@ impl Communicator {
         // The core's device path waits for the users' streams with events the
         // engine queries, which a capture forbids: refused before anything is
         // numbered or queued (the communicator stays usable).
+        self.gpu()?.bind()?;
         let mut uniq: smallvec::SmallVec<[RawStream; 2]> = streams.iter().copied().collect();
         uniq.sort_unstable_by_key(|s| *s as usize);
         uniq.dedup();
@@ -499,10 +500,7 @@ impl Communicator {
                 if !moves {
                     return Ok(());
                 }
-                return Err(Error::Unsupported(format!(
-                    "{} on a stream being captured into a CUDA graph: no collective plugin took it (ce runs captured calls with FERROCX_CE_GRAPH_KERNELS=1, its default, within its limits: docs/ENV.md), and the core's own device path cannot be captured; nothing was queued",
-                    crate::plan::label(&tasks)
-                )));
+                return Err(capture_refusal(crate::plan::label(&tasks)));
             }
         }
         let mut tasks = tasks;
@@ -704,4 +702,13 @@ impl Group<'_> {
         self.add_device(Task::P2p(op), stream.raw_stream());
         Ok(())
     }
+}
+
+/// `what`, on a stream being captured, reached the core's device path: it
+/// waits for the users' streams with events the engine queries, which a
+/// capture forbids.
+pub(super) fn capture_refusal(what: impl std::fmt::Display) -> Error {
+    Error::Unsupported(format!(
+        "{what} on a stream being captured into a CUDA graph: no collective plugin took it (ce runs captured calls with FERROCX_CE_GRAPH_KERNELS=1, its default, within its limits: docs/ENV.md), and the core's own device path cannot be captured; nothing was queued"
+    ))
 }

@@ -359,7 +359,12 @@ impl Communicator {
         pairs: &[(usize, usize)],
     ) -> Result<(Vec<Task>, Vec<RawStream>)> {
         let device_p2p = |t: &Task| matches!(t, Task::P2p(p) if p.device);
-        if !self.any_p2p_plugin() || !tasks.iter().any(device_p2p) {
+        if !tasks.iter().any(device_p2p) {
+            return Ok((tasks, streams));
+        }
+        if !self.any_p2p_plugin() {
+            // SAFETY: the caller's contract for the streams.
+            unsafe { self.refuse_captured_leftovers(&tasks, &streams, |_| false) }?;
             return Ok((tasks, streams));
         }
         let _span = spans::enter(Point::CoreP2pGroup);
@@ -401,6 +406,8 @@ impl Communicator {
                     (winners[s], winners[r]) = (None, None);
                 }
             }
+            // SAFETY: the caller's contract for the streams.
+            unsafe { self.refuse_captured_leftovers(&tasks, &streams, |i| winners[i].is_some()) }?;
             let (launches, rest) = split(tasks.len(), |i| winners[i]);
             if launches.is_empty() {
                 return Ok((tasks, streams));
@@ -426,6 +433,38 @@ impl Communicator {
             }
             Ok((t2, s2))
         }
+    }
+
+    /// A device message to or from a peer on a stream being captured that no
+    /// plugin takes (`taken`) would reach the core, whose device path cannot
+    /// be captured: refused before any of its group is queued. (Sends to the
+    /// rank itself are copies on the stream, which a capture records.)
+    ///
+    /// # Safety
+    /// Every stream is live (or null), of this communicator's device.
+    unsafe fn refuse_captured_leftovers(
+        &self,
+        tasks: &[Task],
+        streams: &[RawStream],
+        taken: impl Fn(usize) -> bool,
+    ) -> Result<()> {
+        let me = self.rank();
+        let mut bound = false;
+        for (i, t) in tasks.iter().enumerate() {
+            let Task::P2p(p) = t else { continue };
+            if !p.device || p.peer == me || taken(i) {
+                continue;
+            }
+            if !bound {
+                // The legacy stream is asked about through the current context.
+                self.gpu()?.bind()?;
+                bound = true;
+            }
+            if order::is_capturing(streams[i])? {
+                return Err(super::device::capture_refusal(crate::plan::label(tasks)));
+            }
+        }
+        Ok(())
     }
 
     /// One plugin's launch of ops `idx` (posted order): on the first op's

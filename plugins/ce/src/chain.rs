@@ -110,9 +110,23 @@ unsafe fn capture_of(api: &Api, stream: sys::CUstream) -> PluginResult<Option<Ca
 }
 
 impl Chain {
-    /// Whether the chain exists (a call was captured).
-    pub fn on(&self) -> bool {
-        self.event.is_some()
+    /// Wait, at most `limit`, until everything chained so far (eager launches
+    /// and the graph replays the host cannot see) has completed; whether it
+    /// did. True at once without a chain (the watchdog tracks eager work).
+    pub fn settle(&self, limit: std::time::Duration) -> bool {
+        let Some(ev) = &self.event else {
+            return true;
+        };
+        let until = std::time::Instant::now() + limit;
+        loop {
+            match ev.done() {
+                Ok(true) => return true,
+                // An error (a failed kernel) ends the wait: nothing more will run.
+                Err(_) => return true,
+                Ok(false) if std::time::Instant::now() >= until => return false,
+                Ok(false) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
     }
 
     /// Before an eager launch on `stream`: wait for the tip.

@@ -109,6 +109,7 @@ fn reduce_setup(
     info: &CommInfo,
     oob: &Oob,
     scratch: usize,
+    capture_api: bool,
 ) -> PluginResult<(Option<Kernels>, Agreed)> {
     let kernels = if cfg.reduce {
         let ordinal = info.cuda_device.unwrap_or(-1);
@@ -139,7 +140,9 @@ fn reduce_setup(
     mine.push(cfg.stage_needs_check as u8);
     mine.extend_from_slice(&(cfg.direct_bytes as u64).to_le_bytes());
     mine.push(setup::nvlink_to_every_peer(info) as u8);
-    mine.push(cfg.graph_kernels as u8);
+    // Graph kernels need the driver's capture dependencies (forked captures
+    // would otherwise go unordered): without them, the barrier routes.
+    mine.push((cfg.graph_kernels && capture_api) as u8);
     let all = oob.all_gather(&mine)?;
     if all.iter().any(|m| m.len() != mine.len()) {
         return Err(PluginError::internal(
@@ -218,7 +221,7 @@ fn reduce_setup(
     let graph_kernels = all.iter().all(|m| m[29] == 1);
     if !graph_kernels && cfg.graph_kernels {
         host.warn(format!(
-            "ce on rank {}: FERROCX_CE_GRAPH_KERNELS differs between ranks: calls captured into CUDA graphs take the barrier routes",
+            "ce on rank {}: FERROCX_CE_GRAPH_KERNELS differs between ranks, or a rank's CUDA driver lacks cuStreamGetCaptureInfo_v2 or cuStreamUpdateCaptureDependencies: calls captured into CUDA graphs take the barrier routes",
             info.rank
         ));
     }
@@ -381,7 +384,14 @@ impl CeComm {
             });
         // Round 3 only where rounds 1 and 2 succeeded everywhere (they agree alike).
         let extras = match (&started, &agreed) {
-            (Ok(_), Ok(())) => Some(reduce_setup(&host, &cfg, info, &oob, flags.scratch_bytes())),
+            (Ok(_), Ok(())) => Some(reduce_setup(
+                &host,
+                &cfg,
+                info,
+                &oob,
+                flags.scratch_bytes(),
+                api.capture.is_some(),
+            )),
             _ => None,
         };
         match (started, agreed, extras) {
@@ -443,7 +453,8 @@ impl CeComm {
     /// peers' mappings of this window finish first (bounded).
     pub fn window_deregister(&mut self, _win: Window) -> PluginResult<()> {
         let _bound = self.dev.bind()?;
-        if !self.watchdog.drain(self.host.timeout()) {
+        // Graph replays are not tracked: the chain's tip covers them.
+        if !self.watchdog.drain(self.host.timeout()) || !self.chain.settle(self.host.timeout()) {
             self.host.warn(format!(
                 "ce on rank {}: a window is deregistered while collectives on it are still queued",
                 self.rank
@@ -556,7 +567,7 @@ impl CeComm {
             return Ok(()); // count 0
         };
         let block = d.count * d.elem;
-        // A captured call's route has no exchange kernel (select::exchange).
+        // An exchange kernel, eager or captured (`select::exchange`).
         if let Some(kernel) = route.kernel {
             // SAFETY: the caller's contract.
             unsafe { self.launch_exchange(d, mode, stream, kernel) }?;
@@ -1208,7 +1219,9 @@ impl CeComm {
     /// watchdog, close the peers' flags, barrier, free ours.
     pub fn destroy(mut self) -> PluginResult<()> {
         let _bound = self.dev.bind();
-        if !self.watchdog.drain(self.host.timeout()) {
+        // Graph replays are not tracked: the chain's tip covers them too.
+        let timeout = self.host.timeout();
+        if !self.watchdog.drain(timeout) || !self.chain.settle(timeout) {
             self.host.warn(format!(
                 "ce on rank {}: the communicator is destroyed while collectives are still queued",
                 self.rank
@@ -1221,9 +1234,12 @@ impl CeComm {
                         .warn(format!("ce on rank {}: {}", self.rank, e.message()));
                 }
                 self.watchdog.drain(std::time::Duration::from_secs(1));
+                self.chain.settle(std::time::Duration::from_secs(1));
             }
         }
         self.watchdog.stop();
+        // Its event goes while the context is bound.
+        self.chain = Chain::default();
         self.side = None;
         let mut flags = self.flags.take();
         if let Some(f) = flags.as_mut() {
