@@ -363,8 +363,18 @@ impl Communicator {
             return Ok((tasks, streams));
         }
         if !self.any_p2p_plugin() {
-            // SAFETY: the caller's contract for the streams.
-            unsafe { self.refuse_captured_leftovers(&tasks, &streams, |_| false) }?;
+            // Every message is left to the core: asked once per stream.
+            self.gpu()?.bind()?;
+            let mut seen: SmallVec<[(RawStream, bool); 2]> = SmallVec::new();
+            self.refuse_captured_leftovers(&tasks, |i| {
+                let s = streams[i];
+                if let Some(&(_, c)) = seen.iter().find(|(q, _)| *q == s) {
+                    return Ok(c);
+                }
+                let c = order::is_capturing(s)?;
+                seen.push((s, c));
+                Ok(c)
+            })?;
             return Ok((tasks, streams));
         }
         let _span = spans::enter(Point::CoreP2pGroup);
@@ -406,8 +416,9 @@ impl Communicator {
                     (winners[s], winners[r]) = (None, None);
                 }
             }
-            // SAFETY: the caller's contract for the streams.
-            unsafe { self.refuse_captured_leftovers(&tasks, &streams, |i| winners[i].is_some()) }?;
+            self.refuse_captured_leftovers(&tasks, |i| {
+                Ok(winners[i].is_none() && ops[i].is_some_and(|(_, c)| c))
+            })?;
             let (launches, rest) = split(tasks.len(), |i| winners[i]);
             if launches.is_empty() {
                 return Ok((tasks, streams));
@@ -436,31 +447,19 @@ impl Communicator {
     }
 
     /// A device message to or from a peer on a stream being captured that no
-    /// plugin takes (`taken`) would reach the core, whose device path cannot
-    /// be captured: refused before any of its group is queued. (Sends to the
-    /// rank itself are copies on the stream, which a capture records.)
-    ///
-    /// # Safety
-    /// Every stream is live (or null), of this communicator's device.
-    unsafe fn refuse_captured_leftovers(
+    /// plugin takes (`left_captured`: task `i` is left to the core and its
+    /// stream is being captured) would reach the core, whose device path
+    /// cannot be captured: refused before any of its group is queued. (Sends
+    /// to the rank itself are copies on the stream, which a capture records.)
+    fn refuse_captured_leftovers(
         &self,
         tasks: &[Task],
-        streams: &[RawStream],
-        taken: impl Fn(usize) -> bool,
+        mut left_captured: impl FnMut(usize) -> Result<bool>,
     ) -> Result<()> {
         let me = self.rank();
-        let mut bound = false;
         for (i, t) in tasks.iter().enumerate() {
             let Task::P2p(p) = t else { continue };
-            if !p.device || p.peer == me || taken(i) {
-                continue;
-            }
-            if !bound {
-                // The legacy stream is asked about through the current context.
-                self.gpu()?.bind()?;
-                bound = true;
-            }
-            if order::is_capturing(streams[i])? {
+            if p.device && p.peer != me && left_captured(i)? {
                 return Err(super::device::capture_refusal(crate::plan::label(tasks)));
             }
         }
