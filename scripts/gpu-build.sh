@@ -27,6 +27,7 @@ testbin p2p-tests -p ferrocx-p2p --test transport || echo "p2p tests did not bui
 strip --strip-all "$OUT"/*
 # The NCCL drop-in (gpu-check.sh's dropin-* steps): gpu-run/nccl/{lib,include}.
 scripts/install-nccl.sh gpu-run/nccl
+strip --strip-unneeded gpu-run/nccl/lib/libnccl.so.2  # carried to the device with gpu-run/bin (64 MiB in all)
 if [ -n "${NCCL_TESTS_SRC:-}" ]; then
   rm -rf gpu-run/nccl-tests && cp -r "$NCCL_TESTS_SRC" gpu-run/nccl-tests
 fi

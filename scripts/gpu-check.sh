@@ -28,7 +28,8 @@
 # DIRECT_ROUNDS times for DIRECT_COLLS (default all_reduce broadcast all_gather); `perf-win` the
 # PERF_COLLS on symmetric windows (-R 2, fxperf-win-<bench>.log, beside `nccl-sym`). `dropin-torch` runs nccl/tests/torch_dropin.py
 # under torchrun with ferrocx's libnccl.so.2 preloaded (DROPIN, default gpu-run/nccl, from
-# scripts/install-nccl.sh); `dropin-tests` builds nccl-tests against it and runs each
+# scripts/install-nccl.sh); `dropin-graph` runs nccl/tests/torch_graph.py likewise (torch.cuda.graph
+# in each of CAPTURE_MODES, default global thread_local relaxed); `dropin-tests` builds nccl-tests against it and runs each
 # benchmark with DROPIN_GPUS ranks in one process (default 1). `nccl-sym` runs nccl-tests
 # on symmetric windows (-R 2), `nccl-ce` NCCL's copy-engine collectives (-R 2 -x 2,
 # NCCL >= 2.28), `mpi` nccl-tests built with MPI against the drop-in, one process per GPU
@@ -189,6 +190,13 @@ for s in $STEPS; do
       FERROCX_NCCL_EXPECT="$D/lib/libnccl.so.2" LD_PRELOAD="$D/lib/libnccl.so.2" \
         run_step dropin-torch python3 -m torch.distributed.run --nproc-per-node "${DROPIN_RANKS:-3}" \
         "$(dirname "$0")/../nccl/tests/torch_dropin.py" ;;
+    dropin-graph)  # torch.cuda.graph (global capture mode by default) on ferrocx's libnccl.so.2
+      D="$(cd "${DROPIN:-gpu-run/nccl}" && pwd)"
+      for m in ${CAPTURE_MODES:-global thread_local relaxed}; do
+        FXT_CAPTURE_MODE="$m" LD_PRELOAD="$D/lib/libnccl.so.2" \
+          run_step "dropin-graph-$m" python3 -m torch.distributed.run --nproc-per-node "${DROPIN_RANKS:-2}" \
+          "$(dirname "$0")/../nccl/tests/torch_graph.py"
+      done ;;
     dropin-tests)  # nccl-tests built against the drop-in, run with one rank (-g 1: more need MPI or GPUs)
       SRC="$(cd "${NCCL_TESTS_SRC:-gpu-run/nccl-tests}" && pwd)"; D="$(cd "${DROPIN:-gpu-run/nccl}" && pwd)"
       run_step dropin-build make -C "$SRC" -j 16 MPI=0 BUILDDIR="$SRC/build-ferrocx" NCCL_HOME="$D" \

@@ -53,6 +53,9 @@ pub fn alloc(bytes: usize) -> Result<usize> {
             "ncclMemAlloc: no current CUDA device (call cudaSetDevice first)".into(),
         ));
     }
+    // torch allocates in its graph pools during a capture (global mode by
+    // default), which would forbid this allocation: NCCL relaxes it too.
+    let _relaxed = cuda::RelaxedCapture::enter();
     let mut p: sys::CUdeviceptr = 0;
     // SAFETY: a current context exists; `p` is a valid out pointer. Plain
     // cuMemAlloc memory, so that peers can open it through CUDA IPC handles.
@@ -68,6 +71,7 @@ pub fn alloc(bytes: usize) -> Result<usize> {
 pub unsafe fn free(p: usize) -> Result<()> {
     cuda::available()
         .map_err(|why| Error::Unsupported(format!("ncclMemFree needs CUDA: {why}")))?;
+    let _relaxed = cuda::RelaxedCapture::enter();
     // SAFETY: the caller's contract.
     let r = unsafe { sys::cuMemFree_v2(p as sys::CUdeviceptr) };
     check(r, "cuMemFree")

@@ -23,10 +23,11 @@ pub use cudarc::driver::sys;
 use std::ffi::CStr;
 use std::sync::OnceLock;
 
+static STATE: OnceLock<Result<usize, String>> = OnceLock::new();
+
 /// Number of CUDA devices, or why CUDA cannot be used here (no driver library,
 /// `cuInit` failed, no device). Computed once per process.
 pub fn available() -> Result<usize, String> {
-    static STATE: OnceLock<Result<usize, String>> = OnceLock::new();
     STATE
         .get_or_init(|| {
             // SAFETY: only tries to dlopen the library; calls nothing in it.
@@ -220,6 +221,59 @@ pub fn native_peer_atomics(a: i32, b: i32) -> bool {
         )
     };
     r == sys::CUresult::CUDA_SUCCESS && v == 1
+}
+
+/// Whether the driver was loaded and initialized already (by [`available`]):
+/// entry points that must not start CUDA in a host-only process ask this.
+fn initialized() -> bool {
+    matches!(STATE.get(), Some(Ok(_)))
+}
+
+/// Swap the calling thread's capture interaction mode for `mode`; the old
+/// one, or `None` where the driver is not initialized (nothing to relax).
+fn exchange_capture_mode(mode: sys::CUstreamCaptureMode) -> Option<sys::CUstreamCaptureMode> {
+    if !initialized() {
+        return None;
+    }
+    let mut m = mode;
+    // SAFETY: the driver is initialized (checked); `m` is a valid in/out pointer.
+    let r = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut m) };
+    (r == sys::CUresult::CUDA_SUCCESS).then_some(m)
+}
+
+/// For a thread ferrocx starts (watchdogs, progress and service threads):
+/// its driver calls (event queries, flag reads, handle closes) are never
+/// part of a user's capture, so a capture in global mode on another thread
+/// (the driver's default, and torch.cuda.graph's) must not forbid them —
+/// the driver then fails them and invalidates the capture. Sets this
+/// thread's mode to relaxed for its life; a no-op before the driver is
+/// initialized.
+pub fn relax_capture_checks_on_this_thread() {
+    let _ = exchange_capture_mode(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
+}
+
+/// The same for a user's thread while it is inside a ferrocx device call:
+/// relaxed until dropped, then the thread's own mode again (push/pop, as the
+/// driver's documentation recommends), so the call's own queries and reads
+/// are allowed during the user's capture in global or thread-local mode
+/// and the user's other calls are still checked.
+pub struct RelaxedCapture(Option<sys::CUstreamCaptureMode>);
+
+impl RelaxedCapture {
+    /// Relax the calling thread until the value is dropped.
+    pub fn enter() -> Self {
+        RelaxedCapture(exchange_capture_mode(
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        ))
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        if let Some(m) = self.0 {
+            let _ = exchange_capture_mode(m);
+        }
+    }
 }
 
 /// Tell the person reading the test log why a GPU test did not run: writes

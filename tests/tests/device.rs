@@ -820,6 +820,86 @@ fn ce_graph_kernels_beside_eager_calls_and_forked_streams() {
     }
 }
 
+/// Captures in global mode (the driver's default, and torch.cuda.graph's)
+/// and thread-local mode, which forbid potentially unsafe driver calls
+/// during the capture (global: on every thread whose own mode is global,
+/// ferrocx's watchdog included). An eager all_reduce is held in flight all
+/// through the capture, so ferrocx's threads watch it meanwhile; it must
+/// arrive whole, and every replay's result too (collectives, some on a
+/// forked stream, and ring exchanges).
+#[test]
+fn ce_graphs_captured_in_global_and_thread_local_mode_beside_held_eager_work() {
+    if !gpus() {
+        return;
+    }
+    for (mode, block, fork) in [
+        ("global", "8", false),
+        ("global", "262144", true),
+        ("thread", "8", true),
+    ] {
+        let mut args = vec![
+            "coll-graph",
+            "--replays",
+            "50",
+            "--expect",
+            "ce",
+            "--block",
+            block,
+            "--mixed",
+            "--held",
+            "--capture",
+            mode,
+        ];
+        if fork {
+            args.push("--fork");
+        }
+        run_ok(&args, &[], Duration::from_secs(300));
+    }
+    run_ok(
+        &[
+            "p2p-graph",
+            "8",
+            "--replays",
+            "50",
+            "--mixed",
+            "--capture",
+            "global",
+        ],
+        &[],
+        Duration::from_secs(300),
+    );
+}
+
+/// Graph replays the host never sees, then the windows deregistered and
+/// the communicator destroyed at once: both must wait for the replays
+/// (ce's chain) before freeing what the kernels use. The last replay's
+/// results are checked after the destroy. (A build whose chain does not
+/// wait passed too on one H200: the driver's frees and handle closes wait
+/// for the device themselves. This pins the behaviour, not the chain.)
+#[test]
+fn ce_destroy_and_deregistration_wait_for_graph_replays() {
+    if !gpus() {
+        return;
+    }
+    for block in ["8", "262144"] {
+        run_ok(
+            &[
+                "coll-graph",
+                "--replays",
+                "3",
+                "--expect",
+                "ce",
+                "--block",
+                block,
+                "--early-destroy",
+                "300",
+            ],
+            &[],
+            Duration::from_secs(300),
+        );
+    }
+}
+
 /// Device sends and receives captured into a graph run ce's point-to-point
 /// kernel (its counts live on the device): ring exchanges of 8 B (LL lines)
 /// and 256 KiB (chunks) replayed with eager exchanges on another stream

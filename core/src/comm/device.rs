@@ -219,6 +219,10 @@ impl Communicator {
                 std::ptr::null_mut(),
             );
         }
+        // ferrocx's own driver calls (the plugin's queries and reads) are
+        // never part of the user's capture, which in global or thread-local
+        // mode would forbid them and be invalidated.
+        let _relaxed = cuda::RelaxedCapture::enter();
         let span = spans::enter(Point::CoreDeviceError);
         self.device_error()?;
         drop(span);
@@ -343,6 +347,8 @@ impl Communicator {
         streams: Vec<RawStream>,
     ) -> Result<()> {
         let pairs = crate::plan::self_pairs(&tasks, self.rank())?;
+        // As for collectives (`device_on_plugin`).
+        let _relaxed = cuda::RelaxedCapture::enter();
         // Before anything is queued: a pair the core copies needs one stream.
         if pairs.iter().any(|&(s, r)| streams[s] != streams[r]) {
             return Err(Error::invalid(
@@ -482,6 +488,8 @@ impl Communicator {
         streams: &[RawStream],
     ) -> Result<()> {
         self.check_live()?;
+        // As for collectives (`device_on_plugin`).
+        let _relaxed = cuda::RelaxedCapture::enter();
         self.device_error()?;
         // The core's device path waits for the users' streams with events the
         // engine queries, which a capture forbids: refused before anything is

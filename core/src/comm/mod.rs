@@ -863,6 +863,8 @@ impl Communicator {
                 "communicator was already destroyed or aborted".into(),
             ));
         }
+        // ferrocx's own driver calls (waits, frees) are never part of a user's capture.
+        let _relaxed = ferrocx_sdk::cuda::RelaxedCapture::enter();
         let broken = self.engine.broken();
         if let Some(r) = ferrocx_sdk::spans::report() {
             // FERROCX_SPANS=1: where this process's device calls spent host time.
@@ -889,6 +891,7 @@ impl Communicator {
         {
             return;
         }
+        let _relaxed = ferrocx_sdk::cuda::RelaxedCapture::enter();
         self.shared.abort.store(1, Ordering::Release);
         self.shared.stop_waits();
         // After a failure, the peers learn its cause with the abort: a peer whose own

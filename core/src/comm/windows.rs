@@ -30,6 +30,8 @@ impl Communicator {
     /// The memory must stay allocated until the window is deregistered on every rank.
     pub unsafe fn window_register_device(&self, ptr: u64, len: usize) -> Result<Window> {
         self.check_live()?;
+        // ferrocx's own driver calls are never part of the user's capture.
+        let _relaxed = ferrocx_sdk::cuda::RelaxedCapture::enter();
         let local = (|| {
             if len == 0 {
                 return Err(Error::invalid("window_register: the buffer is empty"));
@@ -44,6 +46,8 @@ impl Communicator {
     /// that rank's memory any more.
     pub fn window_deregister(&self, w: Window) -> Result<()> {
         self.check_live()?;
+        // ferrocx's own driver calls are never part of the user's capture.
+        let _relaxed = ferrocx_sdk::cuda::RelaxedCapture::enter();
         self.windows.deregister(&self.shared, &self.colls, w)
     }
 

@@ -73,6 +73,9 @@ impl ProgressThread {
             .name(format!("fx-progress-{rank}"))
             .spawn(move || {
                 super::slack::tighten();
+                // Its transports' device work (copies, event queries) is
+                // never part of a user's capture.
+                ferrocx_sdk::cuda::relax_capture_checks_on_this_thread();
                 let mut idle = 0u32;
                 while p.wait_for_work() {
                     if p.sweep() {

@@ -35,6 +35,7 @@ impl ServiceThread {
         let handle = std::thread::Builder::new()
             .name(format!("fx-service-{}", shared.rank))
             .spawn(move || {
+                ferrocx_sdk::cuda::relax_capture_checks_on_this_thread();
                 let wake = wake_key(sh.rank);
                 let mut work = Connecting::default();
                 loop {

@@ -193,6 +193,10 @@ pub struct Proxy {
     /// The path of the completion being fed to the sender, which its `Complete`
     /// action does not repeat.
     completing: Option<Path>,
+    /// A peer's death is reported but the event not yet taken: completions
+    /// wait for it, so that whoever sees a failed completion (a kernel, then
+    /// its host) finds the plugin's status already saying why.
+    announcing: bool,
 }
 
 impl Proxy {
@@ -215,6 +219,7 @@ impl Proxy {
             dead_reported: BTreeSet::new(),
             events: VecDeque::new(),
             completing: None,
+            announcing: false,
         })
     }
 
@@ -349,7 +354,20 @@ impl Proxy {
 
     /// The next thing to report, oldest first.
     pub fn poll_event(&mut self) -> Option<ProxyEvent> {
-        self.events.pop_front()
+        let e = self.events.pop_front();
+        if self.events.is_empty() {
+            // Announced: the next poll writes the completions that waited.
+            self.announcing = false;
+        }
+        e
+    }
+
+    /// Reports `peer` unreachable, once.
+    fn report_dead(&mut self, peer: PeerId, error: PeerError) {
+        if self.dead_reported.insert(peer) {
+            self.events.push_back(ProxyEvent::PeerUnreachable(error));
+            self.announcing = true;
+        }
     }
 
     /// The health machine, for its routes, health and counters.
@@ -469,7 +487,10 @@ impl Proxy {
                 );
                 self.drain(carrier, now);
             }
-            Err(PostError::PeerUnreachable(e)) => self.finish(id, req_id, unreachable(req_id, e)),
+            Err(PostError::PeerUnreachable(e)) => {
+                self.report_dead(id.peer, e);
+                self.finish(id, req_id, unreachable(req_id, e))
+            }
             Err(PostError::UnknownPeer(peer)) => self.finish(
                 id,
                 req_id,
@@ -547,9 +568,7 @@ impl Proxy {
                     }
                 }
                 Action::Fail { peer, seq, error } => {
-                    if self.dead_reported.insert(peer) {
-                        self.events.push_back(ProxyEvent::PeerUnreachable(error));
-                    }
+                    self.report_dead(peer, error);
                     if let Some(p) = self.pending.remove(&(peer, seq)) {
                         self.finish(p.queue, p.req_id, unreachable(p.req_id, error));
                     }
@@ -575,6 +594,9 @@ impl Proxy {
         let Some(q) = self.queues.get_mut(&id) else {
             return;
         };
+        if self.announcing {
+            return;
+        }
         while let Some(e) = q.backlog.front() {
             if q.broken {
                 return;

@@ -482,6 +482,8 @@ fn closer() -> &'static Closer {
         let spawned = std::thread::Builder::new()
             .name("ferrocx-ipc-close".into())
             .spawn(move || {
+                // A handle exists, so the driver is initialized.
+                crate::cuda::relax_capture_checks_on_this_thread();
                 while let Ok(job) = rx.recv() {
                     run(job);
                 }

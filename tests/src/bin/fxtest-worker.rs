@@ -114,6 +114,9 @@ fn main() -> ExitCode {
             opt("--timed").map_or(0, |v| v.parse().expect("replays")),
             opt("--expect"),
             args.iter().any(|a| a == "--refused"),
+            opt("--capture")
+                .map_or(Ok(coll::device::CaptureMode::Relaxed), |v| v.parse())
+                .expect("capture mode"),
         ),
         Some("p2p-size-mismatch") => {
             coll::p2p::size_mismatch(&opt("--sizes").map_or(vec![4096, 8192], |v| parse_sizes(&v)))
@@ -171,6 +174,11 @@ fn main() -> ExitCode {
             mixed: args.iter().any(|a| a == "--mixed"),
             fork: args.iter().any(|a| a == "--fork"),
             timed: opt("--timed").map_or(0, |v| v.parse().expect("replays")),
+            capture: opt("--capture")
+                .map_or(Ok(coll::device::CaptureMode::Relaxed), |v| v.parse())
+                .expect("capture mode"),
+            held: args.iter().any(|a| a == "--held"),
+            early_destroy: opt("--early-destroy").map_or(0, |v| v.parse().expect("replays")),
         }),
         Some("mixed-soak") => coll::soak::mixed(
             args[1].parse().expect("max bytes"),

@@ -162,18 +162,63 @@ pub fn sync(s: &Stream) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
-/// Begin capturing `s` into a graph, in relaxed mode (which lets ferrocx's
-/// own, non-stream driver calls run during the capture).
-pub fn begin_capture(s: &Stream) -> Result<(), String> {
+/// How a test's capture treats potentially unsafe driver calls
+/// (`cuStreamBeginCapture`'s mode): `Relaxed` allows them; `Global` (the
+/// driver's default, and torch.cuda.graph's) forbids them on every thread
+/// whose own mode is global, ferrocx's threads included, while the capture
+/// lasts; `Thread` forbids them on the capturing thread only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureMode {
+    Relaxed,
+    Global,
+    Thread,
+}
+
+impl std::str::FromStr for CaptureMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "relaxed" => Ok(CaptureMode::Relaxed),
+            "global" => Ok(CaptureMode::Global),
+            "thread" => Ok(CaptureMode::Thread),
+            _ => Err(format!("capture mode {s:?}: relaxed, global or thread")),
+        }
+    }
+}
+
+/// Begin capturing `s` into a graph in `mode`.
+pub fn begin_capture(s: &Stream, mode: CaptureMode) -> Result<(), String> {
+    use sys::CUstreamCaptureMode as M;
+    let mode = match mode {
+        CaptureMode::Relaxed => M::CU_STREAM_CAPTURE_MODE_RELAXED,
+        CaptureMode::Global => M::CU_STREAM_CAPTURE_MODE_GLOBAL,
+        CaptureMode::Thread => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    };
     cuda::check(
         // SAFETY: a live stream of the current context.
-        unsafe {
-            sys::cuStreamBeginCapture_v2(
-                s.raw(),
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-            )
-        },
+        unsafe { sys::cuStreamBeginCapture_v2(s.raw(), mode) },
         "cuStreamBeginCapture",
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Hold `s`: work queued on it after this waits until [`release`] writes
+/// `word` (a zeroed device word) from another stream.
+pub fn hold(s: &Stream, word: &DevMem) -> Result<(), String> {
+    cuda::check(
+        // SAFETY: a live stream; `word` outlives the wait (the caller releases it first).
+        unsafe { sys::cuStreamWaitValue32_v2(s.raw(), word.ptr, 1, 0) },
+        "cuStreamWaitValue32",
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Release what [`hold`] held, from stream `by`.
+pub fn release(by: &Stream, word: &DevMem) -> Result<(), String> {
+    cuda::check(
+        // SAFETY: a live stream; `word` is a live device allocation.
+        unsafe { sys::cuStreamWriteValue32_v2(by.raw(), word.ptr, 1, 0) },
+        "cuStreamWriteValue32",
     )
     .map_err(|e| e.to_string())
 }

@@ -9,7 +9,7 @@
 //! every rank with the core's clear refusal, nothing queued, and an eager
 //! exchange right after must arrive whole.
 
-use super::device::{begin_capture, replay_back_to_back, sync, DevMem};
+use super::device::{begin_capture, replay_back_to_back, sync, CaptureMode, DevMem};
 use super::{e2s, CANARY, TAIL};
 use ferrocx::Communicator;
 use ferrocx_sdk::cuda::{check, sys, Stream};
@@ -85,7 +85,8 @@ impl Ring {
     }
 }
 
-/// `p2p-graph LEN [--replays R] [--mixed] [--timed N] [--expect ce|core] [--refused]`.
+/// `p2p-graph LEN [--replays R] [--mixed] [--timed N] [--expect ce|core] [--refused]
+/// [--capture relaxed|global|thread]`.
 pub fn run(
     len: usize,
     replays: usize,
@@ -93,6 +94,7 @@ pub fn run(
     timed: usize,
     expect: Option<String>,
     refused: bool,
+    capture: CaptureMode,
 ) -> Result<String, String> {
     let comm = Communicator::from_env().map_err(e2s)?;
     let (me, n) = (comm.rank(), comm.nranks());
@@ -114,7 +116,7 @@ pub fn run(
         .map(|_| Ring::new(len))
         .collect::<Result<_, _>>()?;
     let around: Vec<Ring> = (0..2).map(|_| Ring::new(len)).collect::<Result<_, _>>()?;
-    begin_capture(&stream)?;
+    begin_capture(&stream, capture)?;
     let mut captured = Ok(());
     for (k, r) in rings.iter().enumerate() {
         // SAFETY: the buffers outlive the graph's replays.
@@ -226,7 +228,7 @@ pub fn run(
     comm.barrier().map_err(e2s)?;
     comm.destroy().map_err(e2s)?;
     Ok(format!(
-        "rank {me}: {CALLS} ring exchanges of {len} B in a graph{} replayed {replays} times, every byte checked{timing}",
+        "rank {me}: {CALLS} ring exchanges of {len} B in a graph ({capture:?} capture){} replayed {replays} times, every byte checked{timing}",
         if mixed { ", eager ones on another stream around each replay" } else { "" }
     ))
 }

@@ -4,7 +4,7 @@
 //! against the model of NCCL's layouts; which implementation ran is asked of
 //! the communicator and compared with what the test expects.
 
-use super::device::{begin_capture, replay_back_to_back, sync, DevMem};
+use super::device::{begin_capture, hold, release, replay_back_to_back, sync, CaptureMode, DevMem};
 use super::{e2s, hash};
 use ferrocx::{CollKind, CollSpec, Communicator, DataType};
 use ferrocx_sdk::cuda::Stream;
@@ -366,6 +366,9 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
         mixed,
         fork,
         timed,
+        capture,
+        held,
+        early_destroy,
     } = o;
     let comm = Communicator::from_env().map_err(e2s)?;
     let (me, n) = (comm.rank(), comm.nranks());
@@ -373,7 +376,8 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
     let side = Stream::new().map_err(|e| e.to_string())?;
     let eager = Stream::new().map_err(|e| e.to_string())?;
     let region = n * block;
-    let bytes = (CALLS + EAGER.len()) * region;
+    // The graph's regions, the eager calls', the held call's.
+    let bytes = (CALLS + EAGER.len() + 1) * region;
     let (mut send, mut recv) = (Mem::new(bytes, true)?, Mem::new(bytes, true)?);
     let (sp, rp) = (send.ptr(), recv.ptr());
     // SAFETY: both allocations outlive the windows (deregistered below).
@@ -419,7 +423,39 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
         }
     }
     let s = stream.raw();
-    begin_capture(&stream)?;
+    // `held`: an eager all_reduce queued before the capture behind a wait
+    // that only ends after it, so ferrocx has work in flight (and its
+    // threads something to watch) all through the capture.
+    let held_case = Case {
+        kind: CollKind::AllReduce,
+        id: 1 << 41,
+        me,
+        n,
+        root: 0,
+        block,
+        in_place: false,
+    };
+    let held_at = (CALLS + EAGER.len()) * region;
+    let word = DevMem::new(4)?;
+    let mut held_before = Vec::new();
+    if held {
+        let (sb, rb) = (
+            &mut send.bytes(bytes)[held_at..held_at + region] as *mut [u8],
+            &mut recv.bytes(bytes)[held_at..held_at + region] as *mut [u8],
+        );
+        // SAFETY: two distinct buffers' ranges, alive across the call.
+        unsafe { held_case.fill(&mut *sb, &mut *rb) };
+        held_before = recv.bytes(bytes)[held_at..held_at + region].to_vec();
+        send.upload(bytes)?;
+        recv.upload(bytes)?;
+        word.upload(&[0; 4])?;
+        hold(&eager, &word)?;
+        let spec = CollSpec::new(CollKind::AllReduce, DataType::U8, block);
+        let off = held_at as u64;
+        // SAFETY: the windows are alive until the eager stream is synchronized below.
+        unsafe { comm.collective_on(&spec, sp + off, rp + off, &eager) }
+            .map_err(|e| format!("the held eager call: {e}"))?;
+    }
     // `fork`: the odd calls go on `side`, forked from the capture's stream
     // at the start and joined at the end: the graph has no path between
     // them and the even ones but what ferrocx adds.
@@ -427,6 +463,7 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
         Event::new().map_err(|e| e.to_string())?,
         Event::new().map_err(|e| e.to_string())?,
     );
+    begin_capture(&stream, capture)?;
     if fork {
         check(
             // SAFETY: live events and streams of this context; `s` is
@@ -453,6 +490,11 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
         if captured.is_err() {
             break;
         }
+        if held && i == 0 {
+            // A capture that lasts: ferrocx's watchdog wakes during it (it
+            // polls the held call every 100 ms) whatever the machine's speed.
+            std::thread::sleep(std::time::Duration::from_millis(350));
+        }
     }
     if fork {
         let j = check(
@@ -477,6 +519,23 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
         unsafe { sys::cuStreamEndCapture(s, &mut g) },
         "cuStreamEndCapture",
     );
+    if held {
+        release(&side, &word)?;
+        // The capture's own failure says more than the held call's.
+        if let (Err(e), false) = (&captured, mismatch) {
+            return Err(format!("{e} (with an eager call held across the capture)"));
+        }
+        sync(&eager).map_err(|e| format!("the held eager call: {e}"))?;
+        recv.download(bytes)?;
+        let want = held_case.expected(&held_before);
+        let got = &recv.bytes(bytes)[held_at..held_at + region];
+        if let Some(j) = (0..region).find(|&j| got[j] != want[j]) {
+            return Err(format!(
+                "the eager all_reduce held across the capture: rank {me} byte {j} is {:#04x}, expected {:#04x}",
+                got[j], want[j]
+            ));
+        }
+    }
     if mismatch {
         return match captured {
             Err(e) if e.contains("mismatched calls") => {
@@ -508,6 +567,8 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
     )
     .map_err(|e| e.to_string())?;
     let mut result = Ok(());
+    // The last checked replay's calls and receive buffer before it.
+    let mut last = None;
     let started = std::time::Instant::now();
     'replay: for rep in 0..replays {
         if stop_after == Some(rep) && me == n - 1 {
@@ -603,19 +664,11 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
         }
         recv.download(bytes)?;
         let checked = if mixed { cases.len() } else { CALLS };
-        for (i, c) in cases.iter().enumerate().take(checked) {
-            let (a, b) = (i * region, (i + 1) * region);
-            let want = c.expected(&before[a..b]);
-            let got = &recv.bytes(bytes)[a..b];
-            if let Some(j) = (0..region).find(|&j| got[j] != want[j]) {
-                result =
-                    Err(format!(
-                    "replay {rep}, call {i} ({}): rank {me} byte {j} is {:#04x}, expected {:#04x}",
-                    c.kind.name(), got[j], want[j]
-                ));
-                break 'replay;
-            }
+        if let Some(e) = first_wrong(&cases[..checked], &before, recv.bytes(bytes), region) {
+            result = Err(format!("replay {rep}, {e}"));
+            break 'replay;
         }
+        last = Some((cases, before));
     }
     // `timed`: replays back to back, nothing checked (the inputs are the
     // last replay's).
@@ -643,6 +696,36 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
         let us = t.elapsed().as_secs_f64() * 1e6 / (timed * CALLS) as f64;
         timing += &format!("; EAGER all_reduce after the capture: {us:.2} us per call");
     }
+    // `early_destroy`: replays, then the windows deregistered and the
+    // communicator destroyed at once, nothing waited for: both must wait for
+    // the replays (which the host never sees) before freeing what they use.
+    if let (Ok(()), true, Some((cases, before))) = (&result, early_destroy > 0, last.take()) {
+        recv.bytes(bytes).copy_from_slice(&before);
+        recv.upload(bytes)?;
+        for rep in 0..early_destroy {
+            // SAFETY: an instantiated graph; a live stream.
+            check(unsafe { sys::cuGraphLaunch(exec, s) }, "cuGraphLaunch")
+                .map_err(|e| format!("replay {rep} before the destroy: {e}"))?;
+        }
+        comm.window_deregister(ws).map_err(e2s)?;
+        comm.window_deregister(wr).map_err(e2s)?;
+        comm.destroy().map_err(e2s)?;
+        sync(&stream).map_err(|e| format!("the replays around the destroy: {e}"))?;
+        recv.download(bytes)?;
+        if let Some(e) = first_wrong(&cases[..CALLS], &before, recv.bytes(bytes), region) {
+            return Err(format!(
+                "the last of {early_destroy} replays around the destroy, {e}"
+            ));
+        }
+        // SAFETY: destroyed once, after the last launch completed (synchronized above).
+        unsafe {
+            sys::cuGraphExecDestroy(exec);
+            sys::cuGraphDestroy(g);
+        }
+        return Ok(format!(
+            "rank {me}: {early_destroy} replays of {block} B, the windows deregistered and the communicator destroyed without waiting: every result whole"
+        ));
+    }
     // SAFETY: destroyed once, after the last launch completed (synchronized above).
     unsafe {
         sys::cuGraphExecDestroy(exec);
@@ -663,10 +746,28 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
     comm.window_deregister(wr).map_err(e2s)?;
     comm.destroy().map_err(e2s)?;
     Ok(format!(
-        "rank {me}: a graph of {CALLS} collectives of {block} B{}{} replayed {replays} times, every result checked{timing}",
+        "rank {me}: a graph of {CALLS} collectives of {block} B captured in {capture:?} mode{}{}{} replayed {replays} times, every result checked{timing}",
+        if held { " beside a held eager call" } else { "" },
         if fork { ", half on a forked stream" } else { "" },
         if mixed { ", eager calls on another stream around each replay" } else { "" },
     ))
+}
+
+/// The first wrong byte of `cases` (call `i` at region `i` of `got`), said.
+fn first_wrong(cases: &[Case], before: &[u8], got: &[u8], region: usize) -> Option<String> {
+    cases.iter().enumerate().find_map(|(i, c)| {
+        let (a, b) = (i * region, (i + 1) * region);
+        let want = c.expected(&before[a..b]);
+        (0..region).find(|&j| got[a + j] != want[j]).map(|j| {
+            format!(
+                "call {i} ({}): rank {} byte {j} is {:#04x}, expected {:#04x}",
+                c.kind.name(),
+                c.me,
+                got[a + j],
+                want[j]
+            )
+        })
+    })
 }
 
 /// Every kernel node of `g` (ferrocx's: the test captures nothing else) on
@@ -771,6 +872,13 @@ pub struct GraphOpts {
     pub fork: bool,
     /// Replays timed back to back after the checked ones (per call reported).
     pub timed: usize,
+    /// The capture's mode (relaxed, global as torch.cuda.graph's default, thread).
+    pub capture: CaptureMode,
+    /// An eager all_reduce in flight all through the capture, checked after it.
+    pub held: bool,
+    /// After the checked replays, this many more, then deregistration and
+    /// destroy without waiting; the last replay's results checked.
+    pub early_destroy: usize,
 }
 
 /// all_gather (or `kind`) on device windows in a loop until an error; rank

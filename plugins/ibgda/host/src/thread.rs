@@ -80,6 +80,7 @@ pub fn spawn<C: HostCarrier + 'static>(
                 ));
                 return;
             }
+            ferrocx_sdk::cuda::relax_capture_checks_on_this_thread();
             let mut idle = 0u32;
             let mut out = Vec::new();
             while !shared.stop.load(Ordering::Acquire) {

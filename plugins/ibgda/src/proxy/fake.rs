@@ -6,7 +6,7 @@
 use super::{Carrier, CarrierRequest, Proxy, ProxyEvent, QueueId, Refused};
 use crate::fault::{Fault, FaultInjector};
 use crate::health::{Completion, Memory, Nanos, Path, PeerId, Receiver, Seq};
-use crate::queue::{get_u64, put_u64, CqEntry, QueueError, WorkRecord};
+use crate::queue::{get_u64, put_u64, CqEntry, CqStatus, QueueError, WorkRecord};
 use crate::rng::Rng;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -235,6 +235,13 @@ pub(super) struct World {
     pub full: u64,
     /// Whether the GPU reads its completion queues.
     pub gpu_reads_cq: bool,
+    /// Things seen so far (completions read and events taken), which gives
+    /// the two below an order within one instant.
+    pub seen: usize,
+    /// When the GPU first read a failed completion, and when the host first
+    /// took a peer-unreachable event.
+    pub first_failed_cqe: Option<usize>,
+    pub first_unreachable_event: Option<usize>,
 }
 
 impl World {
@@ -256,6 +263,9 @@ impl World {
             events: Vec::new(),
             full: 0,
             gpu_reads_cq: true,
+            seen: 0,
+            first_failed_cqe: None,
+            first_unreachable_event: None,
         }
     }
 
@@ -273,7 +283,13 @@ impl World {
             progress |= self.proxy.poll(&mut self.carrier, self.now) > 0;
             progress |= self.gpu();
             while let Some(e) = self.proxy.poll_event() {
+                self.seen += 1;
+                if matches!(e, ProxyEvent::PeerUnreachable(_)) {
+                    self.first_unreachable_event.get_or_insert(self.seen);
+                }
                 self.events.push((self.now, e));
+                // Taking an event lets completions that waited for it go.
+                progress = true;
             }
             if !progress {
                 return;
@@ -290,6 +306,10 @@ impl World {
             while self.gpu_reads_cq {
                 match cq.pop(cqm).expect("completion queue consistent") {
                     Some((_, e)) => {
+                        self.seen += 1;
+                        if e.as_ref().is_ok_and(|e| e.status != CqStatus::Ok) {
+                            self.first_failed_cqe.get_or_insert(self.seen);
+                        }
                         self.cqes
                             .entry(id)
                             .or_default()

@@ -527,6 +527,14 @@ fn a_dead_peer_gets_error_completions_in_bounded_time_and_the_others_carry_on() 
             .collect();
         assert_eq!(unreachable.len(), 1);
         assert_eq!(unreachable[0].peer, P2);
+        // The host hears of the death before the GPU reads a failed
+        // completion: a kernel that saw one finds `status` saying why.
+        assert!(
+            w.first_unreachable_event < w.first_failed_cqe,
+            "seed {seed}: event {:?}, first failed completion {:?}",
+            w.first_unreachable_event,
+            w.first_failed_cqe
+        );
         assert!(unreachable[0].backup.is_some());
         let msg = unreachable[0].to_string();
         assert!(
