@@ -195,6 +195,20 @@ fn checked_later_every_rank_fails_by_its_next_call() {
     }
 }
 
+/// Checked later, the differing call the last before `destroy`: a rank that
+/// returned `Ok` from it fails its destroy (shm-coll compares the ranks' last
+/// calls there); every rank names the mismatch.
+#[test]
+fn checked_later_a_difference_in_the_last_call_fails_destroy() {
+    for case in ["last-root", "last-fewer"] {
+        expect_with(
+            case,
+            &[("FERROCX_CHECK_CALLS", "deferred")],
+            &["mismatched calls: rank "],
+        );
+    }
+}
+
 #[test]
 fn checks_can_be_turned_off() {
     run("off-type", &[("FERROCX_CHECK_CALLS", "0")]);

@@ -271,10 +271,12 @@ impl CollectivePlugin {
 impl CollectivePlugin {
     /// `comm_destroy` then `finalize` (once; later hooks are refused). The
     /// plugin's comm_destroy may use the out-of-band collectives: call this on
-    /// every rank while the bootstrap still works.
-    pub fn close(&self) {
+    /// every rank while the bootstrap still works. `comm_destroy`'s error is
+    /// returned (a plugin that checks calls later reports a difference of the
+    /// last calls there); `finalize`'s is logged.
+    pub fn close(&self) -> Result<()> {
         if self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            return;
+            return Ok(());
         }
         let t = self.lib.table();
         // SAFETY: live comm and context, destroyed once, comm first (ABI order).
@@ -284,17 +286,21 @@ impl CollectivePlugin {
                 (t.finalize.expect("validated"))(self.ctx),
             )
         };
-        for (hook, code) in [("comm_destroy", c), ("finalize", f)] {
-            if code != FX_OK {
-                tracing::warn!(target: "ferrocx::collective", "{}", error_of(&self.lib, hook, code));
-            }
+        if f != FX_OK {
+            tracing::warn!(target: "ferrocx::collective", "{}", error_of(&self.lib, "finalize", f));
         }
+        if c != FX_OK {
+            return Err(error_of(&self.lib, "comm_destroy", c));
+        }
+        Ok(())
     }
 }
 
 impl Drop for CollectivePlugin {
     fn drop(&mut self) {
-        self.close();
+        if let Err(e) = self.close() {
+            tracing::warn!(target: "ferrocx::collective", "{e}");
+        }
     }
 }
 

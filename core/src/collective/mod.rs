@@ -154,11 +154,13 @@ impl Collectives {
         Choice::decide(&scores)
     }
 
-    /// Destroy every plugin's comm (see [`CollectivePlugin::close`]).
-    pub fn close(&self) {
-        for p in &self.plugins {
-            p.close();
-        }
+    /// Destroy every plugin's comm (see [`CollectivePlugin::close`]): their
+    /// errors.
+    pub fn close(&self) -> Vec<Error> {
+        self.plugins
+            .iter()
+            .filter_map(|p| p.close().err())
+            .collect()
     }
 
     /// The first asynchronous error a plugin reports.

@@ -412,7 +412,7 @@ pub(crate) fn plugin_error(e: Error, timeout: std::time::Duration) -> Error {
         return e;
     };
     // The SDK's export layer prefixes the hook's name.
-    let text = ["launch: ", "status: ", "p2p_launch: "]
+    let text = ["launch: ", "status: ", "p2p_launch: ", "comm_destroy: "]
         .iter()
         .find_map(|p| message.strip_prefix(p))
         .unwrap_or(message);

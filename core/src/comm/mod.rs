@@ -871,12 +871,35 @@ impl Communicator {
             eprintln!("ferrocx rank {}: host time per span\n{r}", self.rank());
         }
         self.teardown("communicator destroyed");
-        {
+        let closed = {
             let _serial = self.coll_serial.lock();
-            self.colls.close();
+            self.colls.close()
+        };
+        // A plugin that checks calls later (shm-coll, `deferred`) reports a
+        // difference in the last calls here, which fails the destroy; so does
+        // a peer's report of it (a peer that saw it first aborts, and this
+        // rank's plugin may then fail its teardown's barrier instead). Other
+        // errors of a plugin's teardown (a peer gone first) are only logged.
+        let mut mismatch = None;
+        for e in closed {
+            match dispatch::plugin_error(e, self.shared.timeout) {
+                e @ Error::Mismatch { .. } if mismatch.is_none() => mismatch = Some(e),
+                e => tracing::warn!(target: "ferrocx::collective", "{e}"),
+            }
         }
+        let heard = self
+            .engine
+            .broken()
+            .into_iter()
+            .chain(
+                self.shared
+                    .bootstrap
+                    .abort_notice()
+                    .map(|(rank, why)| Error::from_abort(rank, &why)),
+            )
+            .find(|e| matches!(e, Error::Mismatch { .. }));
         self.shared.bootstrap.close();
-        match broken {
+        match broken.or(mismatch).or(heard) {
             Some(e) => Err(e),
             None => Ok(()),
         }

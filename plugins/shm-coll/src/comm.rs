@@ -74,6 +74,9 @@ pub struct ShmComm {
     pids: Vec<i32>,
     oversubscribed: bool,
     broken: Option<PluginError>,
+    /// With the deferred check, for the comparison of last calls at
+    /// `comm_destroy` (`closing.rs`).
+    oob: Option<Oob>,
 }
 
 /// The setup of this rank: its region, slot size, point-to-point slot size
@@ -191,6 +194,7 @@ impl ShmComm {
             pids: info.peers.iter().map(|p| p.pid).collect(),
             oversubscribed: info.nranks > host_cpus(),
             broken: None,
+            oob: (agreed.check == Check::Deferred).then_some(oob),
         })
     }
 
@@ -688,6 +692,7 @@ pub(crate) fn wait_for<S, T>(
     }
 }
 
+mod closing;
 mod p2p;
 #[cfg(test)]
 mod tests;

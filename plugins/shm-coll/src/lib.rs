@@ -106,6 +106,10 @@ impl Collective for ShmColl {
         ShmComm::init(self.host, self.cfg, info, oob)
     }
 
+    fn comm_destroy(&self, mut comm: ShmComm) -> PluginResult<()> {
+        comm.close()
+    }
+
     fn can_run(&self, comm: &ShmComm, coll: &CollDesc<'_, ()>) -> i32 {
         comm.can_run(coll)
     }

@@ -5,6 +5,8 @@
 //! `mismatch later-CASE`: with `FERROCX_CHECK_CALLS=deferred` set by the test, a
 //! rank whose differing call took nothing from its peers (a root) may return `Ok`
 //! from it; its next call (an all-reduce) must then fail with `Error::Mismatch`.
+//! `mismatch last-CASE`: the same, but the differing call is the last: the rank's
+//! `destroy` must fail with `Error::Mismatch` instead.
 
 use ferrocx::{CollKind, CollSpec, Communicator, DataType, Error, RedOp};
 
@@ -46,6 +48,18 @@ fn call(comm: &Communicator, case: &str) -> Result<ferrocx::Result<()>, String> 
             let spec = CollSpec::new(CollKind::Broadcast, DataType::I32, N).root(0);
             let mut buf = vec![0u8; N * 4];
             comm.collective_in_place(&spec, &mut buf)
+        }
+        // Rank 1 makes one broadcast from rank 0 fewer: nobody takes rank 0's last.
+        "fewer" => {
+            let calls = if me == 1 { 1 } else { 2 };
+            for _ in 0..calls {
+                let spec = CollSpec::new(CollKind::Broadcast, DataType::F32, N).root(0);
+                let mut buf = vec![0u8; N * 4];
+                if let Err(e) = comm.collective_in_place(&spec, &mut buf) {
+                    return Ok(Err(e));
+                }
+            }
+            Ok(())
         }
         // After one all-reduce (connections made), rank 0 sends 4000 bytes to rank 1,
         // then all ranks all-reduce 4000 bytes: rank 1's all-reduce meets the send.
@@ -240,7 +254,18 @@ pub fn run(case: &str) -> Result<String, String> {
         Some(c) => (true, c),
         None => (false, case),
     };
+    let (last, case) = match case.strip_prefix("last-") {
+        Some(c) => (true, c),
+        None => (false, case),
+    };
     let mut r = call(&comm, case)?;
+    if last {
+        // Destroy is collective: every rank calls it, also one whose call failed.
+        let destroyed = comm.destroy();
+        if r.is_ok() {
+            r = destroyed;
+        }
+    }
     if later && r.is_ok() {
         let spec = CollSpec::new(CollKind::AllReduce, DataType::F32, N).op(RedOp::Sum);
         let mut x = vec![0u8; N * 4];

@@ -361,6 +361,65 @@ fn checked_later_ranks_that_disagree_fail_by_their_next_call_naming_the_calls() 
 }
 
 #[test]
+fn checked_later_a_difference_in_the_last_calls_fails_by_comm_destroy_on_every_rank() {
+    use Coll::Broadcast;
+    type Calls = fn(usize) -> Vec<(Coll, usize)>;
+    let cases: [(&str, Calls, bool); 4] = [
+        ("the same calls", |_| vec![(Broadcast, 0); 3], false),
+        // Each rank its own root in the last call: both only send.
+        ("roots", |r| vec![(Broadcast, 0), (Broadcast, r)], true),
+        // Rank 1 makes one broadcast fewer: rank 0's last is never taken.
+        ("a skipped call", |r| vec![(Broadcast, 0); 2 - r], true),
+        // The leaf's last count differs: it fails that call; the root's
+        // call returned Ok, and its destroy hears of the leaf's mismatch.
+        (
+            "a count",
+            |r| vec![(Broadcast, 0), (Broadcast, 0), (Broadcast, 8 + r)],
+            true,
+        ),
+    ];
+    for (what, calls, differ) in cases {
+        let outs = on_threads_with(
+            2,
+            "256",
+            Check::Deferred,
+            Duration::from_secs(10),
+            move |r, comm| {
+                let mut failed = None;
+                for (seq, (coll, root)) in calls(r).into_iter().enumerate() {
+                    // Roots of 8 and 9 mean rank 0 with another count.
+                    let (count, root) = if root >= 8 {
+                        (4 + root - 8, 0)
+                    } else {
+                        (4, root)
+                    };
+                    let mut b = Bufs::new(coll, count, 2, r, root, false);
+                    let d = desc(coll, RedOp::Sum, count, root, &mut b, seq as u64);
+                    // SAFETY: as above.
+                    if let Err(e) = unsafe { comm.launch(&d) } {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+                (failed, comm.close())
+            },
+        );
+        for (r, (failed, closed)) in outs.into_iter().enumerate() {
+            match (differ, failed, closed) {
+                (false, None, Ok(())) => {}
+                (true, Some(e), _) | (true, None, Err(e)) => assert!(
+                    e.message().starts_with("mismatched calls: rank "),
+                    "{what}, rank {r}: {e:?}"
+                ),
+                (_, failed, closed) => {
+                    panic!("{what}, rank {r}: a call failed with {failed:?}, the destroy said {closed:?}")
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn a_call_that_never_comes_times_out_naming_the_rank() {
     // Rank 1 makes no call (but lives on: a rank whose region is gone is dead):
     // rank 0 gives up at the timeout, naming rank 1 and the call.
