@@ -280,19 +280,18 @@ impl CollectivePlugin {
         }
         let t = self.lib.table();
         // SAFETY: live comm and context, destroyed once, comm first (ABI order).
-        let (c, f) = unsafe {
-            (
-                (t.comm_destroy.expect("validated"))(self.comm),
-                (t.finalize.expect("validated"))(self.ctx),
-            )
+        let c = unsafe { (t.comm_destroy.expect("validated"))(self.comm) };
+        // Its last-error text, before `finalize` may replace it.
+        let destroyed = match c {
+            FX_OK => Ok(()),
+            c => Err(error_of(&self.lib, "comm_destroy", c)),
         };
+        // SAFETY: as above; the context after its comm.
+        let f = unsafe { (t.finalize.expect("validated"))(self.ctx) };
         if f != FX_OK {
             tracing::warn!(target: "ferrocx::collective", "{}", error_of(&self.lib, "finalize", f));
         }
-        if c != FX_OK {
-            return Err(error_of(&self.lib, "comm_destroy", c));
-        }
-        Ok(())
+        destroyed
     }
 }
 

@@ -887,6 +887,7 @@ impl Communicator {
                 e => tracing::warn!(target: "ferrocx::collective", "{e}"),
             }
         }
+        let me = self.rank();
         let heard = self
             .engine
             .broken()
@@ -897,7 +898,11 @@ impl Communicator {
                     .abort_notice()
                     .map(|(rank, why)| Error::from_abort(rank, &why)),
             )
-            .find(|e| matches!(e, Error::Mismatch { .. }));
+            // Only a difference this rank's calls are part of: two other
+            // ranks' send and receive that disagree are theirs to report.
+            .find(
+                |e| matches!(e, Error::Mismatch { rank, peer, .. } if *rank == me || *peer == me),
+            );
         self.shared.bootstrap.close();
         match broken.or(mismatch).or(heard) {
             Some(e) => Err(e),

@@ -364,10 +364,13 @@ impl Proxy {
 
     /// Reports `peer` unreachable, once.
     fn report_dead(&mut self, peer: PeerId, error: PeerError) {
-        if self.dead_reported.insert(peer) {
-            self.events.push_back(ProxyEvent::PeerUnreachable(error));
-            self.announcing = true;
-        }
+        announce(
+            &mut self.dead_reported,
+            &mut self.events,
+            &mut self.announcing,
+            peer,
+            Some(error),
+        );
     }
 
     /// The health machine, for its routes, health and counters.
@@ -438,7 +441,15 @@ impl Proxy {
                 }
             }
         }
-        release_quiet(q, id.peer, self.sender.peer_error(id.peer));
+        let dead = self.sender.peer_error(id.peer);
+        announce(
+            &mut self.dead_reported,
+            &mut self.events,
+            &mut self.announcing,
+            id.peer,
+            dead,
+        );
+        release_quiet(q, id.peer, dead);
         out
     }
 
@@ -582,7 +593,15 @@ impl Proxy {
         if let Some(q) = self.queues.get_mut(&id) {
             debug_assert_eq!(e.req_id, req_id);
             finish_in(q, e);
-            release_quiet(q, id.peer, self.sender.peer_error(id.peer));
+            let dead = self.sender.peer_error(id.peer);
+            announce(
+                &mut self.dead_reported,
+                &mut self.events,
+                &mut self.announcing,
+                id.peer,
+                dead,
+            );
+            release_quiet(q, id.peer, dead);
         }
         self.flush(id);
     }
@@ -653,6 +672,24 @@ fn finish_in(q: &mut QueueState, e: CqEntry) {
             q.error_since_quiet = Some(e);
         }
         q.backlog.push_back(e);
+    }
+}
+
+/// Reports `peer` unreachable (`dead`) once, before any completion says so: a
+/// quiet can complete with the peer's error when the health machine marked it
+/// dead without a request in flight (no `Fail` action).
+fn announce(
+    reported: &mut BTreeSet<PeerId>,
+    events: &mut VecDeque<ProxyEvent>,
+    announcing: &mut bool,
+    peer: PeerId,
+    dead: Option<PeerError>,
+) {
+    if let Some(error) = dead {
+        if reported.insert(peer) {
+            events.push_back(ProxyEvent::PeerUnreachable(error));
+            *announcing = true;
+        }
     }
 }
 
