@@ -188,15 +188,11 @@ pub struct Proxy {
     peers: BTreeSet<PeerId>,
     queues: BTreeMap<QueueId, QueueState>,
     pending: BTreeMap<(PeerId, Seq), Pending>,
-    dead_reported: BTreeSet<PeerId>,
+    deaths: Deaths,
     events: VecDeque<ProxyEvent>,
     /// The path of the completion being fed to the sender, which its `Complete`
     /// action does not repeat.
     completing: Option<Path>,
-    /// A peer's death is reported but the event not yet taken: completions
-    /// wait for it, so that whoever sees a failed completion (a kernel, then
-    /// its host) finds the plugin's status already saying why.
-    announcing: bool,
 }
 
 impl Proxy {
@@ -216,10 +212,9 @@ impl Proxy {
             peers: BTreeSet::new(),
             queues: BTreeMap::new(),
             pending: BTreeMap::new(),
-            dead_reported: BTreeSet::new(),
+            deaths: Deaths::default(),
             events: VecDeque::new(),
             completing: None,
-            announcing: false,
         })
     }
 
@@ -357,20 +352,14 @@ impl Proxy {
         let e = self.events.pop_front();
         if self.events.is_empty() {
             // Announced: the next poll writes the completions that waited.
-            self.announcing = false;
+            self.deaths.announcing = false;
         }
         e
     }
 
     /// Reports `peer` unreachable, once.
     fn report_dead(&mut self, peer: PeerId, error: PeerError) {
-        announce(
-            &mut self.dead_reported,
-            &mut self.events,
-            &mut self.announcing,
-            peer,
-            Some(error),
-        );
+        self.deaths.announce(&mut self.events, peer, Some(error));
     }
 
     /// The health machine, for its routes, health and counters.
@@ -442,13 +431,7 @@ impl Proxy {
             }
         }
         let dead = self.sender.peer_error(id.peer);
-        announce(
-            &mut self.dead_reported,
-            &mut self.events,
-            &mut self.announcing,
-            id.peer,
-            dead,
-        );
+        self.deaths.announce(&mut self.events, id.peer, dead);
         release_quiet(q, id.peer, dead);
         out
     }
@@ -594,13 +577,7 @@ impl Proxy {
             debug_assert_eq!(e.req_id, req_id);
             finish_in(q, e);
             let dead = self.sender.peer_error(id.peer);
-            announce(
-                &mut self.dead_reported,
-                &mut self.events,
-                &mut self.announcing,
-                id.peer,
-                dead,
-            );
+            self.deaths.announce(&mut self.events, id.peer, dead);
             release_quiet(q, id.peer, dead);
         }
         self.flush(id);
@@ -613,7 +590,7 @@ impl Proxy {
         let Some(q) = self.queues.get_mut(&id) else {
             return;
         };
-        if self.announcing {
+        if self.deaths.announcing {
             return;
         }
         while let Some(e) = q.backlog.front() {
@@ -675,20 +652,31 @@ fn finish_in(q: &mut QueueState, e: CqEntry) {
     }
 }
 
-/// Reports `peer` unreachable (`dead`) once, before any completion says so: a
-/// quiet can complete with the peer's error when the health machine marked it
-/// dead without a request in flight (no `Fail` action).
-fn announce(
-    reported: &mut BTreeSet<PeerId>,
-    events: &mut VecDeque<ProxyEvent>,
-    announcing: &mut bool,
-    peer: PeerId,
-    dead: Option<PeerError>,
-) {
-    if let Some(error) = dead {
-        if reported.insert(peer) {
-            events.push_back(ProxyEvent::PeerUnreachable(error));
-            *announcing = true;
+/// The peers reported unreachable, and whether a report is still untaken.
+#[derive(Debug, Default)]
+struct Deaths {
+    reported: BTreeSet<PeerId>,
+    /// A death is reported but its event not yet taken: completions wait for
+    /// it, so that whoever sees a failed completion (a kernel, then its host)
+    /// finds the plugin's status already saying why.
+    announcing: bool,
+}
+
+impl Deaths {
+    /// Reports `peer` unreachable (`dead`) once, before any completion says
+    /// so: a quiet can complete with the peer's error when the health machine
+    /// marked it dead without a request in flight (no `Fail` action).
+    fn announce(
+        &mut self,
+        events: &mut VecDeque<ProxyEvent>,
+        peer: PeerId,
+        dead: Option<PeerError>,
+    ) {
+        if let Some(error) = dead {
+            if self.reported.insert(peer) {
+                events.push_back(ProxyEvent::PeerUnreachable(error));
+                self.announcing = true;
+            }
         }
     }
 }

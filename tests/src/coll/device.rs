@@ -223,6 +223,18 @@ pub fn release(by: &Stream, word: &DevMem) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
+/// Instantiate the captured graph `g`.
+pub fn instantiate(g: sys::CUgraph) -> Result<sys::CUgraphExec, String> {
+    let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+    cuda::check(
+        // SAFETY: a graph the caller captured; a valid out pointer.
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g, 0) },
+        "cuGraphInstantiate",
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(exec)
+}
+
 /// Launch the instantiated graph `exec` `n` times back to back on `s`, then
 /// wait for the stream: the time it all took.
 pub fn replay_back_to_back(

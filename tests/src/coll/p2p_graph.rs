@@ -9,7 +9,7 @@
 //! every rank with the core's clear refusal, nothing queued, and an eager
 //! exchange right after must arrive whole.
 
-use super::device::{begin_capture, replay_back_to_back, sync, CaptureMode, DevMem};
+use super::device::{begin_capture, instantiate, replay_back_to_back, sync, CaptureMode, DevMem};
 use super::{e2s, CANARY, TAIL};
 use ferrocx::Communicator;
 use ferrocx_sdk::cuda::{check, sys, Stream};
@@ -164,13 +164,7 @@ pub fn run(
     }
     captured?;
     end.map_err(|e| e.to_string())?;
-    let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-    check(
-        // SAFETY: the graph just captured; a valid out pointer.
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g, 0) },
-        "cuGraphInstantiate",
-    )
-    .map_err(|e| e.to_string())?;
+    let exec = instantiate(g)?;
     let mut result = Ok(());
     'replay: for rep in 0..replays {
         let round = |k: usize| rep * (CALLS + 2) + k;

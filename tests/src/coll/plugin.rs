@@ -4,7 +4,9 @@
 //! against the model of NCCL's layouts; which implementation ran is asked of
 //! the communicator and compared with what the test expects.
 
-use super::device::{begin_capture, hold, release, replay_back_to_back, sync, CaptureMode, DevMem};
+use super::device::{
+    begin_capture, hold, instantiate, release, replay_back_to_back, sync, CaptureMode, DevMem,
+};
 use super::{e2s, hash};
 use ferrocx::{CollKind, CollSpec, Communicator, DataType};
 use ferrocx_sdk::cuda::Stream;
@@ -559,13 +561,7 @@ pub fn graph(o: GraphOpts) -> Result<String, String> {
     if fork {
         kernels_in_line(g)?;
     }
-    let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-    check(
-        // SAFETY: `g` is the graph just captured; valid out pointer.
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g, 0) },
-        "cuGraphInstantiate",
-    )
-    .map_err(|e| e.to_string())?;
+    let exec = instantiate(g)?;
     let mut result = Ok(());
     // The last checked replay's calls and receive buffer before it.
     let mut last = None;
