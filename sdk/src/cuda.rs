@@ -266,6 +266,12 @@ impl RelaxedCapture {
             sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
         ))
     }
+
+    /// One that changes nothing, to be replaced by [`enter`](Self::enter)
+    /// later (a struct's last field, relaxed while its other fields drop).
+    pub const fn inactive() -> Self {
+        RelaxedCapture(None)
+    }
 }
 
 impl Drop for RelaxedCapture {

@@ -900,6 +900,19 @@ fn ce_destroy_and_deregistration_wait_for_graph_replays() {
     }
 }
 
+/// A communicator aborted and dropped, or dropped live, while another thread
+/// of each rank captures in global mode: the capture ends whole and its
+/// graph replays (ferrocx's frees on the way out run relaxed).
+#[test]
+fn a_communicator_dropped_during_a_global_capture_elsewhere_leaves_it_whole() {
+    if !gpus() {
+        return;
+    }
+    for how in ["abort", "drop"] {
+        run_ok(&["dropped-in-capture", how], &[], Duration::from_secs(120));
+    }
+}
+
 /// Device sends and receives captured into a graph run ce's point-to-point
 /// kernel (its counts live on the device): ring exchanges of 8 B (LL lines)
 /// and 256 KiB (chunks) replayed with eager exchanges on another stream

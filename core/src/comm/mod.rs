@@ -96,6 +96,11 @@ pub struct Communicator {
     /// Device calls that queued work which may wait for a host thread
     /// ([`host_bound_calls`](Self::host_bound_calls)).
     host_bound: AtomicU64,
+    /// Relaxed from the start of `drop` until this, the last field, is
+    /// dropped: the other fields' frees (a plugin's `comm_destroy` after
+    /// `abort`, cached device buffers) are ferrocx's own driver calls, never
+    /// part of a capture on another thread. Inactive until then.
+    dropping: ferrocx_sdk::cuda::RelaxedCapture,
 }
 
 /// This rank's GPU: `FERROCX_DEVICE`, else the local rank modulo the device count;
@@ -374,6 +379,7 @@ impl Communicator {
             p2p_seq: Mutex::new(vec![[0; 4]; cfg.nranks]),
             secret,
             host_bound: AtomicU64::new(0),
+            dropping: ferrocx_sdk::cuda::RelaxedCapture::inactive(),
         })
     }
 
@@ -936,6 +942,9 @@ impl Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        // Fields drop after this returns, in order: `dropping`, the last,
+        // restores the thread's own mode after all of them.
+        self.dropping = ferrocx_sdk::cuda::RelaxedCapture::enter();
         if self.state.load(Ordering::Acquire) == LIVE {
             let _ = self.destroy();
         }

@@ -180,6 +180,9 @@ fn main() -> ExitCode {
             held: args.iter().any(|a| a == "--held"),
             early_destroy: opt("--early-destroy").map_or(0, |v| v.parse().expect("replays")),
         }),
+        Some("dropped-in-capture") => {
+            coll::capture_drop::dropped_in_capture(args.get(1).map_or("abort", |s| s.as_str()))
+        }
         Some("mixed-soak") => coll::soak::mixed(
             args[1].parse().expect("max bytes"),
             args[2].parse().expect("seconds"),

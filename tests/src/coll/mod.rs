@@ -13,6 +13,7 @@ macro_rules! kernel_params {
 }
 
 pub mod bad;
+pub mod capture_drop;
 pub mod ce_direct;
 pub mod ce_hang;
 pub mod ce_rooted;
