@@ -15,13 +15,21 @@ struct ConnBox<T: Transport> {
     conn: Option<T::Conn>,
     /// Requests handed out and not yet reported done: freed with the connection.
     outstanding: Vec<*mut ReqBox<T>>,
+    /// Boxes of finished requests (`req` empty), handed out again by the next
+    /// posts: a request costs no allocation once the connection is warm.
+    spare: Vec<*mut ReqBox<T>>,
 }
+
+/// Spare request boxes a connection keeps (more in flight at once are
+/// allocated and freed as before).
+const SPARE_BOXES: usize = 64;
 
 /// What the C side holds as `request`.
 struct ReqBox<T: Transport> {
     ctx: *const T,
     conn: *mut ConnBox<T>,
-    req: T::Request,
+    /// `None` only while the box is spare.
+    req: Option<T::Request>,
 }
 
 pub(crate) fn guard(hook: &str, f: impl FnOnce() -> PluginResult<i32>) -> i32 {
@@ -138,6 +146,7 @@ unsafe extern "C" fn h_setup<T: Transport>(
             ctx: t,
             conn: Some(c),
             outstanding: Vec::new(),
+            spare: Vec::new(),
         });
         *conn = Box::into_raw(b) as *mut c_void;
         Ok(FX_OK)
@@ -253,11 +262,18 @@ unsafe fn post<T: Transport>(
         .as_mut()
         .ok_or_else(|| PluginError::invalid("connection already freed"))?;
     if let Some(req) = f(t, c)? {
-        let rb = Box::into_raw(Box::new(ReqBox::<T> {
-            ctx: t,
-            conn: b,
-            req,
-        }));
+        let rb = match b.spare.pop() {
+            Some(rb) => {
+                // A spare box of this connection, its request dropped at retirement.
+                (*rb).req = Some(req);
+                rb
+            }
+            None => Box::into_raw(Box::new(ReqBox::<T> {
+                ctx: t,
+                conn: b,
+                req: Some(req),
+            })),
+        };
         b.outstanding.push(rb);
         *request = rb as *mut c_void;
     }
@@ -296,14 +312,21 @@ unsafe extern "C" fn h_irecv<T: Transport>(
     })
 }
 
-/// Forget a finished request: unlink it from its connection and free it.
+/// Forget a finished request: unlink it from its connection, drop it, and
+/// keep its box as a spare (or free it when the connection has enough).
 ///
 /// # Safety
-/// `rb` must be a live request made by `post::<T>`; it is freed here.
+/// `rb` must be a live request made by `post::<T>`; the C side's handle is
+/// dead after this.
 unsafe fn retire<T: Transport>(rb: *mut ReqBox<T>) {
+    (*rb).req = None;
     if let Some(cb) = (*rb).conn.as_mut() {
         if let Some(i) = cb.outstanding.iter().position(|&p| p == rb) {
             cb.outstanding.swap_remove(i);
+        }
+        if cb.spare.len() < SPARE_BOXES {
+            cb.spare.push(rb);
+            return;
         }
     }
     drop(Box::from_raw(rb));
@@ -322,7 +345,11 @@ unsafe extern "C" fn h_test<T: Transport>(
             return Err(null("done out-pointer"));
         }
         let t = r.ctx.as_ref().ok_or_else(|| null("ctx"))?;
-        let res = t.test(&mut r.req);
+        let req = r
+            .req
+            .as_mut()
+            .ok_or_else(|| PluginError::invalid("request already finished"))?;
+        let res = t.test(req);
         finished = !matches!(res, Ok(None));
         match res? {
             Some(n) => {
@@ -347,7 +374,7 @@ unsafe extern "C" fn h_free<T: Transport>(conn: *mut c_void) -> i32 {
             return Err(null("conn"));
         }
         let mut b = Box::from_raw(conn as *mut ConnBox<T>);
-        for rb in b.outstanding.drain(..) {
+        for rb in b.outstanding.drain(..).chain(b.spare.drain(..)) {
             drop(Box::from_raw(rb));
         }
         let t = b.ctx.as_ref().ok_or_else(|| null("ctx"))?;
@@ -455,4 +482,142 @@ macro_rules! export_transport {
             &TABLE
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Requests of [`Mock`] dropped so far.
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+
+    /// Done at its second test.
+    struct Req {
+        tested: bool,
+        len: usize,
+    }
+
+    impl Drop for Req {
+        fn drop(&mut self) {
+            DROPPED.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    struct Mock;
+
+    impl Transport for Mock {
+        type Conn = ();
+        type Request = Req;
+        type MemHandle = ();
+        const NAME: &'static str = "mock";
+        const CAPS: u64 = 0;
+        fn init(_: Host) -> PluginResult<Self> {
+            Ok(Mock)
+        }
+        fn can_connect(&self, _: &FxPeerInfo, _: &FxPeerInfo) -> i32 {
+            1
+        }
+        fn setup(&self, _: &ConnReq, _: &mut Blob) -> PluginResult<()> {
+            Ok(())
+        }
+        fn connect(&self, _: &mut (), _: &Blob) -> PluginResult<ConnectState> {
+            Ok(ConnectState::Done)
+        }
+        unsafe fn isend(
+            &self,
+            _: &mut (),
+            _: *const u8,
+            len: usize,
+            _: Option<&()>,
+        ) -> PluginResult<Option<Req>> {
+            Ok(Some(Req { tested: false, len }))
+        }
+        unsafe fn irecv(
+            &self,
+            _: &mut (),
+            _: *mut u8,
+            len: usize,
+            _: Option<&()>,
+        ) -> PluginResult<Option<Req>> {
+            Ok(Some(Req { tested: false, len }))
+        }
+        fn test(&self, r: &mut Req) -> PluginResult<Option<usize>> {
+            Ok(std::mem::replace(&mut r.tested, true).then_some(r.len))
+        }
+        fn free(&self, _: ()) -> PluginResult<()> {
+            Ok(())
+        }
+    }
+
+    /// Post a send of `len` bytes (no data: `len` is only reported back).
+    fn send(conn: *mut c_void, len: usize) -> *mut c_void {
+        let mut req = std::ptr::null_mut();
+        let mut byte = 0u8;
+        // SAFETY: a live connection of `Mock`; a valid byte and out-pointer.
+        let code = unsafe {
+            h_isend::<Mock>(
+                conn,
+                (&mut byte as *mut u8).cast(),
+                len,
+                std::ptr::null_mut(),
+                &mut req,
+            )
+        };
+        assert_eq!(code, FX_OK);
+        assert!(!req.is_null());
+        req
+    }
+
+    /// Test `req` once: its `(done, nbytes)`.
+    fn test(req: *mut c_void) -> (i32, usize) {
+        let (mut done, mut n) = (-1, 0);
+        // SAFETY: a live request of `Mock`; valid out-pointers.
+        assert_eq!(unsafe { h_test::<Mock>(req, &mut done, &mut n) }, FX_OK);
+        (done, n)
+    }
+
+    /// A finished request is dropped at once and its box handed out again by
+    /// the next post; freeing the connection drops what is still outstanding.
+    #[test]
+    fn request_boxes_are_reused_and_requests_dropped_when_done() {
+        let ctx = Box::into_raw(Box::new(Mock));
+        let conn = Box::into_raw(Box::new(ConnBox::<Mock> {
+            ctx,
+            conn: Some(()),
+            outstanding: Vec::new(),
+            spare: Vec::new(),
+        }))
+        .cast::<c_void>();
+        let first: Vec<_> = (1..=3).map(|len| send(conn, len)).collect();
+        for (i, &r) in first.iter().enumerate() {
+            assert_eq!(test(r), (0, 0));
+            assert_eq!(test(r), (1, i + 1));
+        }
+        assert_eq!(DROPPED.load(Ordering::SeqCst), 3, "dropped when done");
+        let spare = |conn: *mut c_void| {
+            // SAFETY: the live connection made above, not in use by a hook now.
+            unsafe { (*conn.cast::<ConnBox<Mock>>()).spare.len() }
+        };
+        assert_eq!(spare(conn), 3, "the finished requests' boxes are kept");
+        let again: Vec<_> = (10..13).map(|len| send(conn, len)).collect();
+        assert_eq!(spare(conn), 0, "and taken by the next posts");
+        let mut a = first.clone();
+        let mut b = again.clone();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "the finished requests' boxes are handed out again");
+        // Their requests are the new ones.
+        assert_eq!(test(again[0]), (0, 0));
+        assert_eq!(test(again[0]), (1, 10));
+        // SAFETY: the connection made above, freed once.
+        assert_eq!(unsafe { h_free::<Mock>(conn) }, FX_OK);
+        assert_eq!(
+            DROPPED.load(Ordering::SeqCst),
+            6,
+            "the two outstanding dropped with the connection"
+        );
+        // SAFETY: made above; no connection uses it any more.
+        drop(unsafe { Box::from_raw(ctx) });
+    }
 }

@@ -34,7 +34,13 @@ impl Pairs {
     ) -> (Self, Vec<Xfer>, Vec<Xfer>) {
         let mut buf = vec![0u8; ops.len() * FINGERPRINT_BYTES].into_boxed_slice();
         let base = buf.as_mut_ptr() as usize;
-        let (mut sends, mut recvs, mut expect) = (Vec::new(), Vec::new(), Vec::new());
+        // Each op adds its fingerprint and its data: sized once, no growth per call.
+        let n = ops.len();
+        let (mut sends, mut recvs, mut expect) = (
+            Vec::with_capacity(2 * n),
+            Vec::with_capacity(2 * n),
+            Vec::with_capacity(n),
+        );
         for (i, &(send, peer, bytes, seq)) in ops.iter().enumerate() {
             let at = i * FINGERPRINT_BYTES;
             let fp = |buf_kind| Xfer {
