@@ -550,15 +550,16 @@ mod tests {
         }
     }
 
-    /// Post a send of `len` bytes (no data: `len` is only reported back).
+    /// Post a send of `len` bytes (at most 16; `Mock` only reports `len` back).
     fn send(conn: *mut c_void, len: usize) -> *mut c_void {
+        static DATA: [u8; 16] = [0; 16];
+        assert!(len <= DATA.len());
         let mut req = std::ptr::null_mut();
-        let mut byte = 0u8;
-        // SAFETY: a live connection of `Mock`; a valid byte and out-pointer.
+        // SAFETY: a live connection of `Mock`; `len` readable bytes; a valid out-pointer.
         let code = unsafe {
             h_isend::<Mock>(
                 conn,
-                (&mut byte as *mut u8).cast(),
+                DATA.as_ptr().cast(),
                 len,
                 std::ptr::null_mut(),
                 &mut req,

@@ -5,7 +5,7 @@
 //! mode forbids such calls on every thread that is not relaxed — the driver
 //! then fails them and invalidates the other thread's capture.
 
-use super::device::{begin_capture, instantiate, sync, CaptureMode, DevMem};
+use super::device::{begin_capture, instantiate, replay_back_to_back, sync, CaptureMode, DevMem};
 use super::e2s;
 use ferrocx::{CollKind, CollSpec, Communicator, DataType};
 use ferrocx_sdk::cuda::{self, sys, Context, Stream};
@@ -72,13 +72,7 @@ pub fn dropped_in_capture(how: &str) -> Result<String, String> {
             .and_then(|_| cuda::check(end, "cuStreamEndCapture"))
             .map_err(|e| format!("the capture beside the communicator's drop: {e}"))?;
         let exec = instantiate(g)?;
-        // SAFETY: an instantiated graph; a live stream.
-        let launched = cuda::check(
-            unsafe { sys::cuGraphLaunch(exec, s.raw()) },
-            "cuGraphLaunch",
-        )
-        .map_err(|e| e.to_string());
-        let done = launched.and_then(|_| sync(&s));
+        let done = replay_back_to_back(exec, &s, 1);
         // SAFETY: destroyed once, after its launch completed (or never ran).
         unsafe {
             sys::cuGraphExecDestroy(exec);
