@@ -370,11 +370,20 @@ impl Arena {
         (w[0].load(Ordering::Relaxed) == before).then_some((before - 1, fp))
     }
 
-    /// Why `rank` gave up, if it did.
+    /// Why `rank` gave up, if it did (read between polls and after
+    /// exchanges: the usual answer, no, is one load).
+    #[inline]
     pub fn broken(&self, rank: usize) -> Option<String> {
         if self.broken_word(rank).load(Ordering::Acquire) == 0 {
             return None;
         }
+        self.reason(rank)
+    }
+
+    /// The failure text `rank` wrote before raising its `broken` word.
+    #[cold]
+    #[inline(never)]
+    fn reason(&self, rank: usize) -> Option<String> {
         let mut buf = vec![0u8; layout::REASON_BYTES];
         // SAFETY: written before the release store we observed.
         unsafe {

@@ -9,8 +9,8 @@
 //! then the payload, so a message of up to 16 bytes travels in the flag's
 //! cache line. Then one collective credit word per peer, each on its own
 //! cache line: how many of this rank's collective messages that peer has
-//! taken, written by the peer; a sender writes message `k` once message
-//! `k − depth` was taken. With the call check synchronous, every pair exchanges in
+//! taken, written by the peer (every quarter ring, `comm::credit_every`); a
+//! sender writes message `k` once message `k − depth` was credited. With the call check synchronous, every pair exchanges in
 //! every call (once per chunk), so no rank gets more than an exchange ahead, and
 //! the credit words are not used: taking the peer's message `k − 1` says it is
 //! done with `k − 2` (`comm`'s lockstep); otherwise messages

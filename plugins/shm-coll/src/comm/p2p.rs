@@ -210,13 +210,21 @@ impl ShmComm {
         if !self.check.compares() || self.p2p_bytes == 0 {
             return Ok(());
         }
-        for p in (0..self.nranks).filter(|&p| p != self.rank) {
+        for p in 0..self.nranks {
+            if p == self.rank {
+                continue;
+            }
             if let Some(theirs) = self.sent_before_exchange(p) {
                 return Err(self.mismatch(p, what, &theirs));
             }
         }
         // Usually every send is known taken already: no wait to set up.
-        if (0..self.nranks).all(|p| self.credits_seen[p] >= self.sent[p]) {
+        if self
+            .credits_seen
+            .iter()
+            .zip(&self.sent)
+            .all(|(c, s)| c >= s)
+        {
             return Ok(());
         }
         let (mut began, mut last_pid_check) = (None, None);
