@@ -318,7 +318,7 @@ impl ShmComm {
             let lockstep = self.lockstep();
             for p in (0..self.nranks).filter(|&p| call.takes_from(p)) {
                 self.coll_taken[p] += 1;
-                if !lockstep && self.coll_taken[p] % self.credit_every == 0 {
+                if !lockstep && self.coll_taken[p].is_multiple_of(self.credit_every) {
                     self.arena.credit(Ring::Coll, p, self.coll_taken[p]);
                 }
             }
