@@ -301,8 +301,8 @@ impl ShmComm {
             let mut wire = CallWire {
                 comm: self,
                 call,
-                fp,
-                encoded,
+                fp: &fp,
+                encoded: &encoded,
                 began: None,
             };
             // `wrapping_add`: a buffer the rank does not use may be null, and is
@@ -316,13 +316,13 @@ impl ShmComm {
             // The payloads taken were read: their slots go back to the senders
             // (in lockstep, by this rank's next message to each of them).
             let lockstep = self.lockstep();
-            for p in (0..self.nranks).filter(|&p| call.takes_from(p)) {
+            for p in call.taking() {
                 self.coll_taken[p] += 1;
                 if !lockstep && self.coll_taken[p].is_multiple_of(self.credit_every) {
                     self.arena.credit(Ring::Coll, p, self.coll_taken[p]);
                 }
             }
-            for p in (0..self.nranks).filter(|&p| call.talks_to(p)) {
+            for p in call.others() {
                 self.exchanges[p] += 1;
             }
             if self.check == Check::Deferred {
@@ -340,8 +340,8 @@ struct CallWire<'a> {
     comm: &'a mut ShmComm,
     /// The exchange under way.
     call: Call,
-    fp: Fingerprint,
-    encoded: [u8; FINGERPRINT_BYTES],
+    fp: &'a Fingerprint,
+    encoded: &'a [u8; FINGERPRINT_BYTES],
     /// When the first wait of this call began polling past its spin phase.
     began: Option<Instant>,
 }
@@ -350,7 +350,7 @@ impl CallWire<'_> {
     /// The error for a message whose fingerprint differs from this call's.
     fn mismatch(&self, peer: usize, theirs: &[u8; FINGERPRINT_BYTES]) -> PluginError {
         self.comm
-            .mismatch(peer, &self.comm.counterpart(&self.fp, theirs), theirs)
+            .mismatch(peer, &self.comm.counterpart(self.fp, theirs), theirs)
     }
 
     /// Between polls of a wait for `peer`'s part: a send of `peer` made
@@ -379,12 +379,11 @@ impl CallWire<'_> {
         last_pid_check: &mut Option<Instant>,
     ) -> PluginResult<Duration> {
         if self.comm.check == Check::Deferred {
-            self.comm.unheard(&self.call, &self.fp)?;
-            self.comm
-                .elsewhere(peer, &self.fp, &self.encoded, awaiting)?;
+            self.comm.unheard(&self.call, self.fp)?;
+            self.comm.elsewhere(peer, self.fp, self.encoded, awaiting)?;
         }
         self.comm
-            .check_wait(peer, &self.fp, awaiting, &mut self.began, last_pid_check)
+            .check_wait(peer, self.fp, awaiting, &mut self.began, last_pid_check)
     }
 }
 
@@ -479,22 +478,29 @@ impl ShmComm {
     /// (a message of a later call may come early: the peer ran ahead) — or
     /// given up on a mismatch it saw in a message of this rank's. Reading a
     /// line no peer wrote since costs a cache hit.
+    #[inline]
     fn unheard(&self, call: &Call, mine: &Fingerprint) -> PluginResult<()> {
-        for p in (0..self.nranks).filter(|&p| call.talks_to(p) && !call.takes_from(p)) {
+        for p in call.silent() {
             if let Some(e) = self.gave_up(p) {
                 return Err(e);
             }
-            let k = self.coll_taken[p];
-            if !self.arena.arrived(p, k) {
-                continue;
+            if self.arena.arrived(p, self.coll_taken[p]) {
+                self.heard(p, mine)?;
             }
-            let (theirs, _, _) = self.arena.message(p, k);
-            if Fingerprint::decode(&theirs).is_ok_and(|f| f.seq > mine.seq) {
-                continue;
-            }
-            return Err(self.mismatch(p, &self.counterpart(mine, &theirs), &theirs));
         }
         Ok(())
+    }
+
+    /// [`unheard`](Self::unheard) found a message of `peer` it takes nothing
+    /// from in `mine`: a later call's (the peer ran ahead), or a mismatch.
+    #[cold]
+    #[inline(never)]
+    fn heard(&self, peer: usize, mine: &Fingerprint) -> PluginResult<()> {
+        let (theirs, _, _) = self.arena.message(peer, self.coll_taken[peer]);
+        if Fingerprint::decode(&theirs).is_ok_and(|f| f.seq > mine.seq) {
+            return Ok(());
+        }
+        Err(self.mismatch(peer, &self.counterpart(mine, &theirs), &theirs))
     }
 
     /// With the deferred check, while this rank waits for `peer` in `mine`:
@@ -623,7 +629,7 @@ impl Wire for CallWire<'_> {
         // SAFETY: `data` readable for `len` ≤ the slot (can_run bounds the block);
         // `peer` is done with message k − depth (wait_for_room: its credit, or in
         // lockstep this rank took its k − 1).
-        unsafe { self.comm.arena.post(peer, k, &self.encoded, data, len) };
+        unsafe { self.comm.arena.post(peer, k, self.encoded, data, len) };
         self.comm.posted[peer] += 1;
         // A deep ring's sender runs ahead: it claims the next slot's lines now,
         // while it has room for it, so its next post's stores do not wait on the
@@ -653,7 +659,7 @@ impl Wire for CallWire<'_> {
         if c.depth > 2 {
             c.arena.prefetch(peer, k + 1);
         }
-        if c.check.compares() && fp != self.encoded {
+        if c.check.compares() && fp != *self.encoded {
             return Err(self.mismatch(peer, &fp));
         }
         if got != len {

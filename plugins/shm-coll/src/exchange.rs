@@ -61,6 +61,63 @@ pub struct Call {
     pub checked: bool,
 }
 
+/// A set of peers of a call, walked in rank order: `first..end` without the
+/// ranks in `skip` (this rank, and a root). A call's sets are one of a few
+/// shapes (every other rank, the root alone, none), computed once per call
+/// instead of asking [`Call::posts_to`] of every rank in every loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peers {
+    first: usize,
+    end: usize,
+    skip: [usize; 2],
+}
+
+impl Peers {
+    const NONE: Peers = Peers {
+        first: 0,
+        end: 0,
+        skip: [usize::MAX; 2],
+    };
+
+    fn one(p: usize) -> Self {
+        Peers {
+            first: p,
+            end: p + 1,
+            skip: [usize::MAX; 2],
+        }
+    }
+
+    fn all_but(nranks: usize, a: usize, b: usize) -> Self {
+        Peers {
+            first: 0,
+            end: nranks,
+            skip: [a, b],
+        }
+    }
+
+    /// Whether `p` is in the set.
+    #[inline]
+    pub fn contains(&self, p: usize) -> bool {
+        (self.first..self.end).contains(&p) && !self.skip.contains(&p)
+    }
+}
+
+impl Iterator for Peers {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        while self.first < self.end {
+            let p = self.first;
+            self.first += 1;
+            if !self.skip.contains(&p) {
+                return Some(p);
+            }
+        }
+        None
+    }
+}
+
 /// The chunks of a block of `total` bytes through slots of `slot` bytes:
 /// (offset, length) — one, of length 0, for an empty block (its fingerprints
 /// still travel).
@@ -90,6 +147,56 @@ impl Call {
     #[inline]
     pub fn takes_from(&self, peer: usize) -> bool {
         self.talks_to(peer) && (self.checked || self.outgoing_of(peer, self.rank).is_some())
+    }
+
+    /// Every other rank ([`talks_to`](Self::talks_to)).
+    #[inline]
+    pub fn others(&self) -> Peers {
+        Peers::all_but(self.nranks, self.rank, usize::MAX)
+    }
+
+    /// The ranks this rank posts to ([`posts_to`](Self::posts_to)).
+    #[inline]
+    pub fn posting(&self) -> Peers {
+        let (r, root) = (self.rank, self.root);
+        match self.coll {
+            _ if self.checked => self.others(),
+            Coll::AllReduce | Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => {
+                self.others()
+            }
+            Coll::Broadcast | Coll::Scatter if r == root => self.others(),
+            Coll::Reduce | Coll::Gather if r != root && root < self.nranks => Peers::one(root),
+            _ => Peers::NONE,
+        }
+    }
+
+    /// The ranks this rank takes from ([`takes_from`](Self::takes_from)).
+    #[inline]
+    pub fn taking(&self) -> Peers {
+        let (r, root) = (self.rank, self.root);
+        match self.coll {
+            _ if self.checked => self.others(),
+            Coll::AllReduce | Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => {
+                self.others()
+            }
+            Coll::Reduce | Coll::Gather if r == root => self.others(),
+            Coll::Broadcast | Coll::Scatter if r != root && root < self.nranks => Peers::one(root),
+            _ => Peers::NONE,
+        }
+    }
+
+    /// The other ranks this rank takes nothing from: a message from one of
+    /// them means the calls differ (`ShmComm::unheard`).
+    #[inline]
+    pub fn silent(&self) -> Peers {
+        let (r, root) = (self.rank, self.root);
+        match self.coll {
+            _ if self.checked => Peers::NONE,
+            Coll::AllReduce | Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => Peers::NONE,
+            Coll::Reduce | Coll::Gather if r == root => Peers::NONE,
+            Coll::Broadcast | Coll::Scatter if r != root => Peers::all_but(self.nranks, r, root),
+            _ => self.others(),
+        }
     }
 
     /// Offset in this rank's send buffer of its block for `peer`, or `None`
@@ -191,8 +298,8 @@ pub unsafe fn run(
     recv: *mut u8,
     wire: &mut impl Wire,
 ) -> PluginResult<()> {
-    let (n, b) = (call.nranks, call.block);
-    for p in (0..n).filter(|&p| call.posts_to(p)) {
+    let b = call.block;
+    for p in call.posting() {
         match call.outgoing(p) {
             // SAFETY: the block lies in the send buffer (caller's contract).
             Some(off) => unsafe { wire.post(p, send.add(off), b)? },
@@ -213,7 +320,7 @@ pub unsafe fn run(
             }
         }
     }
-    for p in (0..n).filter(|&p| call.takes_from(p)) {
+    for p in call.taking() {
         let data = wire.take(p, call.incoming(p))?;
         if let Some(to) = call.placed(p) {
             // SAFETY: the payload holds `b` bytes (checked by take) and the block

@@ -88,6 +88,11 @@ pub struct Layout {
     pub p2p_bytes: usize,
     /// Distance between point-to-point slots.
     pub p2p_stride: usize,
+    /// Where the collective credit words, the point-to-point rings and their
+    /// credit words begin (computed once: every post and poll places a slot).
+    coll_credits_at: usize,
+    rings_at: usize,
+    credits_at: usize,
 }
 
 fn stride(head: usize, bytes: usize) -> usize {
@@ -99,33 +104,40 @@ impl Layout {
     /// sender, point-to-point messages of at most `p2p_bytes` (0: none).
     pub fn new(nranks: usize, bytes: usize, depth: usize, p2p_bytes: usize) -> Self {
         debug_assert!((2..=MAX_DEPTH).contains(&depth) && depth.is_power_of_two());
+        let slot_stride = stride(HEAD, bytes);
+        let p2p_stride = if p2p_bytes == 0 {
+            0
+        } else {
+            stride(P2P_HEAD, p2p_bytes)
+        };
+        let coll_credits_at = HEADER + nranks * depth * slot_stride;
+        let rings_at = coll_credits_at + nranks * 64;
         Layout {
             nranks,
             bytes,
-            stride: stride(HEAD, bytes),
+            stride: slot_stride,
             depth,
             p2p_bytes,
-            p2p_stride: if p2p_bytes == 0 {
-                0
-            } else {
-                stride(P2P_HEAD, p2p_bytes)
-            },
+            p2p_stride,
+            coll_credits_at,
+            rings_at,
+            credits_at: rings_at + nranks * P2P_SLOTS * p2p_stride,
         }
     }
 
     /// Where the collective credit words begin.
     fn coll_credits(&self) -> usize {
-        HEADER + self.nranks * self.depth * self.stride
+        self.coll_credits_at
     }
 
     /// Where the point-to-point rings begin.
     fn rings(&self) -> usize {
-        self.coll_credits() + self.nranks * 64
+        self.rings_at
     }
 
     /// Where the credit words begin.
     fn credits(&self) -> usize {
-        self.rings() + self.nranks * P2P_SLOTS * self.p2p_stride
+        self.credits_at
     }
 
     /// Bytes of a region.

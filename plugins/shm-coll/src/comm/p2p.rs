@@ -206,6 +206,7 @@ impl ShmComm {
     /// a collective is received before it. Otherwise the calls differ; as no
     /// message of this collective left yet, every rank waiting for one fails
     /// with this rank's reason instead of completing.
+    #[inline]
     pub(crate) fn before_collective(&mut self, what: &Fingerprint) -> PluginResult<()> {
         if !self.check.compares() || self.p2p_bytes == 0 {
             return Ok(());
@@ -227,6 +228,15 @@ impl ShmComm {
         {
             return Ok(());
         }
+        self.sends_taken(what)
+    }
+
+    /// [`before_collective`](Self::before_collective)'s wait for this rank's
+    /// sends to be taken (rare: out of line, so that the usual path saves no
+    /// registers for it).
+    #[cold]
+    #[inline(never)]
+    fn sends_taken(&mut self, what: &Fingerprint) -> PluginResult<()> {
         let (mut began, mut last_pid_check) = (None, None);
         let oversubscribed = self.oversubscribed;
         // The comm, and the peer whose credits were short at the last poll.

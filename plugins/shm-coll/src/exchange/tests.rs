@@ -285,6 +285,64 @@ fn exchanges_are_symmetric_and_sizes_match() {
     }
 }
 
+/// A call's peer sets are the ranks its predicates name, in rank order, for
+/// every collective, root, rank and setting (roots out of range included).
+#[test]
+fn peer_sets_are_the_predicates_ranks() {
+    for n in 1..=5 {
+        for coll in Coll::ALL {
+            for root in 0..=n {
+                for rank in 0..n {
+                    for checked in [true, false] {
+                        let c = Call {
+                            coll,
+                            dtype: DataType::U8,
+                            op: RedOp::Sum,
+                            rank,
+                            nranks: n,
+                            root,
+                            block: 4,
+                            stride: 4,
+                            checked,
+                        };
+                        let of = |f: &dyn Fn(usize) -> bool| {
+                            (0..n).filter(|&p| f(p)).collect::<Vec<_>>()
+                        };
+                        let what = format!(
+                            "{} n {n} root {root} rank {rank} checked {checked}",
+                            coll.name()
+                        );
+                        assert_eq!(
+                            c.others().collect::<Vec<_>>(),
+                            of(&|p| c.talks_to(p)),
+                            "{what}"
+                        );
+                        assert_eq!(
+                            c.posting().collect::<Vec<_>>(),
+                            of(&|p| c.posts_to(p)),
+                            "{what}"
+                        );
+                        assert_eq!(
+                            c.taking().collect::<Vec<_>>(),
+                            of(&|p| c.takes_from(p)),
+                            "{what}"
+                        );
+                        assert_eq!(
+                            c.silent().collect::<Vec<_>>(),
+                            of(&|p| c.talks_to(p) && !c.takes_from(p)),
+                            "{what}"
+                        );
+                        for p in 0..n + 2 {
+                            assert_eq!(c.posting().contains(p), c.posts_to(p), "{what} {p}");
+                            assert_eq!(c.taking().contains(p), c.takes_from(p), "{what} {p}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn chunks_cover_the_block_once() {
     assert_eq!(chunks(0, 64).collect::<Vec<_>>(), vec![(0, 0)]);
