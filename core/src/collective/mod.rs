@@ -57,6 +57,9 @@ pub struct Collectives {
     plugins: Vec<CollectivePlugin>,
     /// [`host_bids_by_shape`](Self::host_bids_by_shape), decided once.
     shape_bids: bool,
+    /// Whether a plugin serves device memory: only those are asked for
+    /// asynchronous failures ([`status`](Self::status), before every call).
+    any_device: bool,
 }
 
 impl Collectives {
@@ -119,10 +122,12 @@ impl Collectives {
         let shape_bids = plugins
             .iter()
             .all(|p| !p.serves(FX_MEM_HOST) || p.bids_by_shape());
+        let any_device = plugins.iter().any(|p| p.serves(FX_MEM_CUDA));
         Ok((
             Collectives {
                 plugins,
                 shape_bids,
+                any_device,
             },
             left_out,
         ))
@@ -164,7 +169,16 @@ impl Collectives {
     }
 
     /// The first asynchronous error a plugin reports.
+    #[inline]
     pub fn status(&self) -> Result<()> {
+        if !self.any_device {
+            return Ok(());
+        }
+        self.device_status()
+    }
+
+    #[inline(never)]
+    fn device_status(&self) -> Result<()> {
         self.plugins.iter().try_for_each(|p| p.status())
     }
 
