@@ -26,7 +26,7 @@ use crate::setup::{self, Hello};
 use crate::wait::{Backoff, Pause, PEER_CHECK};
 use ferrocx_algo::fingerprint::{mismatch_text, CallKind, FINGERPRINT_BYTES, MISMATCH};
 use ferrocx_algo::{DataType, Fingerprint, RedOp};
-use ferrocx_sdk::collective::{CollDesc, CommInfo, Oob};
+use ferrocx_sdk::collective::{Coll, CollDesc, CommInfo, Oob};
 use ferrocx_sdk::region::Region;
 use ferrocx_sdk::MemKind;
 use ferrocx_sdk::{Host, PluginError, PluginResult};
@@ -78,6 +78,8 @@ pub struct ShmComm {
     pids: Vec<i32>,
     oversubscribed: bool,
     broken: Option<PluginError>,
+    /// The last call's arguments and what `launch` derived from them.
+    last: Option<Derived>,
     /// With the deferred check, for the comparison of last calls at
     /// `comm_destroy` (`closing.rs`).
     oob: Option<Oob>,
@@ -211,6 +213,7 @@ impl ShmComm {
             pids: info.peers.iter().map(|p| p.pid).collect(),
             oversubscribed: info.nranks > host_cpus(),
             broken: None,
+            last: None,
             oob: (agreed.check == Check::Deferred).then_some(oob),
         })
     }
@@ -257,28 +260,17 @@ impl ShmComm {
     /// The descriptor's buffers are valid as the collective ABI says.
     pub unsafe fn launch<W>(&mut self, d: &CollDesc<'_, W>) -> PluginResult<()> {
         self.status()?;
-        let Some((dtype, op)) = self.runnable(d) else {
-            return Err(PluginError::invalid(format!(
-                "shm-coll cannot run {} of {} bytes per block on {:?} memory",
-                d.coll.name(),
-                d.block_bytes(),
-                d.mem
-            )));
+        let derived = match self.last {
+            Some(l) if l.args == CallArgs::of(d) => l,
+            _ => self.derive(d)?,
         };
-        let total = d.block_bytes();
-        let whole = Call {
-            coll: d.coll,
-            dtype,
-            op,
-            rank: self.rank,
-            nranks: self.nranks,
-            root: d.root,
-            block: total,
-            stride: total,
-            checked: self.check == Check::Sync,
+        let whole = derived.whole;
+        let total = whole.block;
+        let fp = Fingerprint {
+            seq: d.seq,
+            ..derived.fp
         };
-        let fp = Fingerprint::of(d.seq, d.coll.kind(), dtype, op, d.count, d.root, false);
-        let encoded = fp.encode();
+        let encoded = Fingerprint::renumber(&derived.encoded, d.seq);
         let (send, recv) = if d.in_place {
             whole.in_place(d.recv)
         } else {
@@ -332,6 +324,79 @@ impl ShmComm {
             }
         }
         Ok(())
+    }
+}
+
+/// The arguments of a call that decide what `launch` derives from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CallArgs {
+    coll: Coll,
+    dtype: i32,
+    op: i32,
+    count: usize,
+    root: usize,
+    mem: MemKind,
+}
+
+impl CallArgs {
+    fn of<W>(d: &CollDesc<'_, W>) -> Self {
+        CallArgs {
+            coll: d.coll,
+            dtype: d.dtype,
+            op: d.op,
+            count: d.count,
+            root: d.root,
+            mem: d.mem,
+        }
+    }
+}
+
+/// What `launch` derives from a call's arguments, kept for the next call:
+/// a loop repeats one call, which is then neither checked, decoded nor
+/// encoded again.
+#[derive(Debug, Clone, Copy)]
+struct Derived {
+    args: CallArgs,
+    /// The whole block's exchange.
+    whole: Call,
+    /// The call's fingerprint and its bytes, numbered 0.
+    fp: Fingerprint,
+    encoded: [u8; FINGERPRINT_BYTES],
+}
+
+impl ShmComm {
+    /// Check that this comm can run `d` and derive its exchange and
+    /// fingerprint (kept as [`ShmComm::last`]).
+    #[inline(never)]
+    fn derive<W>(&mut self, d: &CollDesc<'_, W>) -> PluginResult<Derived> {
+        let Some((dtype, op)) = self.runnable(d) else {
+            return Err(PluginError::invalid(format!(
+                "shm-coll cannot run {} of {} bytes per block on {:?} memory",
+                d.coll.name(),
+                d.block_bytes(),
+                d.mem
+            )));
+        };
+        let total = d.block_bytes();
+        let fp = Fingerprint::of(0, d.coll.kind(), dtype, op, d.count, d.root, false);
+        let derived = Derived {
+            args: CallArgs::of(d),
+            whole: Call {
+                coll: d.coll,
+                dtype,
+                op,
+                rank: self.rank,
+                nranks: self.nranks,
+                root: d.root,
+                block: total,
+                stride: total,
+                checked: self.check == Check::Sync,
+            },
+            fp,
+            encoded: fp.encode(),
+        };
+        self.last = Some(derived);
+        Ok(derived)
     }
 }
 
