@@ -6,7 +6,7 @@
 //! direction, from 0) goes into slot `k mod depth` of `p`'s region with the
 //! flag `k + 1`, once `p` credited message `k − depth`; `p` waits for that
 //! flag in its own region, compares the fingerprint with its own call's, uses
-//! the payload and credits it (every quarter ring: [`credit_every`]) when its
+//! the payload and credits it (every quarter ring: `credit_every`) when its
 //! exchange is done. With the synchronous
 //! check the 2-deep rings need no credits: every exchange goes both ways
 //! between every pair, and taking `p`'s message `k − 1` says that `p` is done
