@@ -332,6 +332,7 @@ impl ShmComm {
 struct CallArgs {
     coll: Coll,
     dtype: i32,
+    elem: usize,
     op: i32,
     count: usize,
     root: usize,
@@ -343,6 +344,7 @@ impl CallArgs {
         CallArgs {
             coll: d.coll,
             dtype: d.dtype,
+            elem: d.elem,
             op: d.op,
             count: d.count,
             root: d.root,
@@ -522,7 +524,7 @@ impl ShmComm {
                     format!("rank {peer} never sent its part of {what} (waited {secs:.1}s)")
                 }
                 Awaiting::Room => format!(
-                    "rank {peer} never took the messages rank {} sent it before {what} (waited {secs:.1}s)",
+                    "rank {peer} never took (or never credited) the messages rank {} sent it before {what} (waited {secs:.1}s)",
                     self.rank
                 ),
             }));
@@ -557,8 +559,8 @@ impl ShmComm {
     }
 
     /// [`unheard`](Self::unheard) found a message of `peer` it takes nothing
-    /// from in `mine`: a later call's (the peer ran ahead), or a mismatch.
-    #[cold]
+    /// from in `mine`: a later call's (the peer ran ahead, as where roots
+    /// alternate), or a mismatch. Out of line: the usual call finds none.
     #[inline(never)]
     fn heard(&self, peer: usize, mine: &Fingerprint) -> PluginResult<()> {
         let (theirs, _, _) = self.arena.message(peer, self.coll_taken[peer]);

@@ -239,6 +239,43 @@ fn without_the_sync_check_a_root_runs_ahead_by_the_ring_depth() {
     }
 }
 
+/// Checked later or not at all, a root far ahead of a receiver that naps now
+/// and then, its blocks cut into chunks: the receiver credits every quarter
+/// ring, so the root keeps finding its ring full and waiting for a batch of
+/// credits. Every call ends with the right bytes (a slot overwritten before it
+/// was read would carry a later call's number: a mismatch), and so does an
+/// all_reduce after the broadcasts, which the root waits for.
+#[test]
+fn a_root_far_ahead_of_a_napping_receiver_waits_for_batched_credits() {
+    const COUNT: usize = 200; // 800 bytes: 4 chunks of 256
+    for check in [Check::Deferred, Check::Off] {
+        let outs = on_threads_with(2, "256", check, Duration::from_secs(20), move |r, comm| {
+            let calls = 4 * comm.depth as u64 + 3;
+            assert!(comm.credit_every > 1, "a ring too shallow to batch credits");
+            for seq in 0..calls {
+                if r == 1 && seq % 7 == 0 {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                let mut b = Bufs::new(Coll::Broadcast, COUNT, 2, r, 0, false);
+                let d = desc(Coll::Broadcast, RedOp::Sum, COUNT, 0, &mut b, seq);
+                // SAFETY: the buffers hold what the descriptor says.
+                unsafe { comm.launch(&d) }.unwrap();
+                let want = expected(Coll::Broadcast, RedOp::Sum, COUNT, 2, r, 0).unwrap();
+                assert_eq!(b.output(), want, "{check:?}: call #{seq} on rank {r}");
+            }
+            let mut b = Bufs::new(Coll::AllReduce, COUNT, 2, r, 0, false);
+            let d = desc(Coll::AllReduce, RedOp::Sum, COUNT, 0, &mut b, calls);
+            // SAFETY: as above.
+            unsafe { comm.launch(&d) }.unwrap();
+            let want = expected(Coll::AllReduce, RedOp::Sum, COUNT, 2, r, 0).unwrap();
+            assert_eq!(b.output(), want, "{check:?}: the all_reduce on rank {r}");
+            comm.coll_taken.iter().sum::<u64>()
+        });
+        // Rank 1 took every chunk of every broadcast and of the all_reduce.
+        assert!(outs[1] > 4 * 4 * 2, "{check:?}: {outs:?}");
+    }
+}
+
 #[test]
 fn ranks_that_disagree_about_the_root_all_fail_naming_the_calls() {
     // Ranks 0 and 1 broadcast from rank 0, rank 2 from rank 1: rank 1 gets all
