@@ -177,6 +177,8 @@ impl Collectives {
         self.device_status()
     }
 
+    /// [`status`](Self::status) with a plugin that serves device memory
+    /// (out of line: host-only communicators never call it).
     #[inline(never)]
     fn device_status(&self) -> Result<()> {
         self.plugins.iter().try_for_each(|p| p.status())

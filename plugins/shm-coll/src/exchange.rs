@@ -158,30 +158,40 @@ impl Call {
     /// The ranks this rank posts to ([`posts_to`](Self::posts_to)).
     #[inline]
     pub fn posting(&self) -> Peers {
-        let (r, root) = (self.rank, self.root);
-        match self.coll {
-            _ if self.checked => self.others(),
-            Coll::AllReduce | Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => {
-                self.others()
-            }
-            Coll::Broadcast | Coll::Scatter if r == root => self.others(),
-            Coll::Reduce | Coll::Gather if r != root && root < self.nranks => Peers::one(root),
-            _ => Peers::NONE,
-        }
+        self.flow(true)
     }
 
     /// The ranks this rank takes from ([`takes_from`](Self::takes_from)).
     #[inline]
     pub fn taking(&self) -> Peers {
-        let (r, root) = (self.rank, self.root);
-        match self.coll {
-            _ if self.checked => self.others(),
+        self.flow(false)
+    }
+
+    /// The ranks this rank posts to (`posts`) or takes from. Checked, every
+    /// pair exchanges; otherwise a rooted call's data flows from the root
+    /// (broadcast, scatter) or to it (reduce, gather): the root posts to (or
+    /// takes from) every other rank, each other rank takes from (or posts to)
+    /// the root alone.
+    #[inline]
+    fn flow(&self, posts: bool) -> Peers {
+        let from_root = match self.coll {
+            _ if self.checked => return self.others(),
             Coll::AllReduce | Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => {
-                self.others()
+                return self.others()
             }
-            Coll::Reduce | Coll::Gather if r == root => self.others(),
-            Coll::Broadcast | Coll::Scatter if r != root && root < self.nranks => Peers::one(root),
-            _ => Peers::NONE,
+            Coll::Broadcast | Coll::Scatter => true,
+            Coll::Reduce | Coll::Gather => false,
+        };
+        if self.rank == self.root {
+            if posts == from_root {
+                self.others()
+            } else {
+                Peers::NONE
+            }
+        } else if posts != from_root && self.root < self.nranks {
+            Peers::one(self.root)
+        } else {
+            Peers::NONE
         }
     }
 
