@@ -142,6 +142,34 @@ fn small_host_messages_run_on_shm_coll_beside_the_core() {
     }
 }
 
+/// `Communicator::sendrecv` around the ring at every shift (with the rank
+/// itself too), small messages on shm-coll and large ones on the core, every
+/// byte checked; a short receive fails alone with the size error and the
+/// next call pairs; a peer out of range is refused naming it.
+#[test]
+fn sendrecv_moves_every_byte_and_fails_bad_calls_alone() {
+    for n in [2, 3] {
+        let outs = ferrocx_tests::run_passing(
+            WORKER,
+            n,
+            &["host-sendrecv", "6"],
+            &[("FERROCX_TIMEOUT", "30")],
+            LIMIT,
+        );
+        for o in &outs {
+            // Every call but rank 1's short receive checked: 6 rounds of n shifts.
+            let calls = 6 * n - usize::from(o.rank == 1);
+            assert!(
+                o.stdout
+                    .contains(&format!("SENDRECV {calls} calls checked (shm-coll)")),
+                "rank {}: {}",
+                o.rank,
+                o.stdout
+            );
+        }
+    }
+}
+
 /// `FERROCX_SHM_COLL_P2P_BYTES=0` leaves every message to the core.
 #[test]
 fn without_the_rings_every_message_takes_the_core() {

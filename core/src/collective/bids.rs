@@ -208,16 +208,27 @@ impl<K: Shape> Bids<K> {
     }
 
     /// The winner of `key`, from the table or from `ask` (then remembered).
+    #[inline]
     pub fn winner(&mut self, key: K, ask: impl FnOnce() -> Option<usize>) -> Option<usize> {
-        let s = &mut self.slots[Self::slot(&key)];
-        match s {
+        let i = Self::slot(&key);
+        match &self.slots[i] {
             Some((k, w)) if *k == key => *w,
-            _ => {
-                let w = ask();
-                *s = Some((key, w));
-                w
-            }
+            _ => self.ask_and_keep(i, key, ask),
         }
+    }
+
+    /// [`winner`](Self::winner)'s miss: ask, remember (out of line, so the
+    /// hit costs a few instructions inline).
+    #[inline(never)]
+    fn ask_and_keep(
+        &mut self,
+        i: usize,
+        key: K,
+        ask: impl FnOnce() -> Option<usize>,
+    ) -> Option<usize> {
+        let w = ask();
+        self.slots[i] = Some((key, w));
+        w
     }
 }
 

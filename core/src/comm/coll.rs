@@ -81,7 +81,7 @@ impl Communicator {
         else {
             return Ok(());
         };
-        self.run_tasks(smallvec::smallvec![t.into()])
+        self.run_tasks(&mut smallvec::smallvec![t.into()])
     }
 
     /// Run a collective in place, in NCCL's layout: all-reduce, broadcast and
@@ -94,7 +94,7 @@ impl Communicator {
         let Some(t) = self.host_collective(spec, b, b, true)? else {
             return Ok(());
         };
-        self.run_tasks(smallvec::smallvec![t.into()])
+        self.run_tasks(&mut smallvec::smallvec![t.into()])
     }
 
     /// Start a collective on raw pointers and return at once; the
@@ -120,7 +120,7 @@ impl Communicator {
         else {
             return Ok(Request::finished());
         };
-        self.start_tasks(smallvec::smallvec![t.into()])
+        self.start_tasks(&mut smallvec::smallvec![t.into()])
     }
 
     /// Sum (or `op`) of every rank's `send` into every rank's `recv` (same length).

@@ -99,7 +99,7 @@ impl<'a> Group<'a> {
             if self.tasks.is_empty() {
                 return Ok(());
             }
-            return self.comm.run_tasks(self.tasks);
+            return self.comm.run_tasks(&mut self.tasks);
         }
         self.check_one_kind()?;
         if self.tasks.is_empty() {
@@ -170,6 +170,6 @@ impl<'a> Group<'a> {
             ));
         }
         self.copy_to_self()?;
-        self.comm.start_tasks(self.tasks)
+        self.comm.start_tasks(&mut self.tasks)
     }
 }

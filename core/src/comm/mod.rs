@@ -425,14 +425,23 @@ impl Communicator {
         }
     }
 
+    #[inline]
     fn check_peer(&self, peer: usize, verb: &str) -> Result<()> {
         if peer >= self.nranks() {
-            return Err(Error::invalid(format!(
-                "{verb}: peer rank {peer} out of range: the communicator has {} ranks",
-                self.nranks()
-            )));
+            return Err(self.peer_out_of_range(peer, verb));
         }
         Ok(())
+    }
+
+    /// [`check_peer`](Self::check_peer)'s error, out of line (with the
+    /// choice of its verb, where that is made for it alone).
+    #[cold]
+    #[inline(never)]
+    fn peer_out_of_range(&self, peer: usize, verb: &str) -> Error {
+        Error::invalid(format!(
+            "{verb}: peer rank {peer} out of range: the communicator has {} ranks",
+            self.nranks()
+        ))
     }
 
     pub(crate) fn make_op(&self, dir: Dir, ptr: usize, len: usize, peer: usize) -> Result<P2pTask> {
@@ -500,20 +509,24 @@ impl Communicator {
     }
 
     /// Plan `tasks`, connect what they need, run them, wait.
-    pub(crate) fn run_tasks(&self, tasks: Tasks) -> Result<()> {
+    /// `tasks` is borrowed (and emptied where the core takes them), not
+    /// moved: a group's inline ops are a few hundred bytes, copied at every
+    /// move on a path of a few hundred nanoseconds (issue 18).
+    pub(crate) fn run_tasks(&self, tasks: &mut Tasks) -> Result<()> {
         self.launch(tasks, true)?.wait()
     }
 
-    /// Plan `tasks`, connect what they need, start them.
-    pub(crate) fn start_tasks(&self, tasks: Tasks) -> Result<Request> {
+    /// Plan `tasks`, connect what they need, start them (borrowed as by
+    /// [`run_tasks`](Self::run_tasks)).
+    pub(crate) fn start_tasks(&self, tasks: &mut Tasks) -> Result<Request> {
         self.launch(tasks, false)
     }
 
-    fn launch(&self, mut tasks: Tasks, driving: bool) -> Result<Request> {
+    fn launch(&self, tasks: &mut Tasks, driving: bool) -> Result<Request> {
         self.check_live()?;
-        match self.host_p2p_on_plugins(&mut tasks, driving)? {
+        match self.host_p2p_on_plugins(tasks, driving)? {
             Some(req) => Ok(req),
-            None => self.launch_core(tasks.into_vec(), driving),
+            None => self.launch_core(std::mem::take(tasks).into_vec(), driving),
         }
     }
 
@@ -755,6 +768,12 @@ impl Communicator {
 
     /// Send `buf` to `peer` and wait until the buffer may be reused.
     pub fn send(&self, buf: &[u8], peer: usize) -> Result<()> {
+        self.check_live()?;
+        self.check_peer(peer, "send")?;
+        let op = p2p_route::raw_op(Dir::Send, peer, buf.len(), buf.as_ptr() as usize);
+        if let Some(r) = self.host_p2p_usual(&[op]) {
+            return r;
+        }
         let mut g = self.group_start();
         g.send(buf, peer)?;
         g.group_end()
@@ -762,8 +781,36 @@ impl Communicator {
 
     /// Receive exactly `buf.len()` bytes from `peer`.
     pub fn recv(&self, buf: &mut [u8], peer: usize) -> Result<()> {
+        self.check_live()?;
+        self.check_peer(peer, "recv")?;
+        let op = p2p_route::raw_op(Dir::Recv, peer, buf.len(), buf.as_mut_ptr() as usize);
+        if let Some(r) = self.host_p2p_usual(&[op]) {
+            return r;
+        }
         let mut g = self.group_start();
         g.recv(buf, peer)?;
+        g.group_end()
+    }
+
+    /// Send `send` to `dest` and receive exactly `recv.len()` bytes from
+    /// `src`, as one group of the two (`MPI_Sendrecv`): neither waits for
+    /// the other, so ranks that all send and receive around a ring cannot
+    /// deadlock. `dest` or `src` may be this rank itself (the bytes are then
+    /// copied, where the other is this rank too).
+    pub fn sendrecv(&self, send: &[u8], dest: usize, recv: &mut [u8], src: usize) -> Result<()> {
+        self.check_live()?;
+        self.check_peer(dest, "send")?;
+        self.check_peer(src, "recv")?;
+        let ops = [
+            p2p_route::raw_op(Dir::Send, dest, send.len(), send.as_ptr() as usize),
+            p2p_route::raw_op(Dir::Recv, src, recv.len(), recv.as_mut_ptr() as usize),
+        ];
+        if let Some(r) = self.host_p2p_usual(&ops) {
+            return r;
+        }
+        let mut g = self.group_start();
+        g.send(send, dest)?;
+        g.recv(recv, src)?;
         g.group_end()
     }
 
@@ -810,7 +857,7 @@ impl Communicator {
             0,
         );
         let t = self.coll_task(&spec, (0, 0), (0, 0), false)?;
-        self.run_tasks(smallvec::smallvec![t.into()])
+        self.run_tasks(&mut smallvec::smallvec![t.into()])
     }
 
     /// Wait until every rank reaches this point, out of band over the bootstrap

@@ -32,6 +32,10 @@ pub(crate) type Launch = (usize, Indices);
 /// One launch's ops as the ABI passes them (inline for a call's usual handful).
 type P2pOps = SmallVec<[FxP2pOp; 4]>;
 
+/// The most ops of a group taken by the one-pass route of
+/// [`Communicator::host_p2p_on_plugins`] (a send and a receive, say).
+const USUAL: usize = 4;
+
 /// Op indices (inline for a call's usual handful: no allocation per call).
 pub(crate) type Indices = SmallVec<[usize; 4]>;
 
@@ -75,7 +79,7 @@ pub(crate) fn join_plan<S: Copy + PartialEq>(
     Some((first, others))
 }
 
-fn raw_op(dir: Dir, peer: usize, bytes: usize, buf: usize) -> FxP2pOp {
+pub(super) fn raw_op(dir: Dir, peer: usize, bytes: usize, buf: usize) -> FxP2pOp {
     FxP2pOp {
         kind: if dir == Dir::Send {
             FX_P2P_SEND
@@ -177,6 +181,60 @@ impl Communicator {
         })
     }
 
+    /// The plugin that wins host op `op` alone (remembered per shape), `None`
+    /// for the core. The caller holds `coll_serial` (`serial`).
+    #[inline]
+    fn host_winner(&self, serial: &mut HostP2p, op: &FxP2pOp) -> Option<usize> {
+        let key = BidKey {
+            send: op.kind == FX_P2P_SEND,
+            peer: op.peer as usize,
+            bytes: op.bytes as usize,
+        };
+        serial
+            .bids
+            .winner(key, || self.p2p_winner(op, FX_MEM_HOST, false))
+    }
+
+    /// A host group of the usual shape, run at once: at most [`USUAL`]
+    /// sends and receives (`ops`, posted order, with other ranks: a plugin
+    /// never wins a host op with this rank itself) that one plugin wins
+    /// whole. `None` when the group is not that (the caller takes the
+    /// general route: nothing was launched or numbered); else the launch's
+    /// result. Blocking sends, receives and `sendrecv` come here without a
+    /// [`Group`](super::Group): a call of a few hundred nanoseconds (issue 18).
+    pub(super) fn host_p2p_usual(&self, ops: &[FxP2pOp]) -> Option<Result<()>> {
+        if ops.is_empty() || ops.len() > USUAL || !self.any_p2p_plugin() {
+            return None;
+        }
+        let mut serial = self.coll_serial.lock();
+        let mut one = None;
+        for op in ops {
+            let w = self.host_winner(&mut serial, op)?;
+            if one.is_some_and(|o| o != w) {
+                return None;
+            }
+            one = Some(w);
+        }
+        let p = one?;
+        Some(self.refuse_if_stopped().and_then(|()| {
+            // Numbered as the plugin counts them; the first names the launch.
+            let mut first = None;
+            for op in ops {
+                let (peer, send) = (op.peer as usize, op.kind == FX_P2P_SEND);
+                let seq = serial.next_seq(peer, send);
+                first.get_or_insert_with(|| {
+                    let bytes = op.bytes as usize;
+                    if send {
+                        Fingerprint::send(seq, peer, bytes)
+                    } else {
+                        Fingerprint::recv(seq, peer, bytes)
+                    }
+                });
+            }
+            self.p2p_host_on(p, ops, &first.expect("ops is not empty"))
+        }))
+    }
+
     /// Run the host sends and receives of `tasks` (not numbered yet) that a
     /// collective plugin wins: the rest first numbered and queued on the
     /// engine (not driven by this thread), then the plugins' ops to
@@ -199,40 +257,26 @@ impl Communicator {
         if !tasks.iter().any(|t| matches!(t, Task::P2p(p) if !p.device)) {
             return Ok(None); // collectives, device ops: no lock
         }
+        // The usual group (a send and a receive, say) runs on its plugin at once.
+        // (A fixed array: a `SmallVec`'s pushes cost more than the copies.)
+        if tasks.len() <= USUAL {
+            let mut ops = [raw_op(Dir::Send, 0, 0, 0); USUAL];
+            let mut n = 0;
+            for t in tasks.iter() {
+                let Some(op) = host_op(t) else { break };
+                ops[n] = op;
+                n += 1;
+            }
+            if n == tasks.len() {
+                if let Some(r) = self.host_p2p_usual(&ops[..n]) {
+                    return r.map(|()| Some(Request::finished()));
+                }
+            }
+        }
         // One lock for the bids, the numbers and (with nothing for the core)
         // the launches: the plugins' hooks are serialized anyway.
         let mut serial = self.coll_serial.lock();
-        let winner = |serial: &mut HostP2p, op: &FxP2pOp| {
-            let key = BidKey {
-                send: op.kind == FX_P2P_SEND,
-                peer: op.peer as usize,
-                bytes: op.bytes as usize,
-            };
-            serial
-                .bids
-                .winner(key, || self.p2p_winner(op, FX_MEM_HOST, false))
-        };
-        // The usual group (a send and a receive, say): every op a host op
-        // that one plugin wins, run as one launch, found in one pass without
-        // the general split (issue 18: this path is a few hundred nanoseconds
-        // in all).
-        let mut group = P2pOps::new();
-        let mut one = None;
-        for t in tasks.iter() {
-            let Some(op) = host_op(t) else { break };
-            let w = winner(&mut serial, &op);
-            if w.is_none() || (one.is_some() && w != one) {
-                break;
-            }
-            one = w;
-            group.push(op);
-        }
-        if let Some(p) = one.filter(|_| group.len() == tasks.len()) {
-            self.refuse_if_stopped()?;
-            number_plugin_ops(&mut serial, tasks, 0..group.len());
-            self.p2p_host_on(p, &group, &tasks[0].fingerprint())?;
-            return Ok(Some(Request::finished()));
-        }
+        let winner = |serial: &mut HostP2p, op: &FxP2pOp| self.host_winner(serial, op);
         // Otherwise per op (the bids are remembered: asking again is cheap).
         let ops: SmallVec<[Option<FxP2pOp>; 4]> = tasks.iter().map(host_op).collect();
         let winners: SmallVec<[Option<usize>; 4]> = ops

@@ -36,11 +36,13 @@ impl Request {
     }
 
     /// A request for work that already finished (a collective plugin ran it).
+    #[inline]
     pub(crate) fn finished() -> Self {
         Request { pending: None }
     }
 
     /// Block until done (driving progress while there is some).
+    #[inline]
     pub fn wait(mut self) -> Result<()> {
         match self.pending.take() {
             Some(p) => p.engine.wait(&p.done, p.registered),

@@ -62,6 +62,14 @@ impl P2pOp {
     }
 
     /// What is wrong with a raw op [`from_raw`](Self::from_raw) refused.
+    /// Op `i`'s error (out of line: the usual call finds none).
+    #[cold]
+    #[inline(never)]
+    fn bad(i: usize, o: &FxP2pOp, nranks: usize) -> PluginError {
+        let why = Self::why_bad(o, nranks);
+        PluginError::invalid(format!("point-to-point op {i}: {why}"))
+    }
+
     #[cold]
     fn why_bad(o: &FxP2pOp, nranks: usize) -> String {
         if o.kind != FX_P2P_SEND && o.kind != FX_P2P_RECV {
@@ -96,24 +104,22 @@ impl P2pDesc {
         };
         // A plain loop into inline storage: this runs on every call, twice
         // per op (the bid, the launch), and iterator adapters through
-        // `Result` cost more than the small copies they make.
-        let mut ops = SmallVec::with_capacity(raw_ops.len());
-        for (i, o) in raw_ops.iter().enumerate() {
-            match P2pOp::from_raw(o, nranks) {
-                Some(op) => ops.push(op),
-                None => {
-                    let why = P2pOp::why_bad(o, nranks);
-                    return Err(PluginError::invalid(format!(
-                        "point-to-point op {i}: {why}"
-                    )));
-                }
-            }
-        }
-        Ok(P2pDesc {
-            ops,
+        // `Result` cost more than the small copies they make. The
+        // descriptor is built first and filled in place: a finished
+        // `SmallVec` moved into it costs a `memcpy` of its inline ops.
+        let mut d = P2pDesc {
+            ops: SmallVec::new(),
             mem: MemKind::from_raw(raw.mem_kind)?,
             capturing: raw.flags & FX_COLL_CAPTURING != 0,
-        })
+        };
+        d.ops.reserve(raw_ops.len());
+        for (i, o) in raw_ops.iter().enumerate() {
+            match P2pOp::from_raw(o, nranks) {
+                Some(op) => d.ops.push(op),
+                None => return Err(P2pOp::bad(i, o, nranks)),
+            }
+        }
+        Ok(d)
     }
 }
 

@@ -143,6 +143,7 @@ fn main() -> ExitCode {
         ),
         Some("host-p2p") => coll::host_p2p::run(args[1].parse().expect("rounds"), &args[2]),
         Some("host-p2p-size") => coll::host_p2p::size_mismatch(),
+        Some("host-sendrecv") => coll::host_p2p::sendrecv(args[1].parse().expect("rounds")),
         Some("host-p2p-lazy") => coll::host_p2p::lazy_connections(),
         Some("host-p2p-setup-death") => coll::host_p2p::setup_death(),
         Some("host-p2p-two-comms") => coll::host_p2p::two_comms(),

@@ -394,3 +394,66 @@ pub fn setup_timeout() -> Result<String, String> {
         }
     }
 }
+
+/// `host-sendrecv ROUNDS`: `Communicator::sendrecv` around the ring at every
+/// shift (0: with this rank itself, where the call falls back to a group),
+/// sizes on both sides of shm-coll's limit, every byte checked, and the one
+/// bad receive in the middle: rank 1 posts half the bytes rank 0 sends it at
+/// shift 1, fails alone with the size error, and the next call still pairs.
+/// Then a peer out of range is refused naming it, before anything moves.
+pub fn sendrecv(rounds: u64) -> Result<String, String> {
+    let comm = Communicator::from_env().map_err(e2s)?;
+    let (me, n) = (comm.rank(), comm.nranks());
+    let mut calls = 0;
+    for round in 0..rounds {
+        for k in 0..n {
+            let (dest, src) = ((me + k) % n, (me + n - k) % n);
+            // The bad receive: once, from rank 0 to rank 1, of a size both
+            // ends give to shm-coll (a short receive the other runner takes
+            // never meets its send: a hang, reported as such).
+            let bad = round == 1 && k == 1;
+            let len = if bad {
+                100
+            } else {
+                SIZES[(hash(&[round, 5, k as u64]) % SIZES.len() as u64) as usize]
+            };
+            let out: Vec<u8> = (0..len).map(|i| byte(round, me, i)).collect();
+            let short = bad && me == 1;
+            let mut inp = vec![0u8; if short { len / 2 } else { len }];
+            let r = comm.sendrecv(&out, dest, &mut inp, src);
+            if short {
+                let want = format!(
+                    "mismatched sizes: rank 0 sent {len} bytes but rank 1 posted a receive of {} bytes",
+                    len / 2
+                );
+                match r {
+                    Err(Error::InvalidArgument(m)) if m == want => continue,
+                    r => return Err(format!("round {round}: expected `{want}`, got {r:?}")),
+                }
+            }
+            r.map_err(|e| format!("round {round}, shift {k} ({len} bytes): {e}"))?;
+            if let Some(i) = (0..len).find(|&i| inp[i] != byte(round, src, i)) {
+                return Err(format!(
+                    "round {round}, shift {k}: byte {i} of {len} from rank {src} is {}",
+                    inp[i]
+                ));
+            }
+            calls += 1;
+        }
+    }
+    let far = n + 2;
+    match comm.sendrecv(&[1u8; 8], far, &mut [0u8; 8], 0) {
+        Err(Error::InvalidArgument(m))
+            if m.starts_with(&format!("send: peer rank {far} out of range")) => {}
+        r => return Err(format!("a destination out of range: {r:?}")),
+    }
+    match comm.sendrecv(&[1u8; 8], 0, &mut [0u8; 8], far) {
+        Err(Error::InvalidArgument(m))
+            if m.starts_with(&format!("recv: peer rank {far} out of range")) => {}
+        r => return Err(format!("a source out of range: {r:?}")),
+    }
+    let small = comm.host_p2p_runner(true, 8, (me + 1) % n).map_err(e2s)?;
+    comm.barrier().map_err(e2s)?;
+    comm.destroy().map_err(e2s)?;
+    Ok(format!("SENDRECV {calls} calls checked ({small})"))
+}

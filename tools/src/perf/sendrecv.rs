@@ -71,6 +71,14 @@ pub fn run(
             d.send.upload(&sbuf[..size])?;
         }
         let step = |sbuf: &[u8], rbuf: &mut [u8]| -> Result<()> {
+            // Host memory, one send and one receive: `sendrecv`, the call a
+            // program makes (Open MPI's benchmark calls MPI_Sendrecv); it runs
+            // as the group below would.
+            if let (None, [(peer, at, _, len)], [(from, _, _, rlen)]) =
+                (&dev, &sends[..], &recvs[..])
+            {
+                return comm.sendrecv(&sbuf[*at..at + len], *peer, &mut rbuf[..*rlen], *from);
+            }
             // The sends, then the receives: one group, so the order within it
             // does not matter (ce runs it as one kernel either way).
             let mut g = comm.group_start();
