@@ -185,6 +185,16 @@ class Communicator:
             self._c.p2p(False, _capsule(buf, s), peer, s)
         return buf
 
+    def sendrecv(self, send: Any, dest: int, recv: Any, src: int, stream: Optional[int] = None) -> Any:
+        """Send `send` to `dest` and receive exactly `recv`'s bytes from `src` into `recv`,
+        together (MPI_Sendrecv): ranks that all send and receive around a ring cannot
+        deadlock, as they can with a blocking `send` of a large buffer first. Both
+        buffers in host memory, or both CUDA tensors (ordered on `stream`)."""
+        if self._c.sendrecv_buf(send, dest, recv, src) is NotImplemented:
+            s = _stream_of(send, stream)
+            self._c.sendrecv(_capsule(send, s), dest, _capsule(recv, s), src, s)
+        return recv
+
     def split(self, color: int, key: int = 0) -> Optional["Communicator"]:
         """New communicators of the ranks passing the same color, ordered by key; None for color < 0."""
         c = self._c.split(color, key)

@@ -264,19 +264,61 @@ impl Comm {
         let name = if send { "send" } else { "recv" };
         let (p, n, cuda) = (t.ptr, t.bytes, t.cuda);
         self.call(py, name, move |c| {
-            let mut g = c.group_start();
             // SAFETY: the tensor lives across the call (`t` is held until it returns).
             unsafe {
                 match (send, cuda) {
-                    (true, false) => g.send(std::slice::from_raw_parts(p as *const u8, n), peer)?,
-                    (false, false) => {
-                        g.recv(std::slice::from_raw_parts_mut(p as *mut u8, n), peer)?
+                    (true, false) => c.send(std::slice::from_raw_parts(p as *const u8, n), peer),
+                    (false, false) => c.recv(std::slice::from_raw_parts_mut(p as *mut u8, n), peer),
+                    (true, true) => {
+                        let mut g = c.group_start();
+                        g.send_on(p as u64, n, peer, stream as ferrocx::RawStream)?;
+                        g.group_end()
                     }
-                    (true, true) => g.send_on(p as u64, n, peer, stream as ferrocx::RawStream)?,
-                    (false, true) => g.recv_on(p as u64, n, peer, stream as ferrocx::RawStream)?,
+                    (false, true) => {
+                        let mut g = c.group_start();
+                        g.recv_on(p as u64, n, peer, stream as ferrocx::RawStream)?;
+                        g.group_end()
+                    }
                 }
             }
-            g.group_end()
+        })
+    }
+
+    /// `Communicator::sendrecv` on host buffers; on CUDA tensors a group of
+    /// the two on `stream`. Both in one kind of memory.
+    fn run_sendrecv(
+        &self,
+        py: Python<'_>,
+        (s, dest): (Tensor, usize),
+        (r, src): (Tensor, usize),
+        stream: usize,
+    ) -> PyResult<()> {
+        if s.cuda != r.cuda {
+            return Err(err(
+                Some(self.comm.rank()),
+                "sendrecv",
+                ferrocx::Error::InvalidArgument(
+                    "sendrecv: the send and receive buffers must both be in host memory or both on a GPU".into(),
+                ),
+            ));
+        }
+        let (sp, sn, rp, rn, cuda) = (s.ptr, s.bytes, r.ptr, r.bytes, s.cuda);
+        self.call(py, "sendrecv", move |c| {
+            // SAFETY: the tensors live across the call (held until it returns).
+            unsafe {
+                if !cuda {
+                    return c.sendrecv(
+                        std::slice::from_raw_parts(sp as *const u8, sn),
+                        dest,
+                        std::slice::from_raw_parts_mut(rp as *mut u8, rn),
+                        src,
+                    );
+                }
+                let mut g = c.group_start();
+                g.send_on(sp as u64, sn, dest, stream as ferrocx::RawStream)?;
+                g.recv_on(rp as u64, rn, src, stream as ferrocx::RawStream)?;
+                g.group_end()
+            }
         })
     }
 }
@@ -435,6 +477,44 @@ impl Comm {
             return Ok(py.NotImplemented());
         };
         self.run_p2p(py, send, t, peer, 0)?;
+        Ok(py.None())
+    }
+
+    /// Send `send_capsule`'s bytes to `dest` and receive `recv_capsule`'s
+    /// from `src`, together.
+    #[pyo3(signature = (send_capsule, dest, recv_capsule, src, stream))]
+    fn sendrecv(
+        &self,
+        py: Python<'_>,
+        send_capsule: PyObject,
+        dest: usize,
+        recv_capsule: PyObject,
+        src: usize,
+        stream: usize,
+    ) -> PyResult<()> {
+        let s = Tensor::of(py, &send_capsule)?;
+        let r = Tensor::of(py, &recv_capsule)?;
+        self.run_sendrecv(py, (s, dest), (r, src), stream)
+    }
+
+    /// The same on host buffers themselves: NotImplemented where the Python
+    /// layer must prepare them, else None once done.
+    #[pyo3(signature = (send, dest, recv, src))]
+    fn sendrecv_buf(
+        &self,
+        py: Python<'_>,
+        send: &Bound<'_, PyAny>,
+        dest: usize,
+        recv: &Bound<'_, PyAny>,
+        src: usize,
+    ) -> PyResult<PyObject> {
+        let (Some(s), Some(r)) = (Tensor::from_object(send)?, Tensor::from_object(recv)?) else {
+            return Ok(py.NotImplemented());
+        };
+        if s.cuda || r.cuda {
+            return Ok(py.NotImplemented());
+        }
+        self.run_sendrecv(py, (s, dest), (r, src), 0)?;
         Ok(py.None())
     }
 

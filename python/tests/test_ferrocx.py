@@ -3,7 +3,7 @@
     fxrun -n 3 -- python -m pytest -q python/tests
 
 Every collective on NumPy arrays with results checked, in place and not,
-non-blocking calls, send/recv, split, and errors as exceptions with ferrocx's
+non-blocking calls, send/recv, sendrecv, split, and errors as exceptions with ferrocx's
 message."""
 import re
 
@@ -121,6 +121,23 @@ def test_send_recv_ring():
         comm.recv(y, left)
         comm.send(x, right)
     np.testing.assert_array_equal(y, np.arange(1000) + left)
+
+
+def test_sendrecv_around_the_ring():
+    right, left = (me + 1) % n, (me + n - 1) % n
+    # 8 bytes (shm-coll's rings) and 4 MiB (the core's path): every rank sends
+    # first, which blocking sends of 4 MiB could not all do at once.
+    for count in [1, 1 << 19]:
+        x = np.arange(count, dtype=np.int64) * n + me
+        y = np.full(count, -1, dtype=np.int64)
+        assert comm.sendrecv(x, right, y, left) is y
+        np.testing.assert_array_equal(y, np.arange(count) * n + left)
+    # With itself: a copy.
+    y = np.zeros(3, dtype=np.int32)
+    comm.sendrecv(np.array([me, 7, 9], dtype=np.int32), me, y, me)
+    np.testing.assert_array_equal(y, [me, 7, 9])
+    with pytest.raises(ferrocx.InvalidArgument, match=rf"rank {me}: sendrecv: .*recv: peer rank {n + 1} out of range"):
+        comm.sendrecv(np.zeros(2, dtype=np.int32), right, np.zeros(2, dtype=np.int32), n + 1)
 
 
 def test_split():
