@@ -57,8 +57,26 @@ def test_cuda_in_place_and_send_recv():
     comm.device_error()
 
 
+def test_sendrecv_on_cuda_tensors_around_the_ring():
+    right, left = (me + 1) % n, (me + n - 1) % n
+    for count in [2, 1 << 20]:
+        x = torch.arange(count, device=dev, dtype=torch.int64) * n + me
+        y = torch.full((count,), -1, device=dev, dtype=torch.int64)
+        assert comm.sendrecv(x, right, y, left) is y  # queued on the current stream
+        torch.cuda.current_stream(dev).synchronize()
+        assert torch.equal(y.cpu(), torch.arange(count) * n + left)
+    try:  # (no pytest.raises: this file also runs as a script)
+        comm.sendrecv(torch.zeros(2, device=dev), right, torch.zeros(2), left)
+    except ferrocx.InvalidArgument as e:
+        assert "both in host memory or both on a GPU" in str(e), e
+    else:
+        raise AssertionError("a CUDA send with a host receive was accepted")
+    comm.device_error()
+
+
 if __name__ == "__main__":
     test_collectives_on_cuda_tensors_on_a_side_stream()
     test_cuda_in_place_and_send_recv()
+    test_sendrecv_on_cuda_tensors_around_the_ring()
     comm.destroy()
     print(f"PASS rank {me}: CUDA tensors checked")

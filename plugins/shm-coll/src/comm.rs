@@ -129,30 +129,6 @@ fn local_setup(
     Ok((region, bytes, p2p, depth))
 }
 
-/// CPUs the ranks can share: the host's online CPUs (not this process's
-/// affinity: bound ranks each see one), capped by a cgroup v2 CPU quota (a
-/// container limited to 2 CPUs on a large host).
-fn host_cpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    let online = usize::try_from(n).unwrap_or(1).max(1);
-    std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
-        .ok()
-        .and_then(|q| quota_cpus(&q))
-        .map_or(online, |q| online.min(q))
-}
-
-/// CPUs a cgroup v2 `cpu.max` line allows (`"200000 100000"`: 2), rounded up;
-/// `None` without a limit (`"max 100000"`) or for a line it cannot read.
-fn quota_cpus(line: &str) -> Option<usize> {
-    let mut it = line.split_whitespace();
-    let quota: u64 = it.next()?.parse().ok()?;
-    let period: u64 = it.next()?.parse().ok().filter(|&p| p > 0)?;
-    usize::try_from(quota.div_ceil(period))
-        .ok()
-        .map(|c| c.max(1))
-}
-
 impl ShmComm {
     /// Set up: two out-of-band rounds, every rank deciding alike.
     pub fn init(host: Host, cfg: Config, info: &CommInfo, oob: Oob) -> PluginResult<Self> {
@@ -173,6 +149,7 @@ impl ShmComm {
             depth: mine.as_ref().map_or(0, |m| m.3) as u64,
             check: cfg.check,
             name: name.clone(),
+            cpus: crate::cpus::this_process(),
         };
         let all = oob.all_gather(&hello.encode())?;
         let hellos: Vec<_> = all.iter().map(|b| Hello::decode(b)).collect();
@@ -211,7 +188,14 @@ impl ShmComm {
             taken: vec![0; info.nranks],
             credits_seen: vec![0; info.nranks],
             pids: info.peers.iter().map(|p| p.pid).collect(),
-            oversubscribed: info.nranks > host_cpus(),
+            oversubscribed: crate::cpus::oversubscribed(
+                &hellos
+                    .iter()
+                    .map(|h| h.as_ref().map_or_else(Default::default, |h| h.cpus))
+                    .collect::<Vec<_>>(),
+                info.rank,
+                crate::cpus::host_limit(),
+            ),
             broken: None,
             last: None,
             oob: (agreed.check == Check::Deferred).then_some(oob),

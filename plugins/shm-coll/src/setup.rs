@@ -11,13 +11,14 @@
 //!    not, every rank sits out.
 
 use crate::config::Check;
+use crate::cpus::{CpuSet, CPUSET_BYTES};
 
 /// Bytes of a region name carried.
 pub const NAME_BYTES: usize = 96;
 /// Bytes of a reason carried.
 pub const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
-pub const HELLO_BYTES: usize = 4 + 4 + 8 + 8 + 8 + 8 + 8 + NAME_BYTES + REASON_BYTES;
+pub const HELLO_BYTES: usize = 4 + 4 + 8 + 8 + 8 + 8 + 8 + NAME_BYTES + REASON_BYTES + CPUSET_BYTES;
 /// Bytes of an encoded [`opened`] status.
 pub const OPENED_BYTES: usize = 4 + REASON_BYTES;
 
@@ -42,6 +43,8 @@ pub struct Hello {
     pub check: Check,
     /// Its region's name.
     pub name: String,
+    /// The CPUs it may run on (empty: unknown).
+    pub cpus: CpuSet,
 }
 
 /// What every rank decided.
@@ -102,6 +105,7 @@ impl Hello {
         b.extend_from_slice(&self.depth.to_le_bytes());
         put_text(&mut b, &self.name, NAME_BYTES);
         put_text(&mut b, self.failed.as_deref().unwrap_or(""), REASON_BYTES);
+        b.extend_from_slice(&self.cpus.encode());
         b
     }
 
@@ -112,7 +116,7 @@ impl Hello {
         }
         let flags = u32::from_le_bytes(word(b, 0));
         let ok = flags & 1 == 1;
-        let reason = text(&b[48 + NAME_BYTES..]);
+        let reason = text(&b[48 + NAME_BYTES..48 + NAME_BYTES + REASON_BYTES]);
         Some(Hello {
             failed: (!ok).then_some(reason),
             priority: i32::from_le_bytes(word(b, 4)),
@@ -127,6 +131,7 @@ impl Hello {
                 _ => Check::Sync,
             },
             name: text(&b[48..48 + NAME_BYTES]),
+            cpus: CpuSet::decode(&b[HELLO_BYTES - CPUSET_BYTES..]),
         })
     }
 }
@@ -218,6 +223,7 @@ mod tests {
             depth: 8,
             check: Check::Off,
             name: "/ferrocx-shmcoll-12-ab-0".into(),
+            cpus: CpuSet::of([3, 70]),
         }
     }
 

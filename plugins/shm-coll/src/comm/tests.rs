@@ -510,17 +510,6 @@ fn a_rank_whose_region_is_gone_is_named_dead_at_once() {
     assert!(took < Duration::from_secs(1), "{took:?}");
 }
 
-#[test]
-fn a_cgroup_quota_counts_as_cpus() {
-    assert_eq!(quota_cpus("200000 100000\n"), Some(2));
-    assert_eq!(quota_cpus("150000 100000"), Some(2));
-    assert_eq!(quota_cpus("50000 100000"), Some(1));
-    assert_eq!(quota_cpus("max 100000"), None);
-    assert_eq!(quota_cpus("garbage"), None);
-    assert_eq!(quota_cpus("100 0"), None);
-    assert!(host_cpus() >= 1);
-}
-
 /// Checked later, correct programs where any rank may run far ahead: random
 /// collectives (half of them rooted, chunked through 64-byte slots, in place or
 /// not, numbers with gaps) mixed with sends and receives on the point-to-point
