@@ -20,6 +20,7 @@
 
 use crate::arena::{Arena, Ring};
 use crate::config::{Check, Config};
+use crate::cpus;
 use crate::exchange::{self, Call, Wire};
 use crate::layout::{Layout, MAX_DEPTH};
 use crate::setup::{self, Hello};
@@ -149,11 +150,24 @@ impl ShmComm {
             depth: mine.as_ref().map_or(0, |m| m.3) as u64,
             check: cfg.check,
             name: name.clone(),
-            cpus: crate::cpus::this_process(),
+            cpus: cpus::this_process(),
         };
         let all = oob.all_gather(&hello.encode())?;
         let hellos: Vec<_> = all.iter().map(|b| Hello::decode(b)).collect();
         let agreed = setup::agree(&hellos).map_err(PluginError::unsupported)?;
+        let sets: Vec<_> = hellos
+            .iter()
+            .map(|h| h.as_ref().map_or_else(Default::default, |h| h.cpus))
+            .collect();
+        let sharing = cpus::sharing(&sets, info.rank, cpus::host_limit());
+        if sharing.over() {
+            host.info(format!(
+                "shm-coll: rank {} shares its CPUs with {} more rank(s) on {} CPU(s): a waiting rank yields at once",
+                info.rank,
+                sharing.ranks - 1,
+                sharing.cpus
+            ));
+        }
         let (mine, ..) = mine.map_err(PluginError::internal)?;
         let layout = Layout::new(info.nranks, agreed.bytes, agreed.depth, agreed.p2p_bytes);
         let arena = Arena::new(info.rank, layout, mine, |r| {
@@ -188,14 +202,7 @@ impl ShmComm {
             taken: vec![0; info.nranks],
             credits_seen: vec![0; info.nranks],
             pids: info.peers.iter().map(|p| p.pid).collect(),
-            oversubscribed: crate::cpus::oversubscribed(
-                &hellos
-                    .iter()
-                    .map(|h| h.as_ref().map_or_else(Default::default, |h| h.cpus))
-                    .collect::<Vec<_>>(),
-                info.rank,
-                crate::cpus::host_limit(),
-            ),
+            oversubscribed: sharing.over(),
             broken: None,
             last: None,
             oob: (agreed.check == Check::Deferred).then_some(oob),

@@ -68,16 +68,34 @@ impl CpuSet {
     }
 }
 
-/// Whether rank `me` of ranks with CPU sets `sets` (every rank's, in rank
-/// order, all on one host) shares its CPUs with more ranks than they hold:
-/// the ranks whose sets meet its own, directly or through others, against
-/// the CPUs of their sets together, at most `limit` (the host's online CPUs
-/// under its cgroup quota). Where a set is unknown (empty), every rank is
-/// counted against `limit`, as before sets were sent.
-pub fn oversubscribed(sets: &[CpuSet], me: usize, limit: usize) -> bool {
+/// How many ranks share a rank's CPUs, and how many CPUs those are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sharing {
+    /// Ranks, this one included.
+    pub ranks: usize,
+    /// CPUs they may run on.
+    pub cpus: usize,
+}
+
+impl Sharing {
+    /// Whether the ranks outnumber the CPUs.
+    pub fn over(&self) -> bool {
+        self.ranks > self.cpus
+    }
+}
+
+/// Who shares rank `me`'s CPUs, of ranks with CPU sets `sets` (every rank's,
+/// in rank order, all on one host): the ranks whose sets meet its own,
+/// directly or through others, and the CPUs of their sets together, at most
+/// `limit` (the host's online CPUs under its cgroup quota). Where a set is
+/// unknown (empty), every rank, on `limit` CPUs.
+pub fn sharing(sets: &[CpuSet], me: usize, limit: usize) -> Sharing {
     let limit = limit.max(1);
     if sets.get(me).is_none_or(CpuSet::is_empty) || sets.iter().any(CpuSet::is_empty) {
-        return sets.len() > limit;
+        return Sharing {
+            ranks: sets.len(),
+            cpus: limit,
+        };
     }
     let mut held = sets[me];
     let mut sharing = vec![false; sets.len()];
@@ -96,8 +114,10 @@ pub fn oversubscribed(sets: &[CpuSet], me: usize, limit: usize) -> bool {
             break;
         }
     }
-    let ranks = sharing.iter().filter(|&&s| s).count();
-    ranks > held.count().min(limit)
+    Sharing {
+        ranks: sharing.iter().filter(|&&s| s).count(),
+        cpus: held.count().min(limit),
+    }
 }
 
 /// The CPUs this process may run on (empty where that cannot be read).
@@ -148,22 +168,23 @@ mod tests {
     #[test]
     fn ranks_bound_to_a_core_each_do_not_share() {
         let s = sets(&[&[0], &[1], &[2], &[3]]);
-        assert!((0..4).all(|me| !oversubscribed(&s, me, 16)));
+        assert!((0..4).all(|me| !sharing(&s, me, 16).over()));
     }
 
     #[test]
     fn ranks_under_one_mask_of_fewer_cpus_share() {
         // taskset -c 0,1 on a 16-CPU host, 4 ranks.
         let s = sets(&[&[0, 1], &[0, 1], &[0, 1], &[0, 1]]);
-        assert!((0..4).all(|me| oversubscribed(&s, me, 16)));
+        assert!((0..4).all(|me| sharing(&s, me, 16).over()));
+        assert_eq!(sharing(&s, 3, 16), Sharing { ranks: 4, cpus: 2 });
         // The same two ranks: one CPU each.
-        assert!(!oversubscribed(&s[..2], 0, 16));
+        assert!(!sharing(&s[..2], 0, 16).over());
         // Unbound on a host of 16: no.
         let all: Vec<usize> = (0..16).collect();
         let s = sets(&[&all, &all, &all, &all]);
-        assert!(!oversubscribed(&s, 2, 16));
+        assert!(!sharing(&s, 2, 16).over());
         // A cgroup quota of 2 CPUs counts.
-        assert!(oversubscribed(&s, 2, 2));
+        assert!(sharing(&s, 2, 2).over());
     }
 
     #[test]
@@ -171,12 +192,12 @@ mod tests {
         // 0 and 1 on CPU 0 and 1, 2 on CPUs 1 and 2: three ranks on three CPUs,
         // none over; with 3 on CPU 2 too, four on three.
         let s = sets(&[&[0], &[0, 1], &[1, 2]]);
-        assert!((0..3).all(|me| !oversubscribed(&s, me, 16)));
+        assert!((0..3).all(|me| !sharing(&s, me, 16).over()));
         let s = sets(&[&[0], &[0, 1], &[1, 2], &[2]]);
-        assert!((0..4).all(|me| oversubscribed(&s, me, 16)));
+        assert!((0..4).all(|me| sharing(&s, me, 16).over()));
         // Two ranks on CPU 0, two bound apart: only the first two share.
         let s = sets(&[&[0], &[0], &[5], &[6]]);
-        let over: Vec<bool> = (0..4).map(|me| oversubscribed(&s, me, 16)).collect();
+        let over: Vec<bool> = (0..4).map(|me| sharing(&s, me, 16).over()).collect();
         assert_eq!(over, [true, true, false, false]);
     }
 
@@ -184,8 +205,8 @@ mod tests {
     fn unknown_sets_count_every_rank_against_the_host() {
         let mut s = sets(&[&[0], &[1], &[2]]);
         s[1] = CpuSet::default();
-        assert!(!oversubscribed(&s, 0, 4));
-        assert!(oversubscribed(&s, 0, 2));
+        assert!(!sharing(&s, 0, 4).over());
+        assert!(sharing(&s, 0, 2).over());
     }
 
     #[test]
