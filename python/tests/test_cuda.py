@@ -68,7 +68,7 @@ def test_sendrecv_on_cuda_tensors_around_the_ring():
     try:  # (no pytest.raises: this file also runs as a script)
         comm.sendrecv(torch.zeros(2, device=dev), right, torch.zeros(2), left)
     except ferrocx.InvalidArgument as e:
-        assert "both in host memory or both on a GPU" in str(e), e
+        assert "must both be in host memory or both on a GPU" in str(e), e
     else:
         raise AssertionError("a CUDA send with a host receive was accepted")
     comm.device_error()

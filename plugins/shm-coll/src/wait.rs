@@ -3,8 +3,9 @@
 //! The caller's thread polls the flag itself — no thread hand-off, which is
 //! what makes a small collective cost a few cache-line transfers. A rank with
 //! a core of its own spins briefly (a peer usually arrives within
-//! microseconds), then yields; ranks that outnumber the CPUs yield at once, so
-//! the peer they wait for gets the core (Open MPI's `mpi_yield_when_idle`).
+//! microseconds), then yields; ranks that outnumber the CPUs they share
+//! ([`crate::cpus`]) yield at once, so the peer they wait for gets the core
+//! (Open MPI's `mpi_yield_when_idle`).
 //! A wait that lasts sleeps in short steps instead of burning its core. Every
 //! few polls it checks the clock, the abort flag and the peer's health.
 

@@ -118,6 +118,8 @@ Benchmarks (nccl-tests' names; `all_reduce_perf` etc. are accepted too):
   all_reduce all_gather reduce_scatter broadcast reduce alltoall alltoallv gather scatter sendrecv
   alltoall_sends (an all-to-all as one group of sends and receives with every rank, itself
   included: what nccl-tests' alltoall posts through NCCL's API)
+  sendrecv sends to rank+1 and receives from rank-1: on host memory one
+  Communicator::sendrecv (Open MPI's benchmark calls MPI_Sendrecv), on CUDA a group
 
   --np N      start N local ranks of this benchmark (otherwise run under fxrun/mpirun/srun/torchrun)
   --bind B    with --np: core (rank i on CPU i modulo the CPUs, like mpirun; the default),
