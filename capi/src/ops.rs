@@ -261,12 +261,43 @@ fn run_one(c: &Communicator, p: Pending) -> Result<()> {
                 }
             }
         }
+        // A host send or receive alone: the blocking call, which goes straight
+        // to the plugin that wins it (no group built: issue 18).
+        Pending::P2p {
+            send,
+            ptr,
+            len,
+            peer,
+            device: false,
+            ..
+        } => {
+            check_buffer(send, ptr, len)?;
+            // SAFETY: the C caller's contract on the buffer until the call returns.
+            unsafe {
+                if send {
+                    c.send(slice(ptr, len), peer)
+                } else {
+                    c.recv(slice_mut(ptr, len), peer)
+                }
+            }
+        }
         p @ Pending::P2p { .. } => {
             let mut g = c.group_start();
             add_p2p(&mut g, p)?;
             g.group_end()
         }
     }
+}
+
+/// A send's or receive's buffer: NULL only when it moves nothing.
+fn check_buffer(send: bool, ptr: usize, len: usize) -> Result<()> {
+    if ptr == 0 && len > 0 {
+        return Err(Error::InvalidArgument(format!(
+            "the buffer is NULL but {len} bytes are to be {}",
+            if send { "sent" } else { "received" }
+        )));
+    }
+    Ok(())
 }
 
 fn add_p2p<'a>(g: &mut ferrocx::Group<'a>, p: Pending) -> Result<()> {
@@ -281,12 +312,7 @@ fn add_p2p<'a>(g: &mut ferrocx::Group<'a>, p: Pending) -> Result<()> {
     else {
         return Err(Error::InvalidArgument("not a send or receive".into()));
     };
-    if ptr == 0 && len > 0 {
-        return Err(Error::InvalidArgument(format!(
-            "the buffer is NULL but {len} bytes are to be {}",
-            if send { "sent" } else { "received" }
-        )));
-    }
+    check_buffer(send, ptr, len)?;
     // SAFETY: the C caller's contract on the buffer (and stream) until the call completes.
     unsafe {
         match (send, device) {

@@ -99,6 +99,13 @@ int main(void) {
   CHECK(ferrocx_recv(v, c, FERROCX_INT32, (me + n - 1) % n, comm, NULL));
   CHECK(ferrocx_group_end());
   for (i = 0; i < (int32_t)c; i++) EXPECT(v[i] == ((me + n - 1) % n) * 13 + i, "ring recv[%d] = %d", i, v[i]);
+  /* blocking, outside a group: rank 0 sends to rank 1 (a small host message: straight to its plugin) */
+  if (me == 0) CHECK(ferrocx_send(s, 5, FERROCX_INT32, 1, comm, NULL));
+  if (me == 1) {
+    for (i = 0; i < 5; i++) v[i] = -1;
+    CHECK(ferrocx_recv(v, 5, FERROCX_INT32, 0, comm, NULL));
+    for (i = 0; i < 5; i++) EXPECT(v[i] == i, "blocking recv[%d] = %d", i, v[i]);
+  }
 
   /* split: even and odd ranks, reversed */
   CHECK(ferrocx_comm_split(comm, me % 2, -me, &sub));
@@ -115,6 +122,7 @@ int main(void) {
   /* error paths: nothing is lost, the communicator keeps working */
   EXPECT_ERR(ferrocx_send(s, c, FERROCX_INT32, n + 5, comm, NULL), FERROCX_INVALID_ARGUMENT, "out of range");
   EXPECT(strstr(ferrocx_get_last_error(), "ferrocx_send") != NULL, "message lacks the call: %s", ferrocx_get_last_error());
+  EXPECT_ERR(ferrocx_send(NULL, c, FERROCX_INT32, (me + 1) % n, comm, NULL), FERROCX_INVALID_ARGUMENT, "NULL");
   EXPECT_ERR(ferrocx_all_reduce(NULL, v, c, FERROCX_INT32, FERROCX_SUM, comm, NULL), FERROCX_INVALID_ARGUMENT, "NULL");
   EXPECT_ERR(ferrocx_all_reduce((char *)s + 1, v, c, FERROCX_INT32, FERROCX_SUM, comm, NULL), FERROCX_INVALID_ARGUMENT, "aligned");
   EXPECT_ERR(ferrocx_all_reduce(s, v, c, 99, FERROCX_SUM, comm, NULL), FERROCX_INVALID_ARGUMENT, "unknown data type");
