@@ -32,8 +32,8 @@ pub(crate) type Launch = (usize, Indices);
 /// One launch's ops as the ABI passes them (inline for a call's usual handful).
 type P2pOps = SmallVec<[FxP2pOp; 4]>;
 
-/// The most ops of a group taken by the one-pass route of
-/// [`Communicator::host_p2p_on_plugins`] (a send and a receive, say).
+/// The most ops of a group [`Communicator::host_p2p_usual`] takes (a send
+/// and a receive, say).
 const USUAL: usize = 4;
 
 /// Op indices (inline for a call's usual handful: no allocation per call).
