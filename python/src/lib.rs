@@ -266,20 +266,20 @@ impl Comm {
         self.call(py, name, move |c| {
             // SAFETY: the tensor lives across the call (`t` is held until it returns).
             unsafe {
-                match (send, cuda) {
-                    (true, false) => c.send(std::slice::from_raw_parts(p as *const u8, n), peer),
-                    (false, false) => c.recv(std::slice::from_raw_parts_mut(p as *mut u8, n), peer),
-                    (true, true) => {
-                        let mut g = c.group_start();
-                        g.send_on(p as u64, n, peer, stream as ferrocx::RawStream)?;
-                        g.group_end()
-                    }
-                    (false, true) => {
-                        let mut g = c.group_start();
-                        g.recv_on(p as u64, n, peer, stream as ferrocx::RawStream)?;
-                        g.group_end()
-                    }
+                if !cuda {
+                    return if send {
+                        c.send(std::slice::from_raw_parts(p as *const u8, n), peer)
+                    } else {
+                        c.recv(std::slice::from_raw_parts_mut(p as *mut u8, n), peer)
+                    };
                 }
+                let mut g = c.group_start();
+                if send {
+                    g.send_on(p as u64, n, peer, stream as ferrocx::RawStream)?;
+                } else {
+                    g.recv_on(p as u64, n, peer, stream as ferrocx::RawStream)?;
+                }
+                g.group_end()
             }
         })
     }
@@ -298,7 +298,8 @@ impl Comm {
                 Some(self.comm.rank()),
                 "sendrecv",
                 ferrocx::Error::InvalidArgument(
-                    "sendrecv: the send and receive buffers must both be in host memory or both on a GPU".into(),
+                    "the send and receive buffers must both be in host memory or both on a GPU"
+                        .into(),
                 ),
             ));
         }
@@ -508,12 +509,10 @@ impl Comm {
         recv: &Bound<'_, PyAny>,
         src: usize,
     ) -> PyResult<PyObject> {
+        // `from_object` leaves CUDA tensors to the Python layer (None).
         let (Some(s), Some(r)) = (Tensor::from_object(send)?, Tensor::from_object(recv)?) else {
             return Ok(py.NotImplemented());
         };
-        if s.cuda || r.cuda {
-            return Ok(py.NotImplemented());
-        }
         self.run_sendrecv(py, (s, dest), (r, src), 0)?;
         Ok(py.None())
     }

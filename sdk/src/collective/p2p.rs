@@ -61,7 +61,6 @@ impl P2pOp {
         })
     }
 
-    /// What is wrong with a raw op [`from_raw`](Self::from_raw) refused.
     /// Op `i`'s error (out of line: the usual call finds none).
     #[cold]
     #[inline(never)]
@@ -70,6 +69,7 @@ impl P2pOp {
         PluginError::invalid(format!("point-to-point op {i}: {why}"))
     }
 
+    /// What is wrong with a raw op [`from_raw`](Self::from_raw) refused.
     #[cold]
     fn why_bad(o: &FxP2pOp, nranks: usize) -> String {
         if o.kind != FX_P2P_SEND && o.kind != FX_P2P_RECV {
