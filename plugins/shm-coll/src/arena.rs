@@ -3,7 +3,7 @@
 //! writes into. Offsets come from [`Layout`]; who writes what when is
 //! `comm`'s protocol.
 
-use crate::layout::{self, Layout, HEAD};
+use crate::layout::{self, Layout, HEAD, INLINE};
 use ferrocx_algo::fingerprint::FINGERPRINT_BYTES;
 use ferrocx_sdk::region::Region;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -119,10 +119,24 @@ impl Arena {
         self.regions[rank].lock_held(0)
     }
 
-    /// The slot `from` writes its collective message `number` into in `owner`'s region.
-    fn slot(&self, owner: usize, from: usize, number: u64) -> *mut u8 {
+    /// The head `from` writes its collective message `number` into in `owner`'s region.
+    #[inline]
+    fn head(&self, owner: usize, from: usize, number: u64) -> *mut u8 {
         // SAFETY: the offset lies inside every region (layout.len() checked at mapping).
-        unsafe { self.bases[owner].add(self.layout.slot(from, number)) }
+        unsafe { self.bases[owner].add(self.layout.head(from, number)) }
+    }
+
+    /// Where the payload of `from`'s collective message `number` of `len`
+    /// bytes lies in `owner`'s region: in its head's line up to [`INLINE`]
+    /// bytes, else in its slot.
+    #[inline]
+    fn payload(&self, owner: usize, from: usize, number: u64, len: usize) -> *mut u8 {
+        if len <= INLINE {
+            self.head(owner, from, number).wrapping_add(HEAD)
+        } else {
+            // SAFETY: the offset lies inside every region (layout.len() checked at mapping).
+            unsafe { self.bases[owner].add(self.layout.slot(from, number)) }
+        }
     }
 
     fn flag(&self, slot: *mut u8) -> &AtomicU64 {
@@ -144,8 +158,9 @@ impl Arena {
     ///
     /// # Safety
     /// `data` readable for `len` ≤ the layout's bytes; `to` is done with
-    /// message `number − depth` (its [`credits`](Self::credits) say so, or the
-    /// calls' lockstep does: `comm`).
+    /// message `number − heads`, and with `number − depth` when `len` is over
+    /// [`INLINE`] (its [`credits`](Self::credits) say so, or the calls'
+    /// lockstep does: `comm`).
     pub unsafe fn post(
         &self,
         to: usize,
@@ -157,8 +172,9 @@ impl Arena {
         debug_assert!(len <= self.layout.bytes);
         // SAFETY: the caller's contract; the slot holds `layout.bytes` of payload.
         unsafe {
-            write_slot(
-                self.slot(to, self.me, number),
+            write_message(
+                self.head(to, self.me, number),
+                self.payload(to, self.me, number, len),
                 number + 1,
                 fingerprint,
                 data,
@@ -169,19 +185,22 @@ impl Arena {
 
     /// Whether `from`'s collective message `number` is here (acquire).
     pub fn arrived(&self, from: usize, number: u64) -> bool {
-        self.flag(self.slot(self.me, from, number))
+        self.flag(self.head(self.me, from, number))
             .load(Ordering::Acquire)
             == number + 1
     }
 
-    /// Start fetching the first two lines of `from`'s collective message
-    /// `number` (its flag, fingerprint and a small payload) into this core's
-    /// cache: a hint, nothing is read.
+    /// Start fetching `from`'s collective message `number` into this core's
+    /// cache — its head, and the first line of a payload of `len` bytes over
+    /// [`INLINE`]: a hint, nothing is read.
     /// With deep rings the sender runs ahead, so the next message is usually
     /// written already and its miss overlaps the caller's own work instead of
     /// stalling its next call.
-    pub fn prefetch(&self, from: usize, number: u64) {
-        self.prefetch_lines(self.slot(self.me, from, number), 2, false);
+    pub fn prefetch(&self, from: usize, number: u64, len: usize) {
+        self.prefetch_lines(self.head(self.me, from, number), 1, false);
+        if len > INLINE {
+            self.prefetch_lines(self.payload(self.me, from, number, len), 1, false);
+        }
     }
 
     /// Start taking ownership of the lines of the slot this rank's collective
@@ -192,8 +211,11 @@ impl Arena {
     /// next locked instruction, such as the core's unlock after the call,
     /// would wait for). A hint: nothing is written.
     pub fn prepare_post(&self, to: usize, number: u64, len: usize) {
-        let lines = (HEAD + len).div_ceil(64).min(PREPARE_LINES);
-        self.prefetch_lines(self.slot(to, self.me, number), lines, true);
+        self.prefetch_lines(self.head(to, self.me, number), 1, true);
+        if len > INLINE {
+            let lines = len.div_ceil(64).min(PREPARE_LINES);
+            self.prefetch_lines(self.payload(to, self.me, number, len), lines, true);
+        }
     }
 
     /// Prefetch `lines` cache lines from `p` into this core's cache, to read
@@ -231,8 +253,13 @@ impl Arena {
     /// Valid once [`arrived`](Self::arrived) said so, until it is credited (in
     /// `comm`'s lockstep: until this rank's next message to `from`).
     pub fn message(&self, from: usize, number: u64) -> ([u8; FINGERPRINT_BYTES], usize, *const u8) {
-        // SAFETY: the caller saw the flag (acquire) of this slot.
-        unsafe { read_slot(self.slot(self.me, from, number)) }
+        // SAFETY: the caller saw the flag (acquire) of this head.
+        let (fp, len) = unsafe { read_head(self.head(self.me, from, number)) };
+        (
+            fp,
+            len,
+            self.payload(self.me, from, number, len).cast_const(),
+        )
     }
 
     /// Sender `from`'s point-to-point slot for its message `number` in `owner`'s region.
@@ -307,8 +334,7 @@ impl Arena {
 
     /// A block of memory no peer writes: this rank's slot in its own region.
     pub fn scratch(&self) -> *mut u8 {
-        // SAFETY: inside the slot.
-        unsafe { self.slot(self.me, self.me, 0).add(HEAD) }
+        self.payload(self.me, self.me, 0, usize::MAX)
     }
 
     fn broken_word(&self, rank: usize) -> &AtomicU32 {
@@ -398,14 +424,16 @@ impl Arena {
     }
 }
 
-/// Write a message into a slot: payload, fingerprint, length, then the flag
-/// (release: a reader that sees the flag sees the rest).
+/// Write a message: its payload (in the head's line or in its slot), the
+/// fingerprint and the length into its head, then the head's flag (release: a
+/// reader that sees the flag sees the rest).
 ///
 /// # Safety
-/// `s` is a mapped, 64-byte aligned slot this rank may write, with room for
-/// `len` bytes of payload; `data` is readable for `len`.
-unsafe fn write_slot(
-    s: *mut u8,
+/// `head` is a mapped, 64-byte aligned head this rank may write and `payload`
+/// where its payload goes, with room for `len` bytes; `data` is readable for `len`.
+unsafe fn write_message(
+    head: *mut u8,
+    payload: *mut u8,
     flag: u64,
     fingerprint: &[u8; FINGERPRINT_BYTES],
     data: *const u8,
@@ -414,34 +442,33 @@ unsafe fn write_slot(
     // SAFETY: the caller's contract.
     unsafe {
         if len > 0 {
-            std::ptr::copy_nonoverlapping(data, s.add(HEAD), len);
+            std::ptr::copy_nonoverlapping(data, payload, len);
         }
         std::ptr::copy_nonoverlapping(
             fingerprint.as_ptr(),
-            s.add(layout::FINGERPRINT),
+            head.add(layout::FINGERPRINT),
             FINGERPRINT_BYTES,
         );
-        s.add(layout::LEN).cast::<u32>().write(len as u32);
-        (*s.cast::<AtomicU64>()).store(flag, Ordering::Release);
+        head.add(layout::LEN).cast::<u32>().write(len as u32);
+        (*head.cast::<AtomicU64>()).store(flag, Ordering::Release);
     }
 }
 
-/// A slot's fingerprint, length and payload address.
+/// A head's fingerprint and payload length.
 ///
 /// # Safety
-/// `s` is a mapped slot whose flag the caller observed (acquire).
-unsafe fn read_slot(s: *mut u8) -> ([u8; FINGERPRINT_BYTES], usize, *const u8) {
+/// `head` is a mapped head whose flag the caller observed (acquire).
+unsafe fn read_head(head: *mut u8) -> ([u8; FINGERPRINT_BYTES], usize) {
     let mut fp = [0u8; FINGERPRINT_BYTES];
     // SAFETY: the writer finished before its release store of the flag,
-    // which the caller observed with acquire; everything lies in the slot.
+    // which the caller observed with acquire; everything lies in the head.
     unsafe {
         std::ptr::copy_nonoverlapping(
-            s.add(layout::FINGERPRINT),
+            head.add(layout::FINGERPRINT),
             fp.as_mut_ptr(),
             FINGERPRINT_BYTES,
         );
-        let len = s.add(layout::LEN).cast::<u32>().read() as usize;
-        (fp, len, s.add(HEAD).cast_const())
+        (fp, head.add(layout::LEN).cast::<u32>().read() as usize)
     }
 }
 
@@ -449,12 +476,12 @@ unsafe fn read_slot(s: *mut u8) -> ([u8; FINGERPRINT_BYTES], usize, *const u8) {
 mod tests {
     use super::*;
 
-    /// A peer's region of the previous protocol (`FXSC` v4, whose checked
-    /// rings waited for credits) is refused at mapping, naming the rank and
-    /// both versions, rather than mapped and waited on.
+    /// A peer's region of an earlier protocol (`FXSC` v5, whose heads lay in
+    /// their slots) is refused at mapping, naming the rank and both versions,
+    /// rather than mapped and misread.
     #[test]
     fn a_peer_region_of_another_version_is_refused() {
-        let layout = Layout::new(2, 256, 2, 0);
+        let layout = Layout::new(2, 256, 2, 2, 0);
         let base = format!("/{}test-magic-{}", crate::comm::PREFIX, std::process::id());
         let (theirs_name, mine_name) = (format!("{base}-1"), format!("{base}-0"));
         let theirs = Arena::create(&theirs_name, &layout).expect("create rank 1's region");
@@ -463,7 +490,7 @@ mod tests {
             theirs
                 .base()
                 .cast::<u64>()
-                .write(u64::from_le_bytes(*b"FXSC\x04\0\0\0"))
+                .write(u64::from_le_bytes(*b"FXSC\x05\0\0\0"))
         };
         let mine = Arena::create(&mine_name, &layout).expect("create rank 0's region");
         let got = Arena::new(0, layout, mine, |_| {
@@ -477,8 +504,8 @@ mod tests {
         assert!(
             text.contains("rank 1's region")
                 && text.contains("not a shm-coll region of this version")
-                && text.contains("0x0000000443535846")
-                && text.contains("0x0000000543535846"),
+                && text.contains("0x0000000543535846")
+                && text.contains("0x0000000643535846"),
             "{text}"
         );
     }

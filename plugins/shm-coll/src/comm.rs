@@ -3,8 +3,9 @@
 //! over this rank's [`Arena`].
 //!
 //! Rank `r`'s `k`-th collective message to peer `p` (counted per pair and
-//! direction, from 0) goes into slot `k mod depth` of `p`'s region with the
-//! flag `k + 1`, once `p` credited message `k − depth`; `p` waits for that
+//! direction, from 0) goes into head `k mod heads` of `p`'s region with the
+//! flag `k + 1` (its payload over 16 bytes into slot `k mod depth`), once `p`
+//! credited message `k − heads` (`k − depth` for a slot); `p` waits for that
 //! flag in its own region, compares the fingerprint with its own call's, uses
 //! the payload and credits it (every quarter ring: `credit_every`) when its
 //! exchange is done. With the synchronous
@@ -22,7 +23,7 @@ use crate::arena::{Arena, Ring};
 use crate::config::{Check, Config};
 use crate::cpus;
 use crate::exchange::{self, Call, Wire};
-use crate::layout::{Layout, MAX_DEPTH};
+use crate::layout::{Layout, INLINE, MAX_DEPTH};
 use crate::setup::{self, Hello};
 use crate::wait::{Backoff, Pause, PEER_CHECK};
 use ferrocx_algo::fingerprint::{mismatch_text, CallKind, FINGERPRINT_BYTES, MISMATCH};
@@ -53,6 +54,8 @@ pub struct ShmComm {
     arena: Arena,
     /// Collective slots per pair.
     depth: usize,
+    /// Collective heads per pair.
+    heads: usize,
     /// Exchanges so far with each peer (calls, or chunks of calls): what a
     /// point-to-point message's epoch counts.
     exchanges: Vec<u64>,
@@ -87,7 +90,8 @@ pub struct ShmComm {
 }
 
 /// How many collective messages a receiver takes between two credits to
-/// their sender, in rings `depth` deep: a quarter of the ring. Each credit is a
+/// their sender, with `depth` slots per pair (fewer than heads): a quarter of
+/// the slots' ring. Each credit is a
 /// store to a line the sender reads when its ring looks full, so a credit per
 /// message moved that line between the cores on every call of a root that
 /// runs ahead (2 ranks on the dev VM, 8 B broadcast checked later: 0.11–0.14
@@ -98,13 +102,17 @@ fn credit_every(depth: usize) -> u64 {
     (depth as u64 / 4).max(1)
 }
 
-/// The setup of this rank: its region, slot size, point-to-point slot size
-/// and ring depth, or why it cannot take part.
-fn local_setup(
-    info: &CommInfo,
-    cfg: &Config,
-    name: &str,
-) -> Result<(Region, usize, usize, usize), String> {
+/// This rank's region and what it was made for.
+struct Local {
+    region: Region,
+    bytes: usize,
+    p2p_bytes: usize,
+    depth: usize,
+    heads: usize,
+}
+
+/// The setup of this rank, or why it cannot take part.
+fn local_setup(info: &CommInfo, cfg: &Config, name: &str) -> Result<Local, String> {
     if !cfg.enabled() {
         return Err("disabled (FERROCX_SHM_COLL_PRIORITY, _BYTES or _MAX_RANKS is 0)".into());
     }
@@ -125,9 +133,16 @@ fn local_setup(
     })?;
     let p2p = cfg.p2p_slot_bytes(info.nranks);
     let depth = cfg.depth(info.nranks, bytes);
-    let region = Arena::create(name, &Layout::new(info.nranks, bytes, depth, p2p))
+    let heads = cfg.heads(depth);
+    let region = Arena::create(name, &Layout::new(info.nranks, bytes, depth, heads, p2p))
         .map_err(|e| format!("cannot create {name}: {e}"))?;
-    Ok((region, bytes, p2p, depth))
+    Ok(Local {
+        region,
+        bytes,
+        p2p_bytes: p2p,
+        depth,
+        heads,
+    })
 }
 
 impl ShmComm {
@@ -143,11 +158,12 @@ impl ShmComm {
         let hello = Hello {
             failed: mine.as_ref().err().cloned(),
             priority: cfg.priority,
-            bytes: mine.as_ref().map_or(0, |m| m.1) as u64,
+            bytes: mine.as_ref().map_or(0, |m| m.bytes) as u64,
             max_block: cfg.max_block(info.nranks) as u64,
             max_ranks: cfg.max_ranks as u64,
-            p2p_bytes: mine.as_ref().map_or(0, |m| m.2) as u64,
-            depth: mine.as_ref().map_or(0, |m| m.3) as u64,
+            p2p_bytes: mine.as_ref().map_or(0, |m| m.p2p_bytes) as u64,
+            depth: mine.as_ref().map_or(0, |m| m.depth) as u64,
+            heads: mine.as_ref().map_or(0, |m| m.heads) as u64,
             check: cfg.check,
             name: name.clone(),
             cpus: cpus::this_process(),
@@ -168,8 +184,14 @@ impl ShmComm {
                 sharing.cpus
             ));
         }
-        let (mine, ..) = mine.map_err(PluginError::internal)?;
-        let layout = Layout::new(info.nranks, agreed.bytes, agreed.depth, agreed.p2p_bytes);
+        let mine = mine.map_err(PluginError::internal)?.region;
+        let layout = Layout::new(
+            info.nranks,
+            agreed.bytes,
+            agreed.depth,
+            agreed.heads,
+            agreed.p2p_bytes,
+        );
         let arena = Arena::new(info.rank, layout, mine, |r| {
             let name = &hellos[r].as_ref().expect("agreed").name;
             Region::open(name, Some(layout.len()))
@@ -192,6 +214,7 @@ impl ShmComm {
             max_block: agreed.max_block,
             arena,
             depth: agreed.depth,
+            heads: agreed.heads,
             exchanges: vec![0; info.nranks],
             posted: vec![0; info.nranks],
             coll_taken: vec![0; info.nranks],
@@ -618,6 +641,17 @@ impl ShmComm {
         self.check == Check::Sync
     }
 
+    /// How many of this rank's collective messages of `len` bytes may be
+    /// untaken by a peer: a head each, and a slot each over `INLINE` bytes.
+    #[inline]
+    fn ring(&self, len: usize) -> u64 {
+        if len <= INLINE {
+            self.heads as u64
+        } else {
+            self.depth as u64
+        }
+    }
+
     /// The fingerprint of a send `peer` made to this rank before its next
     /// collective exchange with it, not taken yet: in the order of calls
     /// between the two ranks, this rank's collective meets that send. `None`
@@ -648,8 +682,9 @@ impl ShmComm {
 
 impl CallWire<'_> {
     /// Wait until `peer` took enough of this rank's collective messages that
-    /// message `k` has a free slot (`depth` earlier ones may be untaken).
-    fn wait_for_room(&mut self, peer: usize, k: u64) -> PluginResult<()> {
+    /// message `k`, of `len` bytes, has a free head and, over `INLINE`
+    /// bytes, a free slot (`ring(len)` earlier ones may be untaken).
+    fn wait_for_room(&mut self, peer: usize, k: u64, len: usize) -> PluginResult<()> {
         if self.comm.lockstep() {
             // This rank took the peer's message k − 1, which the peer posted
             // after its exchange k − 2 had read this rank's k − 2 from the slot.
@@ -663,8 +698,8 @@ impl CallWire<'_> {
             }
             return Ok(());
         }
-        let depth = self.comm.depth as u64;
-        if k < self.comm.coll_credits_seen[peer] + depth {
+        let ring = self.comm.ring(len);
+        if k < self.comm.coll_credits_seen[peer] + ring {
             return Ok(());
         }
         let mut last_pid_check = None;
@@ -673,7 +708,7 @@ impl CallWire<'_> {
             self.comm.oversubscribed,
             |w| {
                 w.comm.coll_credits_seen[peer] = w.comm.arena.credits(Ring::Coll, peer);
-                (k < w.comm.coll_credits_seen[peer] + depth).then_some(())
+                (k < w.comm.coll_credits_seen[peer] + ring).then_some(())
             },
             |w| w.between_polls(peer, Awaiting::Room, &mut last_pid_check),
         )
@@ -683,18 +718,17 @@ impl CallWire<'_> {
 impl Wire for CallWire<'_> {
     unsafe fn post(&mut self, peer: usize, data: *const u8, len: usize) -> PluginResult<()> {
         let k = self.comm.posted[peer];
-        self.wait_for_room(peer, k)?;
+        self.wait_for_room(peer, k, len)?;
         // SAFETY: `data` readable for `len` ≤ the slot (can_run bounds the block);
-        // `peer` is done with message k − depth (wait_for_room: its credit, or in
+        // `peer` is done with message k − ring(len) (wait_for_room: its credit, or in
         // lockstep this rank took its k − 1).
         unsafe { self.comm.arena.post(peer, k, self.encoded, data, len) };
         self.comm.posted[peer] += 1;
-        // A deep ring's sender runs ahead: it claims the next slot's lines now,
+        // A deep ring's sender runs ahead: it claims the next message's lines now,
         // while it has room for it, so its next post's stores do not wait on the
         // reader's copies (2 ranks, 8-64 B deferred broadcast: 0.20 -> 0.15 us).
-        // A 2-deep ring's reader polls that slot as soon as it calls: no gain.
-        if self.comm.depth > 2 && k + 1 < self.comm.coll_credits_seen[peer] + self.comm.depth as u64
-        {
+        // A 2-deep ring's reader polls that head as soon as it calls: no gain.
+        if self.comm.heads > 2 && k + 1 < self.comm.coll_credits_seen[peer] + self.comm.ring(len) {
             self.comm.arena.prepare_post(peer, k + 1, len);
         }
         Ok(())
@@ -714,8 +748,8 @@ impl Wire for CallWire<'_> {
             return Err(self.mismatch(peer, &theirs));
         }
         let (fp, got, data) = c.arena.message(peer, k);
-        if c.depth > 2 {
-            c.arena.prefetch(peer, k + 1);
+        if c.heads > 2 {
+            c.arena.prefetch(peer, k + 1, len);
         }
         if c.check.compares() && fp != *self.encoded {
             return Err(self.mismatch(peer, &fp));

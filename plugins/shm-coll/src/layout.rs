@@ -1,21 +1,28 @@
 //! Where things lie in a rank's mailbox region (sans-IO: offsets only).
 //!
 //! Each rank owns one shared-memory region that its peers write into and it
-//! reads. After a header come `depth` slots per sender (a power of two, 2 to [`MAX_DEPTH`],
-//! agreed at setup: rank `s` writes its `k`-th collective message to rank `o`
-//! into slot `k mod depth` of `o`'s region; its own slots are this rank's
-//! scratch). A slot is a 48-byte head — the message number + 1 as a `u64`
-//! flag, written last; the call's 32-byte fingerprint; the payload's length —
-//! then the payload, so a message of up to 16 bytes travels in the flag's
-//! cache line. Then one collective credit word per peer, each on its own
+//! reads. After a header come the collective rings, one per sender: rank `s`
+//! writes its `k`-th collective message to rank `o` into head `k mod heads` of
+//! `o`'s region and, when its payload is over [`INLINE`] bytes, the payload
+//! into slot `k mod depth` (both powers of two agreed at setup, `depth` ≤
+//! `heads` ≤ [`MAX_DEPTH`]; its own slots are this rank's scratch). A head is
+//! one cache line — the message number + 1 as a `u64` flag, written last; the
+//! call's 32-byte fingerprint; the payload's length; a payload of up to
+//! [`INLINE`] bytes — so a small message is one line, and the heads of a
+//! sender lie side by side: a ring of small messages as deep as `heads` costs
+//! a few pages, whatever the slot size (slots of `bytes` each take their share
+//! of `FERROCX_SHM_COLL_MEMORY`, which bounds `depth`).
+//! Then one collective credit word per peer, each on its own
 //! cache line: how many of this rank's collective messages that peer has
 //! taken, written by the peer (every quarter ring, `comm::credit_every`); a
-//! sender writes message `k` once message `k − depth` was credited. With the call check synchronous, every pair exchanges in
+//! sender writes message `k` once message `k − heads` was credited, and
+//! `k − depth` where it fills a slot. With the call check synchronous, every pair exchanges in
 //! every call (once per chunk), so no rank gets more than an exchange ahead, and
-//! the credit words are not used: taking the peer's message `k − 1` says it is
+//! the credit words are not used (both rings are 2 deep): taking the peer's message `k − 1` says it is
 //! done with `k − 2` (`comm`'s lockstep); otherwise messages
 //! flow only where data does, and a rank that receives nothing in a call (a
-//! broadcast's root) runs up to `depth − 1` calls ahead of its peers.
+//! broadcast's root) runs up to `heads − 1` calls ahead of its peers
+//! (`depth − 1` with payloads over [`INLINE`] bytes).
 //!
 //! After the collective credits come the point-to-point rings (when
 //! `FERROCX_SHM_COLL_P2P_BYTES` is not 0): [`P2P_SLOTS`] slots per sender, each
@@ -40,11 +47,13 @@ pub const CALL: usize = 128;
 pub const REASON: usize = 192;
 /// Bytes of the failure text (NUL-padded).
 pub const REASON_BYTES: usize = HEADER - REASON;
-/// Bytes of a slot's head; the payload follows (16-byte aligned).
+/// Bytes of a collective head before its inline payload (16-byte aligned).
 pub const HEAD: usize = 48;
-/// Offset of the fingerprint in a slot.
+/// The largest payload carried in its head's line.
+pub const INLINE: usize = 64 - HEAD;
+/// Offset of the fingerprint in a head.
 pub const FINGERPRINT: usize = 8;
-/// Offset of the payload length (`u32`) in a slot.
+/// Offset of the payload length (`u32`) in a head.
 pub const LEN: usize = 40;
 /// Bytes of a point-to-point slot's head; the payload follows.
 pub const P2P_HEAD: usize = 16;
@@ -54,12 +63,12 @@ pub const P2P_LEN: usize = 8;
 /// exchanges with the receiver when it sent (`u32`, wrapping): which of the
 /// two ranks' collectives the send came before.
 pub const EPOCH: usize = 12;
-/// Region magic (`FXSC` v5: the checked collective rings in lockstep, without
-/// credits; the call published) at offset 0. A peer of another version is
+/// Region magic (`FXSC` v6: collective heads apart from their slots; the
+/// checked rings in lockstep, without credits; the call published) at offset 0. A peer of another version is
 /// refused at mapping (shm-coll then sits the communicator out) rather than
 /// left waiting for credits the other never writes.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"FXSC\x05\0\0\0");
-/// The most collective slots per pair.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"FXSC\x06\0\0\0");
+/// The most collective heads (and slots) per pair.
 pub const MAX_DEPTH: usize = 64;
 /// Point-to-point slots per sender: that many sends to one peer complete
 /// before it takes any.
@@ -79,17 +88,21 @@ pub struct Layout {
     pub nranks: usize,
     /// Largest payload.
     pub bytes: usize,
-    /// Distance between slots (head + payload, rounded to a cache line).
+    /// Distance between slots (the payload, rounded to a cache line).
     pub stride: usize,
-    /// Collective slots per sender (a power of two, 2 to [`MAX_DEPTH`]: the
+    /// Collective slots per sender (a power of two, 2 to `heads`: the
     /// slot of a message is a mask away, not a division).
     pub depth: usize,
+    /// Collective heads per sender (a power of two, `depth` to [`MAX_DEPTH`]).
+    pub heads: usize,
     /// Largest point-to-point message (0: no rings).
     pub p2p_bytes: usize,
     /// Distance between point-to-point slots.
     pub p2p_stride: usize,
-    /// Where the collective credit words, the point-to-point rings and their
-    /// credit words begin (computed once: every post and poll places a slot).
+    /// Where the slots, the collective credit words, the point-to-point rings
+    /// and their credit words begin (computed once: every post and poll
+    /// places a head).
+    slots_at: usize,
     coll_credits_at: usize,
     rings_at: usize,
     credits_at: usize,
@@ -100,25 +113,30 @@ fn stride(head: usize, bytes: usize) -> usize {
 }
 
 impl Layout {
-    /// `nranks` ranks, payloads of at most `bytes` in `depth` slots per
-    /// sender, point-to-point messages of at most `p2p_bytes` (0: none).
-    pub fn new(nranks: usize, bytes: usize, depth: usize, p2p_bytes: usize) -> Self {
-        debug_assert!((2..=MAX_DEPTH).contains(&depth) && depth.is_power_of_two());
-        let slot_stride = stride(HEAD, bytes);
+    /// `nranks` ranks, `heads` heads and `depth` slots for payloads of at
+    /// most `bytes` per sender, point-to-point messages of at most
+    /// `p2p_bytes` (0: none).
+    pub fn new(nranks: usize, bytes: usize, depth: usize, heads: usize, p2p_bytes: usize) -> Self {
+        debug_assert!((2..=heads).contains(&depth) && depth.is_power_of_two());
+        debug_assert!(heads <= MAX_DEPTH && heads.is_power_of_two());
+        let slot_stride = stride(0, bytes);
         let p2p_stride = if p2p_bytes == 0 {
             0
         } else {
             stride(P2P_HEAD, p2p_bytes)
         };
-        let coll_credits_at = HEADER + nranks * depth * slot_stride;
+        let slots_at = HEADER + nranks * heads * 64;
+        let coll_credits_at = slots_at + nranks * depth * slot_stride;
         let rings_at = coll_credits_at + nranks * 64;
         Layout {
             nranks,
             bytes,
             stride: slot_stride,
             depth,
+            heads,
             p2p_bytes,
             p2p_stride,
+            slots_at,
             coll_credits_at,
             rings_at,
             credits_at: rings_at + nranks * P2P_SLOTS * p2p_stride,
@@ -154,11 +172,21 @@ impl Layout {
         false
     }
 
-    /// Offset of sender `from`'s slot for its collective message `number`.
+    /// Offset of sender `from`'s head for its collective message `number`.
+    #[inline]
+    pub fn head(&self, from: usize, number: u64) -> usize {
+        debug_assert!(from < self.nranks);
+        let i = (number & (self.heads as u64 - 1)) as usize;
+        HEADER + (from * self.heads + i) * 64
+    }
+
+    /// Offset of sender `from`'s slot for the payload of its collective
+    /// message `number` (when over [`INLINE`] bytes).
+    #[inline]
     pub fn slot(&self, from: usize, number: u64) -> usize {
         debug_assert!(from < self.nranks);
         let i = (number & (self.depth as u64 - 1)) as usize;
-        HEADER + (from * self.depth + i) * self.stride
+        self.slots_at + (from * self.depth + i) * self.stride
     }
 
     /// Offset of the collective credit word peer `from` writes (how many of
@@ -187,64 +215,80 @@ impl Layout {
 mod tests {
     use super::*;
 
-    #[test]
-    fn slots_are_aligned_disjoint_and_inside() {
-        for (n, bytes, depth) in [
-            (1, 0, 2),
-            (2, 8, 8),
-            (3, 16, 4),
-            (5, 4000, 64),
-            (16, 16 << 10, 2),
-        ] {
-            let l = Layout::new(n, bytes, depth, 0);
-            let mut last_end = HEADER;
-            for from in 0..n {
-                for k in 0..depth as u64 {
-                    let at = l.slot(from, k);
-                    assert_eq!(at, l.slot(from, k + depth as u64), "a ring");
-                    assert_eq!(at % 64, 0, "slot on a cache line");
-                    assert_eq!((at + HEAD) % 16, 0, "payload 16-byte aligned");
-                    assert!(at >= last_end, "slots do not overlap");
-                    last_end = at + HEAD + bytes;
-                }
+    /// Every span of a layout — (start, end) of the header, each head, slot
+    /// and credit word, and each point-to-point slot and credit — checked for
+    /// alignment and rings on the way.
+    fn spans(l: &Layout) -> Vec<(usize, usize)> {
+        let mut spans = vec![(0, HEADER)];
+        for from in 0..l.nranks {
+            for k in 0..l.heads as u64 {
+                let at = l.head(from, k);
+                assert_eq!(at, l.head(from, k + l.heads as u64), "a ring");
+                assert_eq!(at % 64, 0, "a head is a cache line");
+                assert_eq!((at + HEAD) % 16, 0, "inline payload 16-byte aligned");
+                spans.push((at, at + 64));
             }
-            for from in 0..n {
-                let c = l.coll_credit(from);
-                assert_eq!(c % 64, 0, "a credit word has its own cache line");
-                assert!(c >= last_end);
-                last_end = c + 64;
+            for k in 0..l.depth as u64 {
+                let at = l.slot(from, k);
+                assert_eq!(at, l.slot(from, k + l.depth as u64), "a ring");
+                assert_eq!(at % 64, 0, "slot on a cache line");
+                spans.push((at, at + l.bytes));
             }
-            assert_eq!(l.len(), last_end, "no point-to-point rings");
-        }
-    }
-
-    #[test]
-    fn rings_and_credits_follow_the_slots_aligned_and_disjoint() {
-        for (n, bytes, depth, p2p) in [(2, 64, 8, 16), (3, 4000, 2, 4096), (5, 64, 32, 100)] {
-            let l = Layout::new(n, bytes, depth, p2p);
-            // Every span: (start, end); none overlaps another or leaves the region.
-            let mut spans = vec![(0, HEADER)];
-            for from in 0..n {
-                for k in 0..depth as u64 {
-                    spans.push((l.slot(from, k), l.slot(from, k) + HEAD + bytes));
-                }
-                spans.push((l.coll_credit(from), l.coll_credit(from) + 64));
+            let c = l.coll_credit(from);
+            assert_eq!(c % 64, 0, "a credit word has its own cache line");
+            spans.push((c, c + 64));
+            if l.p2p_bytes > 0 {
                 for m in 0..P2P_SLOTS as u64 {
                     let at = l.p2p_slot(from, m);
                     assert_eq!(at % 64, 0);
                     assert_eq!(at, l.p2p_slot(from, m + P2P_SLOTS as u64), "a ring");
                     assert_eq!((at + P2P_HEAD) % 16, 0, "payload 16-byte aligned");
-                    spans.push((at, at + P2P_HEAD + p2p));
+                    spans.push((at, at + P2P_HEAD + l.p2p_bytes));
                 }
                 let c = l.credit(from);
                 assert_eq!(c % 64, 0, "a credit word has its own cache line");
                 spans.push((c, c + 64));
             }
-            spans.sort_unstable();
-            for w in spans.windows(2) {
-                assert!(w[0].1 <= w[1].0, "{w:?} overlap");
-            }
-            assert!(spans.last().unwrap().1 <= l.len());
         }
+        spans.sort_unstable();
+        for w in spans.windows(2) {
+            assert!(w[0].1 <= w[1].0, "{w:?} overlap");
+        }
+        spans
+    }
+
+    #[test]
+    fn heads_slots_and_credits_are_aligned_disjoint_and_inside() {
+        for (n, bytes, depth, heads) in [
+            (1, 64, 2, 2),
+            (2, 64, 8, 64),
+            (3, 4032, 4, 4),
+            (5, 4000, 64, 64),
+            (16, 16 << 10, 2, 64),
+        ] {
+            let l = Layout::new(n, bytes, depth, heads, 0);
+            let spans = spans(&l);
+            assert_eq!(l.len(), spans.last().unwrap().1, "no point-to-point rings");
+        }
+    }
+
+    #[test]
+    fn rings_and_credits_follow_the_slots_aligned_and_disjoint() {
+        for (n, bytes, depth, heads, p2p) in [
+            (2, 64, 8, 64, 16),
+            (3, 4000, 2, 2, 4096),
+            (5, 64, 32, 64, 100),
+        ] {
+            let l = Layout::new(n, bytes, depth, heads, p2p);
+            assert!(spans(&l).last().unwrap().1 <= l.len());
+        }
+    }
+
+    #[test]
+    fn heads_take_a_line_each_whatever_the_slot() {
+        // 64 heads per sender at 4 ranks: 16 KiB, against 64 slots of 64 KiB.
+        let deep = Layout::new(4, 64 << 10, 16, 64, 0);
+        let shallow = Layout::new(4, 64 << 10, 16, 16, 0);
+        assert_eq!(deep.len() - shallow.len(), 4 * 48 * 64);
     }
 }

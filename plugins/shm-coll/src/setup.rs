@@ -5,7 +5,7 @@
 //!    created), its tunables and its region's name. Every rank takes part even
 //!    when its own setup failed, so nobody waits for a rank that returned
 //!    early; all see the same list and decide the same ([`agree`]): the
-//!    smallest priority, slot size and ring depth, or sit the communicator out naming the
+//!    smallest priority, slot size and ring depths, or sit the communicator out naming the
 //!    rank and why.
 //! 2. **Opened**: whether this rank mapped every peer's region. If one did
 //!    not, every rank sits out.
@@ -18,7 +18,8 @@ pub const NAME_BYTES: usize = 96;
 /// Bytes of a reason carried.
 pub const REASON_BYTES: usize = 160;
 /// Bytes of an encoded [`Hello`].
-pub const HELLO_BYTES: usize = 4 + 4 + 8 + 8 + 8 + 8 + 8 + NAME_BYTES + REASON_BYTES + CPUSET_BYTES;
+pub const HELLO_BYTES: usize =
+    4 + 4 + 8 + 8 + 8 + 8 + 8 + 8 + NAME_BYTES + REASON_BYTES + CPUSET_BYTES;
 /// Bytes of an encoded [`opened`] status.
 pub const OPENED_BYTES: usize = 4 + REASON_BYTES;
 
@@ -39,6 +40,8 @@ pub struct Hello {
     pub p2p_bytes: u64,
     /// Collective slots per pair its region was made for.
     pub depth: u64,
+    /// Collective heads per pair its region was made for.
+    pub heads: u64,
     /// `FERROCX_CHECK_CALLS`.
     pub check: Check,
     /// Its region's name.
@@ -60,6 +63,9 @@ pub struct Agreed {
     pub p2p_bytes: usize,
     /// Collective slots per pair (2 when calls are checked synchronously).
     pub depth: usize,
+    /// Collective heads per pair (2 when calls are checked synchronously; at
+    /// least `depth`).
+    pub heads: usize,
     /// How calls are checked: the strictest of any rank (with one rank
     /// checking synchronously every pair exchanges in every call, which the
     /// others must do too).
@@ -103,6 +109,7 @@ impl Hello {
         b.extend_from_slice(&self.max_ranks.to_le_bytes());
         b.extend_from_slice(&self.p2p_bytes.to_le_bytes());
         b.extend_from_slice(&self.depth.to_le_bytes());
+        b.extend_from_slice(&self.heads.to_le_bytes());
         put_text(&mut b, &self.name, NAME_BYTES);
         put_text(&mut b, self.failed.as_deref().unwrap_or(""), REASON_BYTES);
         b.extend_from_slice(&self.cpus.encode());
@@ -116,7 +123,7 @@ impl Hello {
         }
         let flags = u32::from_le_bytes(word(b, 0));
         let ok = flags & 1 == 1;
-        let reason = text(&b[48 + NAME_BYTES..48 + NAME_BYTES + REASON_BYTES]);
+        let reason = text(&b[56 + NAME_BYTES..56 + NAME_BYTES + REASON_BYTES]);
         Some(Hello {
             failed: (!ok).then_some(reason),
             priority: i32::from_le_bytes(word(b, 4)),
@@ -125,12 +132,13 @@ impl Hello {
             max_ranks: u64::from_le_bytes(word(b, 24)),
             p2p_bytes: u64::from_le_bytes(word(b, 32)),
             depth: u64::from_le_bytes(word(b, 40)),
+            heads: u64::from_le_bytes(word(b, 48)),
             check: match flags >> 1 & 3 {
                 0 => Check::Off,
                 2 => Check::Deferred,
                 _ => Check::Sync,
             },
-            name: text(&b[48..48 + NAME_BYTES]),
+            name: text(&b[56..56 + NAME_BYTES]),
             cpus: CpuSet::decode(&b[HELLO_BYTES - CPUSET_BYTES..]),
         })
     }
@@ -144,6 +152,7 @@ pub fn agree(hellos: &[Option<Hello>]) -> Result<Agreed, String> {
     let mut max_block = u64::MAX;
     let mut p2p_bytes = u64::MAX;
     let mut depth = u64::MAX;
+    let mut heads = u64::MAX;
     let mut check = Check::Off;
     for (r, h) in hellos.iter().enumerate() {
         let Some(h) = h else {
@@ -169,20 +178,24 @@ pub fn agree(hellos: &[Option<Hello>]) -> Result<Agreed, String> {
         max_block = max_block.min(h.max_block);
         p2p_bytes = p2p_bytes.min(h.p2p_bytes);
         depth = depth.min(h.depth);
+        heads = heads.min(h.heads);
         check = check.max(h.check);
     }
+    // Every rank's depths are powers of two; a garbled one is not used.
+    let ring = |d: u64| {
+        if check == Check::Sync {
+            2
+        } else {
+            1usize << d.clamp(2, crate::layout::MAX_DEPTH as u64).ilog2()
+        }
+    };
     Ok(Agreed {
         priority,
         bytes: bytes as usize,
         max_block: max_block.max(bytes) as usize,
         p2p_bytes: p2p_bytes as usize,
-        depth: if check == Check::Sync {
-            2
-        } else {
-            // Every rank's is a power of two; a garbled one is not used.
-            let d = depth.clamp(2, crate::layout::MAX_DEPTH as u64);
-            1 << d.ilog2()
-        },
+        depth: ring(depth),
+        heads: ring(heads.max(depth)),
         check,
     })
 }
@@ -221,6 +234,7 @@ mod tests {
             max_ranks: 16,
             p2p_bytes: bytes / 2,
             depth: 8,
+            heads: 64,
             check: Check::Off,
             name: "/ferrocx-shmcoll-12-ab-0".into(),
             cpus: CpuSet::of([3, 70]),
@@ -265,6 +279,7 @@ mod tests {
                 max_block: 16384,
                 p2p_bytes: 2048,
                 depth: 4,
+                heads: 64,
                 check: Check::Off
             })
         );
@@ -284,7 +299,14 @@ mod tests {
             ..ready(300, 8192)
         });
         let agreed = agree(&one_checks).unwrap();
-        assert!(agreed.check == Check::Sync && agreed.depth == 2);
+        assert!(agreed.check == Check::Sync && agreed.depth == 2 && agreed.heads == 2);
+        // Fewer heads than slots on a garbled hello: as many heads as slots.
+        let mut few_heads = all.clone();
+        few_heads[0] = Some(Hello {
+            heads: 2,
+            ..ready(150, 16384)
+        });
+        assert_eq!(agree(&few_heads).unwrap().heads, 4);
         let mut bad = all.clone();
         bad[2] = Some(Hello {
             failed: Some("ranks on more than one host".into()),

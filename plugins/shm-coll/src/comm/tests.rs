@@ -205,36 +205,50 @@ fn random_calls_reuse_every_slot_and_give_checked_results() {
 #[test]
 fn without_the_sync_check_a_root_runs_ahead_by_the_ring_depth() {
     // Rank 1 naps before its broadcasts. Checked synchronously, rank 0's first
-    // call waits for rank 1's fingerprint; unchecked or checked later, its first
-    // `depth` calls return at once and the next waits for a free slot (rank 1
-    // taking the first).
+    // call waits for rank 1's fingerprint; unchecked or checked later, its
+    // first calls return at once — 64 (the heads) of a block of 16 bytes, 8
+    // (the slots 8 KiB hold) of 256 bytes — and the next waits for room
+    // (rank 1 taking the first).
     const NAP: Duration = Duration::from_millis(400);
     for check in [Check::Sync, Check::Off, Check::Deferred] {
-        let outs = on_threads_with(2, "256", check, Duration::from_secs(10), |r, comm| {
-            let depth = comm.depth;
-            let mut times = Vec::new();
-            if r == 1 {
-                std::thread::sleep(NAP);
+        let check_var = match check {
+            Check::Off => "0",
+            Check::Deferred => "deferred",
+            Check::Sync => "1",
+        };
+        for count in [4, 64] {
+            let vars = [
+                ("FERROCX_SHM_COLL_BYTES", "256"),
+                ("FERROCX_SHM_COLL_MEMORY", "8K"),
+                ("FERROCX_CHECK_CALLS", check_var),
+            ];
+            let outs = on_threads_vars(2, &vars, Duration::from_secs(10), move |r, comm| {
+                let ring = comm.ring(count * 4) as usize;
+                let mut times = Vec::new();
+                if r == 1 {
+                    std::thread::sleep(NAP);
+                }
+                let t0 = Instant::now();
+                for seq in 0..ring as u64 + 2 {
+                    let mut b = Bufs::new(Coll::Broadcast, count, 2, r, 0, false);
+                    let d = desc(Coll::Broadcast, RedOp::Sum, count, 0, &mut b, seq);
+                    // SAFETY: as above.
+                    unsafe { comm.launch(&d) }.unwrap();
+                    times.push(t0.elapsed());
+                    let want = expected(Coll::Broadcast, RedOp::Sum, count, 2, r, 0).unwrap();
+                    assert_eq!(b.output(), want, "call #{seq} on rank {r}");
+                }
+                (ring, times)
+            });
+            let (ring, times) = &outs[0];
+            if check == Check::Sync {
+                assert_eq!(*ring, 2);
+                assert!(times[0] >= NAP / 2, "checked: {times:?}");
+            } else {
+                assert_eq!(*ring, if count == 4 { 64 } else { 8 }, "{check:?}");
+                assert!(times[ring - 1] < NAP / 2, "{check:?}: {times:?}");
+                assert!(times[*ring] >= NAP / 2, "{check:?}: {times:?}");
             }
-            let t0 = Instant::now();
-            for seq in 0..depth as u64 + 2 {
-                let mut b = Bufs::new(Coll::Broadcast, 4, 2, r, 0, false);
-                let d = desc(Coll::Broadcast, RedOp::Sum, 4, 0, &mut b, seq);
-                // SAFETY: as above.
-                unsafe { comm.launch(&d) }.unwrap();
-                times.push(t0.elapsed());
-                let want = expected(Coll::Broadcast, RedOp::Sum, 4, 2, r, 0).unwrap();
-                assert_eq!(b.output(), want, "call #{seq} on rank {r}");
-            }
-            (depth, times)
-        });
-        let (depth, times) = &outs[0];
-        assert!((2..=crate::layout::MAX_DEPTH).contains(depth));
-        if check == Check::Sync {
-            assert!(times[0] >= NAP / 2, "checked: {times:?}");
-        } else {
-            assert!(times[depth - 1] < NAP / 2, "{check:?}: {times:?}");
-            assert!(times[*depth] >= NAP / 2, "{check:?}: {times:?}");
         }
     }
 }
