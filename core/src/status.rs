@@ -132,14 +132,15 @@ impl Tracker {
         *self.plugin_names.lock() = names;
     }
 
-    /// Collective plugin `plugin` starts running `fp` on host memory, this thread
-    /// waiting in it until [`plugin_end`](Self::plugin_end).
-    pub fn plugin_begin(&self, fp: &ferrocx_algo::Fingerprint, plugin: usize) {
+    /// Collective plugin `plugin` starts running the call whose fingerprint
+    /// encodes as `fp` on host memory, this thread waiting in it until
+    /// [`plugin_end`](Self::plugin_end).
+    pub fn plugin_begin(&self, fp: &[u8; 32], plugin: usize) {
         let c = &self.plugin_call;
         let v = c.version.load(Ordering::Relaxed);
         c.version.store(v.wrapping_add(1), Ordering::Relaxed);
         fence(Ordering::Release);
-        for (word, bytes) in c.fp.iter().zip(fp.encode().chunks_exact(8)) {
+        for (word, bytes) in c.fp.iter().zip(fp.chunks_exact(8)) {
             word.store(
                 u64::from_le_bytes(bytes.try_into().expect("8 bytes")),
                 Ordering::Relaxed,

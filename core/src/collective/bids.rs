@@ -17,6 +17,7 @@
 //! validated, described and decided then, and goes straight to the launch.
 
 use crate::algo::{Algo, CollKind, DataType, RedOp};
+use ferrocx_algo::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 use ferrocx_sdk::abi::FxCollDesc;
 
 /// Entries: a program's usual handful of shapes.
@@ -114,18 +115,34 @@ pub(crate) struct Repeat {
     recv: u64,
     /// The plugin that won it.
     pub plugin: usize,
+    /// Its fingerprint numbered 0, and that encoded: a repeat's status record
+    /// renumbers the bytes instead of encoding every field again.
+    fp: Fingerprint,
+    encoded: [u8; FINGERPRINT_BYTES],
 }
 
 impl Repeat {
     /// `key`, described as `d` (host memory, in no window), won by `plugin`.
     pub fn new(key: RepeatKey, d: &FxCollDesc, plugin: usize) -> Self {
+        let fp = Fingerprint::of(0, key.kind, key.dtype, key.op, key.count, key.root, false);
         Repeat {
             key,
             shape: CollKey::of(d),
             send: d.send as u64,
             recv: d.recv as u64,
             plugin,
+            fp,
+            encoded: fp.encode(),
         }
+    }
+
+    /// The fingerprint of a repeat numbered `seq`, and its bytes.
+    #[inline]
+    pub fn fingerprint(&self, seq: u64) -> (Fingerprint, [u8; FINGERPRINT_BYTES]) {
+        (
+            Fingerprint { seq, ..self.fp },
+            Fingerprint::renumber(&self.encoded, seq),
+        )
     }
 
     /// The descriptor of a repeat numbered `seq`.

@@ -230,7 +230,8 @@ impl Communicator {
                 let seq = self.shared.status.number_coll();
                 self.plugins_usable()?;
                 let d = r.desc(seq);
-                self.launch_on_plugin(serial, spec, &d, r.plugin, std::ptr::null_mut())?;
+                let fp = r.fingerprint(seq);
+                self.launch_on_plugin(serial, &fp, &d, r.plugin, std::ptr::null_mut())?;
                 return Ok(None);
             }
         }
@@ -330,7 +331,18 @@ impl Communicator {
             Some(key) if by_shape && self.windows.is_empty() => Some(Repeat::new(key, &d.base, i)),
             _ => None,
         };
-        self.launch_on_plugin(serial, call.spec, &d.for_plugin(i), i, stream)?;
+        let s = call.spec;
+        let fp = ferrocx_algo::Fingerprint::of(
+            seq,
+            s.kind,
+            s.dtype,
+            s.op,
+            s.count,
+            s.root,
+            s.v.is_some(),
+        );
+        let fp = (fp, fp.encode());
+        self.launch_on_plugin(serial, &fp, &d.for_plugin(i), i, stream)?;
         Ok(true)
     }
 
@@ -339,22 +351,14 @@ impl Communicator {
     fn launch_on_plugin(
         &self,
         _serial: MutexGuard<'_, HostP2p>,
-        s: &CollSpec,
+        (fp, encoded): &(ferrocx_algo::Fingerprint, [u8; 32]),
         d: &FxCollDesc,
         i: usize,
         stream: *mut c_void,
     ) -> Result<()> {
         self.check_live()?;
         let p = self.colls.get(i)?;
-        let fp = ferrocx_algo::Fingerprint::of(
-            d.seq,
-            s.kind,
-            s.dtype,
-            s.op,
-            s.count,
-            s.root,
-            s.v.is_some(),
-        );
+        let fp = *fp;
         let host = d.mem_kind == FX_MEM_HOST;
         if host && p.checks_calls() {
             // The plugin checks the call in its own messages; it runs outside the
@@ -366,7 +370,7 @@ impl Communicator {
         let status = &self.shared.status;
         // Host calls block this thread: recorded lock-free, as waiting (status.rs).
         if host {
-            status.plugin_begin(&fp, i);
+            status.plugin_begin(encoded, i);
         } else {
             status.begin(Label::Plugin(fp, p.shared_name()));
         }
@@ -383,10 +387,13 @@ impl Communicator {
         let Err(e) = r else {
             if !host && !p.launch_bounded() {
                 self.note_host_bound(|| {
+                    let what = match fp.kind {
+                        ferrocx_algo::fingerprint::CallKind::Coll(k) => k.name(),
+                        _ => "call",
+                    };
                     format!(
-                        "{}'s launch of a {} may need a host thread",
-                        p.shared_name(),
-                        s.kind.name()
+                        "{}'s launch of a {what} may need a host thread",
+                        p.shared_name()
                     )
                 });
             }

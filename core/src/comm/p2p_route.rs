@@ -371,7 +371,7 @@ impl Communicator {
         let plugin = self.colls.get(p)?;
         let status = &self.shared.status;
         // This thread blocks in the plugin: recorded lock-free, as waiting.
-        status.plugin_begin(first, p);
+        status.plugin_begin(&first.encode(), p);
         // SAFETY: host buffers the group borrows (or raw ones under the caller's
         // contract), valid until this returns; the descriptor lives across the call.
         let r = unsafe { plugin.p2p_launch(&desc, std::ptr::null_mut()) };

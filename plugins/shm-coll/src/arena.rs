@@ -281,9 +281,7 @@ impl Arena {
         // SAFETY: the slot is ours to write (caller's contract), 64-byte aligned,
         // with a 16-byte head and `p2p_bytes` of payload.
         unsafe {
-            if len > 0 {
-                std::ptr::copy_nonoverlapping(data, s.add(layout::P2P_HEAD), len);
-            }
+            crate::copy::bytes(data, s.add(layout::P2P_HEAD), len);
             s.add(layout::P2P_LEN).cast::<u32>().write(len as u32);
             s.add(layout::EPOCH).cast::<u32>().write(epoch);
         }
@@ -441,9 +439,7 @@ unsafe fn write_message(
 ) {
     // SAFETY: the caller's contract.
     unsafe {
-        if len > 0 {
-            std::ptr::copy_nonoverlapping(data, payload, len);
-        }
+        crate::copy::bytes(data, payload, len);
         std::ptr::copy_nonoverlapping(
             fingerprint.as_ptr(),
             head.add(layout::FINGERPRINT),

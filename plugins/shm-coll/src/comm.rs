@@ -22,7 +22,7 @@
 use crate::arena::{Arena, Ring};
 use crate::config::{Check, Config};
 use crate::cpus;
-use crate::exchange::{self, Call, Wire};
+use crate::exchange::{self, Call, Flows, Peers, Wire};
 use crate::layout::{Layout, INLINE, MAX_DEPTH};
 use crate::setup::{self, Hello};
 use crate::wait::{Backoff, Pause, PEER_CHECK};
@@ -278,7 +278,7 @@ impl ShmComm {
             Some(l) if l.args == CallArgs::of(d) => l,
             _ => self.derive(d)?,
         };
-        let whole = derived.whole;
+        let (whole, flows) = (derived.whole, derived.flows);
         let total = whole.block;
         let fp = Fingerprint {
             seq: d.seq,
@@ -306,7 +306,7 @@ impl ShmComm {
             };
             let mut wire = CallWire {
                 comm: self,
-                call,
+                silent: flows.silent,
                 fp: &fp,
                 encoded: &encoded,
                 began: None,
@@ -316,23 +316,23 @@ impl ShmComm {
             let (s, r) = (send.wrapping_add(at), recv.wrapping_add(at));
             // SAFETY: the caller's contract, forwarded: the chunk lies at the same
             // offset in every block.
-            if let Err(e) = unsafe { exchange::run(&call, s, r, &mut wire) } {
+            if let Err(e) = unsafe { exchange::run(&call, &flows, s, r, &mut wire) } {
                 return Err(self.break_with(e));
             }
             // The payloads taken were read: their slots go back to the senders
             // (in lockstep, by this rank's next message to each of them).
             let lockstep = self.lockstep();
-            for p in call.taking() {
+            for p in flows.taking {
                 self.coll_taken[p] += 1;
                 if !lockstep && self.coll_taken[p].is_multiple_of(self.credit_every) {
                     self.arena.credit(Ring::Coll, p, self.coll_taken[p]);
                 }
             }
-            for p in call.others() {
+            for p in flows.others {
                 self.exchanges[p] += 1;
             }
             if self.check == Check::Deferred {
-                if let Err(e) = self.unheard(&call, &fp) {
+                if let Err(e) = self.unheard(flows.silent, &fp) {
                     return Err(self.break_with(e));
                 }
             }
@@ -375,6 +375,8 @@ struct Derived {
     args: CallArgs,
     /// The whole block's exchange.
     whole: Call,
+    /// Its peer sets.
+    flows: Flows,
     /// The call's fingerprint and its bytes, numbered 0.
     fp: Fingerprint,
     encoded: [u8; FINGERPRINT_BYTES],
@@ -395,19 +397,21 @@ impl ShmComm {
         };
         let total = d.block_bytes();
         let fp = Fingerprint::of(0, d.coll.kind(), dtype, op, d.count, d.root, false);
+        let whole = Call {
+            coll: d.coll,
+            dtype,
+            op,
+            rank: self.rank,
+            nranks: self.nranks,
+            root: d.root,
+            block: total,
+            stride: total,
+            checked: self.check == Check::Sync,
+        };
         let derived = Derived {
             args: CallArgs::of(d),
-            whole: Call {
-                coll: d.coll,
-                dtype,
-                op,
-                rank: self.rank,
-                nranks: self.nranks,
-                root: d.root,
-                block: total,
-                stride: total,
-                checked: self.check == Check::Sync,
-            },
+            whole,
+            flows: whole.flows(),
             fp,
             encoded: fp.encode(),
         };
@@ -419,8 +423,8 @@ impl ShmComm {
 /// One call's view of the comm, as `exchange` moves messages.
 struct CallWire<'a> {
     comm: &'a mut ShmComm,
-    /// The exchange under way.
-    call: Call,
+    /// The peers this rank takes nothing from ([`Call::silent`]).
+    silent: Peers,
     fp: &'a Fingerprint,
     encoded: &'a [u8; FINGERPRINT_BYTES],
     /// When the first wait of this call began polling past its spin phase.
@@ -460,7 +464,7 @@ impl CallWire<'_> {
         last_pid_check: &mut Option<Instant>,
     ) -> PluginResult<Duration> {
         if self.comm.check == Check::Deferred {
-            self.comm.unheard(&self.call, self.fp)?;
+            self.comm.unheard(self.silent, self.fp)?;
             self.comm.elsewhere(peer, self.fp, self.encoded, awaiting)?;
         }
         self.comm
@@ -560,8 +564,8 @@ impl ShmComm {
     /// given up on a mismatch it saw in a message of this rank's. Reading a
     /// line no peer wrote since costs a cache hit.
     #[inline]
-    fn unheard(&self, call: &Call, mine: &Fingerprint) -> PluginResult<()> {
-        for p in call.silent() {
+    fn unheard(&self, silent: Peers, mine: &Fingerprint) -> PluginResult<()> {
+        for p in silent {
             if let Some(e) = self.gave_up(p) {
                 return Err(e);
             }

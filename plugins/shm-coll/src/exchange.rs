@@ -118,6 +118,21 @@ impl Iterator for Peers {
     }
 }
 
+/// A call's peer sets ([`Call::flows`]): they depend on the collective, the
+/// ranks, the root and the check, not on the block, so a repeated call (and
+/// every chunk of one) reuses them instead of deciding them again in every loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flows {
+    /// [`Call::posting`].
+    pub posting: Peers,
+    /// [`Call::taking`].
+    pub taking: Peers,
+    /// [`Call::silent`].
+    pub silent: Peers,
+    /// [`Call::others`].
+    pub others: Peers,
+}
+
 /// The chunks of a block of `total` bytes through slots of `slot` bytes:
 /// (offset, length) — one, of length 0, for an empty block (its fingerprints
 /// still travel).
@@ -130,6 +145,16 @@ pub fn chunks(total: usize, slot: usize) -> impl Iterator<Item = (usize, usize)>
 }
 
 impl Call {
+    /// Every peer set of the call.
+    pub fn flows(&self) -> Flows {
+        Flows {
+            posting: self.posting(),
+            taking: self.taking(),
+            silent: self.silent(),
+            others: self.others(),
+        }
+    }
+
     /// Whether `peer` is another rank of the call (with the check on, the
     /// two exchange messages whatever the collective and root: the module's docs).
     #[inline]
@@ -296,7 +321,7 @@ impl Call {
     }
 }
 
-/// Run `call` over `wire`.
+/// Run `call`, whose peer sets are `flows`, over `wire`.
 ///
 /// # Safety
 /// `send` and `recv` must be valid for the collective's buffer sizes at this
@@ -304,12 +329,13 @@ impl Call {
 /// says), aligned to the element size; a buffer the rank does not use may be null.
 pub unsafe fn run(
     call: &Call,
+    flows: &Flows,
     send: *const u8,
     recv: *mut u8,
     wire: &mut impl Wire,
 ) -> PluginResult<()> {
     let b = call.block;
-    for p in call.posting() {
+    for p in flows.posting {
         match call.outgoing(p) {
             // SAFETY: the block lies in the send buffer (caller's contract).
             Some(off) => unsafe { wire.post(p, send.add(off), b)? },
@@ -326,16 +352,16 @@ pub unsafe fn run(
         unsafe {
             let (src, dst) = (send.add(from), recv.add(to));
             if src != dst.cast_const() {
-                std::ptr::copy(src, dst, b);
+                crate::copy::bytes(src, dst, b);
             }
         }
     }
-    for p in call.taking() {
+    for p in flows.taking {
         let data = wire.take(p, call.incoming(p))?;
         if let Some(to) = call.placed(p) {
             // SAFETY: the payload holds `b` bytes (checked by take) and the block
             // lies in the receive buffer.
-            unsafe { std::ptr::copy_nonoverlapping(data, recv.add(to), b) };
+            unsafe { crate::copy::bytes(data, recv.add(to), b) };
         }
     }
     Ok(())

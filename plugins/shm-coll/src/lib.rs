@@ -59,6 +59,7 @@
 pub mod arena;
 pub mod comm;
 pub mod config;
+pub mod copy;
 pub mod cpus;
 pub mod exchange;
 pub mod layout;

@@ -155,11 +155,9 @@ impl ShmComm {
         // The ring says who sent it and its number: only the size can differ.
         let (len, data, _) = self.arena.p2p_message(p, n);
         if len == o.bytes {
-            if len > 0 {
-                // SAFETY: the message is whole (its flag seen with acquire) and
-                // stays until credited below; the receive holds `len` bytes.
-                unsafe { std::ptr::copy_nonoverlapping(data, o.buf as *mut u8, len) };
-            }
+            // SAFETY: the message is whole (its flag seen with acquire) and
+            // stays until credited below; the receive holds `len` bytes.
+            unsafe { crate::copy::bytes(data, o.buf as *mut u8, len) };
         } else {
             size_error.get_or_insert_with(|| {
                 PluginError::invalid(format!(

@@ -120,7 +120,7 @@ fn run_all(
             apart => apart,
         };
         // SAFETY: buffers sized for the collective as above.
-        unsafe { run(&call, sp, rp, w) }.unwrap();
+        unsafe { run(&call, &call.flows(), sp, rp, w) }.unwrap();
         // Checked, this rank posts to every other rank, once each; unchecked,
         // to those it sends data (a rank the peers did not post to would
         // wait here for nothing, and the channels would hold leftovers).
@@ -222,7 +222,7 @@ fn floats_reduce_to_the_same_bits_on_every_rank() {
             .collect();
         let mut recv = vec![0f32; c];
         // SAFETY: both hold `c` floats.
-        unsafe { run(&call, send.as_ptr().cast(), recv.as_mut_ptr().cast(), w) }.unwrap();
+        unsafe { run(&call, &call.flows(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), w) }.unwrap();
         recv.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
     });
     assert!(all.windows(2).all(|w| w[0] == w[1]));
