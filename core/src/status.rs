@@ -193,8 +193,14 @@ impl Tracker {
     /// dispatch and the call check use it). The count also lets the crossed
     /// check tell a peer behind (in a collective this rank made) from one in a
     /// call this rank never made.
+    ///
+    /// The caller holds the communicator's `coll_serial` lock, which orders
+    /// every numbering: a load and a store, not a locked add, whose wait for
+    /// the store buffer cost about a tenth of a small host call (session 35).
     pub fn number_coll(&self) -> u64 {
-        self.colls_begun.fetch_add(1, Ordering::Relaxed)
+        let n = self.colls_begun.load(Ordering::Relaxed);
+        self.colls_begun.store(n + 1, Ordering::Relaxed);
+        n
     }
 
     /// Collectives numbered so far (the next one's sequence number).

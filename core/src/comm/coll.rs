@@ -31,6 +31,19 @@ impl Communicator {
         recv: (usize, usize),
         in_place: bool,
     ) -> Result<CollTask> {
+        self.coll_task_in(&self.coll_serial.lock(), spec, send, recv, in_place)
+    }
+
+    /// [`coll_task`](Self::coll_task) while holding `coll_serial` (`_serial`,
+    /// its contents: calls are numbered under it).
+    pub(crate) fn coll_task_in(
+        &self,
+        _serial: &crate::collective::bids::HostP2p,
+        spec: &CollSpec,
+        send: (usize, usize),
+        recv: (usize, usize),
+        in_place: bool,
+    ) -> Result<CollTask> {
         self.check_live()?;
         let mut t = CollTask::new(spec, self.rank(), self.nranks(), send, recv, in_place)?;
         // Every valid collective call takes the next number, the same on every rank

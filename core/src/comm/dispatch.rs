@@ -235,7 +235,7 @@ impl Communicator {
                 return Ok(None);
             }
         }
-        let t = self.coll_task(spec, send, recv, in_place)?;
+        let t = self.coll_task_in(&serial, spec, send, recv, in_place)?;
         let call = Call {
             spec,
             send: send.0 as u64,

@@ -13,9 +13,9 @@ use std::ptr::{read_unaligned, write_unaligned};
 /// As [`std::ptr::copy`]: `src` readable and `dst` writable for `len` bytes.
 #[inline(always)]
 pub unsafe fn bytes(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY (every block): the caller's contract; each access lies in the
-    // first or last `len` bytes of its buffer, and the loads come before the
-    // stores, so an overlap reads the old bytes.
+    // SAFETY: the caller's contract; each access lies in the first or last
+    // `len` bytes of its buffer, and the loads come before the stores, so an
+    // overlap reads the old bytes.
     unsafe {
         if len > 16 {
             std::ptr::copy(src, dst, len);
@@ -58,7 +58,11 @@ mod tests {
                     // SAFETY: from + len and to + len stay inside the 64 bytes.
                     unsafe {
                         bytes(got.as_ptr().add(from), got.as_mut_ptr().add(to + 16), len);
-                        std::ptr::copy(want.as_ptr().add(from), want.as_mut_ptr().add(to + 16), len);
+                        std::ptr::copy(
+                            want.as_ptr().add(from),
+                            want.as_mut_ptr().add(to + 16),
+                            len,
+                        );
                     }
                     assert_eq!(got, want, "len {len} from {from} to {}", to + 16);
                     let (mut got, mut want) = (src.clone(), src.clone());

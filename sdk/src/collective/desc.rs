@@ -165,6 +165,12 @@ impl<W> CollDesc<'_, W> {
     /// # Safety
     /// Window handles the flags name must be `Box<W>` pointers made by this
     /// plugin and alive for `'a`.
+    ///
+    /// Inlined: built out of line, the descriptor came back through memory
+    /// and its first reads (wider than the stores that wrote it) waited for
+    /// those stores — a stall on every host call (a sixth of a 1-rank
+    /// broadcast's time, session 35).
+    #[inline(always)]
     pub unsafe fn from_raw<'a>(raw: &FxCollDesc) -> PluginResult<CollDesc<'a, W>> {
         let elem = elem_bytes(raw.dtype)
             .ok_or_else(|| PluginError::invalid(format!("unknown data type {}", raw.dtype)))?;

@@ -222,7 +222,16 @@ fn floats_reduce_to_the_same_bits_on_every_rank() {
             .collect();
         let mut recv = vec![0f32; c];
         // SAFETY: both hold `c` floats.
-        unsafe { run(&call, &call.flows(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), w) }.unwrap();
+        unsafe {
+            run(
+                &call,
+                &call.flows(),
+                send.as_ptr().cast(),
+                recv.as_mut_ptr().cast(),
+                w,
+            )
+        }
+        .unwrap();
         recv.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
     });
     assert!(all.windows(2).all(|w| w[0] == w[1]));
