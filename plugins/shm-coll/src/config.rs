@@ -154,8 +154,8 @@ impl Config {
     /// `depth` with the synchronous check (2: the calls' lockstep), otherwise
     /// [`MAX_DEPTH`](crate::layout::MAX_DEPTH) — a line each, so a rank that
     /// receives nothing runs that many small calls ahead whatever the slots'
-    /// size (4 ranks on 2 vCPUs, 8-byte broadcast checked later: 16 deep
-    /// 0.36–0.54 µs, 64 deep 0.25–0.31, Open MPI 0.27–0.29).
+    /// size (4 ranks on 2 vCPUs, 8-byte broadcast checked later, session 35:
+    /// 16 deep 0.34–0.52 µs, 64 deep 0.22–0.33, Open MPI 0.24–0.28).
     pub fn heads(&self, depth: usize) -> usize {
         if self.check == Check::Sync {
             depth
