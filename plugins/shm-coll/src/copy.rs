@@ -13,32 +13,43 @@ use std::ptr::{read_unaligned, write_unaligned};
 /// As [`std::ptr::copy`]: `src` readable and `dst` writable for `len` bytes.
 #[inline(always)]
 pub unsafe fn bytes(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: the caller's contract; each access lies in the first or last
-    // `len` bytes of its buffer, and the loads come before the stores, so an
-    // overlap reads the old bytes.
+    // SAFETY: the caller's contract, passed on: `ends` reads and writes the
+    // first and last word of `len` ≥ the word's bytes; the last branch each
+    // byte's place below `len`, loads first.
     unsafe {
         if len > 16 {
             std::ptr::copy(src, dst, len);
         } else if len >= 8 {
-            let (a, b) = (
-                read_unaligned(src.cast::<u64>()),
-                read_unaligned(src.add(len - 8).cast::<u64>()),
-            );
-            write_unaligned(dst.cast::<u64>(), a);
-            write_unaligned(dst.add(len - 8).cast::<u64>(), b);
+            ends::<u64>(src, dst, len);
         } else if len >= 4 {
-            let (a, b) = (
-                read_unaligned(src.cast::<u32>()),
-                read_unaligned(src.add(len - 4).cast::<u32>()),
-            );
-            write_unaligned(dst.cast::<u32>(), a);
-            write_unaligned(dst.add(len - 4).cast::<u32>(), b);
+            ends::<u32>(src, dst, len);
         } else if len > 0 {
             let (a, m, b) = (src.read(), src.add(len / 2).read(), src.add(len - 1).read());
             dst.write(a);
             dst.add(len / 2).write(m);
             dst.add(len - 1).write(b);
         }
+    }
+}
+
+/// Copy `len` bytes as two words of `W`, the first and the last (overlapping
+/// where `len` is under two words), both loaded before either is stored.
+///
+/// # Safety
+/// As [`bytes`], with `size_of::<W>() ≤ len`.
+#[inline(always)]
+unsafe fn ends<W: Copy>(src: *const u8, dst: *mut u8, len: usize) {
+    let tail = len - std::mem::size_of::<W>();
+    // SAFETY: both words lie in the first `len` bytes of each buffer (the
+    // caller's contract); the loads come before the stores, so an overlap
+    // reads the old bytes.
+    unsafe {
+        let (a, b) = (
+            read_unaligned(src.cast::<W>()),
+            read_unaligned(src.add(tail).cast::<W>()),
+        );
+        write_unaligned(dst.cast::<W>(), a);
+        write_unaligned(dst.add(tail).cast::<W>(), b);
     }
 }
 
