@@ -90,6 +90,10 @@ impl P2pDesc {
     ///
     /// # Safety
     /// `raw.ops` points to `raw.nops` readable ops (or `nops` is 0).
+    ///
+    /// Inlined, as `CollDesc::from_raw`: out of line, the descriptor (its ops
+    /// inline) came back through a `memcpy` on every call.
+    #[inline(always)]
     pub unsafe fn from_raw(raw: &FxP2pDesc, nranks: usize) -> PluginResult<P2pDesc> {
         let raw_ops: &[FxP2pOp] = if raw.nops == 0 {
             &[]
