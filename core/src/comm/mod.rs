@@ -22,7 +22,7 @@ use crate::plugin::{Dir, PluginInstance, PluginReport, Registry, TransportFilter
 use crate::proxy::{connect, ProgressThread, ServiceThread};
 use crate::registration::{RegHandle, Registrations};
 use crate::shared::CommShared;
-use ferrocx_sdk::abi::FxPeerInfo;
+use ferrocx_sdk::abi::{FxP2pOp, FxPeerInfo};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -771,12 +771,7 @@ impl Communicator {
         self.check_live()?;
         self.check_peer(peer, "send")?;
         let op = p2p_route::raw_op(Dir::Send, peer, buf.len(), buf.as_ptr() as usize);
-        if let Some(r) = self.host_p2p_usual(&[op]) {
-            return r;
-        }
-        let mut g = self.group_start();
-        g.send(buf, peer)?;
-        g.group_end()
+        self.blocking_p2p(&[op], |g| g.send(buf, peer))
     }
 
     /// Receive exactly `buf.len()` bytes from `peer`.
@@ -784,12 +779,7 @@ impl Communicator {
         self.check_live()?;
         self.check_peer(peer, "recv")?;
         let op = p2p_route::raw_op(Dir::Recv, peer, buf.len(), buf.as_mut_ptr() as usize);
-        if let Some(r) = self.host_p2p_usual(&[op]) {
-            return r;
-        }
-        let mut g = self.group_start();
-        g.recv(buf, peer)?;
-        g.group_end()
+        self.blocking_p2p(&[op], |g| g.recv(buf, peer))
     }
 
     /// Send `send` to `dest` and receive exactly `recv.len()` bytes from
@@ -805,12 +795,26 @@ impl Communicator {
             p2p_route::raw_op(Dir::Send, dest, send.len(), send.as_ptr() as usize),
             p2p_route::raw_op(Dir::Recv, src, recv.len(), recv.as_mut_ptr() as usize),
         ];
-        if let Some(r) = self.host_p2p_usual(&ops) {
+        self.blocking_p2p(&ops, |g| {
+            g.send(send, dest)?;
+            g.recv(recv, src)
+        })
+    }
+
+    /// A blocking call's sends and receives (`ops`, on buffers the caller
+    /// checked): straight to the plugin that wins them all
+    /// ([`host_p2p_usual`](Self::host_p2p_usual): no group built), else as
+    /// the group `add` fills.
+    fn blocking_p2p<'a>(
+        &'a self,
+        ops: &[FxP2pOp],
+        add: impl FnOnce(&mut Group<'a>) -> Result<()>,
+    ) -> Result<()> {
+        if let Some(r) = self.host_p2p_usual(ops) {
             return r;
         }
         let mut g = self.group_start();
-        g.send(send, dest)?;
-        g.recv(recv, src)?;
+        add(&mut g)?;
         g.group_end()
     }
 
