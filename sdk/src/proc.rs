@@ -1,4 +1,5 @@
-//! Is a peer process still there?
+//! Facts about processes: is a peer still there, and on which CPUs may this
+//! one run.
 
 /// The other end of a connection: its rank (for messages) and process id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +31,23 @@ pub fn pid_alive(pid: i32) -> bool {
         return false;
     }
     !is_zombie(pid)
+}
+
+/// CPUs this process may run on, in order (its affinity mask: a launcher's
+/// binding, `taskset`, a cpuset).
+pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it for pid 0 (us).
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer and size.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: CPU_ISSET reads the set we own.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
 }
 
 /// Reads the state letter of /proc/PID/stat (after the parenthesised command name).

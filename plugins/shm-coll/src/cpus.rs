@@ -122,16 +122,7 @@ pub fn sharing(sets: &[CpuSet], me: usize, limit: usize) -> Sharing {
 
 /// The CPUs this process may run on (empty where that cannot be read).
 pub fn this_process() -> CpuSet {
-    // SAFETY: `cpu_set_t` is plain bits; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is writable for the size given; pid 0 is this thread.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return CpuSet::default();
-    }
-    // SAFETY: `set` was filled above; CPU_ISSET reads it within its size.
-    CpuSet::of((0..WORDS * 64).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }))
+    CpuSet::of(ferrocx_sdk::proc::allowed_cpus().unwrap_or_default())
 }
 
 /// CPUs the host gives: its online CPUs, capped by a cgroup v2 CPU quota (a

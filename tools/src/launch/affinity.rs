@@ -11,21 +11,7 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-/// CPUs this process may run on, in order.
-pub fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it for pid 0 (us).
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer and size.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: CPU_ISSET reads the set we own.
-    Ok((0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect())
-}
+pub use ferrocx_sdk::proc::allowed_cpus;
 
 /// How launched ranks are bound to CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
